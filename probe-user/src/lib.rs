@@ -1,0 +1,6 @@
+//! Everything in tboxscope that is not UI: sources → decode → engine → outputs.
+pub mod output;
+pub mod source;
+
+pub use tboxscope_decode as decode;
+pub use tboxscope_engine as engine;

@@ -1,0 +1,1 @@
+//! Where observations come from: eBPF probes, libpcap (live or files), saved JSON.

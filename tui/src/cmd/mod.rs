@@ -1,0 +1,35 @@
+//! One module per subcommand; `run` dispatches.
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+
+mod analyze;
+mod capture;
+mod doctor;
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    init_logging(&cli)?;
+    match cli.command {
+        Some(Command::Doctor(args)) => doctor::run(args),
+        Some(Command::Capture(args)) => capture::run(args),
+        Some(Command::Analyze(args)) => analyze::run(args),
+        None => anyhow::bail!("the live terminal UI is not built yet; see `tboxscope --help`"),
+    }
+}
+
+fn init_logging(cli: &Cli) -> anyhow::Result<()> {
+    let env = env_logger::Env::default().default_filter_or(cli.log_level.clone());
+    let mut builder = env_logger::Builder::from_env(env);
+    if let Some(path) = &cli.log_file {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| anyhow::anyhow!("cannot open log file {}: {e}", path.display()))?;
+        builder.target(env_logger::Target::Pipe(Box::new(file)));
+    }
+    // A second init (tests calling run twice) is harmless: keep the first logger.
+    let _ = builder.try_init();
+    Ok(())
+}

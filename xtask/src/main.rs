@@ -1,0 +1,4 @@
+//! `cargo xtask`: project tasks.
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}
