@@ -191,6 +191,9 @@ pub struct Connection {
     pub retry_scid: Option<Vec<u8>>,
     /// Connection IDs of this connection in the decoder's index.
     pub cids: Vec<Vec<u8>>,
+    /// By sender: packets from this endpoint carry a zero-length DCID (the peer chose an empty
+    /// SCID), so only addresses lead to the connection.
+    pub empty_dcid_from: [bool; 2],
 }
 
 impl Connection {
@@ -215,6 +218,7 @@ impl Connection {
             multipath: MultipathMode::None,
             retry_scid: None,
             cids: Vec::new(),
+            empty_dcid_from: [false; 2],
         }
     }
 

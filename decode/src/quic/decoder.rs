@@ -290,12 +290,7 @@ impl QuicDecoder {
         // Zero-length CIDs: find the connection by addresses.
         let (id, sender) = self.lookup_addr(info)?;
         let c = self.conns.get(&id)?;
-        let zero = if sender == SERVER {
-            c.client_hello.is_some()
-        } else {
-            false
-        };
-        zero.then_some((
+        c.empty_dcid_from[sender].then_some((
             0,
             Some(CidEntry {
                 conn: id,
@@ -470,6 +465,9 @@ impl QuicDecoder {
                 seq: 0,
             },
         );
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.empty_dcid_from[toward] = h.scid.is_empty();
+        }
         if h.truncated {
             return Outcome::fail(Some(id), Some(sender), Undecrypted::Truncated);
         }
