@@ -1,8 +1,7 @@
 //! The stateful, sans-IO QUIC decoder: feed it datagrams, get decoded packets.
 
 use super::conn::{
-    AppKeys, CidEntry, Connection, Undecrypted, CLIENT, MAX_CIDS_PER_CONNECTION, MAX_PATH_SPACES,
-    SERVER,
+    AppKeys, CidEntry, Connection, Undecrypted, CLIENT, MAX_CIDS_PER_CONNECTION, SERVER,
 };
 use super::frame::{Frame, Frames};
 use super::header::{parse_header, PacketHeader, PacketType, ParseOptions, Version};
@@ -483,7 +482,7 @@ impl QuicDecoder {
         let largest = if space < 2 {
             c.largest[space][sender]
         } else {
-            c.app_largest.get(&(CLIENT, 0)).copied()
+            c.app_largest.get((CLIENT, 0))
         };
         let prepared = match space {
             0 => {
@@ -531,8 +530,7 @@ impl QuicDecoder {
                 if space < 2 {
                     c.largest[space][sender] = Some(largest.map_or(pn, |l| l.max(pn)));
                 } else {
-                    let e = c.app_largest.entry((CLIENT, 0)).or_insert(pn);
-                    *e = (*e).max(pn);
+                    c.app_largest.record((CLIENT, 0), pn);
                 }
                 Outcome {
                     conn: Some(id),
@@ -599,7 +597,7 @@ impl QuicDecoder {
         }
         let mut last_err = Undecrypted::Authentication;
         for (path, cand_mode) in cands.into_iter().flatten() {
-            let largest = c.app_largest.get(&(sender, path)).copied();
+            let largest = c.app_largest.get((sender, path));
             let pn = decode_packet_number(largest, un.truncated_pn, un.pn_len);
             let path32 = u32::try_from(path).unwrap_or(u32::MAX);
             let r = try_app_keys(app, phase, &un, h, path32, pn, scratch);
@@ -611,12 +609,7 @@ impl QuicDecoder {
                     if cand_mode != MultipathMode::None {
                         c.multipath = cand_mode;
                     }
-                    if c.app_largest.len() < MAX_PATH_SPACES
-                        || c.app_largest.contains_key(&(sender, path))
-                    {
-                        let e = c.app_largest.entry((sender, path)).or_insert(pn);
-                        *e = (*e).max(pn);
-                    }
+                    c.app_largest.record((sender, path), pn);
                     return Outcome {
                         conn: Some(id),
                         sender: Some(sender),
