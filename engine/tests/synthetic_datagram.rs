@@ -43,7 +43,10 @@ fn build() -> (Vec<Observation>, Vec<Truth>) {
     let mut truth = Vec::new();
     for i in 0..N {
         let base = T0 + 1_000_000_000 + i * GAP;
-        let mut t = Truth { send: [0; 2], arrive: [None; 2] };
+        let mut t = Truth {
+            send: [0; 2],
+            arrive: [None; 2],
+        };
         for p in 0..2 {
             let send = base + p as u64 * 100_000;
             t.send[p] = send;
@@ -79,9 +82,18 @@ fn datagram_two_ends_match_ground_truth() {
     let records: Vec<Record> = e.drain_records().collect();
 
     // Ground truth.
-    let both = truth.iter().filter(|t| t.arrive[0].is_some() && t.arrive[1].is_some()).count() as u64;
-    let only0 = truth.iter().filter(|t| t.arrive[0].is_some() && t.arrive[1].is_none()).count() as u64;
-    let only1 = truth.iter().filter(|t| t.arrive[0].is_none() && t.arrive[1].is_some()).count() as u64;
+    let both = truth
+        .iter()
+        .filter(|t| t.arrive[0].is_some() && t.arrive[1].is_some())
+        .count() as u64;
+    let only0 = truth
+        .iter()
+        .filter(|t| t.arrive[0].is_some() && t.arrive[1].is_none())
+        .count() as u64;
+    let only1 = truth
+        .iter()
+        .filter(|t| t.arrive[0].is_none() && t.arrive[1].is_some())
+        .count() as u64;
     let wins0 = truth
         .iter()
         .filter(|t| match (t.arrive[0], t.arrive[1]) {
@@ -116,19 +128,37 @@ fn datagram_two_ends_match_ground_truth() {
     assert_eq!(share("eth0").only, only0);
     assert_eq!(share("eth1").only, only1);
     assert_eq!(share("eth0").wins, wins0);
-    let delivered_any = truth.iter().filter(|t| t.arrive.iter().any(Option::is_some)).count() as u64;
+    let delivered_any = truth
+        .iter()
+        .filter(|t| t.arrive.iter().any(Option::is_some))
+        .count() as u64;
     assert_eq!(share("eth1").wins, delivered_any - wins0);
-    assert!(red.verdict.starts_with("partial redundancy") || red.verdict.starts_with("redundancy confirmed"), "{}", red.verdict);
+    assert!(
+        red.verdict.starts_with("partial redundancy")
+            || red.verdict.starts_with("redundancy confirmed"),
+        "{}",
+        red.verdict
+    );
 
     let c = &summary.latency.combined;
     assert_eq!(c.count, combined.len() as u64);
     assert_eq!(c.min_us, combined[0]);
     assert_eq!(c.max_us, *combined.last().unwrap());
-    for (q, got) in [(0.5, c.p50_us), (0.9, c.p90_us), (0.99, c.p99_us), (0.999, c.p999_us)] {
+    for (q, got) in [
+        (0.5, c.p50_us),
+        (0.9, c.p90_us),
+        (0.99, c.p99_us),
+        (0.999, c.p999_us),
+    ] {
         assert_eq!(got, expected_quantile(&combined, q), "combined q{q}");
     }
     for (p, label) in ["eth0", "eth1"].iter().enumerate() {
-        let (_, got) = summary.latency.per_path.iter().find(|(l, _)| l == label).unwrap();
+        let (_, got) = summary
+            .latency
+            .per_path
+            .iter()
+            .find(|(l, _)| l == label)
+            .unwrap();
         let v = &mut per_path[p];
         assert_eq!(got.count, v.len() as u64, "{label}");
         assert_eq!(got.p99_us, expected_quantile(v, 0.99), "{label} p99");
@@ -146,8 +176,14 @@ fn datagram_two_ends_match_ground_truth() {
     assert_eq!(o.end_ns, Some(end_ns));
     assert_eq!(o.duration_ns, end_ns - start);
     let in_window = |t: &Truth| t.send[0] >= start && t.send[0] <= end_ns && t.arrive[1].is_none();
-    let others = truth.iter().filter(|t| in_window(t) && t.arrive[0].is_some()).count() as u64;
-    let lost_both = truth.iter().filter(|t| in_window(t) && t.arrive[0].is_none()).count() as u64;
+    let others = truth
+        .iter()
+        .filter(|t| in_window(t) && t.arrive[0].is_some())
+        .count() as u64;
+    let lost_both = truth
+        .iter()
+        .filter(|t| in_window(t) && t.arrive[0].is_none())
+        .count() as u64;
     assert_eq!(o.carried_by_others, others);
     assert_eq!(o.lost, lost_both);
 
@@ -160,19 +196,31 @@ fn datagram_two_ends_match_ground_truth() {
         })
         .collect();
     assert_eq!(msgs.len() as u64, N);
-    let m = msgs.iter().find(|m| m.id == format!("hash {:016x}", 0xabc0_0000u64 + 5)).unwrap();
+    let m = msgs
+        .iter()
+        .find(|m| m.id == format!("hash {:016x}", 0xabc0_0000u64 + 5))
+        .unwrap();
     let eth0 = m.copies.iter().find(|c| c.path == "eth0").unwrap();
     assert_eq!(eth0.sent, Some(truth[5].send[0]));
     assert_eq!(eth0.arrived, truth[5].arrive[0]);
     assert_eq!(eth0.latency_us, Some(lat(0, 5) / 1000));
     assert!(records.iter().any(|r| matches!(r, Record::Outage(_))));
-    assert!(records.iter().filter(|r| matches!(r, Record::Window(_))).count() >= 60);
+    assert!(
+        records
+            .iter()
+            .filter(|r| matches!(r, Record::Window(_)))
+            .count()
+            >= 60
+    );
 
     // Amplification: every copy's wire bytes / unique payload delivered.
     let amp = &summary.amplification[0];
     let sent_copies = 2 * N;
     assert_eq!(amp.wire_bytes, sent_copies * 628);
-    let delivered = truth.iter().filter(|t| t.arrive.iter().any(Option::is_some)).count() as u64;
+    let delivered = truth
+        .iter()
+        .filter(|t| t.arrive.iter().any(Option::is_some))
+        .count() as u64;
     assert_eq!(amp.unique_payload_bytes, delivered * 600);
 
     let text = tboxscope_engine::report::render(&summary);

@@ -9,10 +9,17 @@ use tboxscope_engine::{CaptureId, Host, Observation, PacketMeta};
 pub const T0: u64 = 1_796_000_000_000_000_000;
 
 pub fn addr(s: &str) -> SocketAddr {
-    s.parse().unwrap()
+    s.parse().expect("valid address literal")
 }
 
-pub fn meta(ts: u64, path: &str, capture: CaptureId, src: SocketAddr, dst: SocketAddr, wire: u32) -> PacketMeta {
+pub fn meta(
+    ts: u64,
+    path: &str,
+    capture: CaptureId,
+    src: SocketAddr,
+    dst: SocketAddr,
+    wire: u32,
+) -> PacketMeta {
     PacketMeta {
         ts_ns: ts,
         path: path.to_owned(),
@@ -23,7 +30,13 @@ pub fn meta(ts: u64, path: &str, capture: CaptureId, src: SocketAddr, dst: Socke
     }
 }
 
-pub fn capture(capture: CaptureId, name: &str, path: &str, host: Host, offset: Option<i64>) -> Observation {
+pub fn capture(
+    capture: CaptureId,
+    name: &str,
+    path: &str,
+    host: Host,
+    offset: Option<i64>,
+) -> Observation {
     Observation::Capture(tboxscope_engine::CapturePoint {
         ts_ns: T0,
         capture,
