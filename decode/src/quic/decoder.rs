@@ -166,14 +166,14 @@ impl QuicDecoder {
         }
     }
 
-    /// Adds keylog secrets (e.g. from a later Decryption Secrets Block).
-    pub fn add_keylog(
+    /// Adds keylog text (e.g. a later Decryption Secrets Block); connections retry key lookup.
+    pub fn add_keylog_text(
         &mut self,
-        log: &Keylog,
         text: &[u8],
+        source_name: &str,
     ) -> Result<(), super::keylog::KeylogError> {
-        let mut merged = self.keylog.take().unwrap_or_else(|| log.clone());
-        let r = merged.extend(text, "decryption secrets block");
+        let mut merged = self.keylog.take().unwrap_or_default();
+        let r = merged.extend(text, source_name);
         self.keylog = Some(merged);
         for c in self.conns.values_mut() {
             c.tls_keys_tried = false;
