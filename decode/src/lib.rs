@@ -4,3 +4,4 @@
 //! (no libpcap, aya or tokio).
 
 pub mod kcp;
+pub mod quic;
