@@ -47,6 +47,20 @@ impl LinkType {
             _ => return None,
         })
     }
+
+    /// The `LINKTYPE_*` number to write in a capture file.
+    pub fn linktype(self) -> u32 {
+        match self {
+            Self::Ethernet => 1,
+            Self::LinuxSll => 113,
+            Self::LinuxSll2 => 276,
+            Self::RawIp => 101,
+            Self::Ipv4 => 228,
+            Self::Ipv6 => 229,
+            Self::Null => 0,
+            Self::Loop => 108,
+        }
+    }
 }
 
 /// Why a frame yielded no UDP datagram. Every frame is counted under exactly one reason.

@@ -1,6 +1,8 @@
 //! Builders for tiny capture files and frames, written byte by byte from the format specs.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use etherparse::{PacketBuilder, VlanId};
 
 /// Classic pcap: `packets` are (ts_ns, orig_len, bytes).

@@ -174,6 +174,9 @@ pub struct Packet<'a> {
     pub orig_len: u32,
     /// File offset of the record or block.
     pub offset: u64,
+    /// True when Decryption Secrets Blocks were read since the previous packet (see
+    /// [`CaptureReader::secrets`]): load them before decoding this packet.
+    pub secrets_changed: bool,
     /// The captured bytes, starting with the link header.
     pub data: &'a [u8],
 }
@@ -318,11 +321,6 @@ impl<R: Read> CaptureReader<R> {
     /// Every Decryption Secrets Block read so far.
     pub fn secrets(&self) -> &[Secrets] {
         &self.secrets
-    }
-
-    /// True once after new secrets were read (so a decoder can load them before the next packet).
-    pub fn take_new_secrets_flag(&mut self) -> bool {
-        std::mem::take(&mut self.fresh_secrets)
     }
 
     fn offset(&self) -> u64 {
@@ -483,6 +481,7 @@ impl<R: Read> CaptureReader<R> {
             ts_ns,
             orig_len,
             offset,
+            secrets_changed: false,
             data: &self.buf[start..start + caplen as usize],
         }))
     }
@@ -546,12 +545,14 @@ impl<R: Read> CaptureReader<R> {
                         self.packet_block(offset, block_type, body)?;
                     self.frame += 1;
                     self.pos += len;
+                    let secrets_changed = std::mem::take(&mut self.fresh_secrets);
                     return Ok(Some(Packet {
                         frame: self.frame,
                         interface: iface,
                         ts_ns,
                         orig_len,
                         offset,
+                        secrets_changed,
                         data: &self.buf[data.0..data.1],
                     }));
                 }

@@ -1,6 +1,7 @@
 //! Live capture with libpcap on several interfaces at once: one thread per interface, events on
 //! one channel. An interface that fails (a modem reset deletes it) is reported as its path going
 //! down and is reopened when it comes back; the other paths' captures go on.
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -197,6 +198,27 @@ extern "C" {
     fn pcap_get_tstamp_precision(p: *mut std::ffi::c_void) -> std::ffi::c_int;
 }
 
+/// Longest wait for packets before the stop flag and the stats timer are checked again.
+const WAIT_MS: i32 = 100;
+
+/// Waits until `fd` is readable (or has an error to report), at most `ms` milliseconds.
+fn wait_readable(fd: std::os::fd::RawFd, ms: i32) -> std::io::Result<()> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack, count 1; the fd is owned by the open capture.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if rc < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 fn wall_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -218,6 +240,10 @@ fn open(spec: &InterfaceSpec, cfg: &LiveConfig) -> Result<(Active, LinkType, boo
         .immediate_mode(cfg.immediate)
         .timeout(100)
         .open()
+        .map_err(open_err)?
+        // Non-blocking, waited on with our own poll(2): libpcap's blocking read may sleep
+        // forever on an idle interface, and the thread must notice a stop and report stats.
+        .setnonblock()
         .map_err(open_err)?;
     if let Some(filter) = &cfg.filter {
         cap.filter(filter, true).map_err(|e| LiveError::Filter {
@@ -397,12 +423,15 @@ impl Worker {
 
     fn capture(&mut self, cap: &mut Active, link: LinkType, nano: bool) -> Ended {
         let mut next_stats = Instant::now() + self.cfg.stats_interval;
+        // True after a read found nothing: the next empty read waits in poll(2) first.
+        let mut idle = false;
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Ended::Stopped;
             }
             match cap.next_packet() {
                 Ok(p) => {
+                    idle = false;
                     let ts = p.header.ts;
                     let sub = u64::try_from(ts.tv_usec).unwrap_or(0);
                     let ts_ns = u64::try_from(ts.tv_sec)
@@ -420,7 +449,14 @@ impl Worker {
                         return Ended::Stopped;
                     }
                 }
-                Err(pcap::Error::TimeoutExpired) => {}
+                Err(pcap::Error::TimeoutExpired) => {
+                    if idle {
+                        if let Err(e) = wait_readable(cap.as_raw_fd(), WAIT_MS) {
+                            return Ended::Failed(format!("waiting for packets: {e}"));
+                        }
+                    }
+                    idle = true;
+                }
                 Err(e) => return Ended::Failed(e.to_string()),
             }
             if Instant::now() >= next_stats {
