@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::dissect::{Decoded, DecodedPacket, DissectConfig, DissectStats, Dissector};
 use crate::output::{JsonLinesWriter, OutputError};
-use crate::source::pcap::{CaptureFile, FileError, Format};
+use crate::source::pcap::{CaptureFile, FileError, Format, SECRETS_TLS_KEY_LOG};
 
 /// One decoded unit with where it came from.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +54,7 @@ pub struct Analyzer {
     path_files: Vec<usize>,
     files: Vec<FileSummary>,
     scratch: Vec<DecodedPacket>,
+    warnings: Vec<String>,
 }
 
 impl Analyzer {
@@ -65,6 +66,7 @@ impl Analyzer {
             path_files: Vec::new(),
             files: Vec::new(),
             scratch: Vec::with_capacity(64),
+            warnings: Vec::new(),
         }
     }
 
@@ -93,14 +95,14 @@ impl Analyzer {
         &self.paths
     }
 
-    /// The path id for interface `label` of file number `file_no` (stem `stem`): the label
-    /// itself unless another file already uses it, then `stem:label`.
-    fn path_for(&mut self, file_no: usize, stem: &str, label: &str) -> usize {
+    /// The path id for interface `label` of file number `file_no` (file name `file_name`): the
+    /// label itself unless another file already uses it, then `file_name:label`.
+    fn path_for(&mut self, file_no: usize, file_name: &str, label: &str) -> usize {
         if let Some(i) = self.paths.iter().position(|p| p == label) {
             if self.path_files[i] == file_no {
                 return i;
             }
-            let qualified = format!("{stem}:{label}");
+            let qualified = format!("{file_name}:{label}");
             if let Some(j) = self.paths.iter().position(|p| *p == qualified) {
                 return j;
             }
@@ -134,7 +136,10 @@ impl Analyzer {
             }
         };
         self.files[file_no].format = Some(reader.format());
-        let stem = crate::source::pcap::file::file_stem(path);
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| name.clone());
         // Interface index in the file → (path id, link type); filled as interfaces appear.
         let mut iface_paths: Vec<(usize, Option<tboxscope_decode::net::LinkType>)> = Vec::new();
         let mut summary = FileSummary {
@@ -143,6 +148,7 @@ impl Analyzer {
             ..FileSummary::default()
         };
         let before = self.dissector.stats().clone();
+        let mut secrets_loaded = 0usize;
         let result = loop {
             let packet = match reader.next_packet() {
                 Ok(Some(p)) => p,
@@ -151,14 +157,18 @@ impl Analyzer {
             };
             let (frame, iface, ts_ns) = (packet.frame, packet.interface, packet.ts_ns);
             self.scratch.clear();
-            if iface >= iface_paths.len() {
-                // New interfaces only appear between packets; a new one costs a copy of this
-                // frame (the reader is borrowed by it), once per interface.
+            if iface >= iface_paths.len() || packet.secrets_changed {
+                // New interfaces and secrets only appear between packets; the reader is
+                // borrowed by this frame, so it is copied (once per interface or secrets block).
+                let secrets_changed = packet.secrets_changed;
                 let data = packet.data.to_vec();
+                if secrets_changed {
+                    self.load_secrets(&reader, &mut secrets_loaded, &name);
+                }
                 for i in iface_paths.len()..reader.interfaces().len() {
                     let iface = &reader.interfaces()[i];
                     let (label, link) = (iface.label.clone(), iface.link);
-                    let id = self.path_for(file_no, &stem, &label);
+                    let id = self.path_for(file_no, &file_name, &label);
                     iface_paths.push((id, link));
                     if !summary.paths.contains(&self.paths[id]) {
                         summary.paths.push(self.paths[id].clone());
@@ -195,6 +205,7 @@ impl Analyzer {
         let after = self.dissector.stats();
         summary.kcp_segments = after.kcp_segments - before.kcp_segments;
         summary.other_udp = after.other_udp - before.other_udp;
+        summary.quic_packets = after.quic_packets - before.quic_packets;
         if summary.paths.is_empty() {
             summary.paths = reader
                 .interfaces()
@@ -207,6 +218,28 @@ impl Analyzer {
         }
         self.files[file_no] = summary;
         Ok(result)
+    }
+}
+
+impl Analyzer {
+    /// Gives the dissector the TLS key logs among the file's secrets blocks not loaded yet; a bad
+    /// block is recorded as a warning on the file (decoding goes on without it).
+    fn load_secrets(&mut self, reader: &CaptureFile, loaded: &mut usize, name: &str) {
+        for s in reader.secrets().iter().skip(*loaded) {
+            if s.kind != SECRETS_TLS_KEY_LOG {
+                continue;
+            }
+            let source = format!("{name}: secrets block at offset {}", s.offset);
+            if let Err(e) = self.dissector.add_keylog_text(&s.data, &source) {
+                self.warnings.push(e.to_string());
+            }
+        }
+        *loaded = reader.secrets().len();
+    }
+
+    /// Problems that did not stop the analysis (unusable embedded secrets).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 }
 
@@ -231,6 +264,7 @@ pub fn write_record<W: std::io::Write>(
     let kind = p.decoded.record_type();
     match &p.decoded {
         Decoded::KcpSegment(f) => out.write(kind, p.ts_ns, &line(r, f)),
+        Decoded::QuicPacket(f) => out.write(kind, p.ts_ns, &line(r, f.as_ref())),
         Decoded::UdpDatagram(f) => out.write(kind, p.ts_ns, &line(r, f)),
     }
 }

@@ -6,6 +6,10 @@ use std::net::SocketAddr;
 use serde::Serialize;
 use tboxscope_decode::kcp::{Detection, Detector, DetectorConfig, DetectorStats};
 use tboxscope_decode::net::{FragmentStats, LinkType, NetParser, NetReject};
+use tboxscope_decode::quic::{
+    DatagramInfo, DecoderConfig, Keylog, KeylogError, PacketSummary, QuicDecoder, QuicStats,
+    Undecrypted,
+};
 
 /// What the dissector looks for.
 #[derive(Debug, Clone, Default)]
@@ -15,6 +19,8 @@ pub struct DissectConfig {
     pub kcp_ports: Vec<u16>,
     /// Also emit a record for UDP datagrams no decoder recognised.
     pub unknown_udp: bool,
+    /// TLS secrets for QUIC (from `--keylog`); embedded pcapng secrets are added as found.
+    pub keylog: Option<Keylog>,
 }
 
 /// How a KCP segment was carried.
@@ -68,6 +74,8 @@ pub struct UdpRecord {
 pub enum Decoded {
     /// A KCP segment.
     KcpSegment(KcpSegmentRecord),
+    /// A QUIC packet (one of possibly several coalesced in a datagram).
+    QuicPacket(Box<PacketSummary>),
     /// Unrecognised UDP (only with [`DissectConfig::unknown_udp`]).
     UdpDatagram(UdpRecord),
 }
@@ -77,6 +85,7 @@ impl Decoded {
     pub fn record_type(&self) -> &'static str {
         match self {
             Decoded::KcpSegment(_) => "kcp_segment",
+            Decoded::QuicPacket(_) => "quic_packet",
             Decoded::UdpDatagram(_) => "udp_datagram",
         }
     }
@@ -96,7 +105,8 @@ pub struct DecodedPacket {
 }
 
 /// Counters: every frame lands in exactly one of `unsupported_link`, `net_rejected`, or `udp`;
-/// every UDP datagram in exactly one of `kcp_datagrams`, `kcp_other`, or `other_udp`.
+/// every UDP datagram in exactly one of `kcp_datagrams`, `kcp_other`, `quic_datagrams` or
+/// `other_udp`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct DissectStats {
     /// Frames seen.
@@ -114,6 +124,13 @@ pub struct DissectStats {
     pub kcp_other: u64,
     /// KCP segments decoded.
     pub kcp_segments: u64,
+    /// UDP datagrams holding at least one QUIC packet.
+    pub quic_datagrams: u64,
+    /// QUIC packets whose header parsed (decrypted or not).
+    pub quic_packets: u64,
+    /// Long headers of versions the QUIC decoder does not know (not counted as QUIC; their
+    /// datagrams count as other UDP unless they also hold a known packet).
+    pub quic_unknown_version: u64,
     /// UDP datagrams no decoder recognised.
     pub other_udp: u64,
 }
@@ -164,6 +181,7 @@ pub struct Dissector {
     config: DissectConfig,
     net: NetParser,
     kcp: Detector,
+    quic: QuicDecoder,
     stats: DissectStats,
 }
 
@@ -174,12 +192,27 @@ impl Dissector {
             forced_ports: config.kcp_ports.clone(),
             ..DetectorConfig::default()
         });
+        let quic = QuicDecoder::new(DecoderConfig::default(), config.keylog.clone());
         Self {
             config,
             net: NetParser::new(),
             kcp,
+            quic,
             stats: DissectStats::default(),
         }
+    }
+
+    /// Adds TLS key-log text (e.g. a pcapng Decryption Secrets Block) for QUIC decryption;
+    /// errors name `source` and the line.
+    pub fn add_keylog_text(&mut self, text: &[u8], source: &str) -> Result<(), KeylogError> {
+        // Validate first so a bad block adds nothing and is reported with its own name.
+        let log = Keylog::parse_named(text, source)?;
+        self.quic.add_keylog(&log, text)
+    }
+
+    /// The QUIC decoder's counters (rejections and undecrypted packets by reason).
+    pub fn quic_stats(&self) -> &QuicStats {
+        &self.quic.stats
     }
 
     /// Frame-level counters.
@@ -265,6 +298,33 @@ impl Dissector {
                 self.stats.kcp_datagrams -= 1;
                 self.stats.kcp_other += 1;
             }
+            return out.len() - before;
+        }
+        let before_quic = out.len();
+        let info = DatagramInfo {
+            src: Some(src),
+            dst: Some(dst),
+            from_client: None,
+        };
+        let mut unknown_version = 0u64;
+        self.quic.decode_with(udp.payload, &info, |p| {
+            // Any byte pattern with the top bit set parses as a long header of *some* version;
+            // only versions the decoder knows count as QUIC.
+            if p.undecrypted == Some(Undecrypted::UnknownVersion) {
+                unknown_version += 1;
+                return;
+            }
+            out.push(DecodedPacket {
+                ts_ns,
+                src,
+                dst,
+                decoded: Decoded::QuicPacket(Box::new(p.summary())),
+            })
+        });
+        self.stats.quic_unknown_version += unknown_version;
+        if out.len() > before_quic {
+            self.stats.quic_datagrams += 1;
+            self.stats.quic_packets += (out.len() - before_quic) as u64;
             return out.len() - before;
         }
         self.stats.other_udp += 1;

@@ -1,5 +1,7 @@
 //! The offline reader against real fixtures (cross-checked with tshark), hand-built files of
 //! every format variant and link type, and truncation at every length.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod pcap_common;
 
 use std::io::Cursor;

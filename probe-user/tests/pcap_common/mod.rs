@@ -1,5 +1,10 @@
 //! Builders for tiny capture files and frames, written byte by byte from the format specs.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::too_many_arguments
+)]
 
 pub mod netns;
 
@@ -77,7 +82,7 @@ impl Ng {
     /// Appends a block with `body` (padded to 4).
     pub fn block(&mut self, kind: u32, body: &[u8]) -> &mut Self {
         let mut body = body.to_vec();
-        while body.len() % 4 != 0 {
+        while body.len() & 3 != 0 {
             body.push(0);
         }
         let len = (12 + body.len()) as u32;
@@ -112,7 +117,7 @@ impl Ng {
         out.extend(self.u16b(code));
         out.extend(self.u16b(value.len() as u16));
         out.extend(value);
-        while out.len() % 4 != 0 {
+        while out.len() & 3 != 0 {
             out.push(0);
         }
     }

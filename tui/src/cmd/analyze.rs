@@ -14,9 +14,15 @@ use crate::cli::AnalyzeArgs;
 
 /// Runs `tboxscope analyze`.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    let keylog = match &args.keylog {
+        // The error names the file and, for a bad line, its number and what is wrong.
+        Some(path) => Some(probe_user::decode::quic::Keylog::from_file(path)?),
+        None => None,
+    };
     let config = DissectConfig {
         kcp_ports: args.kcp_ports.clone(),
         unknown_udp: args.unknown_udp,
+        keylog,
     };
     let mut analyzer = Analyzer::new(config);
     let json_target = match (&args.json, args.packets) {
@@ -68,8 +74,10 @@ struct Summary<'a> {
     paths: &'a [String],
     frames: &'a DissectStats,
     kcp: KcpSummary,
+    quic: &'a probe_user::decode::quic::QuicStats,
     fragments: probe_user::decode::net::FragmentStats,
     errors: Vec<String>,
+    warnings: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -146,8 +154,10 @@ fn run_json(
         paths: analyzer.paths(),
         frames: analyzer.stats(),
         kcp,
+        quic: analyzer.dissector().quic_stats(),
         fragments,
         errors: errors.clone(),
+        warnings: analyzer.warnings(),
     };
     writer.write("summary", last_ts, &summary)?;
     writer.flush()?;
@@ -187,9 +197,38 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
     let r = &s.net_rejected;
     writeln!(
         out,
-        "total: {} frames, {} UDP datagrams, {} KCP datagrams ({} segments), {} other UDP",
-        s.frames, s.udp, s.kcp_datagrams, s.kcp_segments, s.other_udp
+        "total: {} frames, {} UDP datagrams: {} KCP ({} segments), {} QUIC ({} packets), {} other",
+        s.frames,
+        s.udp,
+        s.kcp_datagrams,
+        s.kcp_segments,
+        s.quic_datagrams,
+        s.quic_packets,
+        s.other_udp
     )?;
+    let q = analyzer.dissector().quic_stats();
+    if q.packets > 0 {
+        let why: Vec<String> = q
+            .not_decrypted
+            .iter()
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        writeln!(
+            out,
+            "QUIC: {} packets, {} decrypted{}{}",
+            q.packets,
+            q.decrypted,
+            if why.is_empty() {
+                ""
+            } else {
+                "; not decrypted: "
+            },
+            why.join(", ")
+        )?;
+    }
+    for w in analyzer.warnings() {
+        writeln!(out, "warning: {w}")?;
+    }
     let kcp = kcp_summary(analyzer);
     if !kcp.rejected.is_empty() {
         let reasons: Vec<String> = kcp
