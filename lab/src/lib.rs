@@ -5,7 +5,10 @@
 pub mod delayline;
 pub mod error;
 pub mod names;
+pub mod peers;
 pub mod probe;
+pub mod report;
+pub mod run;
 pub mod scenario;
 pub mod status;
 pub mod sys;

@@ -108,7 +108,7 @@ impl LabNames {
 
     /// A unique prefix for a test instance: includes the process id and a tag.
     pub fn for_test(tag: &str) -> Result<Self> {
-        Self::new(&format!("tbxt{}-{tag}-", std::process::id()))
+        Self::new(&format!("tbxlab{}-{tag}-", std::process::id()))
     }
 
     /// The prefix.
