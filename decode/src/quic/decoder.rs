@@ -166,6 +166,22 @@ impl QuicDecoder {
         }
     }
 
+    /// Adds `log`, already parsed from `text` (kept for callers that validate first).
+    pub fn add_keylog(
+        &mut self,
+        log: &Keylog,
+        text: &[u8],
+    ) -> Result<(), super::keylog::KeylogError> {
+        match self.keylog.as_mut() {
+            None => self.keylog = Some(log.clone()),
+            Some(k) => k.extend(text, "decryption secrets block")?,
+        }
+        for c in self.conns.values_mut() {
+            c.tls_keys_tried = false;
+        }
+        Ok(())
+    }
+
     /// Adds keylog text (e.g. a later Decryption Secrets Block); connections retry key lookup.
     pub fn add_keylog_text(
         &mut self,
