@@ -71,6 +71,15 @@ pub struct Sighting {
     pub count: u32,
     /// Hash of (src, dst) to pair captures.
     pub tuple: u64,
+    /// Client → server, when known (to re-judge the direction after inferences).
+    pub up: Option<bool>,
+}
+
+impl Sighting {
+    /// Direction as judged now.
+    pub fn dir_now(&self, caps: &CaptureTable) -> Dir {
+        caps.dir_by_role(self.capture, self.up).unwrap_or(self.dir)
+    }
 }
 
 /// One path's copy.
@@ -196,7 +205,7 @@ impl OpenMessage {
                 [s] => {
                     done_frags(s)
                         && caps.paired(s.capture).is_none()
-                        && (s.dir != Dir::Out || c.ack_ns.is_some())
+                        && (s.dir_now(caps) != Dir::Out || c.ack_ns.is_some())
                 }
                 many => many.iter().filter(|s| done_frags(s)).count() >= 2,
             };
@@ -223,7 +232,7 @@ impl OpenMessage {
                     let first = shifted(s.first_ns, off);
                     let done = shifted(s.complete_ns, off);
                     let complete = s.frags & full == full;
-                    match s.dir {
+                    match s.dir_now(caps) {
                         Dir::Out => {
                             sent = Some(sent.map_or(first, |x| x.min(first)));
                             transmissions = transmissions.max(s.count);
@@ -385,6 +394,7 @@ impl MessageStore {
                     frags: bit,
                     count: 1,
                     tuple: a.tuple,
+                    up: a.up,
                 });
             }
         }
