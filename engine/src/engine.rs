@@ -170,6 +170,9 @@ impl Engine {
         }
         self.paths.merge(alias, target);
         self.msgs.merge_paths(alias, target);
+        for (sender, receiver) in self.msgs.seen_at_both(keep, other, &self.caps) {
+            self.caps.record_delay(sender, receiver);
+        }
         for f in self.flows.iter_mut() {
             if alias < 64 && f.paths_mask & (1 << alias) != 0 {
                 f.paths_mask &= !(1 << alias);

@@ -485,6 +485,32 @@ impl MessageStore {
         }
     }
 
+    /// Copies seen at both captures `a` and `b`: (sender, receiver) first times, judged with
+    /// the directions known now (for clock-offset estimation right after pairing).
+    pub fn seen_at_both(
+        &self,
+        a: CaptureId,
+        b: CaptureId,
+        caps: &CaptureTable,
+    ) -> Vec<((CaptureId, u64), (CaptureId, u64))> {
+        let mut v = Vec::new();
+        for m in self.open.values() {
+            for c in &m.copies {
+                let sa = c.sightings.iter().find(|s| s.capture == a);
+                let sb = c.sightings.iter().find(|s| s.capture == b);
+                if let (Some(x), Some(y)) = (sa, sb) {
+                    let pair = if x.dir_now(caps) == Dir::Out || y.dir_now(caps) == Dir::In {
+                        ((x.capture, x.first_ns), (y.capture, y.first_ns))
+                    } else {
+                        ((y.capture, y.first_ns), (x.capture, x.first_ns))
+                    };
+                    v.push(pair);
+                }
+            }
+        }
+        v
+    }
+
     /// Open messages.
     pub fn len(&self) -> usize {
         self.open.len()
