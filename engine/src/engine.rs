@@ -296,12 +296,11 @@ impl Engine {
 
     fn check_outages(&mut self, now: u64) {
         let threshold = self.cfg.outage_threshold_ns;
-        let live: Vec<PathIdx> = self.paths.live().collect();
-        for &p in &live {
+        for p in 0..self.paths.paths.len() {
             let Some(st) = self.paths.paths.get(p) else {
                 continue;
             };
-            if st.outage.is_some() {
+            if st.alias_of.is_some() || st.outage.is_some() {
                 continue;
             }
             let Some(alive) = st.last_alive_ns else {
@@ -310,13 +309,13 @@ impl Engine {
             if now.saturating_sub(alive) <= threshold {
                 continue;
             }
-            let other = live.iter().copied().find(|q| {
-                *q != p
-                    && self.paths.paths.get(*q).is_some_and(|s| {
-                        s.outage.is_none()
-                            && s.last_alive_ns
-                                .is_some_and(|a| now.saturating_sub(a) <= threshold)
-                    })
+            let other = self.paths.paths.iter().enumerate().find_map(|(q, s)| {
+                let ok = q != p
+                    && s.alias_of.is_none()
+                    && s.outage.is_none()
+                    && s.last_alive_ns
+                        .is_some_and(|a| now.saturating_sub(a) <= threshold);
+                ok.then_some(q)
             });
             let sending = st.last_sent_ns.is_some_and(|s| s > alive);
             let evidence = match (other, sending) {

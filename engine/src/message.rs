@@ -298,10 +298,12 @@ impl OpenMessage {
 pub struct MessageStore {
     open: HashMap<(u64, u64), OpenMessage>,
     expiry: VecDeque<(u64, u64, u64)>,
+    // Recently closed messages, in two generations (no removals: cheap under churn).
     closed: HashSet<(u64, u64)>,
-    closed_order: VecDeque<(u64, u64)>,
+    closed_old: HashSet<(u64, u64)>,
     max_open: usize,
     timeout_ns: u64,
+    removals: usize,
     /// Messages closed early to stay within bounds.
     pub evicted: u64,
     /// Sightings of already closed messages.
@@ -322,7 +324,7 @@ impl MessageStore {
     pub fn sight(&mut self, a: &SightArgs) -> SightResult {
         let k = (a.flow.uid, a.key);
         let mut r = SightResult::default();
-        if self.closed.contains(&k) {
+        if self.closed.contains(&k) || self.closed_old.contains(&k) {
             self.late += 1;
             r.late = true;
             return r;
@@ -424,18 +426,23 @@ impl MessageStore {
     pub fn take(&mut self, flow_uid: u64, key: u64) -> Option<OpenMessage> {
         let m = self.open.remove(&(flow_uid, key))?;
         self.remember_closed((flow_uid, key));
+        // Constant insert/remove churn near capacity fills the table with tombstones that make
+        // every lookup probe far; rebuild it once per `max_open` removals (amortised O(1)).
+        self.removals += 1;
+        if self.removals >= self.max_open {
+            self.removals = 0;
+            let old = std::mem::take(&mut self.open);
+            self.open = HashMap::with_capacity(old.len() + old.len() / 2 + 16);
+            self.open.extend(old);
+        }
         Some(m)
     }
 
     fn remember_closed(&mut self, k: (u64, u64)) {
-        if self.closed.insert(k) {
-            self.closed_order.push_back(k);
+        if self.closed.len() >= self.max_open {
+            self.closed_old = std::mem::take(&mut self.closed);
         }
-        while self.closed_order.len() > self.max_open {
-            if let Some(old) = self.closed_order.pop_front() {
-                self.closed.remove(&old);
-            }
-        }
+        self.closed.insert(k);
     }
 
     /// Next message whose timeout passed at `now`, or the oldest one while over the bound

@@ -34,7 +34,7 @@ fn run(slow: impl Fn(usize, u64) -> bool) -> tboxscope_engine::Summary {
         }
     }
     let obs = sorted(obs);
-    let end = obs.last().unwrap().ts_ns();
+    let end = obs.last().expect("trace is not empty").ts_ns();
     let mut e = Engine::new(Config::default());
     for o in obs {
         e.handle(o);

@@ -12,6 +12,7 @@ use tboxscope_engine::{
 const N: u32 = 1000;
 const GAP: u64 = 20_000_000;
 
+#[allow(clippy::too_many_arguments)]
 fn seg(
     ts: u64,
     path: &str,

@@ -17,6 +17,7 @@ const GAP: u64 = 20_000_000;
 const MSG: u64 = 600;
 const ACK_DELAY_US: u64 = 2_000;
 
+#[allow(clippy::too_many_arguments)]
 fn pkt(
     ts: u64,
     path: &str,
