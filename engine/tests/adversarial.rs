@@ -68,7 +68,10 @@ fn million_flows_stay_bounded_and_evictions_are_counted() {
     );
     if let (Some(b), Some(a)) = (before, after) {
         let grown_mib = a.saturating_sub(b) / 1024;
-        println!("RSS grew {grown_mib} MiB for {FLOWS} flows (bounds: {max_flows} flows, {max_open} open messages)");
+        println!(
+            "RSS grew {grown_mib} MiB for {FLOWS} flows (bounds: {max_flows} flows, {max_open} open messages); evicted {} flows, {} messages",
+            h.evicted_flows, h.evicted_messages
+        );
         assert!(grown_mib < 256, "RSS grew {grown_mib} MiB");
     }
 }
