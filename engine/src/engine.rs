@@ -417,7 +417,10 @@ impl Engine {
         let copies = m.resolve(&self.caps);
         let max_us = self.cfg.max_latency_us;
         let Some(flow) = self.flows.get_mut(m.flow) else {
-            self.orphan_messages += 1;
+            // Its flow was evicted; an early-closed message is already counted as evicted.
+            if !evicted {
+                self.orphan_messages += 1;
+            }
             return;
         };
         let kind = OpenMessage::kind(&copies);
