@@ -49,7 +49,12 @@ fn messages() -> Vec<Vec<u8>> {
 
 /// Runs one ikcp peer until `done` is set or the deadline; the sender sends `to_send` first and
 /// sets `done` once everything is acknowledged; the receiver returns what it received.
-fn peer(local: String, remote: String, to_send: Vec<Vec<u8>>, done: Arc<AtomicBool>) -> Vec<Vec<u8>> {
+fn peer(
+    local: String,
+    remote: String,
+    to_send: Vec<Vec<u8>>,
+    done: Arc<AtomicBool>,
+) -> Vec<Vec<u8>> {
     let sock = UdpSocket::bind(&local).unwrap();
     sock.connect(&remote).unwrap();
     sock.set_nonblocking(true).unwrap();
@@ -113,15 +118,23 @@ fn kcp_crate_peers_captured_live_decode_to_the_sent_messages() {
     let (d1, d2) = (Arc::clone(&done), Arc::clone(&done));
     let (tx_local, tx_remote) = (format!("{t_addr}:40001"), format!("{c_addr}:9000"));
     let (rx_local, rx_remote) = (tx_remote.clone(), tx_local.clone());
-    let receiver = spawn_in(&lab.cloud, move || peer(rx_local, rx_remote, Vec::new(), d1));
+    let receiver = spawn_in(&lab.cloud, move || {
+        peer(rx_local, rx_remote, Vec::new(), d1)
+    });
     // Give the receiver a moment to bind.
     std::thread::sleep(Duration::from_millis(50));
     let to_send = sent.clone();
     let sender = spawn_in(&lab.tbox, move || peer(tx_local, tx_remote, to_send, d2));
     sender.join().unwrap();
     let received = receiver.join().unwrap();
-    assert!(done.load(Ordering::Relaxed), "the KCP transfer did not finish in time");
-    assert_eq!(received, sent, "the kcp crate itself delivered the messages");
+    assert!(
+        done.load(Ordering::Relaxed),
+        "the KCP transfer did not finish in time"
+    );
+    assert_eq!(
+        received, sent,
+        "the kcp crate itself delivered the messages"
+    );
 
     std::thread::sleep(Duration::from_millis(100));
     cap.stop();
@@ -165,7 +178,12 @@ fn kcp_crate_peers_captured_live_decode_to_the_sent_messages() {
                 let at = s.payload_at.unwrap() as usize;
                 let bytes = r.data[at..at + s.len as usize].to_vec();
                 if let Some(prev) = pushes.insert(s.sn, (s.frg, bytes.clone())) {
-                    assert_eq!(prev, (s.frg, bytes), "retransmission of sn {} differs", s.sn);
+                    assert_eq!(
+                        prev,
+                        (s.frg, bytes),
+                        "retransmission of sn {} differs",
+                        s.sn
+                    );
                 }
             }
             "ack" => acks += 1,
@@ -175,14 +193,21 @@ fn kcp_crate_peers_captured_live_decode_to_the_sent_messages() {
     };
     analyzer.run_file(&file, &mut emit).unwrap().unwrap();
     let stats = analyzer.stats().clone();
-    assert_eq!(stats.udp, stats.kcp_datagrams, "every captured datagram is KCP");
+    assert_eq!(
+        stats.udp, stats.kcp_datagrams,
+        "every captured datagram is KCP"
+    );
     assert!(acks > 0);
 
     // Reassemble messages from consecutive sn: frg counts down to 0 at a message's last piece.
     // kcp's default MSS is 1376 bytes: 12, 300, 1500 and 3800 bytes take 1, 1, 2 and 3 segments.
     assert_eq!(pushes.len(), 6 * 7);
     let sns: Vec<u32> = pushes.keys().copied().collect();
-    assert_eq!(sns, (0..pushes.len() as u32).collect::<Vec<_>>(), "no segment missing");
+    assert_eq!(
+        sns,
+        (0..pushes.len() as u32).collect::<Vec<_>>(),
+        "no segment missing"
+    );
     let mut decoded = Vec::new();
     let mut current = Vec::new();
     for (frg, bytes) in pushes.values() {
