@@ -67,6 +67,10 @@ pub struct KcpSegmentRecord {
 pub struct UdpRecord {
     /// Payload length.
     pub len: usize,
+    /// Hash of the payload ([`tboxscope_engine::payload_hash`]), to match identical datagrams
+    /// sent on several paths.
+    #[serde(skip)]
+    pub payload_hash: u64,
 }
 
 /// What was decoded.
@@ -364,6 +368,7 @@ impl Dissector {
                 dst,
                 decoded: Decoded::UdpDatagram(UdpRecord {
                     len: udp.payload.len(),
+                    payload_hash: tboxscope_engine::payload_hash(udp.payload),
                 }),
             });
         }

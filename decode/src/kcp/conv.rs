@@ -11,10 +11,16 @@
 //!   - [`ResendKind::Fast`] when, between the previous transmission and this one, at least
 //!     [`ConvTrackerConfig::fast_resend_min_acks`] ACKs for *higher* sequence numbers came back
 //!     from the peer (ikcp's fast-resend trigger: segments acknowledged past this one) **and** the
-//!     `ts` gap is below the retransmission timeout estimated from this direction's RTT samples
-//!     (`srtt + 4·rttvar`, at least 30 ms; with no sample yet, the ACK condition alone decides);
+//!     `ts` gap is below the sender's timeout floor: the gap of the latest *certain* timeout in
+//!     this direction (a first retransmission with no such ACK before it — nothing but the timer
+//!     can have caused it), or, before one was seen, twice the smoothed RTT (ikcp's RTO is at
+//!     least `srtt` + its update interval), at least 30 ms; with neither, the ACKs alone decide;
 //!   - [`ResendKind::Timeout`] otherwise (no skipping ACKs, or a gap of a full RTO or more).
 //!     Successive timeouts of one `sn` show the sender's backoff in `ts_gap_ms`.
+//!
+//!   When the sender's RTO is barely above the RTT (no-delay mode on a steady link), a fast
+//!   resend and a timeout fire at nearly the same moment and the sender itself races them; the
+//!   rule then says "timeout" once a certain timeout has shown how short the RTO is.
 //! - **RTT.** An ACK echoes the `sn` and the `ts` of the transmission it acknowledges. The echoed
 //!   `ts` picks the exact transmission (original or which retransmission: no ambiguity), and
 //!   `rtt_ns` = capture time of the ACK − capture time of that transmission's first copy. Taken
@@ -489,6 +495,8 @@ struct Side {
     stall_since: Option<u64>,
     /// Highest cumulative ACK applied: `sn`s below it are forgotten.
     acked_floor: Option<u32>,
+    /// `ts` gap of the latest certain timeout (first retransmission, no skipping ACK).
+    last_timeout_gap_ms: Option<u32>,
 }
 
 #[inline]
@@ -524,11 +532,14 @@ impl Side {
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
-    fn rto_ns(&self) -> Option<u64> {
-        self.srtt.map(|s| {
-            s.saturating_add(self.rttvar.saturating_mul(4))
-                .max(30_000_000)
-        })
+    /// The `ts` gap below which a retransmission cannot be the sender's timeout: the gap of the
+    /// latest certain timeout (a first retransmission with no ACK of a later segment before it),
+    /// else twice the smoothed RTT (ikcp's RTO is at least srtt + its update interval, and its
+    /// minimum RTO 30 or 100 ms), at least 30 ms; unknown without either.
+    fn timeout_floor_ms(&self) -> Option<u64> {
+        self.last_timeout_gap_ms
+            .map(u64::from)
+            .or_else(|| self.srtt.map(|s| (s.saturating_mul(2) / 1_000_000).max(30)))
     }
 
     fn rtt_sample(&mut self, rtt: u64) {
@@ -791,10 +802,13 @@ fn on_push(
     }
     if let Some((attempt, ts_gap_ms, gap_ns, mark)) = retransmission {
         let skip_acks = side.skip_acks_since(mark, seg.sn);
-        let within_rto = side
-            .rto_ns()
-            .is_none_or(|rto| u64::from(ts_gap_ms).saturating_mul(1_000_000) < rto);
-        let kind = if skip_acks >= config.fast_resend_min_acks && within_rto {
+        let early = side
+            .timeout_floor_ms()
+            .is_none_or(|floor| u64::from(ts_gap_ms) < floor);
+        if attempt == 2 && skip_acks == 0 {
+            side.last_timeout_gap_ms = Some(ts_gap_ms);
+        }
+        let kind = if skip_acks >= config.fast_resend_min_acks && early {
             bump(&mut stats.fast_resends, dir);
             ResendKind::Fast
         } else {
