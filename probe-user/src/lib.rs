@@ -1,4 +1,5 @@
 //! Everything in tboxscope that is not UI: sources → decode → engine → outputs.
+pub mod capture;
 pub mod output;
 pub mod source;
 
