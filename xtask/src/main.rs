@@ -1,4 +1,127 @@
-//! `cargo xtask`: project tasks.
-fn main() -> anyhow::Result<()> {
+//! `cargo xtask`: the project's tasks. `setup` installs what is missing (idempotent, quick when
+//! everything is there); `demo` and `test` run it first, so the README's two commands work on a
+//! fresh machine.
+mod setup;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "tboxscope project tasks")]
+struct Xtask {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install missing prerequisites: Debian packages, nightly rust-src, bpf-linker, cargo-fuzz.
+    Setup,
+    /// Set up, then run the demo: the built-in two-path lab (scenario S2) watched by tboxscope.
+    Demo {
+        /// Scenario preset (S1..S4) or scenario TOML file.
+        #[arg(long, default_value = "S2")]
+        scenario: String,
+        /// How long the lab runs.
+        #[arg(long, default_value = "20s")]
+        duration: String,
+    },
+    /// Set up, then run every test (root, eBPF and network-namespace tests included) and a
+    /// bounded fuzzing run of every fuzz target.
+    Test {
+        /// Seconds of fuzzing per fuzz target (0 skips fuzzing).
+        #[arg(long, env = "TBOX_FUZZ_SECONDS", default_value_t = 20)]
+        fuzz_seconds: u64,
+    },
+    /// Set up, then run the benchmarks (figures go to BENCHMARKS.md by hand).
+    Bench,
+}
+
+fn main() -> Result<()> {
+    let root = workspace_root()?;
+    match Xtask::parse().task {
+        Task::Setup => setup::install_missing(),
+        Task::Demo { scenario, duration } => {
+            setup::install_missing()?;
+            require_root("the demo builds network namespaces and loads eBPF programs")?;
+            cargo(&root, &["build", "--release", "--package", "tboxscope"])?;
+            let bin = root.join("target/release/tboxscope");
+            run(Command::new(&bin).args(["lab", "run", &scenario, "--duration", &duration]))
+        }
+        Task::Test { fuzz_seconds } => {
+            setup::install_missing()?;
+            require_root("the tests load eBPF programs and build network namespaces")?;
+            cargo(&root, &["test", "--workspace", "--no-fail-fast"])?;
+            fuzz(&root, fuzz_seconds)
+        }
+        Task::Bench => {
+            setup::install_missing()?;
+            require_root("the benchmarks load eBPF programs and build network namespaces")?;
+            cargo(&root, &["bench", "--workspace"])
+        }
+    }
+}
+
+/// Runs every cargo-fuzz target for a bounded time; any crash fails the run.
+fn fuzz(root: &Path, seconds: u64) -> Result<()> {
+    if seconds == 0 {
+        println!("xtask: fuzzing skipped (--fuzz-seconds 0)");
+        return Ok(());
+    }
+    let dir = root.join("fuzz/fuzz_targets");
+    let mut targets: Vec<String> = std::fs::read_dir(&dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".rs")
+                .map(str::to_owned)
+        })
+        .collect();
+    targets.sort();
+    for target in &targets {
+        println!("xtask: fuzzing `{target}` for {seconds} s");
+        let max_time = format!("-max_total_time={seconds}");
+        run(Command::new("cargo")
+            .current_dir(root.join("fuzz"))
+            .args(["+nightly", "fuzz", "run", target, "--", &max_time]))?;
+    }
+    println!(
+        "xtask: fuzzing finished: {} targets, 0 crashes",
+        targets.len()
+    );
     Ok(())
+}
+
+fn require_root(why: &str) -> Result<()> {
+    if setup::is_root() {
+        Ok(())
+    } else {
+        bail!("run this as root ({why}): sudo -E env PATH=\"$PATH\" cargo xtask ...")
+    }
+}
+
+fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    run(Command::new("cargo").current_dir(root).args(args))
+}
+
+/// Runs a command with inherited output; fails with its exit status.
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn workspace_root() -> Result<PathBuf> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .map(Path::to_path_buf)
+        .context("xtask has no parent directory")
 }

@@ -1,0 +1,117 @@
+//! Idempotent installation of everything the build, the demo and the tests need.
+//! Each step first checks whether its thing is already there, so a second run takes a second.
+use std::process::Command;
+
+use anyhow::{bail, Result};
+
+use crate::run as run_command;
+
+/// Debian packages: libpcap for capture, LLVM 22 for bpf-linker, and the tools the tests use as
+/// oracles or helpers (tshark, tcpdump, nftables, iproute2, bpftool, tmux).
+const DEBIAN_PACKAGES: &[&str] = &[
+    "libpcap-dev",
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+    "tshark",
+    "tcpdump",
+    "nftables",
+    "iproute2",
+    "bpftool",
+    "tmux",
+];
+
+/// The bpf-linker release that matches the nightly's LLVM 22.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// Installs whatever is missing.
+pub fn install_missing() -> Result<()> {
+    debian_packages()?;
+    nightly_rust_src()?;
+    bpf_linker()?;
+    cargo_fuzz()?;
+    Ok(())
+}
+
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    output("id", &["-u"]).is_some_and(|s| s.trim() == "0")
+}
+
+fn debian_packages() -> Result<()> {
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !output("dpkg-query", &["-W", "-f=${Status}", p])
+                .is_some_and(|s| s.contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "missing Debian packages {missing:?}: run as root, or `apt-get install -y {}`",
+            missing.join(" ")
+        );
+    }
+    println!("xtask setup: installing Debian packages {missing:?}");
+    run_command(Command::new("apt-get").arg("update").arg("-q"))?;
+    run_command(
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing),
+    )
+}
+
+fn nightly_rust_src() -> Result<()> {
+    let installed = output(
+        "rustup",
+        &["component", "list", "--toolchain", "nightly", "--installed"],
+    );
+    match installed {
+        Some(list) if list.lines().any(|l| l.starts_with("rust-src")) => Ok(()),
+        Some(_) => {
+            println!("xtask setup: adding rust-src to the nightly toolchain");
+            run_command(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+        }
+        None => bail!("no nightly toolchain: the eBPF programs need the machine's nightly (rustup toolchain list)"),
+    }
+}
+
+fn bpf_linker() -> Result<()> {
+    if output("bpf-linker", &["--version"]).is_some_and(|v| v.contains(BPF_LINKER_VERSION)) {
+        return Ok(());
+    }
+    println!("xtask setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about 75 s)");
+    let path = format!(
+        "/usr/lib/llvm-22/bin:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    run_command(
+        Command::new("cargo")
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22")
+            .env("PATH", path)
+            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION])
+            .args(["--no-default-features", "--features", "llvm-22"]),
+    )
+}
+
+fn cargo_fuzz() -> Result<()> {
+    if output("cargo", &["fuzz", "--version"]).is_some() {
+        return Ok(());
+    }
+    println!("xtask setup: installing cargo-fuzz");
+    run_command(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
+}
+
+/// A command's standard output when it ran and succeeded.
+fn output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
