@@ -30,16 +30,45 @@ fn main() -> anyhow::Result<()> {
         // Leave an empty object so include_bytes! works; loading then fails with a clear error.
         std::fs::write(out.join("probe-ebpf"), b"")?;
     }
+    if skip {
+        return Ok(());
+    }
+    // Build in one place shared by every profile (dev, test, check, release each have their
+    // own OUT_DIR; the object is the same), then copy it into this OUT_DIR. The nested cargo
+    // locks that directory, so concurrent builds wait for each other.
+    let shared = shared_dir(&out);
+    std::fs::create_dir_all(&shared)?;
     std::env::set_current_dir(&ebpf_dir)?;
     let root = ebpf_dir
         .to_str()
         .ok_or_else(|| anyhow::anyhow!("non-UTF-8 path {}", ebpf_dir.display()))?;
-    aya_build::build_ebpf(
+    // SAFETY (edition 2021: safe fn): build scripts are single-threaded here.
+    std::env::set_var("OUT_DIR", &shared);
+    let built = aya_build::build_ebpf(
         [aya_build::Package {
             name: "probe-ebpf",
             root_dir: root,
             ..Default::default()
         }],
         aya_build::Toolchain::default(),
-    )
+    );
+    std::env::set_var("OUT_DIR", &out);
+    built?;
+    std::fs::copy(shared.join("probe-ebpf"), out.join("probe-ebpf"))?;
+    Ok(())
+}
+
+/// `<target dir>/ebpf`, found from OUT_DIR (`<target>/[<triple>/]<profile>/build/<pkg>/out`).
+fn shared_dir(out: &std::path::Path) -> PathBuf {
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        let t = PathBuf::from(t);
+        if t.is_absolute() {
+            return t.join("ebpf");
+        }
+    }
+    out.ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "build"))
+        .and_then(|b| b.parent())
+        .and_then(|profile| profile.parent())
+        .map_or_else(|| out.join("ebpf"), |t| t.join("ebpf"))
 }
