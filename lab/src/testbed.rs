@@ -565,6 +565,17 @@ pub fn run_detached_line(ns: &str, config_json: &str) -> Result<()> {
     r
 }
 
+/// Whether `pid` is a running process (a zombie waiting for its parent counts as ended).
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 /// Removes every namespace whose name starts with the instance prefix, after ending the
 /// processes inside them (detached delay lines, leftovers of a crashed run). Idempotent.
 pub fn down(names: &LabNames) -> Result<()> {
@@ -582,12 +593,12 @@ pub fn down(names: &LabNames) -> Result<()> {
         }
         for pid in &pids {
             for _ in 0..50 {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
+                if !process_alive(*pid) {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            if Path::new(&format!("/proc/{pid}")).exists() {
+            if process_alive(*pid) {
                 // SAFETY: as above; it ignored SIGTERM for a second.
                 unsafe { libc::kill(*pid, libc::SIGKILL) };
             }

@@ -7,7 +7,6 @@ use super::keys::{CipherSuite, CryptoError, PacketKeys, Secret};
 use super::multipath::MultipathMode;
 use super::summary::hex;
 use super::tls::{ClientHello, CryptoStream};
-use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -184,13 +183,16 @@ pub struct Connection {
     /// Largest packet numbers: `[space][sender]` for Initial and Handshake.
     pub largest: [[Option<u64>; 2]; 2],
     /// Largest application packet numbers by (sender, path).
-    pub app_largest: HashMap<(usize, u64), u64>,
+    pub app_largest: PnSpaces,
     /// Multipath rules, once a packet proved them.
     pub multipath: MultipathMode,
     /// SCID of a Retry, which the client then uses as DCID (and for Initial keys).
     pub retry_scid: Option<Vec<u8>>,
     /// Connection IDs of this connection in the decoder's index.
     pub cids: Vec<Vec<u8>>,
+    /// By sender: packets from this endpoint carry a zero-length DCID (the peer chose an empty
+    /// SCID), so only addresses lead to the connection.
+    pub empty_dcid_from: [bool; 2],
 }
 
 impl Connection {
@@ -211,10 +213,11 @@ impl Connection {
             tls_keys_tried: false,
             crypto: Default::default(),
             largest: [[None; 2]; 2],
-            app_largest: HashMap::new(),
+            app_largest: PnSpaces::default(),
             multipath: MultipathMode::None,
             retry_scid: None,
             cids: Vec::new(),
+            empty_dcid_from: [false; 2],
         }
     }
 
@@ -245,6 +248,9 @@ impl Connection {
         keylog: Option<&Keylog>,
         label: &'static str,
     ) -> Option<Undecrypted> {
+        if self.tls_keys_tried && self.has_keys(label) && keylog.is_some() {
+            return None;
+        }
         let Some(keylog) = keylog else {
             return Some(Undecrypted::NoKeylog);
         };
@@ -305,6 +311,43 @@ impl Connection {
             (true, false) => Some(Undecrypted::BadSecret),
             (false, false) => missing,
         }
+    }
+}
+
+impl Connection {
+    fn has_keys(&self, label: &str) -> bool {
+        match label.as_bytes().get(..8) {
+            Some(b"CLIENT_H") => self.handshake[CLIENT].is_some(),
+            Some(b"SERVER_H") => self.handshake[SERVER].is_some(),
+            Some(b"CLIENT_E") => self.early.is_some(),
+            Some(b"CLIENT_T") => self.app[CLIENT].is_some(),
+            _ => self.app[SERVER].is_some(),
+        }
+    }
+}
+
+/// Largest packet number per application packet-number space, keyed by (sender, path);
+/// at most [`MAX_PATH_SPACES`] spaces (a linear scan beats hashing at this size).
+#[derive(Debug, Clone, Default)]
+pub struct PnSpaces(Vec<((usize, u64), u64)>);
+
+impl PnSpaces {
+    /// Largest packet number of a space.
+    pub fn get(&self, key: (usize, u64)) -> Option<u64> {
+        self.0.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
+    /// Records a packet number; returns false when the space is new and the table is full.
+    pub fn record(&mut self, key: (usize, u64), pn: u64) -> bool {
+        if let Some((_, v)) = self.0.iter_mut().find(|(k, _)| *k == key) {
+            *v = (*v).max(pn);
+            return true;
+        }
+        if self.0.len() >= MAX_PATH_SPACES {
+            return false;
+        }
+        self.0.push((key, pn));
+        true
     }
 }
 

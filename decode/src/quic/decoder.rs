@@ -1,8 +1,7 @@
 //! The stateful, sans-IO QUIC decoder: feed it datagrams, get decoded packets.
 
 use super::conn::{
-    AppKeys, CidEntry, Connection, Undecrypted, CLIENT, MAX_CIDS_PER_CONNECTION, MAX_PATH_SPACES,
-    SERVER,
+    AppKeys, CidEntry, Connection, Undecrypted, CLIENT, MAX_CIDS_PER_CONNECTION, SERVER,
 };
 use super::frame::{Frame, Frames};
 use super::header::{parse_header, PacketHeader, PacketType, ParseOptions, Version};
@@ -290,12 +289,7 @@ impl QuicDecoder {
         // Zero-length CIDs: find the connection by addresses.
         let (id, sender) = self.lookup_addr(info)?;
         let c = self.conns.get(&id)?;
-        let zero = if sender == SERVER {
-            c.client_hello.is_some()
-        } else {
-            false
-        };
-        zero.then_some((
+        c.empty_dcid_from[sender].then_some((
             0,
             Some(CidEntry {
                 conn: id,
@@ -470,6 +464,9 @@ impl QuicDecoder {
                 seq: 0,
             },
         );
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.empty_dcid_from[toward] = h.scid.is_empty();
+        }
         if h.truncated {
             return Outcome::fail(Some(id), Some(sender), Undecrypted::Truncated);
         }
@@ -485,7 +482,7 @@ impl QuicDecoder {
         let largest = if space < 2 {
             c.largest[space][sender]
         } else {
-            c.app_largest.get(&(CLIENT, 0)).copied()
+            c.app_largest.get((CLIENT, 0))
         };
         let prepared = match space {
             0 => {
@@ -533,8 +530,7 @@ impl QuicDecoder {
                 if space < 2 {
                     c.largest[space][sender] = Some(largest.map_or(pn, |l| l.max(pn)));
                 } else {
-                    let e = c.app_largest.entry((CLIENT, 0)).or_insert(pn);
-                    *e = (*e).max(pn);
+                    c.app_largest.record((CLIENT, 0), pn);
                 }
                 Outcome {
                     conn: Some(id),
@@ -601,7 +597,7 @@ impl QuicDecoder {
         }
         let mut last_err = Undecrypted::Authentication;
         for (path, cand_mode) in cands.into_iter().flatten() {
-            let largest = c.app_largest.get(&(sender, path)).copied();
+            let largest = c.app_largest.get((sender, path));
             let pn = decode_packet_number(largest, un.truncated_pn, un.pn_len);
             let path32 = u32::try_from(path).unwrap_or(u32::MAX);
             let r = try_app_keys(app, phase, &un, h, path32, pn, scratch);
@@ -613,12 +609,7 @@ impl QuicDecoder {
                     if cand_mode != MultipathMode::None {
                         c.multipath = cand_mode;
                     }
-                    if c.app_largest.len() < MAX_PATH_SPACES
-                        || c.app_largest.contains_key(&(sender, path))
-                    {
-                        let e = c.app_largest.entry((sender, path)).or_insert(pn);
-                        *e = (*e).max(pn);
-                    }
+                    c.app_largest.record((sender, path), pn);
                     return Outcome {
                         conn: Some(id),
                         sender: Some(sender),
