@@ -490,6 +490,12 @@ impl QuicDecoder {
         let Some(c) = self.conns.get_mut(&id) else {
             return Outcome::fail(None, None, Undecrypted::UnknownConnection);
         };
+        if sender == SERVER && version != c.version {
+            // Compatible version negotiation (e.g. v1 to v2): the server's version decides the
+            // labels of every later key.
+            c.version = version;
+            c.tls_keys_tried = false;
+        }
         let space = match h.packet_type {
             PacketType::Initial => 0,
             PacketType::Handshake => 1,
