@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::dissect::{Decoded, DecodedPacket, DissectConfig, DissectStats, Dissector};
 use crate::output::{JsonLinesWriter, OutputError};
 use crate::source::pcap::{CaptureFile, FileError, Format, SECRETS_TLS_KEY_LOG};
+use tboxscope_decode::net::LinkType;
 
 /// One decoded unit with where it came from.
 #[derive(Debug, Clone, Copy)]
@@ -141,7 +142,7 @@ impl Analyzer {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| name.clone());
         // Interface index in the file → (path id, link type); filled as interfaces appear.
-        let mut iface_paths: Vec<(usize, Option<tboxscope_decode::net::LinkType>)> = Vec::new();
+        let mut iface_paths: Vec<(usize, Option<LinkType>)> = Vec::new();
         let mut summary = FileSummary {
             file: name.clone(),
             format: Some(reader.format()),
@@ -165,15 +166,13 @@ impl Analyzer {
                 if secrets_changed {
                     self.load_secrets(&reader, &mut secrets_loaded, &name);
                 }
-                for i in iface_paths.len()..reader.interfaces().len() {
-                    let iface = &reader.interfaces()[i];
-                    let (label, link) = (iface.label.clone(), iface.link);
-                    let id = self.path_for(file_no, &file_name, &label);
-                    iface_paths.push((id, link));
-                    if !summary.paths.contains(&self.paths[id]) {
-                        summary.paths.push(self.paths[id].clone());
-                    }
-                }
+                self.register_interfaces(
+                    file_no,
+                    &file_name,
+                    &reader,
+                    &mut iface_paths,
+                    &mut summary,
+                );
                 let (path_id, link) = iface_paths.get(iface).copied().unwrap_or((0, None));
                 self.dissector
                     .dissect(link, &data, ts_ns, &mut self.scratch);
@@ -241,6 +240,176 @@ impl Analyzer {
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
+
+    /// Gives path ids to the interfaces the reader has announced since the last call.
+    fn register_interfaces(
+        &mut self,
+        file_no: usize,
+        file_name: &str,
+        reader: &CaptureFile,
+        iface_paths: &mut Vec<(usize, Option<LinkType>)>,
+        summary: &mut FileSummary,
+    ) {
+        for i in iface_paths.len()..reader.interfaces().len() {
+            let iface = &reader.interfaces()[i];
+            let (label, link) = (iface.label.clone(), iface.link);
+            let id = self.path_for(file_no, file_name, &label);
+            iface_paths.push((id, link));
+            if !summary.paths.contains(&self.paths[id]) {
+                summary.paths.push(self.paths[id].clone());
+            }
+        }
+    }
+
+    /// Decodes several files as one capture: their packets are handed to `emit` in timestamp
+    /// order across files (each file stays in its own order), so that captures of two paths,
+    /// or of both ends of a path, reach the engine as the events happened. One file is read
+    /// without copying ([`Analyzer::run_file`]); with several, each file's next packet is
+    /// copied out of its reader while the others are compared. Returns the files' errors.
+    pub fn run_files<E>(
+        &mut self,
+        paths: &[PathBuf],
+        emit: &mut dyn FnMut(Record<'_>) -> Result<(), E>,
+    ) -> Result<Vec<FileError>, E> {
+        if let [only] = paths {
+            return Ok(self.run_file(only, emit)?.err().into_iter().collect());
+        }
+        let mut errors = Vec::new();
+        let mut open: Vec<MergedFile> = Vec::new();
+        for path in paths {
+            let file_no = self.files.len();
+            let name = path.display().to_string();
+            self.files.push(FileSummary {
+                file: name.clone(),
+                ..FileSummary::default()
+            });
+            match CaptureFile::open(path) {
+                Ok(reader) => {
+                    self.files[file_no].format = Some(reader.format());
+                    let file_name = path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| name.clone());
+                    open.push(MergedFile {
+                        file_no,
+                        name,
+                        file_name,
+                        reader,
+                        iface_paths: Vec::new(),
+                        secrets_loaded: 0,
+                        pending: None,
+                        data: Vec::new(),
+                    });
+                }
+                Err(e) => {
+                    self.files[file_no].error = Some(e.to_string());
+                    errors.push(e);
+                }
+            }
+        }
+        for f in &mut open {
+            if let Err(e) = self.refill(f) {
+                errors.push(e);
+            }
+        }
+        while let Some(i) = open
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.pending.map(|p| (p.ts_ns, i)))
+            .min()
+            .map(|(_, i)| i)
+        {
+            let f = &mut open[i];
+            if let Some(p) = f.pending.take() {
+                let (path_id, link) = f.iface_paths.get(p.interface).copied().unwrap_or((0, None));
+                self.scratch.clear();
+                let before = self.dissector.stats().clone();
+                self.dissector
+                    .dissect(link, &f.data, p.ts_ns, &mut self.scratch);
+                let after = self.dissector.stats();
+                let summary = &mut self.files[f.file_no];
+                summary.frames += 1;
+                summary.kcp_segments += after.kcp_segments - before.kcp_segments;
+                summary.quic_packets += after.quic_packets - before.quic_packets;
+                summary.other_udp += after.other_udp - before.other_udp;
+                for packet in &self.scratch {
+                    emit(Record {
+                        file: &f.name,
+                        frame: p.frame,
+                        path: &self.paths[path_id],
+                        data: &f.data,
+                        packet,
+                    })?;
+                }
+            }
+            if let Err(e) = self.refill(&mut open[i]) {
+                errors.push(e);
+            }
+        }
+        Ok(errors)
+    }
+
+    /// Copies `f`'s next packet out of its reader, registering interfaces and secrets that
+    /// appeared before it. At the end of the file (or on an error) nothing is pending.
+    fn refill(&mut self, f: &mut MergedFile) -> Result<(), FileError> {
+        let next = match f.reader.next_packet() {
+            Ok(Some(p)) => {
+                f.data.clear();
+                f.data.extend_from_slice(p.data);
+                Some((
+                    PendingPacket {
+                        frame: p.frame,
+                        interface: p.interface,
+                        ts_ns: p.ts_ns,
+                    },
+                    p.secrets_changed,
+                ))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.files[f.file_no].error = Some(e.to_string());
+                return Err(e);
+            }
+        };
+        let Some((pending, secrets_changed)) = next else {
+            return Ok(());
+        };
+        if secrets_changed {
+            self.load_secrets(&f.reader, &mut f.secrets_loaded, &f.name);
+        }
+        let mut summary = std::mem::take(&mut self.files[f.file_no]);
+        self.register_interfaces(
+            f.file_no,
+            &f.file_name,
+            &f.reader,
+            &mut f.iface_paths,
+            &mut summary,
+        );
+        self.files[f.file_no] = summary;
+        f.pending = Some(pending);
+        Ok(())
+    }
+}
+
+/// A file being read by [`Analyzer::run_files`], with its next packet copied out.
+struct MergedFile {
+    file_no: usize,
+    name: String,
+    file_name: String,
+    reader: CaptureFile,
+    iface_paths: Vec<(usize, Option<LinkType>)>,
+    secrets_loaded: usize,
+    pending: Option<PendingPacket>,
+    /// The pending packet's bytes.
+    data: Vec<u8>,
+}
+
+/// Where a copied-out packet came from.
+#[derive(Clone, Copy)]
+struct PendingPacket {
+    frame: u64,
+    interface: usize,
+    ts_ns: u64,
 }
 
 /// The JSON line of one record: `frame`, `file`, `path`, `src`, `dst`, then the decoded fields.

@@ -177,3 +177,15 @@ fn ack(f: &FrameSummary) -> QuicAck {
             .saturating_mul(1 << DEFAULT_ACK_DELAY_EXPONENT),
     }
 }
+
+/// Writes the engine's finished records (`message`, `window`, `outage`, `hol_incident`) as
+/// JSON Lines, draining them.
+pub fn write_engine_records<W: std::io::Write>(
+    writer: &mut crate::output::JsonLinesWriter<W>,
+    engine: &mut Engine,
+) -> Result<(), crate::output::OutputError> {
+    for record in engine.drain_records() {
+        writer.write(record.kind(), record.ts_ns(), &record)?;
+    }
+    Ok(())
+}

@@ -5,8 +5,10 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use probe_user::analyze::{write_record, Analyzer, FileSummary};
+use probe_user::analyze::{write_record, Analyzer, FileSummary, Record};
+use probe_user::correlate::{write_engine_records, Correlator};
 use probe_user::dissect::{DissectConfig, DissectStats};
+use probe_user::engine::{self as tboxscope_engine, report, Config as EngineConfig};
 use probe_user::output::JsonLinesWriter;
 use serde::Serialize;
 
@@ -25,6 +27,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         keylog,
     };
     let mut analyzer = Analyzer::new(config);
+    let mut correlator = Correlator::new(EngineConfig::default());
     let json_target = match (&args.json, args.packets) {
         (Some(t), _) => Some(t.clone()),
         (None, true) => Some("-".to_owned()),
@@ -39,21 +42,19 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                     .with_context(|| format!("cannot create JSON output {target}"))?;
                 Box::new(BufWriter::with_capacity(1 << 16, file))
             };
-            run_json(&args, &mut analyzer, out)?
+            run_json(&args, &mut analyzer, &mut correlator, out)?
         }
         None => {
-            let mut last_ts = 0;
-            let mut errors = Vec::new();
-            for path in &args.files {
-                let mut emit = |r: probe_user::analyze::Record<'_>| -> Result<(), io::Error> {
-                    last_ts = r.packet.ts_ns;
-                    Ok(())
-                };
-                if let Err(e) = analyzer.run_file(path, &mut emit)? {
-                    errors.push(e.to_string());
-                }
-            }
+            let mut feed = Feed::default();
+            let errors = analyzer.run_files(&args.files, &mut |r| {
+                feed.observe(&mut correlator, &r);
+                correlator.engine_mut().drain_records().for_each(drop);
+                Ok::<(), io::Error>(())
+            })?;
             print_report(&analyzer)?;
+            let summary = correlator.engine_mut().finish(feed.last_ts);
+            println!();
+            print!("{}", report::render(&summary));
             for e in &errors {
                 eprintln!("tboxscope: {e}");
             }
@@ -67,17 +68,40 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Hands decoded records to the engine, attributing each frame's bytes to its first unit.
+#[derive(Default)]
+struct Feed {
+    last_frame: Option<(usize, u64)>,
+    last_ts: u64,
+}
+
+impl Feed {
+    fn observe(&mut self, correlator: &mut Correlator, r: &Record<'_>) {
+        // Records of one frame come together; the file name's address tells files apart.
+        let key = (r.file.as_ptr() as usize, r.frame);
+        let first = self.last_frame != Some(key);
+        self.last_frame = Some(key);
+        self.last_ts = self.last_ts.max(r.packet.ts_ns);
+        let frame_len = u32::try_from(r.data.len()).unwrap_or(u32::MAX);
+        correlator.observe(r.path, frame_len, first, r.packet);
+    }
+}
+
 /// The final `summary` record.
 #[derive(Serialize)]
 struct Summary<'a> {
     files: &'a [FileSummary],
-    paths: &'a [String],
+    /// Path labels of the files' interfaces (the engine's per-path figures are in `paths`).
+    path_labels: &'a [String],
     frames: &'a DissectStats,
     kcp: KcpSummary,
     quic: &'a probe_user::decode::quic::QuicStats,
     fragments: probe_user::decode::net::FragmentStats,
     errors: Vec<String>,
     warnings: &'a [String],
+    /// The engine's whole-run figures (flows, paths, redundancy, latency, outages, HOL).
+    #[serde(flatten)]
+    engine: &'a tboxscope_engine::Summary,
 }
 
 #[derive(Serialize)]
@@ -118,6 +142,7 @@ fn wall_ns() -> u64 {
 fn run_json(
     args: &AnalyzeArgs,
     analyzer: &mut Analyzer,
+    correlator: &mut Correlator,
     out: Box<dyn Write>,
 ) -> anyhow::Result<bool> {
     #[derive(Serialize)]
@@ -132,34 +157,31 @@ fn run_json(
         packets: args.packets,
     };
     let mut writer = JsonLinesWriter::new(out, wall_ns(), &header)?;
-    let mut last_ts = 0u64;
-    let mut errors = Vec::new();
-    for path in &args.files {
-        let mut emit = |r: probe_user::analyze::Record<'_>| {
-            last_ts = last_ts.max(r.packet.ts_ns);
-            if args.packets {
-                write_record(&mut writer, &r)
-            } else {
-                Ok(())
-            }
-        };
-        if let Err(e) = analyzer.run_file(path, &mut emit)? {
-            errors.push(e.to_string());
+    let mut feed = Feed::default();
+    let errors = analyzer.run_files(&args.files, &mut |r| {
+        feed.observe(correlator, &r);
+        if args.packets {
+            write_record(&mut writer, &r)?;
         }
-    }
+        write_engine_records(&mut writer, correlator.engine_mut())
+    })?;
+    let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    let engine_summary = correlator.engine_mut().finish(feed.last_ts);
+    write_engine_records(&mut writer, correlator.engine_mut())?;
     let kcp = kcp_summary(analyzer);
     let fragments = analyzer.dissector().fragment_stats();
     let summary = Summary {
         files: analyzer.files(),
-        paths: analyzer.paths(),
+        path_labels: analyzer.paths(),
         frames: analyzer.stats(),
         kcp,
         quic: analyzer.dissector().quic_stats(),
         fragments,
         errors: errors.clone(),
         warnings: analyzer.warnings(),
+        engine: &engine_summary,
     };
-    writer.write("summary", last_ts, &summary)?;
+    writer.write("summary", feed.last_ts, &summary)?;
     writer.flush()?;
     for e in &errors {
         eprintln!("tboxscope: {e}");
