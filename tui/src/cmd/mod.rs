@@ -6,6 +6,8 @@ use crate::cli::{Cli, Command};
 mod analyze;
 mod capture;
 mod doctor;
+pub mod live;
+mod replay;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -14,6 +16,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Doctor(args)) => doctor::run(args),
         Some(Command::Capture(args)) => capture::run(args),
         Some(Command::Analyze(args)) => analyze::run(args),
+        Some(Command::Replay(args)) => replay::run(args),
         None => anyhow::bail!("the live terminal UI is not built yet; see `tboxscope --help`"),
     }
 }
