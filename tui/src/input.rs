@@ -90,25 +90,17 @@ pub const BINDINGS: &[Binding] = &[
     bind(
         &[code(KeyCode::Enter)],
         Action::Enter,
-        "open the selected incident/flow",
+        "open incident/flow detail",
     ),
     bind(
         &[code(KeyCode::Esc)],
         Action::Back,
-        "back: close help/detail, clear filter",
+        "back: close, clear filter",
     ),
-    bind(
-        &[k('/')],
-        Action::StartFilter,
-        "filter the list (Enter keeps, Esc drops)",
-    ),
+    bind(&[k('/')], Action::StartFilter, "filter the list"),
     bind(&[k('s')], Action::SortNext, "next sort order"),
     bind(&[k('S')], Action::SortReverse, "reverse the sort order"),
-    bind(
-        &[k(' ')],
-        Action::ToggleFreeze,
-        "freeze/unfreeze the display (capture continues)",
-    ),
+    bind(&[k(' ')], Action::ToggleFreeze, "freeze/unfreeze display"),
     bind(&[k('r')], Action::ResetWindows, "reset the sliding windows"),
     replay(&[k('p')], Action::ReplayPause, "replay: play/pause"),
     replay(
@@ -127,11 +119,7 @@ pub const BINDINGS: &[Binding] = &[
         Action::ReplaySeek(-10),
         "replay: seek -10 s",
     ),
-    replay(
-        &[k('0')],
-        Action::ReplayRestart,
-        "replay: back to the start",
-    ),
+    replay(&[k('0')], Action::ReplayRestart, "replay: back to start"),
 ];
 
 /// Keys while typing a filter (other printable characters are typed into it).
@@ -139,17 +127,17 @@ pub const FILTER_BINDINGS: &[Binding] = &[
     bind(
         &[code(KeyCode::Enter)],
         Action::FilterAccept,
-        "keep the filter",
+        "filter: keep it",
     ),
     bind(
         &[code(KeyCode::Esc)],
         Action::FilterCancel,
-        "drop the filter",
+        "filter: drop it",
     ),
     bind(
         &[code(KeyCode::Backspace)],
         Action::FilterBackspace,
-        "delete a character",
+        "filter: delete a char",
     ),
     bind(&[ctrl('c')], Action::Quit, "quit"),
 ];
@@ -218,11 +206,13 @@ pub fn key_label(key: &Key) -> String {
     }
 }
 
-/// The help lines: (keys, text) for each binding offered in this mode.
+/// The help lines: (keys, text) for each binding offered in this mode, then the keys of
+/// filter typing (Ctrl-C there is the same quit as above, so it is not repeated).
 pub fn help_lines(replay: bool) -> Vec<(String, &'static str)> {
     BINDINGS
         .iter()
         .filter(|b| replay || !b.replay_only)
+        .chain(FILTER_BINDINGS.iter().filter(|b| b.action != Action::Quit))
         .map(|b| {
             let keys: Vec<String> = b.keys.iter().map(key_label).collect();
             (keys.join(" "), b.help)
@@ -266,6 +256,8 @@ mod tests {
         assert_eq!(action_for(&p, false, false), None);
         assert_eq!(action_for(&p, false, true), Some(Action::ReplayPause));
         assert!(help_lines(true).len() > help_lines(false).len());
+        // Help texts stay short enough for two columns on an 80-column terminal.
+        assert!(help_lines(true).iter().all(|(_, text)| text.len() <= 26));
     }
 
     #[test]

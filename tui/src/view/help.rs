@@ -25,10 +25,6 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ])
         })
         .collect();
-    lines.push(Line::styled(
-        " filtering: type · Enter keep · Esc drop · Backspace",
-        theme.dim(),
-    ));
     let text_width = lines.iter().map(|l| l.width()).max().unwrap_or(0) as u16;
     let block = panel(" Keys (Esc or ? closes) ", theme);
     if lines.len() as u16 + 2 <= area.height {

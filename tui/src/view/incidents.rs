@@ -386,5 +386,5 @@ fn render_timeline(frame: &mut Frame, area: Rect, item: &Item, theme: &Theme) {
             ])
         })
         .collect();
-    frame.render_widget(Paragraph::new(lines), bottom);
+    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), bottom);
 }

@@ -97,7 +97,9 @@ impl TcpModel {
 
     /// Draws the screen; returns the socket count.
     pub fn render(&self, frame: &mut Frame, area: Rect, app: &App, theme: &Theme) -> usize {
-        let list_height = (self.sockets.len() as u16 + 3).clamp(4, area.height / 3 + 1);
+        let list_height = (self.sockets.len() as u16 + 3)
+            .max(4)
+            .min(area.height / 3 + 1);
         let [top, bottom] =
             Layout::vertical([Constraint::Length(list_height), Constraint::Min(0)]).areas(area);
         let selected = app
@@ -120,7 +122,7 @@ impl TcpModel {
             Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
                 .areas(bottom);
         let rungs = ladder(socket);
-        let ladder_height = (rungs.len() as u16 + 3).clamp(4, left.height / 2);
+        let ladder_height = (rungs.len() as u16 + 3).max(4).min(left.height / 2);
         let [ladder_area, retx_area, cong_area] = Layout::vertical([
             Constraint::Length(ladder_height),
             Constraint::Min(3),

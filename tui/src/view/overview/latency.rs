@@ -78,9 +78,11 @@ impl LatencyModel {
         let block = panel(format!(" Latency ({}) ", self.kind), theme);
         let inner = block.inner(area);
         frame.render_widget(block, area);
+        // Columns of 8 where they fit, 7 on narrow terminals.
+        let (name_w, w) = if inner.width >= 48 { (8, 8) } else { (6, 7) };
         let mut lines = vec![Line::styled(
             format!(
-                "{:<8}{:>8}{:>8}{:>8}{:>8}{:>8}",
+                "{:<name_w$}{:>w$}{:>w$}{:>w$}{:>w$}{:>w$}",
                 "", "P50", "P90", "P99", "P999", "n"
             ),
             theme.dim(),
@@ -88,10 +90,10 @@ impl LatencyModel {
         for row in &self.rows {
             let p = &row.p;
             let cells = if p.count == 0 {
-                format!("{:>8}{:>8}{:>8}{:>8}{:>8}", "-", "-", "-", "-", 0)
+                format!("{:>w$}{:>w$}{:>w$}{:>w$}{:>w$}", "-", "-", "-", "-", 0)
             } else {
                 format!(
-                    "{:>8}{:>8}{:>8}{:>8}{:>8}",
+                    "{:>w$}{:>w$}{:>w$}{:>w$}{:>w$}",
                     format::micros(p.p50_us),
                     format::micros(p.p90_us),
                     format::micros(p.p99_us),
@@ -101,7 +103,7 @@ impl LatencyModel {
             };
             lines.push(Line::from(vec![
                 Span::styled(
-                    format!("{:<8}", format::fit(&row.name, 7)),
+                    format!("{:<name_w$}", format::fit(&row.name, name_w - 1)),
                     theme.series(row.series),
                 ),
                 Span::raw(cells),
@@ -150,7 +152,7 @@ impl LatencyModel {
             Constraint::Min(0),
         ])
         .areas(inner);
-        frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), text);
+        frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), text);
         if chart_room >= 8 && inner.width >= 40 {
             self.render_chart(frame, chart, theme);
         }

@@ -105,7 +105,7 @@ impl PathModel {
             Span::styled(format!("latency ({kind}): no samples"), theme.dim())
         } else {
             Span::raw(format!(
-                "P50 {}  P99 {}  ({kind}, n={})",
+                "P50 {} P99 {} {kind} n={}",
                 format::micros(self.p50_us),
                 format::micros(self.p99_us),
                 self.samples

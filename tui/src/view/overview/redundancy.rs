@@ -39,16 +39,17 @@ impl RedundancyModel {
             .redundancy
             .iter()
             .map(|r| {
-                let mode = match r.mode {
+                let title = match r.mode {
                     Some(m) => format!(
-                        "{}{}",
+                        "{} [{}{}]",
+                        r.flow,
                         m.name(),
                         if r.mode_forced { ", forced" } else { "" }
                     ),
-                    None => "mode ?".to_owned(),
+                    None => r.flow.clone(),
                 };
                 FlowRedundancy {
-                    title: format!("{} [{mode}]", r.flow),
+                    title,
                     duplication: r.duplication,
                     messages: r.messages,
                     paths: r
