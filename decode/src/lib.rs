@@ -2,3 +2,6 @@
 //!
 //! A separate crate from `probe-user` so that fuzz targets and benchmarks link only the decoders
 //! (no libpcap, aya or tokio).
+
+pub mod kcp;
+pub mod quic;

@@ -28,26 +28,115 @@ pub enum Command {
     Capture(CaptureArgs),
     /// Decode and analyse .pcap/.pcapng files offline.
     Analyze(AnalyzeArgs),
+    /// The two-path T-Box testbed in network namespaces: build it, watch it, run the field
+    /// scenarios with real KCP/QUIC/TCP peers, remove it.
+    Lab(LabArgs),
     /// The terminal UI over a recorded capture (JSON Lines from `capture`/`analyze --json`):
     /// p play/pause, +/- speed, ←/→ seek.
     Replay(ReplayArgs),
 }
 
-/// `tboxscope replay`.
+/// `tboxscope lab`.
 #[derive(Debug, Args)]
-pub struct ReplayArgs {
-    /// The recording: JSON Lines written by tboxscope.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
-    /// Replay speed (1 = as recorded, 2 = twice as fast).
-    #[arg(long, default_value_t = 1.0)]
-    pub speed: f64,
-    /// Start paused (p plays).
-    #[arg(long)]
-    pub paused: bool,
-    /// On exit, write the UI's cost (frames, wall time, UI-thread and process CPU) as JSON here.
-    #[arg(long, value_name = "PATH", hide = true)]
-    pub stats: Option<PathBuf>,
+pub struct LabArgs {
+    /// Name prefix of the lab's namespaces, so several labs can coexist.
+    #[arg(long, global = true, default_value = "tbx-")]
+    pub prefix: String,
+    #[command(subcommand)]
+    pub action: LabAction,
+}
+
+/// How the lab delays packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LabDelay {
+    /// The kernel's netem where it exists, else tboxscope's delay line.
+    Auto,
+    /// Always tboxscope's delay line.
+    Line,
+}
+
+/// What `tboxscope lab` does.
+#[derive(Debug, Subcommand)]
+pub enum LabAction {
+    /// Build the testbed (namespaces `<prefix>tbox`, `<prefix>gateway`, one per path) with a
+    /// scenario's impairments; replaces an earlier instance of the same prefix.
+    Up(LabUpArgs),
+    /// Remove the testbed and end its delay lines (also the leftovers of a crashed run).
+    Down,
+    /// Show what exists: namespaces, interfaces, delay, outage switches, drop counters.
+    Status {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Switch a path's outage (drop everything, both directions) on or off by hand.
+    Outage {
+        /// Path: a (4G, eth0) or b (5G, eth1).
+        path: String,
+        /// on or off.
+        state: String,
+    },
+    /// Bring the testbed up, run every transport together for a while, print the comparison
+    /// table (latency percentiles, duplication, bandwidth amplification, loss, outage), tear down.
+    Run(LabRunArgs),
+    /// Internal: the delay-line process that `lab up` leaves running.
+    #[command(hide = true)]
+    DelayLine {
+        /// Namespace to forward in.
+        #[arg(long)]
+        ns: String,
+        /// Line settings (JSON).
+        #[arg(long)]
+        config: String,
+    },
+}
+
+/// `tboxscope lab up`.
+#[derive(Debug, Args)]
+pub struct LabUpArgs {
+    /// A preset (S1 mild, S2 city, S3 weak signal, S4 handover) or a scenario TOML file.
+    #[arg(long, default_value = "S2")]
+    pub scenario: String,
+    /// How packets are delayed.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub delay: LabDelay,
+}
+
+/// `tboxscope lab run`.
+#[derive(Debug, Args)]
+pub struct LabRunArgs {
+    /// A preset (S1, S2, S3, S4) or a scenario TOML file.
+    #[arg(default_value = "S2")]
+    pub scenario: String,
+    /// How long messages are sent (e.g. 20s, 2m).
+    #[arg(long, default_value = "60s")]
+    pub duration: String,
+    /// How long connections stay open after the last message, for retransmissions; `auto` is
+    /// 4 s plus twice the scenario's total outage time (transports back off during outages).
+    #[arg(long, default_value = "auto")]
+    pub drain: String,
+    /// Write the result as JSON Lines here (a path, or `-` for standard output).
+    #[arg(long, value_name = "PATH|-")]
+    pub json: Option<String>,
+    /// Transports to run, comma-separated: tcp, kcp, kcp-dual, quic, quic-redundant.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "tcp,kcp,kcp-dual,quic,quic-redundant"
+    )]
+    pub transports: Vec<String>,
+    /// Messages per second.
+    #[arg(long, default_value_t = 50.0)]
+    pub rate: f64,
+    /// Bytes per message (at least 32).
+    #[arg(long, default_value_t = 600)]
+    pub size: usize,
+    /// Where the QUIC client writes its TLS key log (default /tmp/<prefix>quic-keylog.txt).
+    #[arg(long, value_name = "FILE")]
+    pub keylog: Option<PathBuf>,
+    /// How packets are delayed.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub delay: LabDelay,
 }
 
 /// `tboxscope doctor`.
@@ -97,4 +186,21 @@ pub struct AnalyzeArgs {
     /// Emit one JSON line per decoded packet.
     #[arg(long)]
     pub packets: bool,
+}
+
+/// `tboxscope replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The recording: JSON Lines written by tboxscope.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Replay speed (1 = as recorded, 2 = twice as fast).
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Start paused (p plays).
+    #[arg(long)]
+    pub paused: bool,
+    /// On exit, write the UI's cost (frames, wall time, UI-thread and process CPU) as JSON here.
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub stats: Option<PathBuf>,
 }

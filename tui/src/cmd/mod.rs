@@ -8,6 +8,7 @@ mod capture;
 mod doctor;
 pub mod live;
 mod replay;
+mod lab;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -17,6 +18,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Capture(args)) => capture::run(args),
         Some(Command::Analyze(args)) => analyze::run(args),
         Some(Command::Replay(args)) => replay::run(args),
+        Some(Command::Lab(args)) => lab::run(args),
         None => anyhow::bail!("the live terminal UI is not built yet; see `tboxscope --help`"),
     }
 }

@@ -1,0 +1,25 @@
+//! KCP: raw ikcp segments, kcp-go framing, port-free detection and per-conversation tracking.
+//!
+//! - [`segment`]: zero-copy [`Segment`] views, the [`Segments`] walk of a datagram, strict and
+//!   lax decoding, the owned [`KcpSegment`] summary.
+//! - [`kcpgo`]: kcp-go's `crypt none` header (CRC-32 verified) and FEC header.
+//! - [`detect`]: [`Detector`], which decides whether a UDP payload is KCP without port
+//!   configuration (optional forced ports) and counts every rejection by reason.
+//! - [`conv`]: [`ConvTracker`], sans-IO per-conversation analysis (messages, copies across paths,
+//!   retransmissions fast or on timeout, RTT from the echoed `ts`, window probes and stalls).
+
+pub mod conv;
+pub mod detect;
+pub mod kcpgo;
+pub mod segment;
+
+pub use conv::{
+    ConvEvent, ConvKey, ConvStats, ConvTracker, ConvTrackerConfig, Direction, Observation,
+    ResendKind,
+};
+pub use detect::{Detection, Detector, DetectorConfig, DetectorStats, RejectReason};
+pub use kcpgo::{FecKind, KcpGoError, KcpGoFraming, KcpGoPacket};
+pub use segment::{
+    decode_lax, decode_strict, Cmd, DatagramError, Field, KcpSegment, LaxDatagram, Segment,
+    SegmentError, Segments, HEADER_LEN,
+};

@@ -1,0 +1,229 @@
+//! Port-free detection: KCP is found, and no non-KCP UDP payload (DNS, QUIC, RTP-like, random)
+//! is ever taken for KCP.
+#![allow(clippy::unwrap_used, clippy::too_many_arguments)]
+
+mod kcp_common;
+
+use proptest::prelude::*;
+use tboxscope_decode::kcp::{Detection, Detector, DetectorConfig, RejectReason};
+
+fn encode(
+    conv: u32,
+    cmd: u8,
+    frg: u8,
+    wnd: u16,
+    ts: u32,
+    sn: u32,
+    una: u32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(&conv.to_le_bytes());
+    v.push(cmd);
+    v.push(frg);
+    v.extend_from_slice(&wnd.to_le_bytes());
+    v.extend_from_slice(&ts.to_le_bytes());
+    v.extend_from_slice(&sn.to_le_bytes());
+    v.extend_from_slice(&una.to_le_bytes());
+    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn not_kcp(payload: &[u8]) -> bool {
+    let mut d = Detector::default();
+    !d.classify(40000, 53, payload).is_kcp() && !d.classify(0, 0, payload).is_kcp()
+}
+
+#[test]
+fn dns_query_and_answer_are_not_kcp() {
+    // Query: id 0x1a2b, RD, 1 question "example.com" A IN.
+    let query = hex("1a2b 0100 0001 0000 0000 0000 07 6578616d706c65 03 636f6d 00 0001 0001");
+    // Answer: same question, one A record 93.184.216.34, TTL 3600, name pointer c00c.
+    let answer = hex(
+        "1a2b 8180 0001 0001 0000 0000 07 6578616d706c65 03 636f6d 00 0001 0001
+         c00c 0001 0001 00000e10 0004 5db8d822",
+    );
+    // EDNS query with an OPT record (a 24+ byte payload of typical size).
+    let edns = hex(
+        "beef 0120 0001 0000 0000 0001 03 777777 06 676f6f676c65 03 636f6d 00 001c 0001
+         00 0029 1000 0000 0000 0000",
+    );
+    for p in [&query, &answer, &edns] {
+        assert!(not_kcp(p));
+    }
+}
+
+#[test]
+fn quic_packets_from_the_fixtures_are_not_kcp() {
+    let mut count = 0;
+    for file in [
+        include_str!("data/quic-chrome.udp-payload.tsv"),
+        include_str!("data/quic-initial.udp-payload.tsv"),
+    ] {
+        for (frame, payload) in kcp_common::parse_tshark_payloads(file) {
+            assert!(not_kcp(&payload), "QUIC frame {frame} taken for KCP");
+            count += 1;
+        }
+    }
+    // Long headers (Initial, Handshake) and short headers (1-RTT) are both in there.
+    assert_eq!(count, 35);
+}
+
+#[test]
+fn raw_kcp_is_found_without_ports() {
+    let mut d = Detector::default();
+    let mut dgram = encode(7, 82, 0, 100, 5, 1, 9, b"");
+    dgram.extend(encode(7, 83, 0, 100, 5, 1, 9, b""));
+    dgram.extend(encode(7, 81, 1, 100, 6, 20, 9, &[1; 100]));
+    let Detection::Raw(k) = d.classify(1, 2, &dgram) else {
+        panic!()
+    };
+    assert_eq!(k.segment_count(), 3);
+    assert_eq!(d.stats().raw, 1);
+    assert_eq!(d.stats().segments, 3);
+}
+
+#[test]
+fn each_rule_rejects_with_its_reason() {
+    let mut d = Detector::default();
+    let push = encode(7, 81, 0, 100, 5, 1, 9, b"abc");
+    let cases: Vec<(Vec<u8>, RejectReason)> = vec![
+        (vec![], RejectReason::Empty),
+        (push[..23].to_vec(), RejectReason::TooShort),
+        (
+            encode(7, 80, 0, 100, 5, 1, 9, b""),
+            RejectReason::UnknownCmd,
+        ),
+        (
+            push[..push.len() - 1].to_vec(),
+            RejectReason::TruncatedSegment,
+        ),
+        (
+            [push.clone(), vec![0; 3]].concat(),
+            RejectReason::TruncatedSegment,
+        ),
+        (
+            encode(7, 82, 0, 100, 5, 1, 9, b"x"),
+            RejectReason::ControlWithPayload,
+        ),
+        (
+            encode(7, 84, 1, 100, 5, 1, 9, b""),
+            RejectReason::ControlWithFragment,
+        ),
+        (
+            encode(7, 81, 2, 100, 5, 1, 9, b""),
+            RejectReason::FragmentWithoutPayload,
+        ),
+        (
+            [push.clone(), encode(8, 81, 0, 100, 5, 2, 9, b"")].concat(),
+            RejectReason::ConvMismatch,
+        ),
+        (
+            [push.clone(), encode(7, 81, 0, 100, 5, 2, 10, b"")].concat(),
+            RejectReason::UnaMismatch,
+        ),
+        (
+            [push.clone(), encode(7, 81, 0, 99, 5, 2, 9, b"")].concat(),
+            RejectReason::WndMismatch,
+        ),
+    ];
+    for (payload, reason) in &cases {
+        assert_eq!(
+            d.classify(1, 2, payload),
+            Detection::NotKcp(*reason),
+            "{reason}"
+        );
+    }
+    for (_, reason) in &cases {
+        assert!(d.stats().rejected_for(*reason) >= 1, "{reason} counted");
+    }
+    assert_eq!(d.stats().rejected_total(), cases.len() as u64);
+    // Rule 6 can be switched off.
+    let mut lenient = Detector::new(DetectorConfig {
+        require_uniform_una_wnd: false,
+        ..DetectorConfig::default()
+    });
+    assert!(lenient.classify(1, 2, &cases[9].0).is_kcp());
+}
+
+#[test]
+fn forced_port_relaxes_plausibility_and_reports_encrypted() {
+    let mut d = Detector::new(DetectorConfig {
+        forced_ports: vec![4000],
+        ..DetectorConfig::default()
+    });
+    // A PUSH with frg>0 and no payload: implausible, accepted on the forced port only.
+    let odd = encode(7, 81, 2, 100, 5, 1, 9, b"");
+    assert!(d.classify(4000, 5555, &odd).is_kcp());
+    assert!(!d.classify(4001, 5555, &odd).is_kcp());
+    // Random-looking bytes on the forced port: encrypted kcp-go or unknown.
+    let random: Vec<u8> = (0..200u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    assert!(matches!(
+        d.classify(5555, 4000, &random),
+        Detection::EncryptedOrUnknown { .. }
+    ));
+    assert!(matches!(
+        d.classify(5555, 4001, &random),
+        Detection::NotKcp(_)
+    ));
+    assert_eq!(d.stats().encrypted_or_unknown, 1);
+}
+
+/// An RTP packet: version 2, payload type, sequence, timestamp, SSRC, then payload.
+fn rtp(pt: u8, marker: bool, seq: u16, ts: u32, ssrc: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![0x80, pt | if marker { 0x80 } else { 0 }];
+    v.extend_from_slice(&seq.to_be_bytes());
+    v.extend_from_slice(&ts.to_be_bytes());
+    v.extend_from_slice(&ssrc.to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    /// Random payloads of any size: none decodes as KCP.
+    #[test]
+    fn random_payloads_are_never_kcp(bytes in proptest::collection::vec(any::<u8>(), 0..1500)) {
+        prop_assert!(not_kcp(&bytes));
+    }
+
+    /// RTP-like payloads (real header, random media): none decodes as KCP.
+    #[test]
+    fn rtp_like_payloads_are_never_kcp(
+        pt in 0u8..128, marker: bool, seq: u16, ts: u32, ssrc: u32,
+        media in proptest::collection::vec(any::<u8>(), 0..1400),
+    ) {
+        prop_assert!(not_kcp(&rtp(pt, marker, seq, ts, ssrc, &media)));
+    }
+
+    /// Random payloads whose byte 4 is a valid KCP command (the hardest random case).
+    #[test]
+    fn random_payloads_with_a_kcp_cmd_byte_are_never_kcp(
+        mut bytes in proptest::collection::vec(any::<u8>(), 24..1500), cmd in 81u8..=84,
+    ) {
+        bytes[4] = cmd;
+        prop_assert!(not_kcp(&bytes));
+    }
+
+    /// Random payloads with an FEC type at bytes 4..6 are never kcp-go either.
+    #[test]
+    fn random_payloads_with_an_fec_type_are_never_kcpgo(
+        mut bytes in proptest::collection::vec(any::<u8>(), 8..1500), t in 0xf1u8..=0xf3,
+    ) {
+        bytes[4] = t;
+        bytes[5] = 0;
+        prop_assert!(not_kcp(&bytes));
+    }
+}

@@ -1,0 +1,383 @@
+//! Capture points: which host and path each capture shows, which captures show the same path at
+//! its two ends, who sent each packet, and the clock offset between the two hosts.
+//!
+//! Inference rules (each one is reported as a sentence in the snapshot):
+//! - Pairing: two captures that saw the same copy with the same addresses and ports, on
+//!   different hosts or labels, three times, show the same path at its two ends (unless stated
+//!   with `pair_with`, or two captures share one path label).
+//! - Host: when not stated, the capture that saw client→server copies first (the client is the
+//!   side with the higher port) is the T-Box; an unpaired capture is assumed to be on the T-Box.
+//! - Direction: from `local_addrs` when given, else the T-Box is the higher-port side.
+//! - Clock offset: with copies in both directions, the gateway capture's offset is half the
+//!   difference between the smallest uplink and downlink delays (symmetric minimum delay
+//!   assumed); with one direction only it stays at the given value or 0.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use crate::input::{CaptureId, CapturePoint, Host};
+use crate::paths::PathIdx;
+use crate::snapshot::CaptureView;
+
+/// Which way a packet went relative to the capture's host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    /// Sent by this host.
+    Out,
+    /// Received by this host.
+    In,
+    /// Not known.
+    Unknown,
+}
+
+/// Client → server (uplink, from the T-Box) or the reverse, by the port heuristic.
+pub fn is_uplink(src: &SocketAddr, dst: &SocketAddr) -> Option<bool> {
+    match src.port().cmp(&dst.port()) {
+        std::cmp::Ordering::Greater => Some(true),
+        std::cmp::Ordering::Less => Some(false),
+        std::cmp::Ordering::Equal => None,
+    }
+}
+
+/// One capture.
+#[derive(Clone, Debug)]
+pub struct CaptureState {
+    /// What was stated (or defaults).
+    pub point: CapturePoint,
+    /// Path index of its own label.
+    pub path: PathIdx,
+    /// Host in use (stated or inferred).
+    pub host: Host,
+    /// Whether `host` was inferred.
+    pub host_inferred: bool,
+    /// The capture at the other end of the same path.
+    pub paired: Option<CaptureId>,
+    /// Offset added to its timestamps.
+    pub offset_ns: i64,
+    /// Whether the offset was estimated.
+    pub offset_estimated: bool,
+    /// Packets seen.
+    pub packets: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct PairVotes {
+    n: u32,
+    // Index 0: the lower capture id of the pair saw it first; 1: the higher.
+    up_first: [u32; 2],
+    down_first: [u32; 2],
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Delays {
+    min_up: Option<i64>,
+    min_down: Option<i64>,
+}
+
+/// All captures and what was inferred.
+#[derive(Clone, Debug, Default)]
+pub struct CaptureTable {
+    caps: HashMap<CaptureId, CaptureState>,
+    votes: HashMap<(CaptureId, CaptureId), PairVotes>,
+    delays: HashMap<(CaptureId, CaptureId), Delays>,
+    /// Sentences describing inferences, oldest first (bounded).
+    pub inferences: Vec<String>,
+}
+
+const PAIR_VOTES: u32 = 3;
+const MAX_INFERENCES: usize = 64;
+
+impl CaptureTable {
+    fn say(&mut self, s: String) {
+        if self.inferences.len() < MAX_INFERENCES {
+            self.inferences.push(s);
+        }
+    }
+
+    /// Records a stated capture point.
+    pub fn declare(&mut self, point: CapturePoint, path: PathIdx) {
+        let host = point.host;
+        let offset = point.clock_offset_ns.unwrap_or(0);
+        let st = CaptureState {
+            path,
+            host,
+            host_inferred: false,
+            paired: None,
+            offset_ns: offset,
+            offset_estimated: false,
+            packets: self.caps.get(&point.capture).map_or(0, |c| c.packets),
+            point,
+        };
+        self.caps.insert(st.point.capture, st);
+    }
+
+    /// Makes sure a capture exists (undeclared ones get defaults); counts a packet.
+    pub fn touch(&mut self, id: CaptureId, label: &str, path: PathIdx) -> &mut CaptureState {
+        let st = self.caps.entry(id).or_insert_with(|| CaptureState {
+            point: CapturePoint {
+                ts_ns: 0,
+                capture: id,
+                name: format!("capture {id} ({label})"),
+                path: label.to_owned(),
+                host: Host::Unknown,
+                local_addrs: Vec::new(),
+                clock_offset_ns: None,
+                pair_with: None,
+            },
+            path,
+            host: Host::Unknown,
+            host_inferred: false,
+            paired: None,
+            offset_ns: 0,
+            offset_estimated: false,
+            packets: 0,
+        });
+        st.packets += 1;
+        st
+    }
+
+    /// The capture's state.
+    pub fn get(&self, id: CaptureId) -> Option<&CaptureState> {
+        self.caps.get(&id)
+    }
+
+    /// Whether the capture is paired with another.
+    pub fn paired(&self, id: CaptureId) -> Option<CaptureId> {
+        self.caps.get(&id).and_then(|c| c.paired)
+    }
+
+    /// Offset to add to this capture's timestamps.
+    pub fn offset(&self, id: CaptureId) -> i64 {
+        self.caps.get(&id).map_or(0, |c| c.offset_ns)
+    }
+
+    /// Direction of a packet at this capture.
+    pub fn dir(&self, id: CaptureId, src: &SocketAddr, dst: &SocketAddr) -> Dir {
+        let Some(c) = self.caps.get(&id) else {
+            return Dir::Unknown;
+        };
+        if !c.point.local_addrs.is_empty() {
+            if c.point.local_addrs.contains(&src.ip()) {
+                return Dir::Out;
+            }
+            if c.point.local_addrs.contains(&dst.ip()) {
+                return Dir::In;
+            }
+            return Dir::Unknown;
+        }
+        let host = match c.host {
+            // Unpaired and not stated: assumed to be the T-Box (see module doc).
+            Host::Unknown if c.paired.is_none() => Host::Tbox,
+            h => h,
+        };
+        match (host, is_uplink(src, dst)) {
+            (Host::Tbox, Some(up)) => {
+                if up {
+                    Dir::Out
+                } else {
+                    Dir::In
+                }
+            }
+            (Host::Gateway, Some(up)) => {
+                if up {
+                    Dir::In
+                } else {
+                    Dir::Out
+                }
+            }
+            _ => Dir::Unknown,
+        }
+    }
+
+    /// Pairs that are stated or implied by labels, to apply before traffic is matched.
+    /// Returns newly formed pairs (keep-label capture first).
+    pub fn stated_pairs(&mut self) -> Vec<(CaptureId, CaptureId)> {
+        let mut out = Vec::new();
+        let ids: Vec<CaptureId> = self.caps.keys().copied().collect();
+        for id in &ids {
+            let Some(c) = self.caps.get(id) else { continue };
+            if c.paired.is_some() {
+                continue;
+            }
+            let other = match c.point.pair_with {
+                Some(o) if self.caps.get(&o).is_some_and(|x| x.paired.is_none()) => Some(o),
+                _ => {
+                    // Same path label on two captures of different (or unknown) hosts.
+                    let same: Vec<CaptureId> = ids
+                        .iter()
+                        .copied()
+                        .filter(|o| {
+                            *o != *id
+                                && self.caps.get(o).is_some_and(|x| {
+                                    x.paired.is_none()
+                                        && x.path == c.path
+                                        && (x.host != c.host || x.host == Host::Unknown)
+                                })
+                        })
+                        .collect();
+                    if same.len() == 1 {
+                        same.first().copied()
+                    } else {
+                        None
+                    }
+                }
+            };
+            if let Some(o) = other {
+                let pair = self.form_pair(*id, o, "stated");
+                out.push(pair);
+            }
+        }
+        out
+    }
+
+    /// Counts one copy seen at two captures; returns a pair when enough evidence formed it.
+    pub fn vote(
+        &mut self,
+        a: (CaptureId, u64),
+        b: (CaptureId, u64),
+        uplink: Option<bool>,
+    ) -> Option<(CaptureId, CaptureId)> {
+        if a.0 == b.0 || self.paired(a.0).is_some() || self.paired(b.0).is_some() {
+            return None;
+        }
+        let (lo, hi) = if a.0 < b.0 { (a, b) } else { (b, a) };
+        let v = self.votes.entry((lo.0, hi.0)).or_default();
+        v.n += 1;
+        let first = usize::from(hi.1 < lo.1);
+        match uplink {
+            Some(true) => v.up_first[first] += 1,
+            Some(false) => v.down_first[first] += 1,
+            None => {}
+        }
+        if v.n < PAIR_VOTES {
+            return None;
+        }
+        Some(self.form_pair(lo.0, hi.0, "same copies with the same addresses"))
+    }
+
+    fn form_pair(&mut self, a: CaptureId, b: CaptureId, why: &str) -> (CaptureId, CaptureId) {
+        let votes = self
+            .votes
+            .get(&(a.min(b), a.max(b)))
+            .cloned()
+            .unwrap_or_default();
+        let ha = self.caps.get(&a).map_or(Host::Unknown, |c| c.host);
+        let hb = self.caps.get(&b).map_or(Host::Unknown, |c| c.host);
+        // Decide which side is the T-Box.
+        let (tbox, gw, inferred) = match (ha, hb) {
+            (Host::Tbox, _) | (_, Host::Gateway) => (a, b, false),
+            (Host::Gateway, _) | (_, Host::Tbox) => (b, a, false),
+            _ => {
+                let lo_is_a = a < b;
+                let (lo_score, hi_score) = (
+                    votes.up_first[0] + votes.down_first[1],
+                    votes.up_first[1] + votes.down_first[0],
+                );
+                let lo_tbox = lo_score >= hi_score;
+                if lo_tbox == lo_is_a {
+                    (a, b, true)
+                } else {
+                    (b, a, true)
+                }
+            }
+        };
+        let name = |t: &Self, id: CaptureId| {
+            t.caps
+                .get(&id)
+                .map_or_else(String::new, |c| c.point.name.clone())
+        };
+        let (tn, gn) = (name(self, tbox), name(self, gw));
+        for (id, host, other) in [(tbox, Host::Tbox, gw), (gw, Host::Gateway, tbox)] {
+            if let Some(c) = self.caps.get_mut(&id) {
+                if c.host == Host::Unknown {
+                    c.host = host;
+                    c.host_inferred = inferred;
+                }
+                c.paired = Some(other);
+            }
+        }
+        self.say(format!(
+            "captures `{tn}` and `{gn}` show the same path at its two ends ({why}); `{tn}` is on the T-Box{}",
+            if inferred { " (it saw client-to-server copies first)" } else { "" }
+        ));
+        (tbox, gw)
+    }
+
+    /// Records the delay of one copy seen at both ends of a paired path (raw timestamps) and
+    /// re-estimates the clock offset.
+    pub fn record_delay(&mut self, sender: (CaptureId, u64), receiver: (CaptureId, u64)) {
+        let (Some(s), Some(r)) = (self.caps.get(&sender.0), self.caps.get(&receiver.0)) else {
+            return;
+        };
+        let (tbox, gw, uplink) = match (s.host, r.host) {
+            (Host::Tbox, _) => (sender, receiver, true),
+            (_, Host::Tbox) => (receiver, sender, false),
+            (Host::Gateway, _) => (receiver, sender, false),
+            _ => (sender, receiver, true),
+        };
+        // Raw arrival − send: uplink = δ_up + e, downlink = δ_down − e (e: gateway clock error).
+        let d = receiver.1 as i128 - sender.1 as i128;
+        let d = d.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        let e = self.delays.entry((tbox.0, gw.0)).or_default();
+        let slot = if uplink {
+            &mut e.min_up
+        } else {
+            &mut e.min_down
+        };
+        *slot = Some(slot.map_or(d, |m| m.min(d)));
+        let e = *e;
+        let given = self.caps.get(&gw.0).and_then(|c| c.point.clock_offset_ns);
+        if given.is_some() {
+            return;
+        }
+        if let (Some(up), Some(down)) = (e.min_up, e.min_down) {
+            let tbox_off = self.offset(tbox.0);
+            let est = tbox_off.saturating_add(down.saturating_sub(up) / 2);
+            let first = self.caps.get(&gw.0).is_some_and(|c| !c.offset_estimated);
+            if let Some(c) = self.caps.get_mut(&gw.0) {
+                c.offset_ns = est;
+                c.offset_estimated = true;
+            }
+            if first {
+                let n = self
+                    .caps
+                    .get(&gw.0)
+                    .map_or_else(String::new, |c| c.point.name.clone());
+                self.say(format!(
+                    "clock offset of `{n}` estimated from copies in both directions: {:+.3} ms (updated as traffic flows)",
+                    est as f64 / 1e6
+                ));
+            }
+        }
+    }
+
+    /// Views for the snapshot.
+    pub fn views(&self, path_label: impl Fn(PathIdx) -> String) -> Vec<CaptureView> {
+        let mut v: Vec<CaptureView> = self
+            .caps
+            .values()
+            .map(|c| CaptureView {
+                capture: c.point.capture,
+                name: c.point.name.clone(),
+                path: path_label(c.path),
+                host: c.host,
+                paired_with: c.paired,
+                clock_offset_ns: c.offset_ns,
+                clock_offset_estimated: c.offset_estimated,
+                packets: c.packets,
+            })
+            .collect();
+        v.sort_by_key(|c| c.capture);
+        v
+    }
+
+    /// Number of captures.
+    pub fn len(&self) -> usize {
+        self.caps.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.caps.is_empty()
+    }
+}

@@ -1,0 +1,662 @@
+//! The engine: owns all state, fed one observation at a time with its own timestamp; time
+//! advances only from inputs. Protocol handlers live in `matcher/*` as further `impl Engine`
+//! blocks; this file holds the shared steps (packet prelude, sightings, closing messages,
+//! windows, outages, records).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+
+use crate::capture::{is_uplink, CaptureTable, Dir};
+use crate::config::Config;
+use crate::flow::{FlowKey, FlowRef, FlowTable};
+use crate::hol::IncidentBook;
+use crate::input::{CaptureId, Observation, PacketMeta};
+use crate::latency::{LatencyHist, WindowedHist, PATH_SIGFIG};
+use crate::message::{MessageStore, OpenMessage, SightArgs, SightResult};
+use crate::outage::OutageBook;
+use crate::paths::{PathIdx, PathTable};
+use crate::record::{CopyRecord, MessageRecord, Record, WindowRecord};
+use crate::snapshot::{EventLine, LatencyKind, Severity};
+
+/// Accumulators for the current window.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WindowAcc {
+    pub start: u64,
+    pub end: u64,
+    pub messages: u64,
+    pub on_all: u64,
+    pub with_winner: u64,
+    pub wins: HashMap<PathIdx, u64>,
+    pub wire: u64,
+    pub unique: u64,
+}
+
+/// A packet's common facts after the prelude.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pkt {
+    pub path: PathIdx,
+    pub capture: CaptureId,
+    pub dir: Dir,
+    pub raw_ns: u64,
+    pub ts_ns: u64,
+    pub wire: u64,
+    /// Count these wire bytes (not the receiving end's view of a packet already counted).
+    pub count_wire: bool,
+    pub tuple: u64,
+    pub up: Option<bool>,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+}
+
+/// The sans-IO correlation engine.
+pub struct Engine {
+    pub(crate) cfg: Config,
+    pub(crate) now: u64,
+    pub(crate) started: Option<u64>,
+    pub(crate) paths: PathTable,
+    pub(crate) caps: CaptureTable,
+    pub(crate) flows: FlowTable,
+    pub(crate) msgs: MessageStore,
+    pub(crate) incidents: IncidentBook,
+    pub(crate) outages: OutageBook,
+    pub(crate) combined: WindowedHist,
+    pub(crate) during_outage: LatencyHist,
+    pub(crate) outside_outage: LatencyHist,
+    pub(crate) one_way_messages: u64,
+    pub(crate) ack_messages: u64,
+    /// Messages no path delivered, in flows where delivery is observable.
+    pub(crate) lost_all: u64,
+    pub(crate) win: WindowAcc,
+    pub(crate) records: VecDeque<Record>,
+    pub(crate) dropped_records: u64,
+    pub(crate) events: VecDeque<EventLine>,
+    pub(crate) observations: u64,
+    pub(crate) out_of_order: u64,
+    pub(crate) clamped: u64,
+    pub(crate) orphan_messages: u64,
+    pub(crate) evicted_unacked: u64,
+    /// Address pair → flow, to attribute overhead packets (bounded).
+    pub(crate) tuple_flows: HashMap<(SocketAddr, SocketAddr), FlowKey>,
+    /// Server port → QUIC connections seen (label, path), to detect per-path connections.
+    pub(crate) quic_conns: HashMap<u16, Vec<(String, PathIdx)>>,
+}
+
+impl Engine {
+    /// A new engine.
+    pub fn new(cfg: Config) -> Self {
+        Self {
+            paths: PathTable::new(cfg.max_latency_us, cfg.window_history),
+            caps: CaptureTable::default(),
+            flows: FlowTable::new(cfg.max_flows),
+            msgs: MessageStore::new(cfg.max_open_messages, cfg.message_timeout_ns),
+            incidents: IncidentBook::new(cfg.max_incidents),
+            outages: OutageBook::new(cfg.max_incidents),
+            combined: WindowedHist::new(cfg.max_latency_us, PATH_SIGFIG, cfg.window_history),
+            during_outage: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
+            outside_outage: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
+            one_way_messages: 0,
+            ack_messages: 0,
+            lost_all: 0,
+            now: 0,
+            started: None,
+            win: WindowAcc::default(),
+            records: VecDeque::new(),
+            dropped_records: 0,
+            events: VecDeque::new(),
+            observations: 0,
+            out_of_order: 0,
+            clamped: 0,
+            orphan_messages: 0,
+            evicted_unacked: 0,
+            tuple_flows: HashMap::new(),
+            quic_conns: HashMap::new(),
+            cfg,
+        }
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Feeds one observation.
+    pub fn handle(&mut self, obs: Observation) {
+        self.observations += 1;
+        match obs {
+            Observation::Capture(c) => self.on_capture(c),
+            Observation::Datagram(d) => self.on_datagram(&d),
+            Observation::Kcp(k) => self.on_kcp(&k),
+            Observation::Quic(q) => self.on_quic(&q),
+            Observation::TcpSegment(t) => self.on_tcp_segment(&t),
+            Observation::Tcp(t) => self.on_tcp_event(&t),
+            Observation::Overhead(o) => self.on_overhead(&o),
+        }
+    }
+
+    /// Takes the records produced so far (messages, windows, outages, HOL incidents).
+    pub fn drain_records(&mut self) -> impl Iterator<Item = Record> + '_ {
+        self.records.drain(..)
+    }
+
+    /// Engine time: the newest observation's timestamp (clock offsets applied).
+    pub fn now_ns(&self) -> u64 {
+        self.now
+    }
+
+    fn on_capture(&mut self, c: crate::input::CapturePoint) {
+        self.advance(c.ts_ns);
+        let Some(path) = self.paths.intern(&c.path) else {
+            return;
+        };
+        self.caps.declare(c, path);
+        self.apply_stated_pairs();
+    }
+
+    pub(crate) fn apply_stated_pairs(&mut self) {
+        for (keep, other) in self.caps.stated_pairs() {
+            self.pair_paths(keep, other);
+        }
+    }
+
+    /// Makes the path of capture `other` an alias of the path of capture `keep`.
+    pub(crate) fn pair_paths(&mut self, keep: CaptureId, other: CaptureId) {
+        let (Some(k), Some(o)) = (self.caps.get(keep), self.caps.get(other)) else {
+            return;
+        };
+        let target = self.paths.canonical(k.path);
+        let alias = self.paths.canonical(o.path);
+        if target == alias {
+            return;
+        }
+        self.paths.merge(alias, target);
+        self.msgs.merge_paths(alias, target);
+        for f in self.flows.iter_mut() {
+            if alias < 64 && f.paths_mask & (1 << alias) != 0 {
+                f.paths_mask &= !(1 << alias);
+                if target < 64 {
+                    f.paths_mask |= 1 << target;
+                }
+            }
+            for c in f.per_path.iter_mut() {
+                if c.path == alias {
+                    c.path = target;
+                }
+            }
+        }
+        let ts = self.now;
+        let (a, t) = (
+            self.paths.label(alias).to_owned(),
+            self.paths.label(target).to_owned(),
+        );
+        self.event(
+            ts,
+            Severity::Info,
+            format!("path `{a}` is the far end of `{t}`"),
+        );
+    }
+
+    /// Moves engine time forward: closes windows, times out messages, detects outages.
+    pub(crate) fn advance(&mut self, ts: u64) {
+        if self.started.is_none() {
+            self.started = Some(ts);
+            self.win.start = ts;
+            self.win.end = ts.saturating_add(self.cfg.window_ns.max(1));
+        }
+        if ts > self.now {
+            self.now = ts;
+        } else if ts.saturating_add(self.cfg.message_timeout_ns) < self.now {
+            self.out_of_order += 1;
+        }
+        let now = self.now;
+        if now >= self.win.end {
+            self.roll_window();
+        }
+        while let Some((m, evicted)) = self.msgs.pop_due(now) {
+            self.close_message(m, evicted);
+        }
+        self.check_outages(now);
+        for o in self.outages.due(now, self.cfg.message_timeout_ns) {
+            self.push_record(Record::Outage(o));
+        }
+    }
+
+    /// The common prelude of every packet observation; `None` if the path table is full.
+    pub(crate) fn packet(&mut self, meta: &PacketMeta) -> Option<Pkt> {
+        let label_path = self.paths.intern(&meta.path)?;
+        let cap = self.caps.touch(meta.capture, &meta.path, label_path);
+        let cap_path = cap.path;
+        let path = self.paths.canonical(cap_path);
+        let dir = self.caps.dir(meta.capture, &meta.src, &meta.dst);
+        let off = self.caps.offset(meta.capture);
+        let ts = (meta.ts_ns as i128 + off as i128).clamp(0, u64::MAX as i128) as u64;
+        self.advance(ts);
+        let count_wire = dir != Dir::In || self.caps.paired(meta.capture).is_none();
+        let wire = u64::from(meta.wire_len);
+        if let Some(p) = self.paths.get_mut(path) {
+            if count_wire {
+                p.packets += 1;
+                p.bytes += wire;
+                p.win_packets += 1;
+                p.win_bytes += wire;
+            }
+            match dir {
+                Dir::Out => p.last_sent_ns = Some(p.last_sent_ns.map_or(ts, |x| x.max(ts))),
+                Dir::In | Dir::Unknown => {}
+            }
+        }
+        if count_wire {
+            self.win.wire += wire;
+        }
+        if dir != Dir::Out {
+            self.path_alive(path, ts);
+        }
+        Some(Pkt {
+            path,
+            capture: meta.capture,
+            dir,
+            raw_ns: meta.ts_ns,
+            ts_ns: ts,
+            wire,
+            count_wire,
+            tuple: crate::matcher::tuple_hash(&meta.src, &meta.dst),
+            up: is_uplink(&meta.src, &meta.dst),
+            src: meta.src,
+            dst: meta.dst,
+        })
+    }
+
+    /// Something arrived over `path` at `ts`: it is alive; an open outage ends.
+    pub(crate) fn path_alive(&mut self, path: PathIdx, ts: u64) {
+        let Some(p) = self.paths.get_mut(path) else {
+            return;
+        };
+        p.last_alive_ns = Some(p.last_alive_ns.map_or(ts, |x| x.max(ts)));
+        if let Some(id) = p.outage.take() {
+            let label = p.label.clone();
+            self.outages.close(id, ts);
+            let dur = self
+                .outages
+                .newest_first(ts)
+                .into_iter()
+                .find(|o| o.id == id)
+                .map_or(0, |o| o.duration_ns);
+            self.event(
+                ts,
+                Severity::Warn,
+                format!(
+                    "path {label} back after {:.3} s of outage",
+                    dur as f64 / 1e9
+                ),
+            );
+        }
+    }
+
+    fn check_outages(&mut self, now: u64) {
+        let threshold = self.cfg.outage_threshold_ns;
+        let live: Vec<PathIdx> = self.paths.live().collect();
+        for &p in &live {
+            let Some(st) = self.paths.paths.get(p) else {
+                continue;
+            };
+            if st.outage.is_some() {
+                continue;
+            }
+            let Some(alive) = st.last_alive_ns else {
+                continue;
+            };
+            if now.saturating_sub(alive) <= threshold {
+                continue;
+            }
+            let other = live.iter().copied().find(|q| {
+                *q != p
+                    && self.paths.paths.get(*q).is_some_and(|s| {
+                        s.outage.is_none()
+                            && s.last_alive_ns
+                                .is_some_and(|a| now.saturating_sub(a) <= threshold)
+                    })
+            });
+            let sending = st.last_sent_ns.is_some_and(|s| s > alive);
+            let evidence = match (other, sending) {
+                (Some(q), _) => format!(
+                    "nothing arrived over {} while {} delivered",
+                    st.label,
+                    self.paths.label(q)
+                ),
+                (None, true) => format!(
+                    "nothing came back over {} (no ACKs) while it kept sending",
+                    st.label
+                ),
+                (None, false) => continue,
+            };
+            let label = st.label.clone();
+            let id = self.outages.open(p, &label, alive, evidence.clone());
+            if let Some(s) = self.paths.get_mut(p) {
+                s.outage = Some(id);
+            }
+            self.event(
+                now,
+                Severity::Alert,
+                format!("outage on {label}: {evidence}"),
+            );
+        }
+    }
+
+    /// Adds a sighting of a message copy; handles pairing evidence, clock offsets, retransmission
+    /// counters and closes the message when complete.
+    pub(crate) fn sight(&mut self, a: SightArgs) -> SightResult {
+        let r = self.msgs.sight(&a);
+        if let Some(f) = self.flows.get_mut(a.flow) {
+            if a.path < 64 {
+                f.paths_mask |= 1 << a.path;
+            }
+            f.last_ns = f.last_ns.max(a.ts_ns);
+        }
+        if r.late {
+            return r;
+        }
+        if a.dir != Dir::In {
+            if let Some(p) = self.paths.get_mut(a.path) {
+                p.data_sends += 1;
+                if r.repeat {
+                    p.retransmissions += 1;
+                }
+            }
+        }
+        if let Some((other, other_raw)) = r.same_tuple_elsewhere {
+            if self.caps.paired(a.capture).is_none() && self.caps.paired(other).is_none() {
+                if let Some((keep, alias)) =
+                    self.caps
+                        .vote((other, other_raw), (a.capture, a.raw_ns), a.up)
+                {
+                    self.pair_paths(keep, alias);
+                }
+            }
+        }
+        if let Some((other, other_raw, other_dir)) = r.other_end {
+            if self.caps.paired(a.capture) == Some(other) {
+                let (sender, receiver) = match (other_dir, a.dir) {
+                    (Dir::Out, _) | (_, Dir::In) => ((other, other_raw), (a.capture, a.raw_ns)),
+                    _ => ((a.capture, a.raw_ns), (other, other_raw)),
+                };
+                self.caps.record_delay(sender, receiver);
+            }
+        }
+        self.maybe_complete(a.flow, a.key);
+        r
+    }
+
+    /// Closes the message now if every path of its flow has a finished copy.
+    pub(crate) fn maybe_complete(&mut self, flow: FlowRef, key: u64) {
+        let mask = match self.flows.get_mut(flow) {
+            Some(f) => f.paths_mask,
+            None => return,
+        };
+        let done = self
+            .msgs
+            .get(flow.uid, key)
+            .is_some_and(|m| m.complete(mask, &self.caps));
+        if done {
+            if let Some(m) = self.msgs.take(flow.uid, key) {
+                self.close_message(m, false);
+            }
+        }
+    }
+
+    /// Resolves and accounts a closed message.
+    pub(crate) fn close_message(&mut self, m: OpenMessage, evicted: bool) {
+        let copies = m.resolve(&self.caps);
+        let max_us = self.cfg.max_latency_us;
+        let Some(flow) = self.flows.get_mut(m.flow) else {
+            self.orphan_messages += 1;
+            return;
+        };
+        let kind = OpenMessage::kind(&copies);
+        let arrived_min = copies.iter().filter_map(|c| c.arrived).min();
+        let sent_min = copies.iter().filter_map(|c| c.sent).min();
+        let delivered = arrived_min.is_some();
+        let observable = flow.delivered_any || delivered;
+        let winner = copies
+            .iter()
+            .filter(|c| c.arrived.is_some())
+            .min_by_key(|c| c.arrived)
+            .map(|c| c.path);
+        let latency_us = match (arrived_min, sent_min) {
+            (Some(a), Some(s)) => a.checked_sub(s).map(|d| d / 1000),
+            _ => None,
+        };
+        let mask = flow.paths_mask;
+        let npaths = mask.count_ones();
+        // A path carried the message if its copy arrived (or, where arrivals cannot be
+        // observed in this flow, if the copy was seen at all).
+        let got = |c: &crate::message::ResolvedCopy| {
+            c.arrived.is_some() || (!observable && c.sent.is_some())
+        };
+        let carried: u64 = copies
+            .iter()
+            .filter(|c| c.path < 64 && got(c))
+            .fold(0, |acc, c| acc | (1 << c.path));
+        let on_all = npaths >= 2 && carried & mask == mask;
+        flow.messages += 1;
+        if on_all {
+            flow.on_all += 1;
+        }
+        for c in copies.iter().filter(|c| got(c)) {
+            let pc = flow.path_counters(c.path);
+            pc.carried += 1;
+            if npaths >= 2 && carried.count_ones() == 1 {
+                pc.only += 1;
+            }
+        }
+        if let Some(w) = winner {
+            flow.path_counters(w).wins += 1;
+        }
+        if let Some(l) = latency_us {
+            flow.record_latency(l, max_us);
+        }
+        let times: Vec<u64> = if copies.iter().filter(|c| c.arrived.is_some()).count() >= 2 {
+            copies.iter().filter_map(|c| c.arrived).collect()
+        } else {
+            copies.iter().filter_map(|c| c.sent).collect()
+        };
+        if times.len() >= 2 {
+            let (lo, hi) = (
+                times.iter().copied().min().unwrap_or(0),
+                times.iter().copied().max().unwrap_or(0),
+            );
+            flow.record_spacing((hi - lo) / 1000, max_us);
+        }
+        if delivered || !observable {
+            flow.amp.unique += m.bytes;
+            self.win.unique += m.bytes;
+        }
+        if delivered {
+            flow.delivered_any = true;
+        }
+        let flow_name = flow.key.name();
+        // Per path: latency samples, expected/missing, outage attribution.
+        for p in 0..64usize {
+            if mask & (1 << p) == 0 {
+                continue;
+            }
+            let copy = copies.iter().find(|c| c.path == p);
+            let got = carried & (1 << p) != 0;
+            if let Some(ps) = self.paths.get_mut(p) {
+                ps.expected += 1;
+                if !got {
+                    ps.missing += 1;
+                }
+                if let Some(l) = copy.and_then(|c| c.latency_us()) {
+                    if ps.latency.record(l) {
+                        self.clamped += 1;
+                    }
+                    if copy.is_some_and(|c| c.by_ack) {
+                        ps.ack_samples += 1;
+                    } else {
+                        ps.one_way_samples += 1;
+                    }
+                }
+            }
+            if !got {
+                if let Some(o) = self.outages.covering(p, m.first_ns) {
+                    if delivered {
+                        o.carried_by_others += 1;
+                    } else {
+                        o.lost += 1;
+                    }
+                }
+            }
+        }
+        if observable && !delivered {
+            self.lost_all += 1;
+        }
+        if let Some(l) = latency_us {
+            if self.combined.record(l) {
+                self.clamped += 1;
+            }
+            if self.outages.any_covering(m.first_ns) {
+                self.during_outage.record(l);
+            } else {
+                self.outside_outage.record(l);
+            }
+            match kind {
+                LatencyKind::OneWay => self.one_way_messages += 1,
+                LatencyKind::AckRtt => self.ack_messages += 1,
+            }
+        }
+        self.win.messages += 1;
+        if on_all {
+            self.win.on_all += 1;
+        }
+        if let Some(w) = winner {
+            self.win.with_winner += 1;
+            *self.win.wins.entry(w).or_default() += 1;
+        }
+        if self.cfg.emit_messages {
+            let rec = MessageRecord {
+                id: m.id.to_string(),
+                flow: flow_name,
+                first_seen_ns: m.first_ns,
+                bytes: m.bytes,
+                copies: copies
+                    .iter()
+                    .map(|c| CopyRecord {
+                        path: self.paths.label(c.path).to_owned(),
+                        sent: c.sent,
+                        arrived: c.arrived,
+                        latency_us: c.latency_us(),
+                        transmissions: c.transmissions,
+                    })
+                    .collect(),
+                winner: winner.map(|w| self.paths.label(w).to_owned()),
+                latency_us,
+                latency_kind: kind,
+                evicted,
+            };
+            self.push_record(Record::Message(rec));
+        }
+    }
+
+    fn roll_window(&mut self) {
+        let end = self.win.end;
+        let secs = (end.saturating_sub(self.win.start)) as f64 / 1e9;
+        let mut per_path = Vec::new();
+        let mut win_rates = Vec::new();
+        let live: Vec<PathIdx> = self.paths.live().collect();
+        for p in live {
+            let wins = self.win.wins.get(&p).copied().unwrap_or(0);
+            let Some(ps) = self.paths.get_mut(p) else {
+                continue;
+            };
+            let pct = ps.latency.roll(end);
+            if secs > 0.0 {
+                ps.packets_per_s = ps.win_packets as f64 / secs;
+                ps.bytes_per_s = ps.win_bytes as f64 / secs;
+            }
+            ps.win_packets = 0;
+            ps.win_bytes = 0;
+            per_path.push((ps.label.clone(), pct));
+            let rate = if self.win.with_winner > 0 {
+                wins as f64 / self.win.with_winner as f64
+            } else {
+                0.0
+            };
+            win_rates.push((ps.label.clone(), rate));
+        }
+        let combined = self.combined.roll(end);
+        let rec = WindowRecord {
+            start_ns: self.win.start,
+            end_ns: end,
+            per_path,
+            combined,
+            messages: self.win.messages,
+            on_all_paths: self.win.on_all,
+            duplication: ratio(self.win.on_all, self.win.messages),
+            win_rates,
+            amplification: ratio(self.win.wire, self.win.unique),
+        };
+        self.push_record(Record::Window(rec));
+        let w = self.cfg.window_ns.max(1);
+        let skipped = (self.now.saturating_sub(end)) / w;
+        let start = end.saturating_add(skipped.saturating_mul(w));
+        self.win = WindowAcc {
+            start,
+            end: start.saturating_add(w),
+            ..WindowAcc::default()
+        };
+    }
+
+    pub(crate) fn push_record(&mut self, r: Record) {
+        if self.records.len() >= self.cfg.max_pending_records.max(1) {
+            self.records.pop_front();
+            self.dropped_records += 1;
+        }
+        self.records.push_back(r);
+    }
+
+    pub(crate) fn event(&mut self, ts_ns: u64, severity: Severity, text: String) {
+        self.events.push_front(EventLine {
+            ts_ns,
+            severity,
+            text,
+        });
+        self.events.truncate(self.cfg.max_events.max(1));
+    }
+
+    /// Remembers which flow an address pair belongs to (for overhead packets).
+    pub(crate) fn remember_tuple(&mut self, src: SocketAddr, dst: SocketAddr, key: &FlowKey) {
+        if self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16) {
+            self.tuple_flows.clear();
+        }
+        self.tuple_flows
+            .entry((src, dst))
+            .or_insert_with(|| key.clone());
+    }
+
+    fn on_overhead(&mut self, o: &crate::input::Overhead) {
+        let Some(pkt) = self.packet(&o.meta) else {
+            return;
+        };
+        let key = self
+            .tuple_flows
+            .get(&(o.meta.src, o.meta.dst))
+            .or_else(|| self.tuple_flows.get(&(o.meta.dst, o.meta.src)))
+            .cloned();
+        if let Some(r) = key.and_then(|k| self.flows.find(&k)) {
+            if let Some(f) = self.flows.get_mut(r) {
+                if pkt.count_wire {
+                    f.amp.wire += pkt.wire;
+                    f.amp.overhead += pkt.wire;
+                }
+            }
+        }
+    }
+}
+
+/// a / b, 0 when b is 0.
+pub(crate) fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}

@@ -1,0 +1,339 @@
+//! Flows: one logical conversation whose messages may travel on several paths (a KCP conv, a
+//! QUIC connection, a group of per-path connections, a UDP service, a TCP socket). Bounded: past
+//! `max_flows` the least recently active flows are evicted in batches, and counted.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use crate::config::MatchMode;
+use crate::latency::{LatencyHist, FLOW_SIGFIG};
+use crate::matcher::kcp::KcpState;
+use crate::matcher::quic::QuicState;
+use crate::matcher::tcp::TcpState;
+use crate::paths::PathIdx;
+
+/// What identifies a flow.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FlowKey {
+    /// Identical datagrams to one server port.
+    Datagram {
+        /// Server (lower) port.
+        server_port: u16,
+    },
+    /// A KCP conversation.
+    Kcp {
+        /// conv.
+        conv: u32,
+    },
+    /// One (possibly multipath) QUIC connection.
+    Quic {
+        /// Connection label.
+        conn: String,
+    },
+    /// Separate QUIC connections (one per path) to one server port, matched by content or id.
+    QuicGroup {
+        /// Server port.
+        server_port: u16,
+    },
+    /// A TCP connection (client = higher port side).
+    Tcp {
+        /// Client address.
+        client: SocketAddr,
+        /// Server address.
+        server: SocketAddr,
+    },
+}
+
+impl FlowKey {
+    /// Protocol name.
+    pub fn protocol(&self) -> &'static str {
+        match self {
+            FlowKey::Datagram { .. } => "udp",
+            FlowKey::Kcp { .. } => "kcp",
+            FlowKey::Quic { .. } | FlowKey::QuicGroup { .. } => "quic",
+            FlowKey::Tcp { .. } => "tcp",
+        }
+    }
+
+    /// Human name.
+    pub fn name(&self) -> String {
+        match self {
+            FlowKey::Datagram { server_port } => format!("udp :{server_port}"),
+            FlowKey::Kcp { conv } => format!("kcp conv {conv}"),
+            FlowKey::Quic { conn } => format!("quic {conn}"),
+            FlowKey::QuicGroup { server_port } => {
+                format!("quic :{server_port} (per-path connections)")
+            }
+            FlowKey::Tcp { client, server } => format!("tcp {client} → {server}"),
+        }
+    }
+}
+
+/// A path's share of a flow's messages.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PathCounters {
+    /// Path.
+    pub path: PathIdx,
+    /// Messages it carried.
+    pub carried: u64,
+    /// Messages only it carried.
+    pub only: u64,
+    /// First arrivals.
+    pub wins: u64,
+}
+
+/// Byte counters for amplification.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Amp {
+    /// All wire bytes.
+    pub wire: u64,
+    /// Unique payload bytes delivered.
+    pub unique: u64,
+    /// Retransmitted bytes (wire).
+    pub retransmit: u64,
+    /// ACK-only packets (wire).
+    pub ack: u64,
+    /// FEC parity / other overhead (wire).
+    pub overhead: u64,
+}
+
+impl Amp {
+    /// wire / unique, 0 when nothing delivered.
+    pub fn ratio(&self) -> f64 {
+        if self.unique == 0 {
+            0.0
+        } else {
+            self.wire as f64 / self.unique as f64
+        }
+    }
+}
+
+/// Protocol-specific state.
+#[derive(Debug)]
+pub enum Proto {
+    /// Plain datagrams.
+    Datagram {
+        /// Datagrams seen.
+        datagrams: u64,
+    },
+    /// KCP.
+    Kcp(Box<KcpState>),
+    /// QUIC (one connection, or a group of per-path connections).
+    Quic(Box<QuicState>),
+    /// TCP.
+    Tcp(Box<TcpState>),
+}
+
+/// One flow.
+#[derive(Debug)]
+pub struct Flow {
+    /// Unique id (never reused, also across evictions).
+    pub uid: u64,
+    /// Key.
+    pub key: FlowKey,
+    /// Matching mode.
+    pub mode: Option<MatchMode>,
+    /// Whether the mode was forced.
+    pub forced: bool,
+    /// First activity.
+    pub first_ns: u64,
+    /// Last activity.
+    pub last_ns: u64,
+    /// Paths this flow was seen on (bit per path index).
+    pub paths_mask: u64,
+    /// Closed messages.
+    pub messages: u64,
+    /// Carried on every path of the flow (≥ 2 paths).
+    pub on_all: u64,
+    /// Per path.
+    pub per_path: Vec<PathCounters>,
+    /// Combined latency (lazily allocated).
+    pub latency: Option<Box<LatencyHist>>,
+    /// Copy spacing (lazily allocated).
+    pub spacing: Option<Box<LatencyHist>>,
+    /// Bytes.
+    pub amp: Amp,
+    /// HOL incidents opened.
+    pub incidents: u64,
+    /// Some copy of some message was ever seen arriving (or acknowledged).
+    pub delivered_any: bool,
+    /// Protocol state.
+    pub proto: Proto,
+}
+
+impl Flow {
+    /// Counters for `path`, created on first use.
+    pub fn path_counters(&mut self, path: PathIdx) -> &mut PathCounters {
+        let pos = match self.per_path.iter().position(|c| c.path == path) {
+            Some(p) => p,
+            None => {
+                self.per_path.push(PathCounters {
+                    path,
+                    ..PathCounters::default()
+                });
+                self.per_path.len() - 1
+            }
+        };
+        &mut self.per_path[pos]
+    }
+
+    /// Records a combined latency sample.
+    pub fn record_latency(&mut self, us: u64, max_us: u64) {
+        self.latency
+            .get_or_insert_with(|| Box::new(LatencyHist::new(max_us, FLOW_SIGFIG)))
+            .record(us);
+    }
+
+    /// Records a copy-spacing sample.
+    pub fn record_spacing(&mut self, us: u64, max_us: u64) {
+        self.spacing
+            .get_or_insert_with(|| Box::new(LatencyHist::new(max_us, FLOW_SIGFIG)))
+            .record(us);
+    }
+
+    /// Number of paths seen.
+    pub fn path_count(&self) -> u32 {
+        self.paths_mask.count_ones()
+    }
+}
+
+/// All flows, bounded.
+#[derive(Debug, Default)]
+pub struct FlowTable {
+    slab: Vec<Option<Flow>>,
+    free: Vec<usize>,
+    index: HashMap<FlowKey, usize>,
+    next_uid: u64,
+    max: usize,
+    /// Flows evicted so far.
+    pub evicted: u64,
+}
+
+/// Where a flow lives: slab slot plus uid to detect reuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlowRef {
+    /// Slot.
+    pub slot: usize,
+    /// Uid.
+    pub uid: u64,
+}
+
+impl FlowTable {
+    /// Empty, holding at most `max` flows.
+    pub fn new(max: usize) -> Self {
+        Self {
+            max: max.max(1),
+            ..Self::default()
+        }
+    }
+
+    /// The flow for `key`, created with `proto()` if new (evicting old flows when full).
+    pub fn get_or_insert(
+        &mut self,
+        key: &FlowKey,
+        now: u64,
+        proto: impl FnOnce() -> Proto,
+    ) -> FlowRef {
+        if let Some(slot) = self.index.get(key) {
+            if let Some(Some(f)) = self.slab.get_mut(*slot) {
+                f.last_ns = f.last_ns.max(now);
+                return FlowRef {
+                    slot: *slot,
+                    uid: f.uid,
+                };
+            }
+        }
+        if self.index.len() >= self.max {
+            self.evict_batch();
+        }
+        let uid = self.next_uid;
+        self.next_uid += 1;
+        let flow = Flow {
+            uid,
+            key: key.clone(),
+            mode: None,
+            forced: false,
+            first_ns: now,
+            last_ns: now,
+            paths_mask: 0,
+            messages: 0,
+            on_all: 0,
+            per_path: Vec::new(),
+            latency: None,
+            spacing: None,
+            amp: Amp::default(),
+            incidents: 0,
+            delivered_any: false,
+            proto: proto(),
+        };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slab[s] = Some(flow);
+                s
+            }
+            None => {
+                self.slab.push(Some(flow));
+                self.slab.len() - 1
+            }
+        };
+        self.index.insert(key.clone(), slot);
+        FlowRef { slot, uid }
+    }
+
+    /// Looks up a flow that may have been evicted since.
+    pub fn get_mut(&mut self, r: FlowRef) -> Option<&mut Flow> {
+        match self.slab.get_mut(r.slot) {
+            Some(Some(f)) if f.uid == r.uid => Some(f),
+            _ => None,
+        }
+    }
+
+    /// Looks up by key.
+    pub fn find(&self, key: &FlowKey) -> Option<FlowRef> {
+        let slot = *self.index.get(key)?;
+        let f = self.slab.get(slot)?.as_ref()?;
+        Some(FlowRef { slot, uid: f.uid })
+    }
+
+    /// Evicts the least recently active eighth (at least one).
+    fn evict_batch(&mut self) {
+        let mut ages: Vec<(u64, usize)> = self
+            .slab
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.as_ref().map(|f| (f.last_ns, i)))
+            .collect();
+        if ages.is_empty() {
+            return;
+        }
+        let n = (ages.len() / 8).max(1);
+        ages.select_nth_unstable(n - 1);
+        for (_, slot) in ages.into_iter().take(n) {
+            if let Some(f) = self.slab.get_mut(slot).and_then(Option::take) {
+                self.index.remove(&f.key);
+                self.free.push(slot);
+                self.evicted += 1;
+            }
+        }
+    }
+
+    /// All live flows.
+    pub fn iter(&self) -> impl Iterator<Item = &Flow> {
+        self.slab.iter().filter_map(Option::as_ref)
+    }
+
+    /// All live flows, mutable.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Flow> {
+        self.slab.iter_mut().filter_map(Option::as_mut)
+    }
+
+    /// Number of live flows.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+}

@@ -1,0 +1,397 @@
+//! What the engine is fed: observations, each stamped with its own time (`ts_ns`, Unix epoch
+//! nanoseconds) and the path it was seen on. Plain structs so a decoder glue can fill them.
+//!
+//! A capture point describes where packets were seen (which host, which path). Packet
+//! observations name their capture point by a small number (`capture`); without any capture
+//! description every capture id is a separate capture whose path is the observation's `path`.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+
+/// Identifies one capture (an interface or a file) within a run.
+pub type CaptureId = u16;
+
+/// One input to the engine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Observation {
+    /// Describes a capture point; send it before that capture's packets.
+    Capture(CapturePoint),
+    /// A UDP datagram (any protocol) seen on a path; matched by payload hash.
+    Datagram(Datagram),
+    /// One KCP segment (a datagram may carry several).
+    Kcp(KcpSegment),
+    /// One decrypted QUIC packet with its STREAM and ACK frames.
+    Quic(QuicPacket),
+    /// A TCP segment seen in a capture.
+    TcpSegment(TcpSegment),
+    /// A TCP event reported by the kernel (eBPF).
+    Tcp(TcpEvent),
+    /// Bytes on the wire that carry no message (FEC parity, padding, undecodable packets).
+    Overhead(Overhead),
+}
+
+impl Observation {
+    /// The observation's own timestamp (Unix epoch nanoseconds).
+    pub fn ts_ns(&self) -> u64 {
+        match self {
+            Observation::Capture(c) => c.ts_ns,
+            Observation::Datagram(d) => d.meta.ts_ns,
+            Observation::Kcp(k) => k.meta.ts_ns,
+            Observation::Quic(q) => q.meta.ts_ns,
+            Observation::TcpSegment(t) => t.meta.ts_ns,
+            Observation::Tcp(t) => t.ts_ns,
+            Observation::Overhead(o) => o.meta.ts_ns,
+        }
+    }
+}
+
+/// Which host a capture was taken on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Host {
+    /// The T-Box (the end that duplicates messages onto several paths).
+    Tbox,
+    /// The cloud gateway.
+    Gateway,
+    /// Not stated; the engine infers it where it can.
+    #[default]
+    Unknown,
+}
+
+/// Where a capture was taken: which host and which path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CapturePoint {
+    /// When the capture started (or when this description was made).
+    pub ts_ns: u64,
+    /// Id used by packet observations of this capture.
+    pub capture: CaptureId,
+    /// Human name, e.g. a file name or `eth0`.
+    pub name: String,
+    /// Path label, e.g. `eth0` (4G) or `eth1` (5G); captures at the two ends of one path may use
+    /// different labels (the engine pairs them and keeps the first label).
+    pub path: String,
+    /// Host the capture was taken on.
+    pub host: Host,
+    /// Addresses local to that host on this capture, when known (decide who sent a packet).
+    pub local_addrs: Vec<IpAddr>,
+    /// Offset to add to this capture's timestamps to bring them onto the reference clock; when
+    /// `None` the engine estimates it from traffic seen at both ends.
+    pub clock_offset_ns: Option<i64>,
+    /// Forces this capture to be paired with another capture (same path, other end).
+    pub pair_with: Option<CaptureId>,
+}
+
+/// Fields every packet observation carries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PacketMeta {
+    /// Capture timestamp, Unix epoch nanoseconds, as the capture clock gave it.
+    pub ts_ns: u64,
+    /// Path label (interface name such as `eth0`).
+    pub path: String,
+    /// Capture point id (0 when there is only one capture per path).
+    pub capture: CaptureId,
+    /// Source address and port.
+    pub src: SocketAddr,
+    /// Destination address and port.
+    pub dst: SocketAddr,
+    /// Bytes on the wire attributed to this observation (IP header included). When one datagram
+    /// carries several segments, attribute the datagram to its first segment and 0 to the rest.
+    pub wire_len: u32,
+}
+
+impl Default for PacketMeta {
+    fn default() -> Self {
+        let unspecified = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+        Self {
+            ts_ns: 0,
+            path: String::new(),
+            capture: 0,
+            src: unspecified,
+            dst: unspecified,
+            wire_len: 0,
+        }
+    }
+}
+
+/// A UDP datagram whose payload identifies it (dual-send of identical datagrams).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Datagram {
+    /// Common packet fields.
+    pub meta: PacketMeta,
+    /// Hash of the UDP payload ([`payload_hash`]).
+    pub payload_hash: u64,
+    /// UDP payload length.
+    pub payload_len: u32,
+    /// Application message id read at the configured offset ([`AppIdRule::extract`]), if any.
+    pub app_msg_id: Option<u64>,
+}
+
+/// KCP segment command.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KcpCmd {
+    /// Data (IKCP_CMD_PUSH = 81).
+    #[default]
+    Push,
+    /// Acknowledgment (IKCP_CMD_ACK = 82): `sn` and `ts` echo the acknowledged segment.
+    Ack,
+    /// Window probe ask (83).
+    WindowAsk,
+    /// Window probe tell (84).
+    WindowTell,
+}
+
+/// One KCP segment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KcpSegment {
+    /// Common packet fields.
+    pub meta: PacketMeta,
+    /// Conversation id.
+    pub conv: u32,
+    /// Command.
+    pub cmd: KcpCmd,
+    /// Fragment countdown: a message of n segments has frg n-1 … 0.
+    pub frg: u8,
+    /// Receive window advertised.
+    pub wnd: u16,
+    /// Sender timestamp (ms, sender's clock); echoed by ACKs.
+    pub ts: u32,
+    /// Sequence number (for ACK: the acknowledged sn).
+    pub sn: u32,
+    /// Everything below `una` has been received by the sender of this segment.
+    pub una: u32,
+    /// Data length.
+    pub len: u32,
+}
+
+/// A byte range of one QUIC stream carried in a packet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamRange {
+    /// Stream id.
+    pub stream_id: u64,
+    /// Offset of the first byte.
+    pub offset: u64,
+    /// Number of bytes.
+    pub len: u64,
+    /// FIN bit.
+    pub fin: bool,
+    /// Hash of the range's bytes, for matching two separate connections by content.
+    pub data_hash: Option<u64>,
+    /// Application message id read at the configured offset, if any.
+    pub app_msg_id: Option<u64>,
+}
+
+/// An ACK (or multipath PATH_ACK) frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuicAck {
+    /// Path whose packet numbers are acknowledged (0 without multipath).
+    pub path_id: u64,
+    /// Acknowledged packet numbers as inclusive ranges `(smallest, largest)`.
+    pub ranges: Vec<(u64, u64)>,
+    /// ack_delay decoded to microseconds (exponent applied).
+    pub ack_delay_us: u64,
+}
+
+/// One decrypted QUIC packet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuicPacket {
+    /// Common packet fields.
+    pub meta: PacketMeta,
+    /// Connection label, equal on all paths of one connection (e.g. the client's original DCID).
+    pub conn: String,
+    /// Multipath path id (0 without multipath).
+    pub path_id: u64,
+    /// Packet number.
+    pub pn: u64,
+    /// STREAM frames.
+    pub streams: Vec<StreamRange>,
+    /// ACK / PATH_ACK frames.
+    pub acks: Vec<QuicAck>,
+}
+
+/// A TCP segment seen in a capture.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpSegment {
+    /// Common packet fields.
+    pub meta: PacketMeta,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgment number (valid when `ack_flag`).
+    pub ack: u32,
+    /// ACK flag set.
+    pub ack_flag: bool,
+    /// Payload length.
+    pub len: u32,
+}
+
+/// Why the kernel retransmitted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetransmitKind {
+    /// Fast retransmit / recovery (duplicate ACKs, SACK).
+    Fast,
+    /// Retransmission timeout.
+    Rto,
+    /// Tail loss probe.
+    Tlp,
+    /// Not known.
+    #[default]
+    Unknown,
+}
+
+/// TCP congestion state (Linux `tcp_ca_state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CongState {
+    /// Normal.
+    #[default]
+    Open,
+    /// Duplicate ACKs / SACK seen.
+    Disorder,
+    /// ECN or local congestion signal.
+    Cwr,
+    /// Fast recovery.
+    Recovery,
+    /// RTO loss recovery.
+    Loss,
+}
+
+/// What happened to a TCP socket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum TcpEventKind {
+    /// A segment was retransmitted.
+    Retransmit {
+        /// Why.
+        kind: RetransmitKind,
+        /// Sequence number of the retransmitted segment.
+        seq: u32,
+        /// Its length in bytes (0 when unknown).
+        len: u32,
+    },
+    /// The retransmission timer fired.
+    RtoExpired,
+    /// Congestion state changed.
+    CongState {
+        /// New state.
+        state: CongState,
+    },
+    /// Connection state changed (Linux TCP states by name, e.g. `ESTABLISHED`).
+    StateChange {
+        /// Old state.
+        old: String,
+        /// New state.
+        new: String,
+    },
+    /// The backoff was reset: data got through after an RTO.
+    BackoffEnd,
+    /// Periodic sample of the socket (tcp_probe).
+    Sample,
+}
+
+/// A TCP event from the kernel with the socket's state at that moment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpEvent {
+    /// Event time, Unix epoch ns.
+    pub ts_ns: u64,
+    /// Path the socket's traffic goes over (by its local address / interface).
+    pub path: String,
+    /// Local address and port.
+    pub local: SocketAddr,
+    /// Remote address and port.
+    pub remote: SocketAddr,
+    /// What happened.
+    pub kind: TcpEventKind,
+    /// Congestion window (segments).
+    pub cwnd: u32,
+    /// Slow-start threshold (segments).
+    pub ssthresh: u32,
+    /// Smoothed RTT (µs).
+    pub srtt_us: u32,
+    /// Current retransmission timeout (µs).
+    pub rto_us: u32,
+    /// RTO backoff level (`icsk_backoff`).
+    pub backoff: u8,
+    /// Retransmissions so far (`total_retrans`).
+    pub retransmits: u32,
+}
+
+/// What an overhead packet is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OverheadKind {
+    /// Forward-error-correction parity shard (kcp-go).
+    FecParity,
+    /// Anything else (undecodable, padding, keep-alive).
+    #[default]
+    Other,
+}
+
+/// Bytes that carry no message but count for amplification.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overhead {
+    /// Common packet fields.
+    pub meta: PacketMeta,
+    /// What it is.
+    pub kind: OverheadKind,
+}
+
+/// Where an application message id sits in a payload (big-endian unsigned integer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppIdRule {
+    /// Byte offset in the payload.
+    pub offset: usize,
+    /// Width in bytes, 1..=8.
+    pub width: usize,
+}
+
+impl AppIdRule {
+    /// Reads the id from `payload`; `None` if the payload is too short or the width invalid.
+    pub fn extract(&self, payload: &[u8]) -> Option<u64> {
+        if self.width == 0 || self.width > 8 {
+            return None;
+        }
+        let end = self.offset.checked_add(self.width)?;
+        let bytes = payload.get(self.offset..end)?;
+        Some(bytes.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+    }
+}
+
+/// The payload hash the engine expects in [`Datagram::payload_hash`] and
+/// [`StreamRange::data_hash`]: 64-bit FNV-1a. Any stable 64-bit hash works if used consistently.
+pub fn payload_hash(payload: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in payload {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_id_reads_big_endian_and_refuses_short_payloads() {
+        let rule = AppIdRule {
+            offset: 2,
+            width: 4,
+        };
+        assert_eq!(rule.extract(&[9, 9, 0, 0, 1, 2, 7]), Some(0x0102));
+        assert_eq!(rule.extract(&[9, 9, 0, 0, 1]), None);
+        let bad = AppIdRule {
+            offset: usize::MAX,
+            width: 4,
+        };
+        assert_eq!(bad.extract(&[0; 16]), None);
+    }
+
+    #[test]
+    fn payload_hash_is_fnv1a() {
+        assert_eq!(payload_hash(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(payload_hash(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

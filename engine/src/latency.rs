@@ -1,0 +1,205 @@
+//! Latency distributions: hdrhistogram with microsecond resolution and bounded memory, plus
+//! sliding windows.
+//!
+//! Precision: a histogram with `sigfig` significant digits keeps every value below
+//! 2·10^sigfig rounded up to a power of two (2048 µs for 3 digits, 256 µs for 2) exact; above,
+//! values share buckets whose width is at most 10^-sigfig of the value. A reported percentile
+//! is the *upper edge* of the bucket holding the sample of rank ⌈q·n⌉ (hdrhistogram's
+//! `value_at_quantile`), so it equals `highest_equivalent(exact sample)`. `min_us`/`max_us`
+//! and `mean_us` are exact. Samples above `max_latency_us` are clamped to it and counted.
+
+use hdrhistogram::Histogram;
+
+use crate::snapshot::{Percentiles, SeriesPoint};
+
+/// Significant digits of per-path and combined histograms (≤0.1% error, exact below 2048 µs).
+pub const PATH_SIGFIG: u8 = 3;
+/// Significant digits of per-flow histograms (≤1% error, exact below 256 µs), to keep many
+/// flows cheap.
+pub const FLOW_SIGFIG: u8 = 2;
+
+/// A bounded latency distribution in µs with exact min/max/mean.
+#[derive(Clone, Debug)]
+pub struct LatencyHist {
+    hist: Histogram<u64>,
+    max_us: u64,
+    exact_min: u64,
+    exact_max: u64,
+    sum: u128,
+    clamped: u64,
+}
+
+impl LatencyHist {
+    /// A histogram from 1 µs to `max_us` (at least 2) with `sigfig` (1..=5) digits.
+    pub fn new(max_us: u64, sigfig: u8) -> Self {
+        let max_us = max_us.max(2);
+        let sigfig = sigfig.clamp(1, 5);
+        let hist = Histogram::new_with_bounds(1, max_us, sigfig)
+            .expect("valid bounds: low 1, high >= 2, sigfig 1..=5");
+        Self {
+            hist,
+            max_us,
+            exact_min: u64::MAX,
+            exact_max: 0,
+            sum: 0,
+            clamped: 0,
+        }
+    }
+
+    /// Records one sample; returns true if it had to be clamped.
+    pub fn record(&mut self, us: u64) -> bool {
+        let clamped = us > self.max_us;
+        let v = us.min(self.max_us);
+        self.hist.saturating_record(v);
+        self.exact_min = self.exact_min.min(v);
+        self.exact_max = self.exact_max.max(v);
+        self.sum += u128::from(v);
+        if clamped {
+            self.clamped += 1;
+        }
+        clamped
+    }
+
+    /// Samples recorded.
+    pub fn count(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// Samples that were clamped.
+    pub fn clamped(&self) -> u64 {
+        self.clamped
+    }
+
+    /// Value at quantile `q` (0..=1), hdrhistogram-quantized; 0 when empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.hist.is_empty() {
+            return 0;
+        }
+        self.hist.value_at_quantile(q)
+    }
+
+    /// Number of samples strictly greater than `t_us`.
+    pub fn count_above(&self, t_us: u64) -> u64 {
+        if self.hist.is_empty() || t_us >= self.exact_max {
+            return 0;
+        }
+        // Samples in the bucket of t count as ≤ t (quantization documented above).
+        let edge = self.hist.highest_equivalent(t_us);
+        self.hist.count_between(edge.saturating_add(1), self.max_us)
+    }
+
+    /// The summary of this distribution.
+    pub fn percentiles(&self) -> Percentiles {
+        let count = self.count();
+        if count == 0 {
+            return Percentiles::default();
+        }
+        Percentiles {
+            count,
+            min_us: self.exact_min,
+            p50_us: self.quantile(0.5),
+            p90_us: self.quantile(0.9),
+            p99_us: self.quantile(0.99),
+            p999_us: self.quantile(0.999),
+            max_us: self.exact_max,
+            mean_us: self.sum as f64 / count as f64,
+        }
+    }
+
+    /// Forgets every sample (keeps the allocation).
+    pub fn reset(&mut self) {
+        self.hist.reset();
+        self.exact_min = u64::MAX;
+        self.exact_max = 0;
+        self.sum = 0;
+        self.clamped = 0;
+    }
+
+    /// The bucket's upper edge for `us` (what a percentile equal to `us` reports).
+    pub fn quantized(&self, us: u64) -> u64 {
+        self.hist.highest_equivalent(us.min(self.max_us))
+    }
+}
+
+/// A distribution over the whole run plus the current window and a bounded series of past
+/// windows.
+#[derive(Clone, Debug)]
+pub struct WindowedHist {
+    /// Whole run.
+    pub total: LatencyHist,
+    /// Current window.
+    pub window: LatencyHist,
+    /// Past windows, oldest first (bounded).
+    pub series: std::collections::VecDeque<SeriesPoint>,
+    history: usize,
+}
+
+impl WindowedHist {
+    /// Empty, with `history` windows kept.
+    pub fn new(max_us: u64, sigfig: u8, history: usize) -> Self {
+        Self {
+            total: LatencyHist::new(max_us, sigfig),
+            window: LatencyHist::new(max_us, sigfig),
+            series: std::collections::VecDeque::new(),
+            history,
+        }
+    }
+
+    /// Records a sample in the run and the window; true if clamped.
+    pub fn record(&mut self, us: u64) -> bool {
+        self.window.record(us);
+        self.total.record(us)
+    }
+
+    /// Closes the current window at `end_ns`, returning its percentiles.
+    pub fn roll(&mut self, end_ns: u64) -> Percentiles {
+        let p = self.window.percentiles();
+        self.series.push_back(SeriesPoint {
+            ts_ns: end_ns,
+            p50_us: p.p50_us,
+            p99_us: p.p99_us,
+            count: p.count,
+        });
+        while self.series.len() > self.history {
+            self.series.pop_front();
+        }
+        self.window.reset();
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_values_are_exact_and_large_ones_bucketed_upwards() {
+        let mut h = LatencyHist::new(60_000_000, 3);
+        for v in 1..=1000u64 {
+            h.record(v);
+        }
+        let p = h.percentiles();
+        assert_eq!(p.count, 1000);
+        assert_eq!(p.p50_us, 500);
+        assert_eq!(p.p99_us, 990);
+        assert_eq!(p.p999_us, 999);
+        assert_eq!(p.max_us, 1000);
+        assert_eq!(p.min_us, 1);
+        let mut big = LatencyHist::new(60_000_000, 3);
+        big.record(123_456);
+        let q = big.percentiles().p50_us;
+        assert_eq!(q, big.quantized(123_456));
+        assert!((123_456..=123_456 + 123).contains(&q));
+    }
+
+    #[test]
+    fn clamps_above_the_bound_and_counts_it() {
+        let mut h = LatencyHist::new(1000, 3);
+        assert!(h.record(5000));
+        assert!(!h.record(10));
+        assert_eq!(h.clamped(), 1);
+        assert_eq!(h.percentiles().max_us, 1000);
+        assert_eq!(h.count_above(10), 1);
+        assert_eq!(h.count_above(1000), 0);
+    }
+}

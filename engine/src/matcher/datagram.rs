@@ -1,0 +1,67 @@
+//! Mode 1: the same datagram sent on both interfaces, matched by payload hash (or, when
+//! configured, by an application message id).
+
+use crate::config::MatchMode;
+use crate::engine::Engine;
+use crate::flow::{FlowKey, Proto};
+use crate::input::Datagram;
+use crate::matcher::{forced_mode, mix, server_port};
+use crate::message::{MsgId, SightArgs};
+
+impl Engine {
+    pub(crate) fn on_datagram(&mut self, d: &Datagram) {
+        let Some(pkt) = self.packet(&d.meta) else {
+            return;
+        };
+        let key = FlowKey::Datagram {
+            server_port: server_port(&pkt.src, &pkt.dst),
+        };
+        self.remember_tuple(pkt.src, pkt.dst, &key);
+        let forced = forced_mode(&self.cfg, (pkt.src.port(), pkt.dst.port()), None, None);
+        let fr = self
+            .flows
+            .get_or_insert(&key, pkt.ts_ns, || Proto::Datagram { datagrams: 0 });
+        let mode = match (forced, d.app_msg_id) {
+            (Some(MatchMode::AppId), Some(_)) => MatchMode::AppId,
+            (Some(m), _) if m != MatchMode::AppId => m,
+            _ => MatchMode::Datagram,
+        };
+        if let Some(f) = self.flows.get_mut(fr) {
+            f.mode = Some(mode);
+            f.forced = forced.is_some();
+            if let Proto::Datagram { datagrams } = &mut f.proto {
+                *datagrams += 1;
+            }
+        }
+        let up = pkt.up.unwrap_or(true);
+        let (mkey, id) = match (mode, d.app_msg_id) {
+            (MatchMode::AppId, Some(app)) => (mix(&[2, u64::from(up), app]), MsgId::App(app)),
+            _ => (
+                mix(&[1, u64::from(up), d.payload_hash]),
+                MsgId::Hash(d.payload_hash),
+            ),
+        };
+        let r = self.sight(SightArgs {
+            flow: fr,
+            key: mkey,
+            id,
+            path: pkt.path,
+            capture: pkt.capture,
+            dir: pkt.dir,
+            raw_ns: pkt.raw_ns,
+            ts_ns: pkt.ts_ns,
+            frg: 0,
+            bytes: u64::from(d.payload_len),
+            tuple: pkt.tuple,
+            up: pkt.up,
+        });
+        if let Some(f) = self.flows.get_mut(fr) {
+            if pkt.count_wire {
+                f.amp.wire += pkt.wire;
+                if r.repeat || r.late {
+                    f.amp.retransmit += pkt.wire;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Mode 2: KCP. A message is a run of fragments (frg n-1 … 0) named by the sn of its last
+//! fragment; copies on two paths match by conv + sn even when they travel in different
+//! datagrams. One end observed: ACK segments (which echo sn) give the time to first
+//! acknowledgment. The receiver's in-order delivery (sn gaps) gives HOL incidents.
+
+use std::collections::BTreeMap;
+
+use crate::capture::Dir;
+use crate::config::MatchMode;
+use crate::engine::Engine;
+use crate::flow::{FlowKey, FlowRef, Proto};
+use crate::hol::GapTracker;
+use crate::input::{KcpCmd, KcpSegment};
+use crate::matcher::gaps::GapSel;
+use crate::matcher::mix;
+use crate::message::{MsgId, SightArgs};
+use crate::paths::PathIdx;
+
+/// Per-conversation KCP state.
+#[derive(Debug, Default)]
+pub struct KcpState {
+    /// Data segments seen.
+    pub segments: u64,
+    /// Retransmitted data segments.
+    pub retransmissions: u64,
+    /// Highest sn seen.
+    pub max_sn: u32,
+    /// Latest una.
+    pub una: u32,
+    /// Latest window.
+    pub wnd: u16,
+    /// Sent, not yet acknowledged: (up, path, sn) → (send time, message key).
+    pub unacked: BTreeMap<(bool, PathIdx, u32), (u64, u64)>,
+    /// Receiver in-order delivery, per direction (index: up as usize).
+    pub rx: [GapTracker; 2],
+}
+
+impl Engine {
+    pub(crate) fn on_kcp(&mut self, k: &KcpSegment) {
+        let Some(pkt) = self.packet(&k.meta) else {
+            return;
+        };
+        let key = FlowKey::Kcp { conv: k.conv };
+        self.remember_tuple(pkt.src, pkt.dst, &key);
+        let fr = self
+            .flows
+            .get_or_insert(&key, pkt.ts_ns, || Proto::Kcp(Box::default()));
+        let up = pkt.up.unwrap_or(true);
+        if let Some(f) = self.flows.get_mut(fr) {
+            f.mode = Some(MatchMode::KcpSn);
+            if let Proto::Kcp(s) = &mut f.proto {
+                s.wnd = k.wnd;
+                s.una = k.una;
+            }
+            if pkt.count_wire {
+                f.amp.wire += pkt.wire;
+                match k.cmd {
+                    KcpCmd::Push => {}
+                    KcpCmd::Ack => f.amp.ack += pkt.wire,
+                    KcpCmd::WindowAsk | KcpCmd::WindowTell => f.amp.overhead += pkt.wire,
+                }
+            }
+        }
+        match k.cmd {
+            KcpCmd::Push => self.kcp_push(fr, k, &pkt, up),
+            KcpCmd::Ack => {
+                if pkt.dir == Dir::In {
+                    let data_up = !up;
+                    self.kcp_acked(fr, data_up, pkt.path, k.sn, pkt.ts_ns);
+                    self.kcp_una(fr, data_up, pkt.path, k.una, pkt.ts_ns);
+                    self.gap_deliver(
+                        fr,
+                        GapSel::Kcp { up: data_up },
+                        u64::from(k.sn),
+                        1,
+                        0,
+                        false,
+                        pkt.path,
+                        pkt.ts_ns,
+                    );
+                }
+            }
+            KcpCmd::WindowAsk | KcpCmd::WindowTell => {}
+        }
+    }
+
+    fn kcp_push(&mut self, fr: FlowRef, k: &KcpSegment, pkt: &crate::engine::Pkt, up: bool) {
+        let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
+        let mkey = mix(&[3, u64::from(up), u64::from(msg_sn)]);
+        let r = self.sight(SightArgs {
+            flow: fr,
+            key: mkey,
+            id: MsgId::Kcp { up, sn: msg_sn },
+            path: pkt.path,
+            capture: pkt.capture,
+            dir: pkt.dir,
+            raw_ns: pkt.raw_ns,
+            ts_ns: pkt.ts_ns,
+            frg: k.frg,
+            bytes: u64::from(k.len),
+            tuple: pkt.tuple,
+            up: pkt.up,
+        });
+        let max_unacked = self.cfg.max_unacked_per_flow;
+        let mut evicted = 0u64;
+        if let Some(f) = self.flows.get_mut(fr) {
+            let retrans = (r.repeat || r.late) && pkt.dir != Dir::In;
+            if retrans && pkt.count_wire {
+                f.amp.retransmit += pkt.wire;
+            }
+            if let Proto::Kcp(s) = &mut f.proto {
+                s.segments += 1;
+                s.max_sn = s.max_sn.max(k.sn);
+                if retrans {
+                    s.retransmissions += 1;
+                }
+                if pkt.dir == Dir::Out && !r.repeat && !r.late {
+                    s.unacked.insert((up, pkt.path, k.sn), (pkt.ts_ns, mkey));
+                    while s.unacked.len() > max_unacked {
+                        s.unacked.pop_first();
+                        evicted += 1;
+                    }
+                }
+            }
+        }
+        self.evicted_unacked += evicted;
+        if (r.repeat || r.late) && pkt.dir != Dir::In {
+            self.gap_retransmit(
+                fr,
+                GapSel::Kcp { up },
+                u64::from(k.sn),
+                pkt.path,
+                pkt.ts_ns,
+                "sn",
+            );
+        }
+        if pkt.dir != Dir::Out {
+            self.gap_deliver(
+                fr,
+                GapSel::Kcp { up },
+                u64::from(k.sn),
+                1,
+                u64::from(k.len),
+                k.frg == 0,
+                pkt.path,
+                pkt.ts_ns,
+            );
+            // A data segment's una acknowledges the other direction's data.
+            self.kcp_una(fr, !up, pkt.path, k.una, pkt.ts_ns);
+        }
+    }
+
+    fn kcp_acked(&mut self, fr: FlowRef, data_up: bool, path: PathIdx, sn: u32, ts: u64) {
+        let hit = match self.flows.get_mut(fr) {
+            Some(f) => match &mut f.proto {
+                Proto::Kcp(s) => s.unacked.remove(&(data_up, path, sn)),
+                _ => None,
+            },
+            None => None,
+        };
+        if let Some((_, mkey)) = hit {
+            if self.msgs.ack(fr.uid, mkey, path, ts) {
+                self.maybe_complete(fr, mkey);
+            }
+        }
+    }
+
+    fn kcp_una(&mut self, fr: FlowRef, data_up: bool, path: PathIdx, una: u32, ts: u64) {
+        let done: Vec<u64> = match self.flows.get_mut(fr) {
+            Some(f) => match &mut f.proto {
+                Proto::Kcp(s) => {
+                    let keys: Vec<(bool, PathIdx, u32)> = s
+                        .unacked
+                        .range((data_up, path, 0)..(data_up, path, una))
+                        .map(|(k, _)| *k)
+                        .collect();
+                    keys.iter()
+                        .filter_map(|k| s.unacked.remove(k).map(|v| v.1))
+                        .collect()
+                }
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        };
+        for mkey in done {
+            if self.msgs.ack(fr.uid, mkey, path, ts) {
+                self.maybe_complete(fr, mkey);
+            }
+        }
+    }
+}

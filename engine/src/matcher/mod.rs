@@ -1,0 +1,67 @@
+//! Matching copies across paths, one file per duplication mode: identical datagrams
+//! (`datagram`), KCP conv+sn (`kcp`), QUIC STREAM ranges of one connection or content/app id
+//! across separate connections (`quic`), plus TCP sockets (`tcp`, no duplication; HOL only).
+
+pub mod datagram;
+pub mod gaps;
+pub mod kcp;
+pub mod quic;
+pub mod tcp;
+
+use std::net::SocketAddr;
+
+use crate::config::{Config, MatchMode};
+
+/// Mixes values into a 64-bit key (splitmix64 finalizer over a running state).
+pub fn mix(parts: &[u64]) -> u64 {
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+    for p in parts {
+        h ^= *p;
+        h = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
+    }
+    h
+}
+
+/// Hash of an address pair (pairing captures that saw the same packet).
+pub fn tuple_hash(src: &SocketAddr, dst: &SocketAddr) -> u64 {
+    let ip = |a: &SocketAddr| match a {
+        SocketAddr::V4(v) => u64::from(u32::from(*v.ip())),
+        SocketAddr::V6(v) => {
+            let x = u128::from(*v.ip());
+            (x as u64) ^ ((x >> 64) as u64)
+        }
+    };
+    mix(&[
+        ip(src),
+        u64::from(src.port()),
+        ip(dst),
+        u64::from(dst.port()),
+    ])
+}
+
+/// The server side's port (the lower one).
+pub fn server_port(src: &SocketAddr, dst: &SocketAddr) -> u16 {
+    src.port().min(dst.port())
+}
+
+/// The configured mode for a flow, if any override matches.
+pub fn forced_mode(
+    cfg: &Config,
+    ports: (u16, u16),
+    conv: Option<u32>,
+    conn: Option<&str>,
+) -> Option<MatchMode> {
+    cfg.mode_overrides
+        .iter()
+        .find(|o| {
+            let s = &o.selector;
+            s.port.is_none_or(|p| p == ports.0 || p == ports.1)
+                && s.conv.is_none_or(|c| Some(c) == conv)
+                && s.conn.as_deref().is_none_or(|c| Some(c) == conn)
+                && (s.port.is_some() || s.conv.is_some() || s.conn.is_some())
+        })
+        .map(|o| o.mode)
+}

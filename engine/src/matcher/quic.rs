@@ -1,0 +1,364 @@
+//! Modes 3 and 4 for QUIC. One multipath connection: the same STREAM (id, offset range) carried
+//! in packets of two paths; partial overlaps are split into ranges (a later frame is a copy of
+//! every message range it overlaps; uncovered bytes become new messages). Separate connections
+//! (one per path, same server port): the same content hash or application message id.
+//! One end observed: ACK / PATH_ACK frames (ack_delay removed) give the time to first
+//! acknowledgment. Per-stream receive gaps give HOL incidents (and show other streams moved).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::capture::Dir;
+use crate::config::MatchMode;
+use crate::engine::Engine;
+use crate::flow::{FlowKey, Proto};
+use crate::hol::GapTracker;
+use crate::input::QuicPacket;
+use crate::matcher::gaps::GapSel;
+use crate::matcher::{forced_mode, mix, server_port};
+use crate::message::{MsgId, SightArgs};
+use crate::paths::PathIdx;
+
+/// Message ranges remembered per stream.
+const MAX_RANGES_PER_STREAM: usize = 4096;
+/// Streams tracked per connection and direction.
+const MAX_STREAMS: usize = 1024;
+/// Connections remembered per server port for per-path detection.
+const MAX_CONNS_PER_PORT: usize = 64;
+
+/// A sent packet waiting for its acknowledgment.
+#[derive(Clone, Debug)]
+pub struct Unacked {
+    /// Send time (engine clock).
+    pub ts_ns: u64,
+    /// Path it was sent on.
+    pub path: PathIdx,
+    /// (message key, stream, offset, len) it carried.
+    pub items: Vec<(u64, u64, u64, u64)>,
+}
+
+/// Per-connection (or per-group) QUIC state.
+#[derive(Debug, Default)]
+pub struct QuicState {
+    /// Packets seen.
+    pub packets: u64,
+    /// Stream bytes seen again on the same path.
+    pub retransmitted_bytes: u64,
+    /// (up, stream) → start → (end, message key).
+    pub ranges: HashMap<(bool, u64), BTreeMap<u64, (u64, u64)>>,
+    /// (up, path id, pn) → what the packet carried.
+    pub unacked: BTreeMap<(bool, u64, u64), Unacked>,
+    /// (up, stream) → receive tracker and last delivery time.
+    pub rx: HashMap<(bool, u64), (GapTracker, u64)>,
+}
+
+impl QuicState {
+    /// The receive tracker of a stream (created; `None` past the stream bound).
+    pub fn stream_rx(&mut self, up: bool, stream: u64) -> Option<&mut GapTracker> {
+        if !self.rx.contains_key(&(up, stream)) && self.rx.len() >= MAX_STREAMS {
+            return None;
+        }
+        Some(&mut self.rx.entry((up, stream)).or_default().0)
+    }
+
+    fn touch(&mut self, up: bool, stream: u64, ts: u64) {
+        if let Some(e) = self.rx.get_mut(&(up, stream)) {
+            e.1 = e.1.max(ts);
+        }
+    }
+
+    /// Other streams (same direction) that delivered since `since`.
+    pub fn streams_active_since(&self, up: bool, stream: u64, since: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .rx
+            .iter()
+            .filter(|((u, s), (_, last))| *u == up && *s != stream && *last >= since)
+            .map(|((_, s), _)| *s)
+            .collect();
+        v.sort_unstable();
+        v.truncate(16);
+        v
+    }
+
+    /// Splits `[off, off+len)` into message ranges: existing ones it overlaps and new ones.
+    fn split(&mut self, up: bool, stream: u64, off: u64, len: u64) -> Vec<(u64, MsgId, u64)> {
+        let end = off.saturating_add(len);
+        let map = self.ranges.entry((up, stream)).or_default();
+        let mut hits: Vec<(u64, u64, u64)> = Vec::new();
+        for (s, (e, k)) in map.range(..end).rev() {
+            if *e <= off {
+                break;
+            }
+            hits.push((*s, *e, *k));
+        }
+        hits.reverse();
+        let mut out = Vec::new();
+        let mut cursor = off;
+        let mut fresh: Vec<(u64, u64)> = Vec::new();
+        for (s, e, k) in hits {
+            if cursor < s {
+                fresh.push((cursor, s));
+            }
+            let overlap = e.min(end).saturating_sub(s.max(off));
+            out.push((
+                k,
+                MsgId::Stream {
+                    up,
+                    stream,
+                    start: s,
+                    end: e,
+                },
+                overlap,
+            ));
+            cursor = cursor.max(e);
+        }
+        if cursor < end {
+            fresh.push((cursor, end));
+        }
+        for (s, e) in fresh {
+            let k = mix(&[4, u64::from(up), stream, s]);
+            map.insert(s, (e, k));
+            out.push((
+                k,
+                MsgId::Stream {
+                    up,
+                    stream,
+                    start: s,
+                    end: e,
+                },
+                e - s,
+            ));
+        }
+        while map.len() > MAX_RANGES_PER_STREAM {
+            map.pop_first();
+        }
+        out
+    }
+}
+
+impl Engine {
+    pub(crate) fn on_quic(&mut self, q: &QuicPacket) {
+        let Some(pkt) = self.packet(&q.meta) else {
+            return;
+        };
+        let up = pkt.up.unwrap_or(true);
+        let server = server_port(&pkt.src, &pkt.dst);
+        let conns = self.quic_conns.entry(server).or_default();
+        if !conns.iter().any(|(c, p)| *c == q.conn && *p == pkt.path)
+            && conns.len() < MAX_CONNS_PER_PORT
+        {
+            conns.push((q.conn.clone(), pkt.path));
+        }
+        let multipath = conns
+            .iter()
+            .any(|(c, p)| conns.iter().any(|(c2, p2)| c == c2 && p != p2));
+        let distinct_paths = conns
+            .iter()
+            .any(|(c, p)| conns.iter().any(|(c2, p2)| c != c2 && p != p2));
+        let separate = !multipath && distinct_paths;
+        let forced = forced_mode(
+            &self.cfg,
+            (pkt.src.port(), pkt.dst.port()),
+            None,
+            Some(&q.conn),
+        );
+        let has_app = q.streams.iter().any(|s| s.app_msg_id.is_some());
+        let has_hash = q.streams.iter().any(|s| s.data_hash.is_some());
+        let mode = match forced {
+            Some(m) => m,
+            None if separate && has_app => MatchMode::AppId,
+            None if separate && has_hash => MatchMode::Content,
+            None => MatchMode::QuicStream,
+        };
+        let key = match mode {
+            MatchMode::Content | MatchMode::AppId => FlowKey::QuicGroup {
+                server_port: server,
+            },
+            _ => FlowKey::Quic {
+                conn: q.conn.clone(),
+            },
+        };
+        self.remember_tuple(pkt.src, pkt.dst, &key);
+        let fr = self
+            .flows
+            .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()));
+        if let Some(f) = self.flows.get_mut(fr) {
+            f.mode = Some(mode);
+            f.forced = forced.is_some();
+            if pkt.count_wire {
+                f.amp.wire += pkt.wire;
+                if q.streams.is_empty() {
+                    f.amp.ack += pkt.wire;
+                }
+            }
+            if let Proto::Quic(s) = &mut f.proto {
+                s.packets += 1;
+            }
+        }
+        let mut items = Vec::new();
+        for sr in &q.streams {
+            let parts: Vec<(u64, MsgId, u64)> = match (mode, sr.data_hash, sr.app_msg_id) {
+                (MatchMode::AppId, _, Some(app)) => {
+                    vec![(mix(&[6, u64::from(up), app]), MsgId::App(app), sr.len)]
+                }
+                (MatchMode::Content, Some(h), _) => {
+                    vec![(mix(&[5, u64::from(up), h]), MsgId::Hash(h), sr.len)]
+                }
+                _ => match self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                    Some(Proto::Quic(s)) => s.split(up, sr.stream_id, sr.offset, sr.len),
+                    _ => Vec::new(),
+                },
+            };
+            let mut repeated = 0u64;
+            for (mkey, id, bytes) in parts {
+                let r = self.sight(SightArgs {
+                    flow: fr,
+                    key: mkey,
+                    id,
+                    path: pkt.path,
+                    capture: pkt.capture,
+                    dir: pkt.dir,
+                    raw_ns: pkt.raw_ns,
+                    ts_ns: pkt.ts_ns,
+                    frg: 0,
+                    bytes,
+                    tuple: pkt.tuple,
+                    up: pkt.up,
+                });
+                if r.repeat || r.late {
+                    repeated += bytes;
+                } else if pkt.dir == Dir::Out {
+                    items.push((mkey, sr.stream_id, sr.offset, sr.len));
+                }
+            }
+            let stream_mode = mode == MatchMode::QuicStream;
+            if repeated > 0 && pkt.dir != Dir::In {
+                if let Some(f) = self.flows.get_mut(fr) {
+                    if let Proto::Quic(s) = &mut f.proto {
+                        s.retransmitted_bytes += repeated;
+                    }
+                }
+                if stream_mode {
+                    self.gap_retransmit(
+                        fr,
+                        GapSel::Quic {
+                            up,
+                            stream: sr.stream_id,
+                        },
+                        sr.offset,
+                        pkt.path,
+                        pkt.ts_ns,
+                        "offset",
+                    );
+                }
+            }
+            if stream_mode && pkt.dir != Dir::Out {
+                self.gap_deliver(
+                    fr,
+                    GapSel::Quic {
+                        up,
+                        stream: sr.stream_id,
+                    },
+                    sr.offset,
+                    sr.len,
+                    sr.len,
+                    true,
+                    pkt.path,
+                    pkt.ts_ns,
+                );
+                if let Some(f) = self.flows.get_mut(fr) {
+                    if let Proto::Quic(s) = &mut f.proto {
+                        s.touch(up, sr.stream_id, pkt.ts_ns);
+                    }
+                }
+            }
+        }
+        let max_unacked = self.cfg.max_unacked_per_flow;
+        if pkt.dir == Dir::Out && !items.is_empty() {
+            let mut evicted = 0;
+            if let Some(f) = self.flows.get_mut(fr) {
+                if let Proto::Quic(s) = &mut f.proto {
+                    s.unacked.insert(
+                        (up, q.path_id, q.pn),
+                        Unacked {
+                            ts_ns: pkt.ts_ns,
+                            path: pkt.path,
+                            items,
+                        },
+                    );
+                    while s.unacked.len() > max_unacked {
+                        s.unacked.pop_first();
+                        evicted += 1;
+                    }
+                }
+            }
+            self.evicted_unacked += evicted;
+        }
+        if pkt.dir == Dir::In && !q.acks.is_empty() {
+            self.quic_acks(fr, q, !up, pkt.ts_ns, mode == MatchMode::QuicStream);
+        }
+    }
+
+    fn quic_acks(
+        &mut self,
+        fr: crate::flow::FlowRef,
+        q: &QuicPacket,
+        data_up: bool,
+        ts: u64,
+        stream_mode: bool,
+    ) {
+        let mut acked: Vec<Unacked> = Vec::new();
+        let mut delays: Vec<u64> = Vec::new();
+        if let Some(f) = self.flows.get_mut(fr) {
+            if let Proto::Quic(s) = &mut f.proto {
+                for a in &q.acks {
+                    for &(lo, hi) in &a.ranges {
+                        if lo > hi {
+                            continue;
+                        }
+                        let keys: Vec<(bool, u64, u64)> = s
+                            .unacked
+                            .range((data_up, a.path_id, lo)..=(data_up, a.path_id, hi))
+                            .map(|(k, _)| *k)
+                            .collect();
+                        for k in keys {
+                            if let Some(u) = s.unacked.remove(&k) {
+                                acked.push(u);
+                                delays.push(a.ack_delay_us);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (u, delay_us) in acked.into_iter().zip(delays) {
+            let at = ts
+                .saturating_sub(delay_us.saturating_mul(1000))
+                .max(u.ts_ns);
+            for (mkey, stream, off, len) in u.items {
+                if self.msgs.ack(fr.uid, mkey, u.path, at) {
+                    self.maybe_complete(fr, mkey);
+                }
+                if stream_mode {
+                    self.gap_deliver(
+                        fr,
+                        GapSel::Quic {
+                            up: data_up,
+                            stream,
+                        },
+                        off,
+                        len,
+                        0,
+                        false,
+                        u.path,
+                        at,
+                    );
+                    if let Some(f) = self.flows.get_mut(fr) {
+                        if let Proto::Quic(s) = &mut f.proto {
+                            s.touch(data_up, stream, at);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! TCP: no duplication across paths (one socket is one path); what matters is head-of-line
+//! blocking. Kernel events (retransmit with kind, RTO expiry, congestion state, backoff end)
+//! open and close incidents; captured segments add wire bytes, the original send time of the
+//! lost segment, the bytes sent behind it, and the ACK that ends the stall.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use crate::capture::{is_uplink, Dir};
+use crate::engine::Engine;
+use crate::flow::{FlowKey, FlowRef, Proto};
+use crate::hol::push_evidence;
+use crate::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind, TcpSegment};
+use crate::record::{HolIncident, HolProtocol, Record};
+use crate::snapshot::Severity;
+
+/// Original send times remembered per socket.
+const MAX_SENT: usize = 4096;
+
+/// Per-socket TCP state.
+#[derive(Debug, Default)]
+pub struct TcpState {
+    /// Path label of the socket.
+    pub path: String,
+    /// Latest kernel figures.
+    pub cwnd: u32,
+    /// Slow-start threshold.
+    pub ssthresh: u32,
+    /// Smoothed RTT µs.
+    pub srtt_us: u32,
+    /// RTO µs.
+    pub rto_us: u32,
+    /// Backoff level.
+    pub backoff: u8,
+    /// Retransmissions (kernel total).
+    pub retransmits: u32,
+    /// Congestion state.
+    pub cong_state: CongState,
+    /// Connection state name.
+    pub state: String,
+    /// Last event.
+    pub last_event_ns: u64,
+    /// Open incident: id, missing seq, direction of the data (1 = client → server).
+    pub incident: Option<(u64, u32, usize)>,
+    /// Highest sequence end sent (captured segments), client→server and reverse.
+    pub snd_end: [Option<u32>; 2],
+    /// First send time of each data segment seq (captured), per direction.
+    pub sent: [BTreeMap<u32, u64>; 2],
+}
+
+/// Flow key with the client (higher port) first.
+fn socket_key(a: SocketAddr, b: SocketAddr) -> (FlowKey, bool) {
+    let a_is_client = is_uplink(&a, &b).unwrap_or(true);
+    if a_is_client {
+        (
+            FlowKey::Tcp {
+                client: a,
+                server: b,
+            },
+            true,
+        )
+    } else {
+        (
+            FlowKey::Tcp {
+                client: b,
+                server: a,
+            },
+            false,
+        )
+    }
+}
+
+/// `a` is after `b` in sequence space.
+fn seq_after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+impl Engine {
+    pub(crate) fn on_tcp_segment(&mut self, t: &TcpSegment) {
+        let Some(pkt) = self.packet(&t.meta) else {
+            return;
+        };
+        let (key, src_is_client) = socket_key(t.meta.src, t.meta.dst);
+        self.remember_tuple(pkt.src, pkt.dst, &key);
+        let label = self.paths.label(pkt.path).to_owned();
+        let fr = self.flows.get_or_insert(&key, pkt.ts_ns, || {
+            Proto::Tcp(Box::new(TcpState {
+                path: label.clone(),
+                ..TcpState::default()
+            }))
+        });
+        let mut close_at: Option<u64> = None;
+        let mut retrans = false;
+        if let Some(f) = self.flows.get_mut(fr) {
+            if pkt.path < 64 {
+                f.paths_mask |= 1 << pkt.path;
+            }
+            let d = usize::from(src_is_client);
+            let mut new_bytes = 0u64;
+            if let Proto::Tcp(s) = &mut f.proto {
+                if t.len > 0 {
+                    let end = t.seq.wrapping_add(t.len);
+                    match s.snd_end[d] {
+                        Some(e) if !seq_after(end, e) => retrans = true,
+                        Some(e) if seq_after(t.seq, e) || t.seq == e => {
+                            new_bytes = u64::from(t.len);
+                            s.snd_end[d] = Some(end);
+                        }
+                        Some(e) => {
+                            new_bytes = u64::from(end.wrapping_sub(e));
+                            s.snd_end[d] = Some(end);
+                        }
+                        None => {
+                            new_bytes = u64::from(t.len);
+                            s.snd_end[d] = Some(end);
+                        }
+                    }
+                    if pkt.dir != Dir::In {
+                        s.sent[d].entry(t.seq).or_insert(pkt.ts_ns);
+                        while s.sent[d].len() > MAX_SENT {
+                            s.sent[d].pop_first();
+                        }
+                    }
+                }
+                // An ACK from the other side beyond the missing seq ends the stall.
+                if t.ack_flag {
+                    if let Some((_, missing, dir)) = s.incident {
+                        if seq_after(t.ack, missing) && d != dir {
+                            close_at = Some(pkt.ts_ns);
+                        }
+                    }
+                }
+            }
+            if pkt.count_wire {
+                f.amp.wire += pkt.wire;
+                if t.len == 0 {
+                    f.amp.ack += pkt.wire;
+                } else if retrans {
+                    f.amp.retransmit += pkt.wire;
+                }
+                f.amp.unique += new_bytes;
+            }
+            f.delivered_any = true;
+        }
+        if let Some(at) = close_at {
+            self.tcp_close_incident(fr, at, "ACK past the missing segment");
+        }
+    }
+
+    pub(crate) fn on_tcp_event(&mut self, e: &TcpEvent) {
+        self.advance(e.ts_ns);
+        let Some(path) = self.paths.intern(&e.path) else {
+            return;
+        };
+        let path = self.paths.canonical(path);
+        let (key, _) = socket_key(e.local, e.remote);
+        let label = self.paths.label(path).to_owned();
+        let fr = self.flows.get_or_insert(&key, e.ts_ns, || {
+            Proto::Tcp(Box::new(TcpState {
+                path: label.clone(),
+                ..TcpState::default()
+            }))
+        });
+        let mut open: Option<(u32, RetransmitKind)> = None;
+        let mut close_reason: Option<&'static str> = None;
+        let mut note: Option<String> = None;
+        if let Some(f) = self.flows.get_mut(fr) {
+            if path < 64 {
+                f.paths_mask |= 1 << path;
+            }
+            if let Proto::Tcp(s) = &mut f.proto {
+                s.cwnd = e.cwnd;
+                s.ssthresh = e.ssthresh;
+                s.srtt_us = e.srtt_us;
+                s.rto_us = e.rto_us;
+                s.backoff = e.backoff;
+                s.retransmits = e.retransmits;
+                s.last_event_ns = e.ts_ns;
+                match &e.kind {
+                    TcpEventKind::Retransmit { kind, seq, .. } => match s.incident {
+                        None => open = Some((*seq, *kind)),
+                        Some(_) => {
+                            note = Some(format!(
+                                "retransmit seq {seq} ({kind:?}, backoff {})",
+                                e.backoff
+                            ))
+                        }
+                    },
+                    TcpEventKind::RtoExpired => {
+                        if s.incident.is_some() {
+                            note = Some(format!(
+                                "RTO expired (rto {} ms, backoff {})",
+                                e.rto_us / 1000,
+                                e.backoff
+                            ));
+                        }
+                    }
+                    TcpEventKind::CongState { state } => {
+                        s.cong_state = *state;
+                        if *state == CongState::Open {
+                            close_reason = Some("congestion state back to Open");
+                        } else if s.incident.is_some() {
+                            note = Some(format!("congestion state {state:?}"));
+                        }
+                    }
+                    TcpEventKind::StateChange { new, .. } => {
+                        s.state = new.clone();
+                        if new == "CLOSE" || new == "TIME_WAIT" {
+                            close_reason = Some("connection closed");
+                        }
+                    }
+                    TcpEventKind::BackoffEnd => {
+                        close_reason = Some("backoff reset: data got through")
+                    }
+                    TcpEventKind::Sample => {}
+                }
+            }
+        }
+        if let TcpEventKind::Retransmit { len, kind, seq } = &e.kind {
+            if let Some(p) = self.paths.get_mut(path) {
+                p.retransmissions += 1;
+                p.data_sends += 1;
+                p.last_sent_ns = Some(p.last_sent_ns.map_or(e.ts_ns, |x| x.max(e.ts_ns)));
+            }
+            if let Some((id, _, _)) = self.tcp_incident(fr) {
+                let fast = matches!(kind, RetransmitKind::Fast | RetransmitKind::Tlp);
+                if let Some(inc) = self.incidents.get_mut(id) {
+                    if fast {
+                        inc.fast_retransmits += 1;
+                    } else {
+                        inc.timeout_retransmits += 1;
+                    }
+                    inc.backoff = inc.backoff.max(e.backoff);
+                }
+            }
+            let _ = (len, seq);
+        }
+        if let Some((seq, kind)) = open {
+            self.tcp_open_incident(fr, e, seq, kind, &label);
+        } else if let Some(n) = note {
+            if let Some((id, _, _)) = self.tcp_incident(fr) {
+                if let Some(inc) = self.incidents.get_mut(id) {
+                    push_evidence(inc, e.ts_ns, &label, n);
+                }
+            }
+        }
+        if let Some(r) = close_reason {
+            self.tcp_close_incident(fr, e.ts_ns, r);
+        }
+    }
+
+    fn tcp_incident(&mut self, fr: FlowRef) -> Option<(u64, u32, usize)> {
+        match self.flows.get_mut(fr).map(|f| &f.proto) {
+            Some(Proto::Tcp(s)) => s.incident,
+            _ => None,
+        }
+    }
+
+    fn tcp_open_incident(
+        &mut self,
+        fr: FlowRef,
+        e: &TcpEvent,
+        seq: u32,
+        kind: RetransmitKind,
+        label: &str,
+    ) {
+        let Some(f) = self.flows.get_mut(fr) else {
+            return;
+        };
+        let name = f.key.name();
+        let (client, _) = match &f.key {
+            FlowKey::Tcp { client, server } => (*client, *server),
+            _ => return,
+        };
+        let d = usize::from(client == e.local);
+        let sent_at = match &f.proto {
+            Proto::Tcp(s) => s.sent[d].get(&seq).copied(),
+            _ => None,
+        };
+        let fast = matches!(kind, RetransmitKind::Fast | RetransmitKind::Tlp);
+        let mut inc = HolIncident {
+            protocol: HolProtocol::Tcp,
+            flow: name.clone(),
+            missing: format!("seq {seq}"),
+            start_ns: sent_at.unwrap_or(e.ts_ns),
+            backoff: e.backoff,
+            fast_retransmits: u32::from(fast),
+            timeout_retransmits: u32::from(!fast),
+            ..HolIncident::default()
+        };
+        if let Some(t) = sent_at {
+            push_evidence(&mut inc, t, label, format!("seq {seq} first sent"));
+        }
+        push_evidence(
+            &mut inc,
+            e.ts_ns,
+            label,
+            format!(
+                "retransmit seq {seq} ({kind:?}, rto {} ms, backoff {}, cwnd {})",
+                e.rto_us / 1000,
+                e.backoff,
+                e.cwnd
+            ),
+        );
+        let id = self.incidents.open(inc);
+        if let Some(f) = self.flows.get_mut(fr) {
+            f.incidents += 1;
+            if let Proto::Tcp(s) = &mut f.proto {
+                s.incident = Some((id, seq, d));
+            }
+        }
+        self.event(
+            e.ts_ns,
+            Severity::Warn,
+            format!("TCP {name}: seq {seq} lost, {kind:?} retransmit"),
+        );
+    }
+
+    fn tcp_close_incident(&mut self, fr: FlowRef, at: u64, why: &str) {
+        let Some(f) = self.flows.get_mut(fr) else {
+            return;
+        };
+        let (label, held) = match &mut f.proto {
+            Proto::Tcp(s) => {
+                let Some((id, missing, dir)) = s.incident.take() else {
+                    return;
+                };
+                // Bytes sent beyond the missing segment, when segments were captured.
+                let held = s
+                    .snd_end
+                    .get(dir)
+                    .copied()
+                    .flatten()
+                    .map(|e| e.wrapping_sub(missing))
+                    .filter(|d| (*d as i32) > 0)
+                    .unwrap_or(0);
+                (s.path.clone(), (id, u64::from(held)))
+            }
+            _ => return,
+        };
+        let (id, bytes) = held;
+        if let Some(inc) = self.incidents.get_mut(id) {
+            inc.bytes_held = bytes;
+            push_evidence(inc, at, &label, format!("stall over: {why}"));
+        }
+        if let Some(inc) = self.incidents.close(id, at) {
+            self.event(
+                at,
+                Severity::Warn,
+                format!(
+                    "TCP HOL on {}: {} held {:.1} ms, recovery {:?}, backoff {}",
+                    inc.flow,
+                    inc.missing,
+                    inc.stall_ns as f64 / 1e6,
+                    inc.recovery,
+                    inc.backoff
+                ),
+            );
+            self.push_record(Record::HolIncident(inc));
+        }
+    }
+}

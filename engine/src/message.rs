@@ -1,0 +1,487 @@
+//! Messages in flight: every sighting of a copy (path, capture, time, fragments) until the
+//! message is complete or times out; then it is resolved into copies with send/arrival times.
+//! Bounded: past `max_open` the oldest message is closed early and counted.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::capture::{CaptureTable, Dir};
+use crate::flow::FlowRef;
+use crate::input::CaptureId;
+use crate::paths::PathIdx;
+use crate::snapshot::LatencyKind;
+
+/// How a message is named in records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MsgId {
+    /// Payload / content hash.
+    Hash(u64),
+    /// KCP: direction and sn of the message's last fragment.
+    Kcp {
+        /// Client → server.
+        up: bool,
+        /// sn of the last fragment (frg 0).
+        sn: u32,
+    },
+    /// QUIC stream byte range.
+    Stream {
+        /// Client → server.
+        up: bool,
+        /// Stream id.
+        stream: u64,
+        /// First byte.
+        start: u64,
+        /// One past the last byte.
+        end: u64,
+    },
+    /// Application message id.
+    App(u64),
+}
+
+impl std::fmt::Display for MsgId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = |up: bool| if up { "up" } else { "down" };
+        match self {
+            MsgId::Hash(h) => write!(f, "hash {h:016x}"),
+            MsgId::Kcp { up, sn } => write!(f, "{} sn {sn}", d(*up)),
+            MsgId::Stream {
+                up,
+                stream,
+                start,
+                end,
+            } => write!(f, "{} stream {stream} @ {start}..{end}", d(*up)),
+            MsgId::App(id) => write!(f, "app id {id}"),
+        }
+    }
+}
+
+/// One capture's sighting of a copy.
+#[derive(Clone, Copy, Debug)]
+pub struct Sighting {
+    /// Capture.
+    pub capture: CaptureId,
+    /// Direction at that capture.
+    pub dir: Dir,
+    /// First time (capture clock).
+    pub first_ns: u64,
+    /// When the last missing fragment was first seen (capture clock).
+    pub complete_ns: u64,
+    /// Fragments seen (bit per frg).
+    pub frags: u64,
+    /// Times seen (retransmissions + 1 for the first fragment).
+    pub count: u32,
+    /// Hash of (src, dst) to pair captures.
+    pub tuple: u64,
+}
+
+/// One path's copy.
+#[derive(Clone, Debug)]
+pub struct CopyState {
+    /// Path.
+    pub path: PathIdx,
+    /// Sightings per capture (usually one or two).
+    pub sightings: Vec<Sighting>,
+    /// First acknowledgment (engine clock, ack_delay removed).
+    pub ack_ns: Option<u64>,
+}
+
+/// A message not yet closed.
+#[derive(Clone, Debug)]
+pub struct OpenMessage {
+    /// Flow.
+    pub flow: FlowRef,
+    /// Key within the flow.
+    pub key: u64,
+    /// Name.
+    pub id: MsgId,
+    /// First sighting (engine clock).
+    pub first_ns: u64,
+    /// Payload bytes (each fragment once).
+    pub bytes: u64,
+    /// Fragments the message has (max frg + 1).
+    pub nfrag: u8,
+    /// Fragments seen on any path.
+    pub frag_union: u64,
+    /// Copies.
+    pub copies: Vec<CopyState>,
+}
+
+/// One sighting to add.
+#[derive(Clone, Copy, Debug)]
+pub struct SightArgs {
+    /// Flow.
+    pub flow: FlowRef,
+    /// Key.
+    pub key: u64,
+    /// Name.
+    pub id: MsgId,
+    /// Path.
+    pub path: PathIdx,
+    /// Capture.
+    pub capture: CaptureId,
+    /// Direction at the capture.
+    pub dir: Dir,
+    /// Capture-clock time.
+    pub raw_ns: u64,
+    /// Engine-clock time.
+    pub ts_ns: u64,
+    /// Fragment countdown (0 for single-fragment messages).
+    pub frg: u8,
+    /// Payload bytes of this fragment.
+    pub bytes: u64,
+    /// Hash of (src, dst).
+    pub tuple: u64,
+    /// Client → server, when known.
+    pub up: Option<bool>,
+}
+
+/// What a sighting was.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SightResult {
+    /// It started a new message.
+    pub new_message: bool,
+    /// This capture had already seen this fragment: a retransmission (or duplicate).
+    pub repeat: bool,
+    /// The message was already closed (late copy or retransmission after close).
+    pub late: bool,
+    /// First sighting of this copy at a second capture: the other capture and its first time.
+    pub other_end: Option<(CaptureId, u64, Dir)>,
+    /// Another capture saw the same copy with the same addresses (pairing evidence).
+    pub same_tuple_elsewhere: Option<(CaptureId, u64)>,
+}
+
+/// A resolved copy.
+#[derive(Clone, Copy, Debug)]
+pub struct ResolvedCopy {
+    /// Path.
+    pub path: PathIdx,
+    /// Send time (engine clock).
+    pub sent: Option<u64>,
+    /// Arrival time (engine clock) or acknowledgment time.
+    pub arrived: Option<u64>,
+    /// Whether `arrived` is an acknowledgment.
+    pub by_ack: bool,
+    /// Transmissions seen.
+    pub transmissions: u32,
+}
+
+impl ResolvedCopy {
+    /// arrived − sent in µs (exact, truncated).
+    pub fn latency_us(&self) -> Option<u64> {
+        Some(self.arrived?.checked_sub(self.sent?)? / 1000)
+    }
+}
+
+fn shifted(raw: u64, off: i64) -> u64 {
+    (raw as i128 + off as i128).clamp(0, u64::MAX as i128) as u64
+}
+
+impl OpenMessage {
+    fn frags_full(&self) -> u64 {
+        if self.nfrag >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.nfrag) - 1
+        }
+    }
+
+    /// Whether every path in `mask` has a finished copy (both ends seen where the path is
+    /// captured at both ends; acknowledged where only the sender is captured).
+    pub fn complete(&self, mask: u64, caps: &CaptureTable) -> bool {
+        let full = self.frags_full();
+        let mut seen = 0u64;
+        for c in &self.copies {
+            let done_frags = |s: &Sighting| s.frags & full == full;
+            let ok = match c.sightings.as_slice() {
+                [] => false,
+                [s] => {
+                    done_frags(s)
+                        && caps.paired(s.capture).is_none()
+                        && (s.dir != Dir::Out || c.ack_ns.is_some())
+                }
+                many => many.iter().filter(|s| done_frags(s)).count() >= 2,
+            };
+            if ok && c.path < 64 {
+                seen |= 1 << c.path;
+            }
+        }
+        mask != 0 && seen & mask == mask
+    }
+
+    /// Resolves copies: send = first outgoing sighting, arrival = first complete incoming one
+    /// (clock offsets applied); with two sightings of unknown direction the earlier is the send.
+    pub fn resolve(&self, caps: &CaptureTable) -> Vec<ResolvedCopy> {
+        let full = self.frags_full();
+        self.copies
+            .iter()
+            .map(|c| {
+                let mut sent: Option<u64> = None;
+                let mut arrived: Option<u64> = None;
+                let mut unknown: Vec<(u64, u64, bool)> = Vec::new();
+                let mut transmissions = 0u32;
+                for s in &c.sightings {
+                    let off = caps.offset(s.capture);
+                    let first = shifted(s.first_ns, off);
+                    let done = shifted(s.complete_ns, off);
+                    let complete = s.frags & full == full;
+                    match s.dir {
+                        Dir::Out => {
+                            sent = Some(sent.map_or(first, |x| x.min(first)));
+                            transmissions = transmissions.max(s.count);
+                        }
+                        Dir::In => {
+                            if complete {
+                                arrived = Some(arrived.map_or(done, |x| x.min(done)));
+                            }
+                        }
+                        Dir::Unknown => unknown.push((first, done, complete)),
+                    }
+                }
+                if !unknown.is_empty() {
+                    unknown.sort_by_key(|u| u.0);
+                    if unknown.len() >= 2 || (sent.is_none() && arrived.is_some()) {
+                        if sent.is_none() {
+                            sent = Some(unknown[0].0);
+                        }
+                        if arrived.is_none() {
+                            if let Some(u) = unknown.iter().skip(1).find(|u| u.2) {
+                                arrived = Some(u.1);
+                            }
+                        }
+                    } else if sent.is_none() && arrived.is_none() {
+                        sent = Some(unknown[0].0);
+                    }
+                }
+                if transmissions == 0 {
+                    transmissions = c.sightings.iter().map(|s| s.count).max().unwrap_or(1);
+                }
+                let mut by_ack = false;
+                if arrived.is_none() {
+                    if let (Some(a), Some(_)) = (c.ack_ns, sent) {
+                        arrived = Some(a);
+                        by_ack = true;
+                    }
+                }
+                ResolvedCopy {
+                    path: c.path,
+                    sent,
+                    arrived,
+                    by_ack,
+                    transmissions,
+                }
+            })
+            .collect()
+    }
+
+    /// The latency kind its copies give.
+    pub fn kind(copies: &[ResolvedCopy]) -> LatencyKind {
+        if copies.iter().any(|c| c.by_ack)
+            && !copies.iter().any(|c| !c.by_ack && c.latency_us().is_some())
+        {
+            LatencyKind::AckRtt
+        } else {
+            LatencyKind::OneWay
+        }
+    }
+}
+
+/// All open messages.
+#[derive(Debug, Default)]
+pub struct MessageStore {
+    open: HashMap<(u64, u64), OpenMessage>,
+    expiry: VecDeque<(u64, u64, u64)>,
+    closed: HashSet<(u64, u64)>,
+    closed_order: VecDeque<(u64, u64)>,
+    max_open: usize,
+    timeout_ns: u64,
+    /// Messages closed early to stay within bounds.
+    pub evicted: u64,
+    /// Sightings of already closed messages.
+    pub late: u64,
+}
+
+impl MessageStore {
+    /// Empty store.
+    pub fn new(max_open: usize, timeout_ns: u64) -> Self {
+        Self {
+            max_open: max_open.max(1),
+            timeout_ns,
+            ..Self::default()
+        }
+    }
+
+    /// Adds a sighting.
+    pub fn sight(&mut self, a: &SightArgs) -> SightResult {
+        let k = (a.flow.uid, a.key);
+        let mut r = SightResult::default();
+        if self.closed.contains(&k) {
+            self.late += 1;
+            r.late = true;
+            return r;
+        }
+        let msg = self.open.entry(k).or_insert_with(|| {
+            r.new_message = true;
+            OpenMessage {
+                flow: a.flow,
+                key: a.key,
+                id: a.id,
+                first_ns: a.ts_ns,
+                bytes: 0,
+                nfrag: 1,
+                frag_union: 0,
+                copies: Vec::with_capacity(2),
+            }
+        });
+        if r.new_message {
+            self.expiry
+                .push_back((a.ts_ns.saturating_add(self.timeout_ns), k.0, k.1));
+        }
+        msg.first_ns = msg.first_ns.min(a.ts_ns);
+        let frg = a.frg.min(63);
+        msg.nfrag = msg.nfrag.max(frg + 1);
+        let bit = 1u64 << frg;
+        if msg.frag_union & bit == 0 {
+            msg.frag_union |= bit;
+            msg.bytes += a.bytes;
+        }
+        let ci = match msg.copies.iter().position(|c| c.path == a.path) {
+            Some(i) => i,
+            None => {
+                msg.copies.push(CopyState {
+                    path: a.path,
+                    sightings: Vec::with_capacity(2),
+                    ack_ns: None,
+                });
+                msg.copies.len() - 1
+            }
+        };
+        // Pairing evidence: the same copy with the same addresses at another capture (any path).
+        for c in &msg.copies {
+            for s in &c.sightings {
+                if s.capture != a.capture && s.tuple == a.tuple {
+                    r.same_tuple_elsewhere = Some((s.capture, s.first_ns));
+                }
+            }
+        }
+        let copy = &mut msg.copies[ci];
+        match copy.sightings.iter_mut().find(|s| s.capture == a.capture) {
+            Some(s) => {
+                if s.frags & bit != 0 {
+                    r.repeat = true;
+                    s.count += 1;
+                } else {
+                    s.frags |= bit;
+                    s.complete_ns = a.raw_ns;
+                }
+            }
+            None => {
+                if let Some(o) = copy.sightings.first() {
+                    r.other_end = Some((o.capture, o.first_ns, o.dir));
+                }
+                copy.sightings.push(Sighting {
+                    capture: a.capture,
+                    dir: a.dir,
+                    first_ns: a.raw_ns,
+                    complete_ns: a.raw_ns,
+                    frags: bit,
+                    count: 1,
+                    tuple: a.tuple,
+                });
+            }
+        }
+        r
+    }
+
+    /// Sets the acknowledgment time of a copy (first one wins).
+    pub fn ack(&mut self, flow_uid: u64, key: u64, path: PathIdx, ack_ns: u64) -> bool {
+        let Some(m) = self.open.get_mut(&(flow_uid, key)) else {
+            return false;
+        };
+        match m.copies.iter_mut().find(|c| c.path == path) {
+            Some(c) => {
+                c.ack_ns = Some(c.ack_ns.map_or(ack_ns, |x| x.min(ack_ns)));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The open message.
+    pub fn get(&self, flow_uid: u64, key: u64) -> Option<&OpenMessage> {
+        self.open.get(&(flow_uid, key))
+    }
+
+    /// Removes a message to close it.
+    pub fn take(&mut self, flow_uid: u64, key: u64) -> Option<OpenMessage> {
+        let m = self.open.remove(&(flow_uid, key))?;
+        self.remember_closed((flow_uid, key));
+        Some(m)
+    }
+
+    fn remember_closed(&mut self, k: (u64, u64)) {
+        if self.closed.insert(k) {
+            self.closed_order.push_back(k);
+        }
+        while self.closed_order.len() > self.max_open {
+            if let Some(old) = self.closed_order.pop_front() {
+                self.closed.remove(&old);
+            }
+        }
+    }
+
+    /// Next message whose timeout passed at `now`, or the oldest one while over the bound
+    /// (the flag says which).
+    pub fn pop_due(&mut self, now: u64) -> Option<(OpenMessage, bool)> {
+        while let Some(&(deadline, uid, key)) = self.expiry.front() {
+            let over = self.open.len() > self.max_open;
+            if deadline > now && !over {
+                return None;
+            }
+            self.expiry.pop_front();
+            if let Some(m) = self.take(uid, key) {
+                if over && deadline > now {
+                    self.evicted += 1;
+                    return Some((m, true));
+                }
+                return Some((m, false));
+            }
+        }
+        None
+    }
+
+    /// Every open message, for the end of the run.
+    pub fn drain_all(&mut self) -> Vec<OpenMessage> {
+        self.expiry.clear();
+        let mut v: Vec<OpenMessage> = self.open.drain().map(|(_, m)| m).collect();
+        v.sort_by_key(|m| m.first_ns);
+        v
+    }
+
+    /// Folds copies on path `alias` into `target` in every open message.
+    pub fn merge_paths(&mut self, alias: PathIdx, target: PathIdx) {
+        for m in self.open.values_mut() {
+            if let Some(ai) = m.copies.iter().position(|c| c.path == alias) {
+                let a = m.copies.remove(ai);
+                match m.copies.iter_mut().find(|c| c.path == target) {
+                    Some(t) => {
+                        t.sightings.extend(a.sightings);
+                        t.ack_ns = match (t.ack_ns, a.ack_ns) {
+                            (Some(x), Some(y)) => Some(x.min(y)),
+                            (x, y) => x.or(y),
+                        };
+                    }
+                    None => m.copies.push(CopyState { path: target, ..a }),
+                }
+            }
+        }
+    }
+
+    /// Open messages.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Whether none are open.
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+}

@@ -1,0 +1,147 @@
+//! Path outages: a path with no sign of life (nothing arrived over it) for longer than the
+//! threshold while the other paths still deliver, or while it keeps sending, is in outage until
+//! something arrives over it again. Records are emitted once the messages of the outage had
+//! time to close (end + message timeout), so `carried_by_others` is complete.
+
+use std::collections::VecDeque;
+
+use crate::paths::PathIdx;
+use crate::record::OutageRecord;
+
+/// Most recent outages of a path looked at when attributing a message.
+const LOOKBACK: usize = 8;
+
+#[derive(Clone, Debug)]
+struct OutageState {
+    path: PathIdx,
+    rec: OutageRecord,
+    emitted: bool,
+}
+
+/// Bounded outage history.
+#[derive(Debug, Default)]
+pub struct OutageBook {
+    history: VecDeque<OutageState>,
+    next_id: u64,
+    max: usize,
+    /// Outages ever opened.
+    pub total: u64,
+    /// Outages dropped from history.
+    pub evicted: u64,
+}
+
+impl OutageBook {
+    /// Keeps `max` outages.
+    pub fn new(max: usize) -> Self {
+        Self {
+            max: max.max(1),
+            ..Self::default()
+        }
+    }
+
+    /// Opens an outage on `path` that started at `start_ns`.
+    pub fn open(&mut self, path: PathIdx, label: &str, start_ns: u64, evidence: String) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.total += 1;
+        self.history.push_back(OutageState {
+            path,
+            rec: OutageRecord {
+                id,
+                path: label.to_owned(),
+                start_ns,
+                end_ns: None,
+                duration_ns: 0,
+                evidence,
+                carried_by_others: 0,
+                lost: 0,
+            },
+            emitted: false,
+        });
+        while self.history.len() > self.max {
+            self.history.pop_front();
+            self.evicted += 1;
+        }
+        id
+    }
+
+    /// Closes outage `id` at `end_ns`.
+    pub fn close(&mut self, id: u64, end_ns: u64) {
+        if let Some(o) = self.history.iter_mut().rev().find(|o| o.rec.id == id) {
+            o.rec.end_ns = Some(end_ns);
+            o.rec.duration_ns = end_ns.saturating_sub(o.rec.start_ns);
+        }
+    }
+
+    /// The outage of `path` covering time `t`, if any.
+    pub fn covering(&mut self, path: PathIdx, t: u64) -> Option<&mut OutageRecord> {
+        self.history
+            .iter_mut()
+            .rev()
+            .filter(|o| o.path == path)
+            .take(LOOKBACK)
+            .find(|o| o.rec.start_ns <= t && o.rec.end_ns.is_none_or(|e| t <= e))
+            .map(|o| &mut o.rec)
+    }
+
+    /// Whether any path was in outage at `t`.
+    pub fn any_covering(&self, t: u64) -> bool {
+        self.history
+            .iter()
+            .rev()
+            .take(LOOKBACK * 4)
+            .any(|o| o.rec.start_ns <= t && o.rec.end_ns.is_none_or(|e| t <= e))
+    }
+
+    /// Closed outages whose end is older than `now − settle_ns`, not yet emitted.
+    pub fn due(&mut self, now: u64, settle_ns: u64) -> Vec<OutageRecord> {
+        let mut v = Vec::new();
+        for o in self.history.iter_mut() {
+            if let Some(e) = o.rec.end_ns {
+                if !o.emitted && e.saturating_add(settle_ns) <= now {
+                    o.emitted = true;
+                    v.push(o.rec.clone());
+                }
+            }
+        }
+        v
+    }
+
+    /// Everything not yet emitted, closing open outages at `end_ns`.
+    pub fn finish(&mut self, end_ns: u64) -> Vec<OutageRecord> {
+        let mut v = Vec::new();
+        for o in self.history.iter_mut() {
+            if o.rec.end_ns.is_none() {
+                o.rec.duration_ns = end_ns.saturating_sub(o.rec.start_ns);
+            }
+            if !o.emitted {
+                o.emitted = true;
+                v.push(o.rec.clone());
+            }
+        }
+        v
+    }
+
+    /// Newest first, open ones with their duration so far.
+    pub fn newest_first(&self, now: u64) -> Vec<OutageRecord> {
+        self.history
+            .iter()
+            .rev()
+            .map(|o| {
+                let mut r = o.rec.clone();
+                if r.end_ns.is_none() {
+                    r.duration_ns = now.saturating_sub(r.start_ns);
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// Outages overlapping `[from, to]`.
+    pub fn overlapping(&self, from: u64, to: u64) -> u64 {
+        self.history
+            .iter()
+            .filter(|o| o.rec.start_ns <= to && o.rec.end_ns.is_none_or(|e| e >= from))
+            .count() as u64
+    }
+}

@@ -1,0 +1,175 @@
+//! Paths (e.g. `eth0`, `eth1`): labels interned to small indices, per-path counters, latency and
+//! liveness. Captures at the two ends of one path may carry different labels; once paired, the
+//! second label becomes an alias of the first and its counters are folded in.
+
+use std::collections::HashMap;
+
+use crate::latency::{WindowedHist, PATH_SIGFIG};
+use crate::snapshot::LatencyKind;
+
+/// Index of a path in the table.
+pub type PathIdx = usize;
+
+/// Most distinct path labels (a flow's paths are a 64-bit mask).
+pub const MAX_PATHS: usize = 64;
+
+/// One path's state.
+#[derive(Clone, Debug)]
+pub struct PathState {
+    /// Label.
+    pub label: String,
+    /// Set when this label was merged into another path.
+    pub alias_of: Option<PathIdx>,
+    /// Packets seen (sending end only when both ends are captured).
+    pub packets: u64,
+    /// Wire bytes, same rule.
+    pub bytes: u64,
+    /// Packets in the current window.
+    pub win_packets: u64,
+    /// Bytes in the current window.
+    pub win_bytes: u64,
+    /// Rate over the last closed window.
+    pub packets_per_s: f64,
+    /// Rate over the last closed window.
+    pub bytes_per_s: f64,
+    /// Data transmissions (first sends and retransmissions).
+    pub data_sends: u64,
+    /// Retransmissions among them.
+    pub retransmissions: u64,
+    /// Closed messages of flows using this path.
+    pub expected: u64,
+    /// Of those, messages this path did not deliver.
+    pub missing: u64,
+    /// Latency of this path's copies.
+    pub latency: WindowedHist,
+    /// Samples that were one-way / ack-based.
+    pub one_way_samples: u64,
+    /// Ack-based samples.
+    pub ack_samples: u64,
+    /// Last sign of life: something arrived over this path (engine clock).
+    pub last_alive_ns: Option<u64>,
+    /// Last time something was sent on this path.
+    pub last_sent_ns: Option<u64>,
+    /// Open outage id.
+    pub outage: Option<u64>,
+}
+
+impl PathState {
+    fn new(label: &str, max_latency_us: u64, history: usize) -> Self {
+        Self {
+            label: label.to_owned(),
+            alias_of: None,
+            packets: 0,
+            bytes: 0,
+            win_packets: 0,
+            win_bytes: 0,
+            packets_per_s: 0.0,
+            bytes_per_s: 0.0,
+            data_sends: 0,
+            retransmissions: 0,
+            expected: 0,
+            missing: 0,
+            latency: WindowedHist::new(max_latency_us, PATH_SIGFIG, history),
+            one_way_samples: 0,
+            ack_samples: 0,
+            last_alive_ns: None,
+            last_sent_ns: None,
+            outage: None,
+        }
+    }
+
+    /// Which latency kind dominates this path's samples.
+    pub fn latency_kind(&self) -> LatencyKind {
+        if self.ack_samples > self.one_way_samples {
+            LatencyKind::AckRtt
+        } else {
+            LatencyKind::OneWay
+        }
+    }
+}
+
+/// All paths.
+#[derive(Clone, Debug, Default)]
+pub struct PathTable {
+    /// By index.
+    pub paths: Vec<PathState>,
+    by_label: HashMap<String, PathIdx>,
+    max_latency_us: u64,
+    history: usize,
+    /// Observations refused because there were already [`MAX_PATHS`] labels.
+    pub refused: u64,
+}
+
+impl PathTable {
+    /// Empty table.
+    pub fn new(max_latency_us: u64, history: usize) -> Self {
+        Self {
+            max_latency_us,
+            history,
+            ..Self::default()
+        }
+    }
+
+    /// The canonical index for `label`, creating it; `None` when the table is full.
+    pub fn intern(&mut self, label: &str) -> Option<PathIdx> {
+        let idx = match self.by_label.get(label) {
+            Some(i) => *i,
+            None => {
+                if self.paths.len() >= MAX_PATHS {
+                    self.refused += 1;
+                    return None;
+                }
+                let i = self.paths.len();
+                self.paths
+                    .push(PathState::new(label, self.max_latency_us, self.history));
+                self.by_label.insert(label.to_owned(), i);
+                i
+            }
+        };
+        Some(self.canonical(idx))
+    }
+
+    /// Follows aliases to the path a label now means.
+    pub fn canonical(&self, mut idx: PathIdx) -> PathIdx {
+        for _ in 0..MAX_PATHS {
+            match self.paths.get(idx).and_then(|p| p.alias_of) {
+                Some(next) => idx = next,
+                None => break,
+            }
+        }
+        idx
+    }
+
+    /// Label of a path.
+    pub fn label(&self, idx: PathIdx) -> &str {
+        self.paths.get(idx).map(|p| p.label.as_str()).unwrap_or("?")
+    }
+
+    /// Mutable access.
+    pub fn get_mut(&mut self, idx: PathIdx) -> Option<&mut PathState> {
+        self.paths.get_mut(idx)
+    }
+
+    /// Makes `alias` mean `target` from now on and folds its counters into `target`.
+    pub fn merge(&mut self, alias: PathIdx, target: PathIdx) {
+        if alias == target || alias >= self.paths.len() || target >= self.paths.len() {
+            return;
+        }
+        let a = self.paths[alias].clone();
+        let t = &mut self.paths[target];
+        t.packets += a.packets;
+        t.bytes += a.bytes;
+        t.win_packets += a.win_packets;
+        t.win_bytes += a.win_bytes;
+        t.data_sends += a.data_sends;
+        t.retransmissions += a.retransmissions;
+        t.last_alive_ns = t.last_alive_ns.max(a.last_alive_ns);
+        t.last_sent_ns = t.last_sent_ns.max(a.last_sent_ns);
+        self.paths[alias].alias_of = Some(target);
+    }
+
+    /// Indices of paths that are not aliases.
+    pub fn live(&self) -> impl Iterator<Item = PathIdx> + '_ {
+        (0..self.paths.len()).filter(|i| self.paths[*i].alias_of.is_none())
+    }
+}

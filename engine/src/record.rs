@@ -1,0 +1,256 @@
+//! Output records for JSON Lines: `message`, `window`, `outage`, `hol_incident`, `summary`.
+//! Serialize a record's body with serde and write it with [`Record::kind`] and [`Record::ts_ns`]
+//! as the line's `type` and `ts`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::snapshot::{
+    AmplificationView, CaptureHealth, LatencyKind, LatencyView, PathView, Percentiles,
+    RedundancyView,
+};
+
+/// One copy of a message on one path.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CopyRecord {
+    /// Path label.
+    pub path: String,
+    /// First send seen (reference clock), if the sending end was observed.
+    pub sent: Option<u64>,
+    /// First arrival seen at the far end, or first acknowledgment when one end is observed.
+    pub arrived: Option<u64>,
+    /// arrived − sent (µs), exact (not quantized).
+    pub latency_us: Option<u64>,
+    /// Times this copy was (re)sent on this path.
+    pub transmissions: u32,
+}
+
+/// One message and its copies.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MessageRecord {
+    /// Message id within its flow (e.g. `sn 17`, `stream 0 @ 1200..1800`, payload hash).
+    pub id: String,
+    /// Flow name.
+    pub flow: String,
+    /// First sighting (reference clock).
+    pub first_seen_ns: u64,
+    /// Payload bytes (once).
+    pub bytes: u64,
+    /// Copies, one per path that carried it; paths that did not carry it are absent.
+    pub copies: Vec<CopyRecord>,
+    /// Path whose copy arrived first.
+    pub winner: Option<String>,
+    /// First arrival − first send (µs).
+    pub latency_us: Option<u64>,
+    /// What latency measures.
+    pub latency_kind: LatencyKind,
+    /// Closed because memory was full rather than complete or timed out.
+    pub evicted: bool,
+}
+
+/// Figures for one sliding window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WindowRecord {
+    /// Window start.
+    pub start_ns: u64,
+    /// Window end (the record's ts).
+    pub end_ns: u64,
+    /// Per path label: latency of copies closed in the window.
+    pub per_path: Vec<(String, Percentiles)>,
+    /// Combined latency of messages closed in the window.
+    pub combined: Percentiles,
+    /// Messages closed in the window.
+    pub messages: u64,
+    /// Of those, carried on every path.
+    pub on_all_paths: u64,
+    /// on_all_paths / messages.
+    pub duplication: f64,
+    /// Per path label: first-arrival win rate in the window.
+    pub win_rates: Vec<(String, f64)>,
+    /// Wire bytes / unique payload bytes in the window (all flows).
+    pub amplification: f64,
+}
+
+/// A path outage.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutageRecord {
+    /// Sequential id.
+    pub id: u64,
+    /// Path label.
+    pub path: String,
+    /// Last sign of life before the silence.
+    pub start_ns: u64,
+    /// First sign of life after it (None while open).
+    pub end_ns: Option<u64>,
+    /// end − start (or so far), ns.
+    pub duration_ns: u64,
+    /// How it was detected ("no arrivals at the far end", "no ACKs while sending", …).
+    pub evidence: String,
+    /// Messages only other paths carried meanwhile.
+    pub carried_by_others: u64,
+    /// Messages lost on every path meanwhile.
+    pub lost: u64,
+}
+
+/// Protocol of a HOL incident.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HolProtocol {
+    /// TCP (kernel events, packets where captured).
+    #[default]
+    Tcp,
+    /// KCP (sn gap at the receiver).
+    Kcp,
+    /// QUIC (gap on one stream).
+    Quic,
+}
+
+/// How the loss was recovered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recovery {
+    /// Fast retransmit (duplicate ACKs / SACK / KCP fast resend).
+    Fast,
+    /// Retransmission timeout, with backoff.
+    Timeout,
+    /// Filled by a copy on another path.
+    OtherPath,
+    /// Not known (yet).
+    #[default]
+    Unknown,
+}
+
+/// One piece of evidence on an incident's timeline.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// When.
+    pub ts_ns: u64,
+    /// Path.
+    pub path: String,
+    /// What was seen, e.g. "retransmit seq 1000 (rto, backoff 2)", "sn 41 arrived".
+    pub what: String,
+}
+
+/// A head-of-line blocking incident.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HolIncident {
+    /// Sequential id.
+    pub id: u64,
+    /// Protocol.
+    pub protocol: HolProtocol,
+    /// Flow (socket, conv, connection).
+    pub flow: String,
+    /// Stream, for QUIC.
+    pub stream: Option<u64>,
+    /// What was missing: "seq 1000", "sn 41", "offset 1200".
+    pub missing: String,
+    /// Gap opened.
+    pub start_ns: u64,
+    /// Gap filled (None while open).
+    pub end_ns: Option<u64>,
+    /// Stall duration so far (ns).
+    pub stall_ns: u64,
+    /// How it was recovered.
+    pub recovery: Recovery,
+    /// Highest RTO backoff level seen (TCP).
+    pub backoff: u8,
+    /// Retransmissions involved: fast.
+    pub fast_retransmits: u32,
+    /// Retransmissions involved: timeout.
+    pub timeout_retransmits: u32,
+    /// Bytes held behind the gap (0 when unknown).
+    pub bytes_held: u64,
+    /// Messages held behind the gap (0 when unknown).
+    pub messages_held: u64,
+    /// Other streams of the same connection that kept delivering during the gap (QUIC).
+    pub streams_not_held: Vec<u64>,
+    /// Timeline, oldest first (bounded).
+    pub evidence: Vec<Evidence>,
+}
+
+/// Whole-run figures per flow for the headline table.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowSummary {
+    /// Flow name.
+    pub flow: String,
+    /// Protocol.
+    pub protocol: String,
+    /// Matching mode.
+    pub mode: Option<crate::config::MatchMode>,
+    /// Combined latency.
+    pub latency: Percentiles,
+    /// Duplication (0..1).
+    pub duplication: f64,
+    /// Messages.
+    pub messages: u64,
+    /// Amplification ratio.
+    pub amplification: f64,
+    /// Outages seen while this flow was active.
+    pub outages: u64,
+    /// HOL incidents of this flow.
+    pub hol_incidents: u64,
+}
+
+/// Whole-run figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// First observation.
+    pub start_ns: u64,
+    /// Finish time.
+    pub end_ns: u64,
+    /// Per flow, for the headline table.
+    pub flows: Vec<FlowSummary>,
+    /// Per path.
+    pub paths: Vec<PathView>,
+    /// Redundancy per flow.
+    pub redundancy: Vec<RedundancyView>,
+    /// Latency per path and combined, prediction vs observed.
+    pub latency: LatencyView,
+    /// Amplification per flow.
+    pub amplification: Vec<AmplificationView>,
+    /// All outages (bounded history; see totals).
+    pub outages: Vec<OutageRecord>,
+    /// All HOL incidents (bounded history; see totals).
+    pub hol_incidents: Vec<HolIncident>,
+    /// Outages ever opened.
+    pub outages_total: u64,
+    /// HOL incidents ever opened.
+    pub incidents_total: u64,
+    /// Health counters and inferences.
+    pub health: CaptureHealth,
+}
+
+/// One output record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Record {
+    /// A closed message.
+    Message(MessageRecord),
+    /// A closed window.
+    Window(WindowRecord),
+    /// An outage that ended (or was open at finish).
+    Outage(OutageRecord),
+    /// A HOL incident that ended (or was open at finish).
+    HolIncident(HolIncident),
+}
+
+impl Record {
+    /// JSON Lines `type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Message(_) => "message",
+            Record::Window(_) => "window",
+            Record::Outage(_) => "outage",
+            Record::HolIncident(_) => "hol_incident",
+        }
+    }
+
+    /// JSON Lines `ts`: when the record's subject ended.
+    pub fn ts_ns(&self) -> u64 {
+        match self {
+            Record::Message(m) => m.first_seen_ns,
+            Record::Window(w) => w.end_ns,
+            Record::Outage(o) => o.end_ns.unwrap_or(o.start_ns.saturating_add(o.duration_ns)),
+            Record::HolIncident(h) => h.end_ns.unwrap_or(h.start_ns.saturating_add(h.stall_ns)),
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! The engine's state as a plain value for the UI (one per frame) and the summary: paths,
+//! redundancy, latency, amplification, capture health, flows, incidents, outages, events.
+//! Every list is bounded; times are Unix epoch ns, durations/latencies µs unless named `_ns`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::MatchMode;
+use crate::input::{CaptureId, CongState, Host};
+use crate::record::{HolIncident, OutageRecord};
+
+/// Latency percentiles of one distribution (µs, hdrhistogram-quantized, see `latency`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Samples.
+    pub count: u64,
+    /// Smallest sample.
+    pub min_us: u64,
+    /// Median.
+    pub p50_us: u64,
+    /// 90th percentile.
+    pub p90_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// Largest sample.
+    pub max_us: u64,
+    /// Mean.
+    pub mean_us: f64,
+}
+
+/// What kind of latency a figure is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatencyKind {
+    /// Arrival at the far end − send (both ends observed).
+    #[default]
+    OneWay,
+    /// Send → first acknowledgment (one end observed; ack_delay removed for QUIC).
+    AckRtt,
+}
+
+/// One point of a recent series (one window).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    /// Window end.
+    pub ts_ns: u64,
+    /// Median in that window (µs), 0 without samples.
+    pub p50_us: u64,
+    /// 99th percentile in that window (µs), 0 without samples.
+    pub p99_us: u64,
+    /// Samples in that window.
+    pub count: u64,
+}
+
+/// One path (e.g. `eth0`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathView {
+    /// Path label.
+    pub label: String,
+    /// False while the path is in outage.
+    pub up: bool,
+    /// How long the current outage has lasted (ns), when down.
+    pub outage_for_ns: Option<u64>,
+    /// Last time anything proved the path delivers.
+    pub last_alive_ns: u64,
+    /// Packets per second over the last window.
+    pub packets_per_s: f64,
+    /// Wire bytes per second over the last window.
+    pub bytes_per_s: f64,
+    /// Packets seen so far.
+    pub packets: u64,
+    /// Wire bytes seen so far.
+    pub bytes: u64,
+    /// Share of closed messages this path should have carried but did not (0..1).
+    pub loss_rate: f64,
+    /// Share of data sends that were retransmissions (0..1).
+    pub retransmission_rate: f64,
+    /// Latency of this path's copies over the whole run.
+    pub latency: Percentiles,
+    /// What the latency measures.
+    pub latency_kind: LatencyKind,
+    /// Recent windows, oldest first.
+    pub recent: Vec<SeriesPoint>,
+}
+
+/// One path's share of a flow's messages.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathShare {
+    /// Path label.
+    pub path: String,
+    /// Messages this path carried.
+    pub carried: u64,
+    /// Messages only this path carried.
+    pub only: u64,
+    /// Messages whose first arrival was on this path.
+    pub wins: u64,
+    /// wins / messages with a winner.
+    pub win_rate: f64,
+}
+
+/// Redundancy of one flow: is every message really duplicated?
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RedundancyView {
+    /// Flow name.
+    pub flow: String,
+    /// Matching mode in use.
+    pub mode: Option<MatchMode>,
+    /// Whether the mode was forced by configuration.
+    pub mode_forced: bool,
+    /// Closed messages.
+    pub messages: u64,
+    /// Messages carried on every path of the flow (at least two).
+    pub on_all_paths: u64,
+    /// on_all_paths / messages (0..1).
+    pub duplication: f64,
+    /// Per path.
+    pub paths: Vec<PathShare>,
+    /// Time between the first and the last copy of a message (µs).
+    pub copy_spacing: Percentiles,
+    /// One sentence, e.g. "redundancy confirmed: 99.8% of 3000 messages on both paths".
+    pub verdict: String,
+}
+
+/// Independent-paths prediction vs the observed combined tail at one threshold.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TailPoint {
+    /// Threshold t (µs).
+    pub t_us: u64,
+    /// Π over paths of P(path > t).
+    pub predicted: f64,
+    /// Observed P(combined > t).
+    pub observed: f64,
+}
+
+/// Latency per path and for the redundant combination (min over paths).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyView {
+    /// What the figures measure.
+    pub kind: LatencyKind,
+    /// Per path label.
+    pub per_path: Vec<(String, Percentiles)>,
+    /// Per message: first arrival − first send.
+    pub combined: Percentiles,
+    /// Combined latency of messages during an outage of some path.
+    pub during_outage: Percentiles,
+    /// Combined latency of messages outside outages.
+    pub outside_outage: Percentiles,
+    /// Recent combined windows, oldest first.
+    pub combined_recent: Vec<SeriesPoint>,
+    /// Prediction vs observation at a few thresholds.
+    pub tail: Vec<TailPoint>,
+    /// Words: "paths look independent" / "paths fail together (shared cause)" / …
+    pub verdict: String,
+}
+
+/// Bandwidth cost of one flow.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AmplificationView {
+    /// Flow name.
+    pub flow: String,
+    /// Protocol (`kcp`, `quic`, `udp`, `tcp`).
+    pub protocol: String,
+    /// All wire bytes: copies, retransmissions, ACKs, FEC parity.
+    pub wire_bytes: u64,
+    /// Unique payload bytes delivered (each message once).
+    pub unique_payload_bytes: u64,
+    /// wire / unique (0 when nothing delivered).
+    pub ratio: f64,
+    /// Of the wire bytes: retransmissions.
+    pub retransmit_bytes: u64,
+    /// Of the wire bytes: ACK-only packets.
+    pub ack_bytes: u64,
+    /// Of the wire bytes: FEC parity and other overhead.
+    pub overhead_bytes: u64,
+}
+
+/// Capture health: what the engine could not use or had to drop.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaptureHealth {
+    /// Observations handled.
+    pub observations: u64,
+    /// Observations older than the engine's time by more than the message timeout.
+    pub out_of_order: u64,
+    /// Flows evicted to stay under `max_flows`.
+    pub evicted_flows: u64,
+    /// Messages closed early to stay under `max_open_messages`.
+    pub evicted_messages: u64,
+    /// Unacknowledged packets forgotten to stay under `max_unacked_per_flow`.
+    pub evicted_unacked: u64,
+    /// Incidents/outages dropped from history (still counted in the totals).
+    pub evicted_incidents: u64,
+    /// Records dropped because nobody drained them.
+    pub dropped_records: u64,
+    /// Latency samples clamped to `max_latency_us`.
+    pub clamped_latencies: u64,
+    /// Captures known, with what was inferred about them.
+    pub captures: Vec<CaptureView>,
+    /// Sentences describing inferences (pairing, sender end, clock offset).
+    pub inferences: Vec<String>,
+}
+
+/// One capture point and what the engine inferred about it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaptureView {
+    /// Capture id.
+    pub capture: CaptureId,
+    /// Name.
+    pub name: String,
+    /// Path label it belongs to (after pairing).
+    pub path: String,
+    /// Host (stated or inferred).
+    pub host: Host,
+    /// Capture at the other end of the same path, if paired.
+    pub paired_with: Option<CaptureId>,
+    /// Clock offset applied (ns).
+    pub clock_offset_ns: i64,
+    /// Whether the offset was estimated (true) or given/zero (false).
+    pub clock_offset_estimated: bool,
+    /// Packets seen.
+    pub packets: u64,
+}
+
+/// A KCP conversation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KcpConvView {
+    /// Conversation id.
+    pub conv: u32,
+    /// Paths it was seen on.
+    pub paths: Vec<String>,
+    /// Data segments seen (copies and retransmissions included).
+    pub segments: u64,
+    /// Retransmitted segments (same sn again on the same path).
+    pub retransmissions: u64,
+    /// Highest sn seen.
+    pub max_sn: u32,
+    /// Latest una seen.
+    pub una: u32,
+    /// Latest window advertised.
+    pub wnd: u16,
+    /// Segments sent but not yet acknowledged.
+    pub unacked: u64,
+}
+
+/// A QUIC connection.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QuicConnView {
+    /// Connection label.
+    pub conn: String,
+    /// Paths it was seen on.
+    pub paths: Vec<String>,
+    /// Packets seen.
+    pub packets: u64,
+    /// Streams seen.
+    pub streams: u64,
+    /// Stream bytes re-sent (ranges seen again on the same path).
+    pub retransmitted_bytes: u64,
+    /// Packets sent but not yet acknowledged.
+    pub unacked: u64,
+}
+
+/// A TCP socket as the kernel reports it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpSocketView {
+    /// "local → remote".
+    pub socket: String,
+    /// Path.
+    pub path: String,
+    /// Congestion window (segments).
+    pub cwnd: u32,
+    /// Slow-start threshold.
+    pub ssthresh: u32,
+    /// Smoothed RTT (µs).
+    pub srtt_us: u32,
+    /// RTO (µs).
+    pub rto_us: u32,
+    /// Backoff level.
+    pub backoff: u8,
+    /// Retransmissions.
+    pub retransmits: u32,
+    /// Congestion state.
+    pub cong_state: CongState,
+    /// Connection state name.
+    pub state: String,
+    /// Last event time.
+    pub last_event_ns: u64,
+}
+
+/// A plain datagram flow (matched by payload hash).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DatagramFlowView {
+    /// Flow name.
+    pub flow: String,
+    /// Paths it was seen on.
+    pub paths: Vec<String>,
+    /// Datagrams seen.
+    pub datagrams: u64,
+}
+
+/// Flows by protocol.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowsView {
+    /// KCP conversations.
+    pub kcp: Vec<KcpConvView>,
+    /// QUIC connections.
+    pub quic: Vec<QuicConnView>,
+    /// TCP sockets.
+    pub tcp: Vec<TcpSocketView>,
+    /// Datagram flows.
+    pub datagram: Vec<DatagramFlowView>,
+}
+
+/// Severity of an event line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Informational.
+    #[default]
+    Info,
+    /// Worth a look.
+    Warn,
+    /// An outage or incident.
+    Alert,
+}
+
+/// One line of the recent-events list.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EventLine {
+    /// When.
+    pub ts_ns: u64,
+    /// How bad.
+    pub severity: Severity,
+    /// What happened, in words.
+    pub text: String,
+}
+
+/// The whole state for one UI frame.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Engine time (newest observation), Unix epoch ns.
+    pub ts_ns: u64,
+    /// Time of the first observation.
+    pub started_ns: u64,
+    /// Paths, by label.
+    pub paths: Vec<PathView>,
+    /// Redundancy per flow.
+    pub redundancy: Vec<RedundancyView>,
+    /// Latency per path and combined.
+    pub latency: LatencyView,
+    /// Amplification per flow.
+    pub amplification: Vec<AmplificationView>,
+    /// Capture health and inferences.
+    pub health: CaptureHealth,
+    /// Flows by protocol.
+    pub flows: FlowsView,
+    /// HOL incidents, newest first (open ones included, `end_ns` = None).
+    pub incidents: Vec<HolIncident>,
+    /// Outages, newest first (the current one included, `end_ns` = None).
+    pub outages: Vec<OutageRecord>,
+    /// Recent events, newest first.
+    pub events: Vec<EventLine>,
+    /// Totals: outages ever opened.
+    pub outages_total: u64,
+    /// Totals: HOL incidents ever opened.
+    pub incidents_total: u64,
+}

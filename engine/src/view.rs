@@ -1,0 +1,388 @@
+//! Building the snapshot and the summary from engine state, including redundancy verdicts and
+//! the independent-paths prediction.
+
+use crate::engine::{ratio, Engine};
+use crate::flow::{Flow, Proto};
+use crate::paths::PathIdx;
+use crate::record::{FlowSummary, Record, Summary};
+use crate::snapshot::{
+    AmplificationView, CaptureHealth, DatagramFlowView, FlowsView, KcpConvView, LatencyKind,
+    LatencyView, PathShare, PathView, Percentiles, QuicConnView, RedundancyView, Snapshot,
+    TailPoint, TcpSocketView,
+};
+
+/// Flows listed per protocol in a snapshot (most recently active first).
+const MAX_FLOWS_SHOWN: usize = 256;
+/// Incidents listed in a snapshot.
+const MAX_INCIDENTS_SHOWN: usize = 64;
+/// Slow messages needed beyond a threshold before judging the prediction.
+const MIN_TAIL_SAMPLES: f64 = 5.0;
+
+impl Engine {
+    /// The current state for the UI.
+    pub fn snapshot(&self) -> Snapshot {
+        let now = self.now;
+        Snapshot {
+            ts_ns: now,
+            started_ns: self.started.unwrap_or(0),
+            paths: self.path_views(now),
+            redundancy: self
+                .recent_flows()
+                .iter()
+                .filter_map(|f| self.redundancy(f))
+                .collect(),
+            latency: self.latency_view(),
+            amplification: self
+                .recent_flows()
+                .iter()
+                .map(|f| self.amplification(f))
+                .collect(),
+            health: self.health(),
+            flows: self.flows_view(),
+            incidents: self.incidents.newest_first(now, MAX_INCIDENTS_SHOWN),
+            outages: self.outages.newest_first(now),
+            events: self.events.iter().cloned().collect(),
+            outages_total: self.outages.total,
+            incidents_total: self.incidents.total,
+        }
+    }
+
+    /// Ends the run at `ts_ns`: closes every open message, outage and incident (their records
+    /// become available from `drain_records`) and returns the whole-run figures.
+    pub fn finish(&mut self, ts_ns: u64) -> Summary {
+        self.advance(ts_ns);
+        for m in self.msgs.drain_all() {
+            self.close_message(m, false);
+        }
+        let end = self.now;
+        for id in self.incidents.open_ids() {
+            if let Some(inc) = self.incidents.close(id, end) {
+                let mut inc = inc;
+                inc.end_ns = None;
+                self.push_record(Record::HolIncident(inc));
+            }
+        }
+        for o in self.outages.finish(end) {
+            self.push_record(Record::Outage(o));
+        }
+        let flows: Vec<&Flow> = {
+            let mut v: Vec<&Flow> = self.flows.iter().collect();
+            v.sort_by(|a, b| b.messages.cmp(&a.messages).then(a.uid.cmp(&b.uid)));
+            v
+        };
+        let flow_summaries = flows
+            .iter()
+            .map(|f| FlowSummary {
+                flow: f.key.name(),
+                protocol: f.key.protocol().to_owned(),
+                mode: f.mode,
+                latency: f
+                    .latency
+                    .as_ref()
+                    .map(|h| h.percentiles())
+                    .unwrap_or_default(),
+                duplication: ratio(f.on_all, f.messages),
+                messages: f.messages,
+                amplification: f.amp.ratio(),
+                outages: self.outages.overlapping(f.first_ns, f.last_ns),
+                hol_incidents: f.incidents,
+            })
+            .collect();
+        Summary {
+            start_ns: self.started.unwrap_or(0),
+            end_ns: end,
+            flows: flow_summaries,
+            paths: self.path_views(end),
+            redundancy: flows.iter().filter_map(|f| self.redundancy(f)).collect(),
+            latency: self.latency_view(),
+            amplification: flows.iter().map(|f| self.amplification(f)).collect(),
+            outages: self.outages.newest_first(end).into_iter().rev().collect(),
+            hol_incidents: {
+                let mut v = self.incidents.newest_first(end, usize::MAX);
+                v.reverse();
+                v
+            },
+            outages_total: self.outages.total,
+            incidents_total: self.incidents.total,
+            health: self.health(),
+        }
+    }
+
+    fn recent_flows(&self) -> Vec<&Flow> {
+        let mut v: Vec<&Flow> = self.flows.iter().collect();
+        v.sort_by(|a, b| b.last_ns.cmp(&a.last_ns).then(a.uid.cmp(&b.uid)));
+        v.truncate(MAX_FLOWS_SHOWN);
+        v
+    }
+
+    fn path_views(&self, now: u64) -> Vec<PathView> {
+        self.paths
+            .live()
+            .filter_map(|i| self.paths.paths.get(i))
+            .map(|p| PathView {
+                label: p.label.clone(),
+                up: p.outage.is_none(),
+                outage_for_ns: p.outage.and(p.last_alive_ns).map(|a| now.saturating_sub(a)),
+                last_alive_ns: p.last_alive_ns.unwrap_or(0),
+                packets_per_s: p.packets_per_s,
+                bytes_per_s: p.bytes_per_s,
+                packets: p.packets,
+                bytes: p.bytes,
+                loss_rate: ratio(p.missing, p.expected),
+                retransmission_rate: ratio(p.retransmissions, p.data_sends),
+                latency: p.latency.total.percentiles(),
+                latency_kind: p.latency_kind(),
+                recent: p.latency.series.iter().cloned().collect(),
+            })
+            .collect()
+    }
+
+    fn redundancy(&self, f: &Flow) -> Option<RedundancyView> {
+        if f.messages == 0 {
+            return None;
+        }
+        let with_winner: u64 = f.per_path.iter().map(|c| c.wins).sum();
+        let mut paths: Vec<PathShare> = f
+            .per_path
+            .iter()
+            .map(|c| PathShare {
+                path: self.paths.label(c.path).to_owned(),
+                carried: c.carried,
+                only: c.only,
+                wins: c.wins,
+                win_rate: ratio(c.wins, with_winner),
+            })
+            .collect();
+        paths.sort_by(|a, b| a.path.cmp(&b.path));
+        let dup = ratio(f.on_all, f.messages);
+        let n = f.path_count();
+        let verdict = verdict(f.messages, dup, n, &paths);
+        Some(RedundancyView {
+            flow: f.key.name(),
+            mode: f.mode,
+            mode_forced: f.forced,
+            messages: f.messages,
+            on_all_paths: f.on_all,
+            duplication: dup,
+            paths,
+            copy_spacing: f
+                .spacing
+                .as_ref()
+                .map(|h| h.percentiles())
+                .unwrap_or_default(),
+            verdict,
+        })
+    }
+
+    fn amplification(&self, f: &Flow) -> AmplificationView {
+        AmplificationView {
+            flow: f.key.name(),
+            protocol: f.key.protocol().to_owned(),
+            wire_bytes: f.amp.wire,
+            unique_payload_bytes: f.amp.unique,
+            ratio: f.amp.ratio(),
+            retransmit_bytes: f.amp.retransmit,
+            ack_bytes: f.amp.ack,
+            overhead_bytes: f.amp.overhead,
+        }
+    }
+
+    fn latency_view(&self) -> LatencyView {
+        let kind = if self.ack_messages > self.one_way_messages {
+            LatencyKind::AckRtt
+        } else {
+            LatencyKind::OneWay
+        };
+        let live: Vec<PathIdx> = self.paths.live().collect();
+        let per_path: Vec<(String, Percentiles)> = live
+            .iter()
+            .filter_map(|i| self.paths.paths.get(*i))
+            .map(|p| (p.label.clone(), p.latency.total.percentiles()))
+            .collect();
+        let (tail, verdict) = self.prediction(&live);
+        LatencyView {
+            kind,
+            per_path,
+            combined: self.combined.total.percentiles(),
+            during_outage: self.during_outage.percentiles(),
+            outside_outage: self.outside_outage.percentiles(),
+            combined_recent: self.combined.series.iter().cloned().collect(),
+            tail,
+            verdict,
+        }
+    }
+
+    /// Independent-paths prediction P(min > t) = Π P(path > t) (a copy that never arrived counts
+    /// as slower than any t) vs the observed combined tail.
+    fn prediction(&self, live: &[PathIdx]) -> (Vec<TailPoint>, String) {
+        let used: Vec<&crate::paths::PathState> = live
+            .iter()
+            .filter_map(|i| self.paths.paths.get(*i))
+            .filter(|p| p.latency.total.count() > 0)
+            .collect();
+        if used.len() < 2 {
+            return (
+                Vec::new(),
+                "one path with latency samples: no independent-paths prediction".to_owned(),
+            );
+        }
+        let comb = &self.combined.total;
+        let comb_n = comb.count() + self.lost_all;
+        if comb_n == 0 {
+            return (Vec::new(), "no messages yet".to_owned());
+        }
+        let mut ts: Vec<u64> = [0.9, 0.99, 0.999]
+            .iter()
+            .map(|q| {
+                used.iter()
+                    .map(|p| p.latency.total.quantile(*q))
+                    .min()
+                    .unwrap_or(0)
+            })
+            .collect();
+        ts.dedup();
+        let mut points = Vec::new();
+        let mut verdict = None;
+        for t in ts {
+            let predicted: f64 = used
+                .iter()
+                .map(|p| {
+                    let n = p.latency.total.count() + p.missing;
+                    ratio(p.latency.total.count_above(t) + p.missing, n)
+                })
+                .product();
+            let slow = comb.count_above(t) + self.lost_all;
+            let observed = ratio(slow, comb_n);
+            points.push(TailPoint {
+                t_us: t,
+                predicted,
+                observed,
+            });
+            if (slow as f64) >= MIN_TAIL_SAMPLES {
+                let shared = predicted <= 0.0 || observed / predicted > self.cfg.shared_cause_ratio;
+                verdict = Some(if shared {
+                    format!(
+                        "paths fail together (shared cause): {:.3}% of messages took longer than {:.1} ms on every path, {} the {:.4}% expected if the paths were independent",
+                        observed * 100.0,
+                        t as f64 / 1000.0,
+                        if predicted > 0.0 { format!("{:.0}×", observed / predicted) } else { "far above".to_owned() },
+                        predicted * 100.0
+                    )
+                } else {
+                    format!(
+                        "paths look independent: {:.3}% of messages slower than {:.1} ms on every path vs {:.4}% predicted",
+                        observed * 100.0,
+                        t as f64 / 1000.0,
+                        predicted * 100.0
+                    )
+                });
+            }
+        }
+        (
+            points,
+            verdict.unwrap_or_else(|| {
+                "too few slow messages yet to compare the combined tail with the independent-paths prediction".to_owned()
+            }),
+        )
+    }
+
+    fn health(&self) -> CaptureHealth {
+        CaptureHealth {
+            observations: self.observations,
+            out_of_order: self.out_of_order,
+            evicted_flows: self.flows.evicted,
+            evicted_messages: self.msgs.evicted + self.orphan_messages,
+            evicted_unacked: self.evicted_unacked,
+            evicted_incidents: self.incidents.evicted + self.outages.evicted,
+            dropped_records: self.dropped_records,
+            clamped_latencies: self.clamped,
+            captures: self
+                .caps
+                .views(|i| self.paths.label(self.paths.canonical(i)).to_owned()),
+            inferences: self.caps.inferences.clone(),
+        }
+    }
+
+    fn flows_view(&self) -> FlowsView {
+        let mut v = FlowsView::default();
+        let labels = |f: &Flow| -> Vec<String> {
+            (0..64usize)
+                .filter(|i| f.paths_mask & (1 << i) != 0)
+                .map(|i| self.paths.label(i).to_owned())
+                .collect()
+        };
+        for f in self.recent_flows() {
+            match (&f.proto, &f.key) {
+                (Proto::Kcp(s), crate::flow::FlowKey::Kcp { conv }) => v.kcp.push(KcpConvView {
+                    conv: *conv,
+                    paths: labels(f),
+                    segments: s.segments,
+                    retransmissions: s.retransmissions,
+                    max_sn: s.max_sn,
+                    una: s.una,
+                    wnd: s.wnd,
+                    unacked: s.unacked.len() as u64,
+                }),
+                (Proto::Quic(s), _) => v.quic.push(QuicConnView {
+                    conn: f.key.name(),
+                    paths: labels(f),
+                    packets: s.packets,
+                    streams: s.ranges.len().max(s.rx.len()) as u64,
+                    retransmitted_bytes: s.retransmitted_bytes,
+                    unacked: s.unacked.len() as u64,
+                }),
+                (Proto::Tcp(s), _) => v.tcp.push(TcpSocketView {
+                    socket: f.key.name(),
+                    path: s.path.clone(),
+                    cwnd: s.cwnd,
+                    ssthresh: s.ssthresh,
+                    srtt_us: s.srtt_us,
+                    rto_us: s.rto_us,
+                    backoff: s.backoff,
+                    retransmits: s.retransmits,
+                    cong_state: s.cong_state,
+                    state: s.state.clone(),
+                    last_event_ns: s.last_event_ns,
+                }),
+                (Proto::Datagram { datagrams }, _) => v.datagram.push(DatagramFlowView {
+                    flow: f.key.name(),
+                    paths: labels(f),
+                    datagrams: *datagrams,
+                }),
+                _ => {}
+            }
+        }
+        v
+    }
+}
+
+/// The redundancy sentence.
+fn verdict(messages: u64, dup: f64, npaths: u32, paths: &[PathShare]) -> String {
+    let pct = dup * 100.0;
+    let where_ = if npaths == 2 {
+        "both paths".to_owned()
+    } else {
+        format!("all {npaths} paths")
+    };
+    if npaths < 2 {
+        let p = paths.first().map_or("one path", |p| p.path.as_str());
+        return format!("single path ({p}): no redundancy, {messages} messages");
+    }
+    let only: Vec<String> = paths
+        .iter()
+        .filter(|p| p.only > 0)
+        .map(|p| format!("{} only on {}", p.only, p.path))
+        .collect();
+    let tail = if only.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", only.join(", "))
+    };
+    if dup >= 0.99 {
+        format!("redundancy confirmed: {pct:.1}% of {messages} messages on {where_}{tail}")
+    } else if dup >= 0.5 {
+        format!("partial redundancy: {pct:.1}% of {messages} messages on {where_}{tail}")
+    } else {
+        format!("not redundant: only {pct:.1}% of {messages} messages on {where_}{tail}")
+    }
+}

@@ -1,0 +1,68 @@
+//! Helpers for synthetic traces with exactly known ground truth.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use tboxscope_engine::latency::LatencyHist;
+use tboxscope_engine::{CaptureId, Host, Observation, PacketMeta};
+
+pub const T0: u64 = 1_796_000_000_000_000_000;
+
+pub fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("valid address literal")
+}
+
+pub fn meta(
+    ts: u64,
+    path: &str,
+    capture: CaptureId,
+    src: SocketAddr,
+    dst: SocketAddr,
+    wire: u32,
+) -> PacketMeta {
+    PacketMeta {
+        ts_ns: ts,
+        path: path.to_owned(),
+        capture,
+        src,
+        dst,
+        wire_len: wire,
+    }
+}
+
+pub fn capture(
+    capture: CaptureId,
+    name: &str,
+    path: &str,
+    host: Host,
+    offset: Option<i64>,
+) -> Observation {
+    Observation::Capture(tboxscope_engine::CapturePoint {
+        ts_ns: T0,
+        capture,
+        name: name.to_owned(),
+        path: path.to_owned(),
+        host,
+        local_addrs: Vec::new(),
+        clock_offset_ns: offset,
+        pair_with: None,
+    })
+}
+
+/// The percentile the engine must report for exact samples: hdrhistogram's rank rule
+/// (sample of rank ceil(q·n), at least 1) and its bucket upper edge (3 significant digits).
+pub fn expected_quantile(sorted_us: &[u64], q: f64) -> u64 {
+    let n = sorted_us.len() as u64;
+    let mut rank = (q * n as f64).ceil() as u64;
+    if rank == 0 {
+        rank = 1;
+    }
+    let v = sorted_us[(rank - 1) as usize];
+    LatencyHist::new(60_000_000, 3).quantized(v)
+}
+
+/// Sorts observations by timestamp (stable), as a capture merger would deliver them.
+pub fn sorted(mut v: Vec<Observation>) -> Vec<Observation> {
+    v.sort_by_key(|o| o.ts_ns());
+    v
+}

@@ -1,0 +1,229 @@
+//! Mode 1 (identical datagram on both paths), both ends captured, known losses and one
+//! 5-second outage on eth1: counts, latencies, percentiles, win rates, the outage and its
+//! messages must match the ground truth exactly (percentiles up to hdrhistogram quantization).
+
+mod common;
+
+use common::*;
+use tboxscope_engine::{Config, Datagram, Engine, Host, Observation, Record};
+
+const N: u64 = 3000;
+const GAP: u64 = 20_000_000; // 50 messages per second
+const GW_CLOCK_ERROR: i64 = 3_700_000; // gateway clock runs 3.7 ms ahead (given as an offset)
+
+struct Truth {
+    send: [u64; 2],
+    arrive: [Option<u64>; 2],
+}
+
+fn lat(path: usize, i: u64) -> u64 {
+    match path {
+        0 => 30_000_000 + (i * 7919 % 5000) * 1000,
+        _ => 25_000_000 + (i * 104_729 % 20_000) * 1000,
+    }
+}
+
+fn lost(path: usize, i: u64) -> bool {
+    match path {
+        0 => i % 100 == 7,
+        _ => i % 150 == 11 || (1000..1250).contains(&i),
+    }
+}
+
+fn build() -> (Vec<Observation>, Vec<Truth>) {
+    let tbox = [addr("10.0.0.2:40000"), addr("10.1.0.2:40001")];
+    let gw = addr("192.0.2.1:9000");
+    let labels = ["eth0", "eth1"];
+    let mut obs = vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "t-eth1", "eth1", Host::Tbox, None),
+        capture(2, "gw-g0", "eth0", Host::Gateway, Some(-GW_CLOCK_ERROR)),
+        capture(3, "gw-g1", "eth1", Host::Gateway, Some(-GW_CLOCK_ERROR)),
+    ];
+    let mut truth = Vec::new();
+    for i in 0..N {
+        let base = T0 + 1_000_000_000 + i * GAP;
+        let mut t = Truth {
+            send: [0; 2],
+            arrive: [None; 2],
+        };
+        for p in 0..2 {
+            let send = base + p as u64 * 100_000;
+            t.send[p] = send;
+            let d = |ts: u64, cap: u16| {
+                Observation::Datagram(Datagram {
+                    meta: meta(ts, labels[p], cap, tbox[p], gw, 628),
+                    payload_hash: 0xabc0_0000 + i,
+                    payload_len: 600,
+                    app_msg_id: None,
+                })
+            };
+            obs.push(d(send, p as u16));
+            if !lost(p, i) {
+                let arrive = send + lat(p, i);
+                t.arrive[p] = Some(arrive);
+                obs.push(d((arrive as i64 + GW_CLOCK_ERROR) as u64, 2 + p as u16));
+            }
+        }
+        truth.push(t);
+    }
+    (sorted(obs), truth)
+}
+
+#[test]
+fn datagram_two_ends_match_ground_truth() {
+    let (obs, truth) = build();
+    let mut e = Engine::new(Config::default());
+    let end = obs.last().unwrap().ts_ns();
+    for o in obs {
+        e.handle(o);
+    }
+    let summary = e.finish(end + 10_000_000_000);
+    let records: Vec<Record> = e.drain_records().collect();
+
+    // Ground truth.
+    let both = truth
+        .iter()
+        .filter(|t| t.arrive[0].is_some() && t.arrive[1].is_some())
+        .count() as u64;
+    let only0 = truth
+        .iter()
+        .filter(|t| t.arrive[0].is_some() && t.arrive[1].is_none())
+        .count() as u64;
+    let only1 = truth
+        .iter()
+        .filter(|t| t.arrive[0].is_none() && t.arrive[1].is_some())
+        .count() as u64;
+    let wins0 = truth
+        .iter()
+        .filter(|t| match (t.arrive[0], t.arrive[1]) {
+            (Some(a), Some(b)) => a <= b, // a tie goes to the copy seen first (eth0)
+            (Some(_), None) => true,
+            _ => false,
+        })
+        .count() as u64;
+    let mut combined: Vec<u64> = truth
+        .iter()
+        .filter_map(|t| {
+            let first = t.arrive.iter().flatten().min()?;
+            Some((first - t.send[0]) / 1000)
+        })
+        .collect();
+    combined.sort_unstable();
+    let mut per_path: Vec<Vec<u64>> = (0..2)
+        .map(|p| {
+            let mut v: Vec<u64> = truth
+                .iter()
+                .filter_map(|t| t.arrive[p].map(|a| (a - t.send[p]) / 1000))
+                .collect();
+            v.sort_unstable();
+            v
+        })
+        .collect();
+
+    let red = &summary.redundancy[0];
+    assert_eq!(red.messages, N);
+    assert_eq!(red.on_all_paths, both);
+    let share = |l: &str| red.paths.iter().find(|p| p.path == l).unwrap().clone();
+    assert_eq!(share("eth0").only, only0);
+    assert_eq!(share("eth1").only, only1);
+    assert_eq!(share("eth0").wins, wins0);
+    let delivered_any = truth
+        .iter()
+        .filter(|t| t.arrive.iter().any(Option::is_some))
+        .count() as u64;
+    assert_eq!(share("eth1").wins, delivered_any - wins0);
+    assert!(
+        red.verdict.starts_with("partial redundancy")
+            || red.verdict.starts_with("redundancy confirmed"),
+        "{}",
+        red.verdict
+    );
+
+    let c = &summary.latency.combined;
+    assert_eq!(c.count, combined.len() as u64);
+    assert_eq!(c.min_us, combined[0]);
+    assert_eq!(c.max_us, *combined.last().unwrap());
+    for (q, got) in [
+        (0.5, c.p50_us),
+        (0.9, c.p90_us),
+        (0.99, c.p99_us),
+        (0.999, c.p999_us),
+    ] {
+        assert_eq!(got, expected_quantile(&combined, q), "combined q{q}");
+    }
+    for (p, label) in ["eth0", "eth1"].iter().enumerate() {
+        let (_, got) = summary
+            .latency
+            .per_path
+            .iter()
+            .find(|(l, _)| l == label)
+            .unwrap();
+        let v = &mut per_path[p];
+        assert_eq!(got.count, v.len() as u64, "{label}");
+        assert_eq!(got.p99_us, expected_quantile(v, 0.99), "{label} p99");
+        assert_eq!(got.p50_us, expected_quantile(v, 0.5), "{label} p50");
+        assert_eq!(got.max_us, *v.last().unwrap());
+    }
+
+    // One outage on eth1: from the last arrival before the silence to the first after it.
+    assert_eq!(summary.outages_total, 1, "{:?}", summary.outages);
+    let o = &summary.outages[0];
+    assert_eq!(o.path, "eth1");
+    let start = truth[999].arrive[1].unwrap();
+    let end_ns = truth[1250].arrive[1].unwrap();
+    assert_eq!(o.start_ns, start);
+    assert_eq!(o.end_ns, Some(end_ns));
+    assert_eq!(o.duration_ns, end_ns - start);
+    let in_window = |t: &Truth| t.send[0] >= start && t.send[0] <= end_ns && t.arrive[1].is_none();
+    let others = truth
+        .iter()
+        .filter(|t| in_window(t) && t.arrive[0].is_some())
+        .count() as u64;
+    let lost_both = truth
+        .iter()
+        .filter(|t| in_window(t) && t.arrive[0].is_none())
+        .count() as u64;
+    assert_eq!(o.carried_by_others, others);
+    assert_eq!(o.lost, lost_both);
+
+    // Records: one message record per message, exact per-copy latency.
+    let msgs: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Message(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(msgs.len() as u64, N);
+    let m = msgs
+        .iter()
+        .find(|m| m.id == format!("hash {:016x}", 0xabc0_0000u64 + 5))
+        .unwrap();
+    let eth0 = m.copies.iter().find(|c| c.path == "eth0").unwrap();
+    assert_eq!(eth0.sent, Some(truth[5].send[0]));
+    assert_eq!(eth0.arrived, truth[5].arrive[0]);
+    assert_eq!(eth0.latency_us, Some(lat(0, 5) / 1000));
+    assert!(records.iter().any(|r| matches!(r, Record::Outage(_))));
+    assert!(
+        records
+            .iter()
+            .filter(|r| matches!(r, Record::Window(_)))
+            .count()
+            >= 60
+    );
+
+    // Amplification: every copy's wire bytes / unique payload delivered.
+    let amp = &summary.amplification[0];
+    let sent_copies = 2 * N;
+    assert_eq!(amp.wire_bytes, sent_copies * 628);
+    let delivered = truth
+        .iter()
+        .filter(|t| t.arrive.iter().any(Option::is_some))
+        .count() as u64;
+    assert_eq!(amp.unique_payload_bytes, delivered * 600);
+
+    let text = tboxscope_engine::report::render(&summary);
+    assert!(text.contains("udp :9000"), "{text}");
+    println!("{text}");
+}

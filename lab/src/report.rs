@@ -1,0 +1,290 @@
+//! The comparison table of `lab run`, computed from the peers' ground truth.
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::names::PathId;
+use crate::peers::truth::TransportTruth;
+use crate::peers::Transport;
+use crate::probe::percentile;
+use crate::run::{RunReport, TimelineEvent};
+
+/// IP bytes on the wire of one transport (nftables counters at the sending interface, so lost
+/// packets count too).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct WireBytes {
+    /// T-Box → gateway, per path (A, B).
+    pub up: [u64; 2],
+    /// Gateway → T-Box, per path (A, B).
+    pub down: [u64; 2],
+}
+
+impl WireBytes {
+    /// Adds the counters of one path.
+    pub fn add(&mut self, p: PathId, up: u64, down: u64) {
+        let i = usize::from(p == PathId::B);
+        self.up[i] = self.up[i].saturating_add(up);
+        self.down[i] = self.down[i].saturating_add(down);
+    }
+
+    /// Both directions, both paths.
+    pub fn total(&self) -> u64 {
+        self.up
+            .iter()
+            .chain(self.down.iter())
+            .fold(0u64, |a, b| a.saturating_add(*b))
+    }
+}
+
+/// What a transport did during an outage.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutageReport {
+    /// The path that was down.
+    pub path: PathId,
+    /// Seconds after the first message.
+    pub start_s: f64,
+    /// Seconds after the first message.
+    pub end_s: f64,
+    /// Messages generated while the path was down.
+    pub sent: u64,
+    /// Of those, delivered at all.
+    pub delivered: u64,
+    /// Largest latency among them, ms.
+    pub max_latency_ms: f64,
+    /// Median latency among them, ms.
+    pub p50_latency_ms: f64,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct TransportReport {
+    /// Transport name.
+    pub transport: &'static str,
+    /// Paths every message was sent on.
+    pub paths: Vec<PathId>,
+    /// Messages generated.
+    pub sent: u64,
+    /// Messages delivered (at least one copy).
+    pub delivered: u64,
+    /// Messages never delivered.
+    pub lost: u64,
+    /// Per-message latency (generation → first copy), ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// 99.9th percentile, ms.
+    pub p999_ms: f64,
+    /// Largest, ms.
+    pub max_ms: f64,
+    /// Delivered messages of which a second copy also arrived, percent.
+    pub duplication_pct: f64,
+    /// First copies that came over path B, percent.
+    pub first_on_b_pct: f64,
+    /// Wire bytes (both directions, all paths) per payload byte generated.
+    pub amplification: f64,
+    /// Wire bytes.
+    pub wire: WireBytes,
+    /// Longest time without any delivery, ms (a stall).
+    pub longest_stall_ms: f64,
+    /// Per outage, when the scenario has one.
+    pub outages: Vec<OutageReport>,
+    /// Received byte strings that were not lab messages.
+    pub rejected: u64,
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Computes one row from the ground truth.
+pub fn analyse(
+    t: Transport,
+    rec: &TransportTruth,
+    wire: &WireBytes,
+    size: usize,
+    timeline: &[TimelineEvent],
+    start_mono: u64,
+) -> TransportReport {
+    let sent = rec.sent_mono_ns.len() as u64;
+    let mut lat = Vec::new();
+    let mut arrivals = Vec::new();
+    let (mut dup, mut on_b) = (0u64, 0u64);
+    for (id, a) in &rec.arrivals {
+        let Some(&s) = usize::try_from(*id)
+            .ok()
+            .and_then(|i| rec.sent_mono_ns.get(i))
+        else {
+            continue;
+        };
+        lat.push(a.first_mono_ns.saturating_sub(s));
+        arrivals.push(a.first_mono_ns);
+        if a.copies[0].saturating_add(a.copies[1]) >= 2 {
+            dup += 1;
+        }
+        if a.first_path == Some(PathId::B) {
+            on_b += 1;
+        }
+    }
+    let delivered = lat.len() as u64;
+    lat.sort_unstable();
+    arrivals.sort_unstable();
+    let mut stall = arrivals
+        .first()
+        .map(|f| f.saturating_sub(start_mono))
+        .unwrap_or(0);
+    for w in arrivals.windows(2) {
+        stall = stall.max(w[1].saturating_sub(w[0]));
+    }
+    let pct = |n: u64| {
+        if delivered == 0 {
+            0.0
+        } else {
+            n as f64 * 100.0 / delivered as f64
+        }
+    };
+    let mut outages = Vec::new();
+    for start in timeline.iter().filter(|e| e.kind == "outage_start") {
+        let end = timeline
+            .iter()
+            .find(|e| e.kind == "outage_end" && e.path == start.path && e.mono_ns >= start.mono_ns)
+            .map(|e| (e.mono_ns, e.at_s))
+            .unwrap_or((u64::MAX, f64::INFINITY));
+        let mut in_lat = Vec::new();
+        let mut in_sent = 0;
+        for (id, &s) in rec.sent_mono_ns.iter().enumerate() {
+            if s >= start.mono_ns && s < end.0 {
+                in_sent += 1;
+                if let Some(a) = rec.arrivals.get(&(id as u64)) {
+                    in_lat.push(a.first_mono_ns.saturating_sub(s));
+                }
+            }
+        }
+        in_lat.sort_unstable();
+        outages.push(OutageReport {
+            path: start.path,
+            start_s: start.at_s,
+            end_s: end.1,
+            sent: in_sent,
+            delivered: in_lat.len() as u64,
+            max_latency_ms: ms(in_lat.last().copied().unwrap_or(0)),
+            p50_latency_ms: ms(percentile(&in_lat, 0.5)),
+        });
+    }
+    let payload = (sent as f64) * size as f64;
+    TransportReport {
+        transport: t.name(),
+        paths: t.paths().to_vec(),
+        sent,
+        delivered,
+        lost: sent.saturating_sub(delivered),
+        p50_ms: ms(percentile(&lat, 0.5)),
+        p99_ms: ms(percentile(&lat, 0.99)),
+        p999_ms: ms(percentile(&lat, 0.999)),
+        max_ms: ms(lat.last().copied().unwrap_or(0)),
+        duplication_pct: pct(dup),
+        first_on_b_pct: pct(on_b),
+        amplification: if payload > 0.0 {
+            wire.total() as f64 / payload
+        } else {
+            0.0
+        },
+        wire: *wire,
+        longest_stall_ms: ms(stall),
+        outages,
+        rejected: rec.rejected,
+    }
+}
+
+impl fmt::Display for RunReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.scenario;
+        writeln!(
+            f,
+            "scenario {} ({}): {:.0} s, {} msg/s × {} B, delay by {:?}",
+            s.name,
+            s.description,
+            self.duration_s,
+            self.profile.rate_hz,
+            self.profile.size,
+            self.backend
+        )?;
+        for p in PathId::BOTH {
+            let sp = s.path(p);
+            writeln!(
+                f,
+                "  path {:<13} {}±{} ms one-way, {}% loss{}",
+                p.label(),
+                sp.delay_ms,
+                sp.jitter_ms,
+                sp.loss_pct,
+                sp.rate_kbit
+                    .map(|r| format!(", {r} kbit/s"))
+                    .unwrap_or_default()
+            )?;
+        }
+        for e in &self.timeline {
+            writeln!(f, "  {} path {:?} at {:.3} s", e.kind, e.path, e.at_s)?;
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "{:<15} {:>5} {:>6} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7} {:>9}",
+            "transport",
+            "paths",
+            "sent",
+            "lost",
+            "P50 ms",
+            "P99 ms",
+            "P999 ms",
+            "max ms",
+            "dup %",
+            "B 1st%",
+            "amplif",
+            "stall ms"
+        )?;
+        for r in &self.transports {
+            let paths: String = r
+                .paths
+                .iter()
+                .map(|p| p.letter().to_ascii_uppercase())
+                .collect::<Vec<_>>()
+                .join("+");
+            writeln!(
+                f,
+                "{:<15} {:>5} {:>6} {:>5} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.1} {:>6.1} {:>6.2}x {:>9.0}",
+                r.transport,
+                paths,
+                r.sent,
+                r.lost,
+                r.p50_ms,
+                r.p99_ms,
+                r.p999_ms,
+                r.max_ms,
+                r.duplication_pct,
+                r.first_on_b_pct,
+                r.amplification,
+                r.longest_stall_ms
+            )?;
+        }
+        if !self.timeline.is_empty() {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "during the outage (messages generated while the path was down):"
+            )?;
+            for r in &self.transports {
+                for o in &r.outages {
+                    writeln!(
+                        f,
+                        "  {:<15} path {:?} down {:.1}–{:.1} s: {} sent, {} delivered, P50 {:.0} ms, max {:.0} ms",
+                        r.transport, o.path, o.start_s, o.end_s, o.sent, o.delivered, o.p50_latency_ms, o.max_latency_ms
+                    )?;
+                }
+            }
+        }
+        for (what, e) in &self.errors {
+            writeln!(f, "error: {what}: {e}")?;
+        }
+        Ok(())
+    }
+}

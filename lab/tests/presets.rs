@@ -1,0 +1,54 @@
+#![allow(clippy::unwrap_used)]
+//! Each of S1–S3 briefly with every transport: everything is delivered, the redundant
+//! transports duplicate every message, and teardown leaves nothing behind. Needs root.
+use std::time::Duration;
+
+use tboxscope_lab::names::existing_namespaces;
+use tboxscope_lab::run::{run, NoObserver, RunOptions};
+use tboxscope_lab::{LabNames, Scenario};
+
+#[test]
+fn s1_s2_s3_deliver_everything_and_redundant_transports_duplicate() {
+    for preset in ["S1", "S2", "S3"] {
+        let names = LabNames::for_test(&preset.to_lowercase()).unwrap();
+        let mut opts = RunOptions::new(names.clone());
+        opts.duration = Duration::from_secs(5);
+        opts.drain = Duration::from_secs(4);
+        let r = run(&Scenario::preset(preset).unwrap(), &opts, &mut NoObserver).unwrap();
+        eprintln!("{r}");
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        for t in &r.transports {
+            assert_eq!(t.sent, 250, "{preset} {}", t.transport);
+            assert_eq!(t.lost, 0, "{preset} {}: {t:?}", t.transport);
+            assert_eq!(t.rejected, 0, "{preset} {}", t.transport);
+            // Reliable transports deliver each message once to the application.
+            if t.paths.len() == 1 {
+                assert_eq!(t.duplication_pct, 0.0, "{preset} {}", t.transport);
+                assert!(
+                    t.amplification > 1.0,
+                    "{preset} {}: {}",
+                    t.transport,
+                    t.amplification
+                );
+            } else {
+                assert!(t.duplication_pct >= 99.0, "{preset} {}: {t:?}", t.transport);
+                // Two copies of every message: at least twice the payload on the wire.
+                assert!(
+                    t.amplification > 2.0,
+                    "{preset} {}: {}",
+                    t.transport,
+                    t.amplification
+                );
+                // Both paths carried first copies (B is faster, A wins sometimes via jitter).
+                assert!(t.first_on_b_pct > 50.0 && t.first_on_b_pct < 100.0, "{t:?}");
+            }
+        }
+        // Every delay line carried frames and none was refused by the kernel.
+        assert_eq!(r.lines.len(), 2);
+        for (_, s) in &r.lines {
+            assert!(s.up_frames > 250 && s.down_frames > 0, "{s:?}");
+            assert_eq!(s.send_failures, 0, "{s:?}");
+        }
+        assert!(existing_namespaces(names.prefix()).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,213 @@
+//! `tboxscope lab`: the two-path testbed (crate `tboxscope-lab`).
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use tboxscope_lab::peers::{Profile, Transport};
+use tboxscope_lab::run::{NoObserver, RunOptions};
+use tboxscope_lab::testbed::{run_detached_line, set_outage};
+use tboxscope_lab::{
+    status, DelayChoice, LabNames, LineHost, PathId, Scenario, Testbed, UpOptions,
+};
+
+use crate::cli::{LabAction, LabArgs, LabDelay, LabRunArgs};
+
+/// Runs `tboxscope lab …`.
+pub fn run(args: LabArgs) -> anyhow::Result<ExitCode> {
+    let names = LabNames::new(&args.prefix)?;
+    match args.action {
+        LabAction::Up(up) => {
+            let scenario = Scenario::load(&up.scenario)?;
+            let exe = std::env::current_exe().context("cannot find the tboxscope executable")?;
+            let opts = UpOptions {
+                delay: delay_choice(up.delay),
+                host: LineHost::Detached {
+                    exe,
+                    args: vec![
+                        "lab".into(),
+                        "--prefix".into(),
+                        args.prefix.clone(),
+                        "delay-line".into(),
+                    ],
+                },
+                teardown_on_drop: false,
+                ..UpOptions::default()
+            };
+            let bed = Testbed::up(names.clone(), &scenario, &opts)?;
+            println!(
+                "lab {} up with scenario {} ({})",
+                names.prefix(),
+                scenario.name,
+                scenario.description
+            );
+            if scenario.has_outage() {
+                println!("note: outages are scheduled by `tboxscope lab run`; switch one by hand with `tboxscope lab outage a on`");
+            }
+            bed.keep();
+            print!("{}", status::status(&names)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        LabAction::Down => {
+            tboxscope_lab::down(&names)?;
+            println!("lab {} down", names.prefix());
+            Ok(ExitCode::SUCCESS)
+        }
+        LabAction::Status { json } => {
+            let st = status::status(&names)?;
+            if json {
+                println!("{}", serde_json::to_string(&st)?);
+            } else {
+                print!("{st}");
+            }
+            Ok(if st.is_up(&names) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            })
+        }
+        LabAction::Outage { path, state } => {
+            let p = match path.to_ascii_lowercase().as_str() {
+                "a" | "eth0" => PathId::A,
+                "b" | "eth1" => PathId::B,
+                _ => bail!("path must be a or b, not {path:?}"),
+            };
+            let down = match state.as_str() {
+                "on" => true,
+                "off" => false,
+                _ => bail!("state must be on or off, not {state:?}"),
+            };
+            set_outage(&names, p, down)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        LabAction::Run(run_args) => lab_run(names, run_args),
+        LabAction::DelayLine { ns, config } => {
+            run_detached_line(&ns, &config)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn delay_choice(d: LabDelay) -> DelayChoice {
+    match d {
+        LabDelay::Auto => DelayChoice::Auto,
+        LabDelay::Line => DelayChoice::Line,
+    }
+}
+
+/// Parses `500ms`, `20s`, `2m`, or a plain number of seconds.
+fn parse_duration(s: &str) -> anyhow::Result<Duration> {
+    let s = s.trim();
+    let (num, scale) = if let Some(v) = s.strip_suffix("ms") {
+        (v, 1e-3)
+    } else if let Some(v) = s.strip_suffix('s') {
+        (v, 1.0)
+    } else if let Some(v) = s.strip_suffix('m') {
+        (v, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow!("bad duration {s:?} (try 20s, 2m, 500ms)"))?;
+    if !(v.is_finite() && v >= 0.0 && v * scale < 86_400.0) {
+        bail!("duration {s:?} out of range");
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
+    let scenario = Scenario::load(&a.scenario)?;
+    let mut opts = RunOptions::new(names);
+    opts.duration = parse_duration(&a.duration)?;
+    opts.drain = if a.drain == "auto" {
+        let outage: f64 = PathId::BOTH
+            .iter()
+            .flat_map(|p| scenario.path(*p).outage.iter().map(|o| o.duration_s))
+            .sum();
+        Duration::from_secs_f64(4.0 + 2.0 * outage)
+    } else {
+        parse_duration(&a.drain)?
+    };
+    if !(a.rate > 0.0 && a.rate <= 10_000.0) {
+        bail!("--rate must be within (0, 10000] messages per second");
+    }
+    if !(32..=60_000).contains(&a.size) {
+        bail!("--size must be within 32..=60000 bytes");
+    }
+    opts.profile = Profile {
+        rate_hz: a.rate,
+        size: a.size,
+    };
+    opts.transports = a
+        .transports
+        .iter()
+        .map(|t| Transport::parse(t.trim()).ok_or_else(|| anyhow!("unknown transport {t:?}")))
+        .collect::<anyhow::Result<_>>()?;
+    if let Some(k) = a.keylog {
+        opts.keylog = k;
+    }
+    opts.delay = delay_choice(a.delay);
+    eprintln!(
+        "running {} for {:.0} s (+{:.0} s drain) with {} …",
+        scenario.name,
+        opts.duration.as_secs_f64(),
+        opts.drain.as_secs_f64(),
+        a.transports.join(", ")
+    );
+    let report = tboxscope_lab::run::run(&scenario, &opts, &mut NoObserver)?;
+    print!("{report}");
+    println!("QUIC key log: {}", opts.keylog.display());
+    if let Some(path) = a.json {
+        write_json(&path, &report)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_json(path: &str, report: &tboxscope_lab::run::RunReport) -> anyhow::Result<()> {
+    use probe_user::output::JsonLinesWriter;
+    let out: Box<dyn std::io::Write> = if path == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?)
+    };
+    let ts = report.start_unix_ns;
+    #[derive(serde::Serialize)]
+    struct Header<'a> {
+        command: &'a str,
+        scenario: &'a Scenario,
+    }
+    let mut w = JsonLinesWriter::new(
+        out,
+        ts,
+        &Header {
+            command: "lab run",
+            scenario: &report.scenario,
+        },
+    )?;
+    for e in &report.timeline {
+        w.write("lab_event", e.unix_ns, e)?;
+    }
+    for t in &report.transports {
+        w.write("lab_transport", ts, t)?;
+    }
+    w.write("lab_run", ts, report)?;
+    w.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("20s").unwrap(), Duration::from_secs(20));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("x").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}
