@@ -296,6 +296,10 @@ impl Engine {
             evicted_incidents: self.incidents.evicted + self.outages.evicted,
             dropped_records: self.dropped_records,
             clamped_latencies: self.clamped,
+            // Source counters: the engine never sees them; the capture driver fills them in.
+            pcap_dropped: 0,
+            ring_buffer_dropped: 0,
+            decrypt_failures: 0,
             captures: self
                 .caps
                 .views(|i| self.paths.label(self.paths.canonical(i)).to_owned()),
@@ -343,6 +347,9 @@ impl Engine {
                     cong_state: s.cong_state,
                     state: s.state.clone(),
                     last_event_ns: s.last_event_ns,
+                    history: s.history.iter().cloned().collect(),
+                    retransmissions: s.retransmission_log.iter().cloned().collect(),
+                    cong_changes: s.cong_changes.iter().copied().collect(),
                 }),
                 (Proto::Datagram { datagrams }, _) => v.datagram.push(DatagramFlowView {
                     flow: f.key.name(),
