@@ -6,9 +6,9 @@ use crate::cli::{Cli, Command};
 mod analyze;
 mod capture;
 mod doctor;
+mod lab;
 pub mod live;
 mod replay;
-mod lab;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
