@@ -66,7 +66,14 @@ fn tcp(
     ts: u64,
     fields: serde_json::Value,
 ) -> anyhow::Result<()> {
-    let mut body = json!({"src": "10.0.0.2:40000", "dst": "198.51.100.1:443", "path": "eth0"});
+    // The kernel's retransmission total at `ts` (the scenario's four retransmissions).
+    let rel = ts.saturating_sub(BASE);
+    let retransmits = [3_204 * MS, 3_612 * MS, 4_428 * MS, 9 * S + MS]
+        .iter()
+        .filter(|at| rel >= **at)
+        .count();
+    let mut body = json!({"src": "10.0.0.2:40000", "dst": "198.51.100.1:443", "path": "eth0",
+                          "retransmits": retransmits});
     if let (Some(b), Some(f)) = (body.as_object_mut(), fields.as_object()) {
         for (k, v) in f {
             b.insert(k.clone(), v.clone());

@@ -67,7 +67,8 @@ impl FlowsModel {
             rows.push(FlowRow {
                 key: key("tcp", &t.socket),
                 proto: "tcp",
-                name: t.socket.clone(),
+                // The protocol has its own column.
+                name: t.socket.strip_prefix("tcp ").unwrap_or(&t.socket).to_owned(),
                 paths: t.path.clone(),
                 packets: 0,
                 retx: u64::from(t.retransmits),
@@ -259,18 +260,18 @@ impl FlowsModel {
                 Row::new(cells)
             })
             .collect();
-        let mut widths = vec![Constraint::Length(5), Constraint::Min(16)];
+        let mut widths = vec![Constraint::Length(5), Constraint::Min(14)];
         if wide {
             widths.push(Constraint::Length(12));
         }
         widths.extend([
+            Constraint::Length(5),
+            Constraint::Length(5),
+            Constraint::Length(5),
+            Constraint::Length(5),
+            Constraint::Length(5),
             Constraint::Length(6),
             Constraint::Length(6),
-            Constraint::Length(5),
-            Constraint::Length(5),
-            Constraint::Length(5),
-            Constraint::Length(7),
-            Constraint::Length(7),
             Constraint::Length(4),
             Constraint::Length(8),
         ]);
