@@ -4,4 +4,5 @@
 //! (no libpcap, aya or tokio).
 
 pub mod kcp;
+pub mod net;
 pub mod quic;

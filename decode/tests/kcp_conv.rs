@@ -430,3 +430,27 @@ fn memory_is_bounded_and_evictions_counted() {
     assert_eq!(t.convs().count(), 4);
     assert_eq!(t.stats().evicted_convs, 7);
 }
+
+#[test]
+fn a_gap_that_never_fills_is_given_up_on() {
+    let mut t = ConvTracker::new(ConvTrackerConfig {
+        max_tracked_sns: 8,
+        ..ConvTrackerConfig::default()
+    });
+    let mut ev = Vec::new();
+    t.observe(at(0, Direction::Up, 0), &push(0, 0, 0, 10, 0), &mut ev);
+    // sn 1 never arrives; 2..=10 wait for it until the bound is hit.
+    for sn in 2..=10 {
+        t.observe(
+            at(u64::from(sn), Direction::Up, 0),
+            &push(sn, sn, 0, 10, 0),
+            &mut ev,
+        );
+    }
+    // Reassembly restarts at the next segment.
+    t.observe(at(20, Direction::Up, 0), &push(11, 11, 0, 10, 0), &mut ev);
+    let s = t.conv_stats(ConvKey { scope: 7, conv: 5 }).unwrap();
+    assert_eq!(s.reassembly_dropped[0], 9);
+    assert_eq!((s.messages[0], s.incomplete_messages[0]), (1, 1));
+    assert_eq!(s.pushes[0], 11);
+}

@@ -1,4 +1,7 @@
 //! Everything in tboxscope that is not UI: sources → decode → engine → outputs.
+pub mod analyze;
+pub mod correlate;
+pub mod dissect;
 pub mod output;
 pub mod source;
 

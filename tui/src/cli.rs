@@ -183,9 +183,16 @@ pub struct AnalyzeArgs {
     /// Write JSON Lines here (a path, or `-` for standard output) instead of the report.
     #[arg(long, value_name = "PATH|-")]
     pub json: Option<String>,
-    /// Emit one JSON line per decoded packet.
+    /// Emit one JSON line per decoded packet (to standard output unless --json names a file).
     #[arg(long)]
     pub packets: bool,
+    /// UDP port whose payloads are KCP by configuration (repeatable); KCP is also recognised
+    /// without it. Needed for encrypted kcp-go, which is otherwise indistinguishable from noise.
+    #[arg(long = "kcp-port", value_name = "N")]
+    pub kcp_ports: Vec<u16>,
+    /// With --packets, also emit a `udp_datagram` line for UDP that no decoder recognised.
+    #[arg(long)]
+    pub unknown_udp: bool,
 }
 
 /// `tboxscope replay`.

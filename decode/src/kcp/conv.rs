@@ -11,10 +11,16 @@
 //!   - [`ResendKind::Fast`] when, between the previous transmission and this one, at least
 //!     [`ConvTrackerConfig::fast_resend_min_acks`] ACKs for *higher* sequence numbers came back
 //!     from the peer (ikcp's fast-resend trigger: segments acknowledged past this one) **and** the
-//!     `ts` gap is below the retransmission timeout estimated from this direction's RTT samples
-//!     (`srtt + 4·rttvar`, at least 30 ms; with no sample yet, the ACK condition alone decides);
+//!     `ts` gap is below the sender's timeout floor: the gap of the latest *certain* timeout in
+//!     this direction (a first retransmission with no such ACK before it — nothing but the timer
+//!     can have caused it), or, before one was seen, twice the smoothed RTT (ikcp's RTO is at
+//!     least `srtt` + its update interval), at least 30 ms; with neither, the ACKs alone decide;
 //!   - [`ResendKind::Timeout`] otherwise (no skipping ACKs, or a gap of a full RTO or more).
 //!     Successive timeouts of one `sn` show the sender's backoff in `ts_gap_ms`.
+//!
+//!   When the sender's RTO is barely above the RTT (no-delay mode on a steady link), a fast
+//!   resend and a timeout fire at nearly the same moment and the sender itself races them; the
+//!   rule then says "timeout" once a certain timeout has shown how short the RTO is.
 //! - **RTT.** An ACK echoes the `sn` and the `ts` of the transmission it acknowledges. The echoed
 //!   `ts` picks the exact transmission (original or which retransmission: no ambiguity), and
 //!   `rtt_ns` = capture time of the ACK − capture time of that transmission's first copy. Taken
@@ -28,8 +34,12 @@
 //! Memory is bounded: per conversation and direction at most
 //! [`ConvTrackerConfig::max_tracked_sns`] sequence numbers (oldest evicted and counted), at most
 //! [`ConvTrackerConfig::max_convs`] conversations (least recently active evicted and counted).
+//! A tracked `sn` costs about 120 bytes, so the defaults (1024 `sn`s, 512 conversations) bound
+//! the tracker to about 130 MB in the worst case; typical use is far below (KCP windows are
+//! 32–1024 segments and acknowledged `sn`s are forgotten).
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::{Deserialize, Serialize};
 
@@ -113,8 +123,8 @@ pub struct ConvTrackerConfig {
 impl Default for ConvTrackerConfig {
     fn default() -> Self {
         Self {
-            max_convs: 4096,
-            max_tracked_sns: 4096,
+            max_convs: 512,
+            max_tracked_sns: 1024,
             fast_resend_min_acks: 1,
             ack_log_len: 1024,
             linger_ns: 2_000_000_000,
@@ -194,7 +204,7 @@ pub enum ConvEvent {
         direction: Direction,
         /// Acknowledged sequence number.
         sn: u32,
-        /// Which transmission the echoed `ts` names (1 = original).
+        /// Which transmission the echoed `ts` names (1 = original, 0 = unknown).
         attempt: u32,
         /// ACK capture time − first capture of that transmission.
         rtt_ns: u64,
@@ -277,6 +287,8 @@ pub struct ConvStats {
     pub stalls: [u64; 2],
     /// Tracked sequence numbers evicted for the memory bound, by direction.
     pub evicted_sns: [u64; 2],
+    /// Fragments dropped from reassembly because a gap never filled, by direction.
+    pub reassembly_dropped: [u64; 2],
     /// PUSH segments for `sn`s already cumulatively acknowledged and forgotten (spurious or
     /// very late retransmissions), by direction.
     pub resends_after_ack: [u64; 2],
@@ -291,21 +303,87 @@ pub struct TrackerStats {
     pub evicted_convs: u64,
 }
 
+/// Multiply-rotate hasher for the tracker's integer keys (sequence numbers, conversation keys):
+/// much cheaper than SipHash; the maps it serves are bounded in size.
+#[derive(Clone, Copy, Debug, Default)]
+struct IntHasher(u64);
+
+const HASH_K: u64 = 0x517c_c1b7_2722_0a95;
+
+impl Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(HASH_K);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(HASH_K);
+    }
+}
+
+type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
+
 /// One transmission of an `sn`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Transmission {
     ts: u32,
+    /// Transmission number (1 = original; 0 = unknown, a late sighting of an older one).
+    attempt: u32,
     time_ns: u64,
     path: u16,
 }
 
 /// Most transmissions of one `sn` remembered for RTT matching.
-const MAX_TRANSMISSIONS: usize = 8;
+const MAX_TRANSMISSIONS: usize = 4;
+
+/// The latest transmissions of one `sn`, oldest first, stored inline.
+#[derive(Clone, Copy, Debug, Default)]
+struct Transmissions {
+    slots: [Transmission; MAX_TRANSMISSIONS],
+    head: usize,
+    filled: usize,
+}
+
+impl Transmissions {
+    fn one(t: Transmission) -> Self {
+        let mut s = Self::default();
+        s.push(t);
+        s
+    }
+    fn push(&mut self, t: Transmission) {
+        if self.filled < MAX_TRANSMISSIONS {
+            if let Some(slot) = self
+                .slots
+                .get_mut((self.head + self.filled) % MAX_TRANSMISSIONS)
+            {
+                *slot = t;
+            }
+            self.filled += 1;
+        } else {
+            if let Some(slot) = self.slots.get_mut(self.head) {
+                *slot = t;
+            }
+            self.head = (self.head + 1) % MAX_TRANSMISSIONS;
+        }
+    }
+    fn find(&self, ts: u32) -> Option<Transmission> {
+        (0..self.filled)
+            .filter_map(|i| self.slots.get((self.head + i) % MAX_TRANSMISSIONS))
+            .find(|t| t.ts == ts)
+            .copied()
+    }
+}
 
 #[derive(Clone, Debug)]
 struct TxRecord {
-    /// Latest transmissions (oldest first), at most [`MAX_TRANSMISSIONS`].
-    transmissions: VecDeque<Transmission>,
+    /// Latest transmissions.
+    transmissions: Transmissions,
     /// Latest `ts` (newest transmission).
     ts: u32,
     /// Capture time of the newest transmission.
@@ -335,11 +413,71 @@ struct MessageInProgress {
     start_seen: bool,
 }
 
+/// Transmission records of consecutive sequence numbers from `base` on: O(1) lookup by `sn`,
+/// oldest evicted first.
+#[derive(Clone, Debug, Default)]
+struct TxWindow {
+    base: u32,
+    slots: VecDeque<Option<TxRecord>>,
+}
+
+impl TxWindow {
+    fn get_mut(&mut self, sn: u32) -> Option<&mut TxRecord> {
+        let offset = usize::try_from(sn.wrapping_sub(self.base)).ok()?;
+        self.slots.get_mut(offset).and_then(Option::as_mut)
+    }
+
+    /// Stores the record of a new `sn`; returns how many tracked records were evicted to keep at
+    /// most `cap` slots. An `sn` before the window is not stored.
+    fn insert(&mut self, sn: u32, record: TxRecord, cap: usize) -> u64 {
+        let cap = cap.max(1);
+        if self.slots.is_empty() {
+            self.base = sn;
+        }
+        if before(sn, self.base) {
+            return 0;
+        }
+        let mut evicted = 0u64;
+        let mut offset = usize::try_from(sn.wrapping_sub(self.base)).unwrap_or(usize::MAX);
+        if offset >= cap {
+            let drop = offset.saturating_add(1).saturating_sub(cap);
+            if drop >= self.slots.len() {
+                evicted = self.slots.iter().filter(|s| s.is_some()).count() as u64;
+                self.slots.clear();
+                self.base = sn;
+                offset = 0;
+            } else {
+                for _ in 0..drop {
+                    if let Some(Some(_)) = self.slots.pop_front() {
+                        evicted += 1;
+                    }
+                    self.base = self.base.wrapping_add(1);
+                }
+                offset = offset.saturating_sub(drop);
+            }
+        }
+        while self.slots.len() <= offset {
+            self.slots.push_back(None);
+        }
+        if let Some(slot) = self.slots.get_mut(offset) {
+            *slot = Some(record);
+        }
+        evicted
+    }
+
+    /// Forgets every `sn` before `una`.
+    fn forget_below(&mut self, una: u32) {
+        while !self.slots.is_empty() && before(self.base, una) {
+            self.slots.pop_front();
+            self.base = self.base.wrapping_add(1);
+        }
+    }
+}
+
 /// State of the data travelling in one direction (sender side and receiver reassembly).
 #[derive(Clone, Debug, Default)]
 struct Side {
-    tx: HashMap<u32, TxRecord>,
-    order: VecDeque<u32>,
+    tx: TxWindow,
     /// Recent ACKed `sn`s from the peer, with `ack_base` the index of the first.
     ack_log: VecDeque<u32>,
     ack_base: u64,
@@ -350,13 +488,15 @@ struct Side {
     rttvar: u64,
     // Reassembly.
     rcv_nxt: Option<u32>,
-    pending: HashMap<u32, Fragment>,
+    pending: IntMap<u32, Fragment>,
     message: Option<MessageInProgress>,
     start_known: bool,
     /// Receive-window stall of this direction's data: start time.
     stall_since: Option<u64>,
     /// Highest cumulative ACK applied: `sn`s below it are forgotten.
     acked_floor: Option<u32>,
+    /// `ts` gap of the latest certain timeout (first retransmission, no skipping ACK).
+    last_timeout_gap_ms: Option<u32>,
 }
 
 #[inline]
@@ -392,11 +532,14 @@ impl Side {
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
-    fn rto_ns(&self) -> Option<u64> {
-        self.srtt.map(|s| {
-            s.saturating_add(self.rttvar.saturating_mul(4))
-                .max(30_000_000)
-        })
+    /// The `ts` gap below which a retransmission cannot be the sender's timeout: the gap of the
+    /// latest certain timeout (a first retransmission with no ACK of a later segment before it),
+    /// else twice the smoothed RTT (ikcp's RTO is at least srtt + its update interval, and its
+    /// minimum RTO 30 or 100 ms), at least 30 ms; unknown without either.
+    fn timeout_floor_ms(&self) -> Option<u64> {
+        self.last_timeout_gap_ms
+            .map(u64::from)
+            .or_else(|| self.srtt.map(|s| (s.saturating_mul(2) / 1_000_000).max(30)))
     }
 
     fn rtt_sample(&mut self, rtt: u64) {
@@ -446,18 +589,7 @@ impl Side {
         if self.acked_floor.is_none_or(|f| before(f, una)) {
             self.acked_floor = Some(una);
         }
-        while let Some(&front) = self.order.front() {
-            if !self.tx.contains_key(&front) {
-                self.order.pop_front();
-                continue;
-            }
-            if before(front, una) {
-                self.order.pop_front();
-                self.tx.remove(&front);
-            } else {
-                break;
-            }
-        }
+        self.tx.forget_below(una);
     }
 }
 
@@ -476,7 +608,7 @@ struct Conv {
 #[derive(Clone, Debug, Default)]
 pub struct ConvTracker {
     config: ConvTrackerConfig,
-    convs: HashMap<ConvKey, Conv>,
+    convs: IntMap<ConvKey, Conv>,
     stats: TrackerStats,
 }
 
@@ -497,7 +629,7 @@ impl ConvTracker {
     pub fn new(config: ConvTrackerConfig) -> Self {
         Self {
             config,
-            convs: HashMap::new(),
+            convs: IntMap::default(),
             stats: TrackerStats::default(),
         }
     }
@@ -626,15 +758,16 @@ fn on_push(
         return;
     };
     let stats = &mut conv.stats;
-    let this = Transmission {
+    let mut this = Transmission {
         ts: seg.ts,
+        attempt: 1,
         time_ns: obs.time_ns,
         path: obs.path,
     };
     let ack_index = side.ack_index();
     let mut retransmission = None;
-    if let Some(rec) = side.tx.get_mut(&seg.sn) {
-        if let Some(first) = rec.transmissions.iter().find(|t| t.ts == seg.ts) {
+    if let Some(rec) = side.tx.get_mut(seg.sn) {
+        if let Some(first) = rec.transmissions.find(seg.ts) {
             bump(&mut stats.copies, dir);
             out.push(ConvEvent::Copy {
                 key,
@@ -647,16 +780,16 @@ fn on_push(
             });
             return;
         }
-        if rec.transmissions.len() >= MAX_TRANSMISSIONS {
-            rec.transmissions.pop_front();
-        }
-        rec.transmissions.push_back(this);
         if before(seg.ts, rec.ts) {
             // First sighting of an older transmission after a newer one (paths of unequal delay).
+            this.attempt = 0;
+            rec.transmissions.push(this);
             bump(&mut stats.reordered_transmissions, dir);
             return;
         }
         rec.attempts = rec.attempts.saturating_add(1);
+        this.attempt = rec.attempts;
+        rec.transmissions.push(this);
         retransmission = Some((
             rec.attempts,
             seg.ts.wrapping_sub(rec.ts),
@@ -669,10 +802,13 @@ fn on_push(
     }
     if let Some((attempt, ts_gap_ms, gap_ns, mark)) = retransmission {
         let skip_acks = side.skip_acks_since(mark, seg.sn);
-        let within_rto = side
-            .rto_ns()
-            .is_none_or(|rto| u64::from(ts_gap_ms).saturating_mul(1_000_000) < rto);
-        let kind = if skip_acks >= config.fast_resend_min_acks && within_rto {
+        let early = side
+            .timeout_floor_ms()
+            .is_none_or(|floor| u64::from(ts_gap_ms) < floor);
+        if attempt == 2 && skip_acks == 0 {
+            side.last_timeout_gap_ms = Some(ts_gap_ms);
+        }
+        let kind = if skip_acks >= config.fast_resend_min_acks && early {
             bump(&mut stats.fast_resends, dir);
             ResendKind::Fast
         } else {
@@ -700,32 +836,16 @@ fn on_push(
     // A new sequence number.
     bump(&mut stats.pushes, dir);
     add(&mut stats.bytes, dir, u64::from(seg.len));
-    let mut transmissions = VecDeque::with_capacity(2);
-    transmissions.push_back(this);
-    side.tx.insert(
-        seg.sn,
-        TxRecord {
-            transmissions,
-            ts: seg.ts,
-            last_ns: obs.time_ns,
-            attempts: 1,
-            ack_mark: ack_index,
-            acked_ts: None,
-        },
-    );
-    side.order.push_back(seg.sn);
-    while side.tx.len() > config.max_tracked_sns {
-        let Some(old) = side.order.pop_front() else {
-            break;
-        };
-        if side.tx.remove(&old).is_some() {
-            bump(&mut stats.evicted_sns, dir);
-        }
-    }
-    if side.order.len() > config.max_tracked_sns.saturating_mul(2).max(16) {
-        let tx = &side.tx;
-        side.order.retain(|sn| tx.contains_key(sn));
-    }
+    let record = TxRecord {
+        transmissions: Transmissions::one(this),
+        ts: seg.ts,
+        last_ns: obs.time_ns,
+        attempts: 1,
+        ack_mark: ack_index,
+        acked_ts: None,
+    };
+    let evicted = side.tx.insert(seg.sn, record, config.max_tracked_sns);
+    add(&mut stats.evicted_sns, dir, evicted);
     reassemble(side, stats, config, key, dir, seg, obs.time_ns, out);
 }
 
@@ -747,26 +867,33 @@ fn reassemble(
     if before(seg.sn, rcv_nxt) {
         return;
     }
-    side.pending.insert(
-        seg.sn,
-        Fragment {
-            frg: seg.frg,
-            len: seg.len,
-            time_ns,
-        },
-    );
-    // Too many out of order: give up on the missing sequence numbers.
+    let fragment = Fragment {
+        frg: seg.frg,
+        len: seg.len,
+        time_ns,
+    };
+    if seg.sn == rcv_nxt && side.pending.is_empty() {
+        // In order, nothing waiting: deliver straight away.
+        side.rcv_nxt = Some(rcv_nxt.wrapping_add(1));
+        deliver(side, stats, key, dir, seg.sn, fragment, out);
+        return;
+    }
+    side.pending.insert(seg.sn, fragment);
+    // Too many out of order (a gap that never fills): give up on what is waiting and start over
+    // at the next segment. Clearing everything keeps this O(1) amortised.
     if side.pending.len() > config.max_tracked_sns {
         if let Some(m) = side.message.take() {
             emit_message(stats, key, dir, m, false, out);
         }
+        add(
+            &mut stats.reassembly_dropped,
+            dir,
+            side.pending.len() as u64,
+        );
+        side.pending.clear();
+        side.rcv_nxt = None;
         side.start_known = false;
-        let next = side
-            .pending
-            .keys()
-            .copied()
-            .min_by_key(|sn| sn.wrapping_sub(rcv_nxt));
-        side.rcv_nxt = next;
+        return;
     }
     while let Some(sn) = side.rcv_nxt {
         let Some(f) = side.pending.remove(&sn) else {
@@ -857,7 +984,7 @@ fn on_ack(
     };
     let stats = &mut conv.stats;
     side.log_ack(seg.sn, config.ack_log_len);
-    let Some(rec) = side.tx.get_mut(&seg.sn) else {
+    let Some(rec) = side.tx.get_mut(seg.sn) else {
         bump(&mut stats.unmatched_acks, data_dir);
         return;
     };
@@ -865,23 +992,11 @@ fn on_ack(
         bump(&mut stats.duplicate_acks, data_dir);
         return;
     }
-    // Transmission number: position among all transmissions (older ones may be forgotten).
-    let forgotten = rec
-        .attempts
-        .saturating_sub(u32::try_from(rec.transmissions.len()).unwrap_or(u32::MAX));
-    let Some((i, t)) = rec
-        .transmissions
-        .iter()
-        .enumerate()
-        .find(|(_, t)| t.ts == seg.ts)
-    else {
+    let Some(first) = rec.transmissions.find(seg.ts) else {
         bump(&mut stats.unmatched_acks, data_dir);
         return;
     };
-    let first = *t;
-    let attempt = forgotten
-        .saturating_add(u32::try_from(i).unwrap_or(u32::MAX))
-        .saturating_add(1);
+    let attempt = first.attempt;
     rec.acked_ts = Some(seg.ts);
     let rtt_ns = obs.time_ns.saturating_sub(first.time_ns);
     side.rtt_sample(rtt_ns);

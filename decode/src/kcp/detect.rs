@@ -274,8 +274,48 @@ fn segment_reason(error: SegmentError) -> RejectReason {
 }
 
 /// Checks that `bytes` are one or more KCP segments that tile it exactly under `rules`.
+/// Checks that `bytes` tile into KCP segments under `rules`. The fast path evaluates the rules
+/// without a data-dependent branch per rule (a real mix of PUSH and ACK datagrams defeats branch
+/// prediction); only a datagram that fails runs [`check_exact`] to name the reason.
 #[inline]
 fn check(bytes: &[u8], rules: Rules) -> Result<KcpDatagram<'_>, RejectReason> {
+    let uniform = match rules {
+        Rules::Structural => return check_exact(bytes, rules),
+        Rules::Full { uniform_una_wnd } => uniform_una_wnd,
+    };
+    let Some((first, _)) = bytes.split_first_chunk::<HEADER_LEN>() else {
+        return check_exact(bytes, rules);
+    };
+    let conv0 = &first[0..4];
+    let wnd0 = &first[6..8];
+    let una0 = &first[16..20];
+    let mut rest = bytes;
+    let mut count = 0usize;
+    let mut bad = false;
+    while let Some((h, after)) = rest.split_first_chunk::<HEADER_LEN>() {
+        let cmd = h[4];
+        let frg = h[5];
+        let len = u32::from_le_bytes([h[20], h[21], h[22], h[23]]);
+        if cmd.wrapping_sub(81) > 3 || len as usize > after.len() {
+            return check_exact(bytes, rules);
+        }
+        let push = cmd == 81;
+        let empty = len == 0;
+        bad |= (!push & (!empty | (frg != 0)))
+            | (push & (frg != 0) & empty)
+            | (&h[0..4] != conv0)
+            | (uniform & ((&h[16..20] != una0) | (&h[6..8] != wnd0)));
+        count += 1;
+        rest = after.get(len as usize..).unwrap_or(&[]);
+    }
+    if bad || !rest.is_empty() {
+        return check_exact(bytes, rules);
+    }
+    Ok(KcpDatagram { bytes, count })
+}
+
+/// The rules one by one, in order, naming the first that fails.
+fn check_exact(bytes: &[u8], rules: Rules) -> Result<KcpDatagram<'_>, RejectReason> {
     if bytes.is_empty() {
         return Err(RejectReason::Empty);
     }
@@ -347,8 +387,9 @@ impl Detector {
     }
 
     /// True if `port` is a forced KCP port.
+    #[inline]
     pub fn is_forced(&self, port: u16) -> bool {
-        self.config.forced_ports.contains(&port)
+        !self.config.forced_ports.is_empty() && self.config.forced_ports.contains(&port)
     }
 
     /// Classifies one UDP payload sent from `src_port` to `dst_port`, and counts the outcome.

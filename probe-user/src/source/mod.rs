@@ -1,1 +1,2 @@
 //! Where observations come from: eBPF probes, libpcap (live or files), saved JSON.
+pub mod pcap;

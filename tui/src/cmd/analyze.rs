@@ -1,9 +1,251 @@
-//! `tboxscope analyze`.
+//! `tboxscope analyze`: decode capture files; JSON Lines per packet and a summary, or a short
+//! readable report.
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
+
+use anyhow::Context;
+use probe_user::analyze::{write_record, Analyzer, FileSummary};
+use probe_user::dissect::{DissectConfig, DissectStats};
+use probe_user::output::JsonLinesWriter;
+use serde::Serialize;
 
 use crate::cli::AnalyzeArgs;
 
 /// Runs `tboxscope analyze`.
-pub fn run(_args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`tboxscope analyze` is not built yet")
+pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    let keylog = match &args.keylog {
+        // The error names the file and, for a bad line, its number and what is wrong.
+        Some(path) => Some(probe_user::decode::quic::Keylog::from_file(path)?),
+        None => None,
+    };
+    let config = DissectConfig {
+        kcp_ports: args.kcp_ports.clone(),
+        unknown_udp: args.unknown_udp,
+        keylog,
+    };
+    let mut analyzer = Analyzer::new(config);
+    let json_target = match (&args.json, args.packets) {
+        (Some(t), _) => Some(t.clone()),
+        (None, true) => Some("-".to_owned()),
+        (None, false) => None,
+    };
+    let ok = match json_target {
+        Some(target) => {
+            let out: Box<dyn Write> = if target == "-" {
+                Box::new(BufWriter::with_capacity(1 << 16, io::stdout().lock()))
+            } else {
+                let file = File::create(&target)
+                    .with_context(|| format!("cannot create JSON output {target}"))?;
+                Box::new(BufWriter::with_capacity(1 << 16, file))
+            };
+            run_json(&args, &mut analyzer, out)?
+        }
+        None => {
+            let mut last_ts = 0;
+            let mut errors = Vec::new();
+            for path in &args.files {
+                let mut emit = |r: probe_user::analyze::Record<'_>| -> Result<(), io::Error> {
+                    last_ts = r.packet.ts_ns;
+                    Ok(())
+                };
+                if let Err(e) = analyzer.run_file(path, &mut emit)? {
+                    errors.push(e.to_string());
+                }
+            }
+            print_report(&analyzer)?;
+            for e in &errors {
+                eprintln!("tboxscope: {e}");
+            }
+            errors.is_empty()
+        }
+    };
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The final `summary` record.
+#[derive(Serialize)]
+struct Summary<'a> {
+    files: &'a [FileSummary],
+    paths: &'a [String],
+    frames: &'a DissectStats,
+    kcp: KcpSummary,
+    quic: &'a probe_user::decode::quic::QuicStats,
+    fragments: probe_user::decode::net::FragmentStats,
+    errors: Vec<String>,
+    warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+struct KcpSummary {
+    raw: u64,
+    kcpgo: u64,
+    kcpgo_parity: u64,
+    kcpgo_oob: u64,
+    encrypted_or_unknown: u64,
+    segments: u64,
+    rejected: std::collections::BTreeMap<&'static str, u64>,
+}
+
+fn kcp_summary(analyzer: &Analyzer) -> KcpSummary {
+    let s = analyzer.dissector().kcp_stats();
+    KcpSummary {
+        raw: s.raw,
+        kcpgo: s.kcpgo,
+        kcpgo_parity: s.kcpgo_parity,
+        kcpgo_oob: s.kcpgo_oob,
+        encrypted_or_unknown: s.encrypted_or_unknown,
+        segments: s.segments,
+        rejected: s
+            .rejections()
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| (r.as_str(), n))
+            .collect(),
+    }
+}
+
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn run_json(
+    args: &AnalyzeArgs,
+    analyzer: &mut Analyzer,
+    out: Box<dyn Write>,
+) -> anyhow::Result<bool> {
+    #[derive(Serialize)]
+    struct Header<'a> {
+        command: &'a str,
+        files: Vec<String>,
+        packets: bool,
+    }
+    let header = Header {
+        command: "analyze",
+        files: probe_user::analyze::file_list(&args.files),
+        packets: args.packets,
+    };
+    let mut writer = JsonLinesWriter::new(out, wall_ns(), &header)?;
+    let mut last_ts = 0u64;
+    let mut errors = Vec::new();
+    for path in &args.files {
+        let mut emit = |r: probe_user::analyze::Record<'_>| {
+            last_ts = last_ts.max(r.packet.ts_ns);
+            if args.packets {
+                write_record(&mut writer, &r)
+            } else {
+                Ok(())
+            }
+        };
+        if let Err(e) = analyzer.run_file(path, &mut emit)? {
+            errors.push(e.to_string());
+        }
+    }
+    let kcp = kcp_summary(analyzer);
+    let fragments = analyzer.dissector().fragment_stats();
+    let summary = Summary {
+        files: analyzer.files(),
+        paths: analyzer.paths(),
+        frames: analyzer.stats(),
+        kcp,
+        quic: analyzer.dissector().quic_stats(),
+        fragments,
+        errors: errors.clone(),
+        warnings: analyzer.warnings(),
+    };
+    writer.write("summary", last_ts, &summary)?;
+    writer.flush()?;
+    for e in &errors {
+        eprintln!("tboxscope: {e}");
+    }
+    Ok(errors.is_empty())
+}
+
+fn print_report(analyzer: &Analyzer) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    for f in analyzer.files() {
+        let format = match f.format {
+            Some(fmt) => serde_json::to_value(fmt)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            None => "unreadable".to_owned(),
+        };
+        writeln!(
+            out,
+            "{} ({format}): {} frames, paths: {}",
+            f.file,
+            f.frames,
+            f.paths.join(", ")
+        )?;
+        writeln!(
+            out,
+            "  kcp segments {:>9}   quic packets {:>9}   other udp {:>9}",
+            f.kcp_segments, f.quic_packets, f.other_udp
+        )?;
+        if let Some(e) = &f.error {
+            writeln!(out, "  error: {e}")?;
+        }
+    }
+    let s = analyzer.stats();
+    let r = &s.net_rejected;
+    writeln!(
+        out,
+        "total: {} frames, {} UDP datagrams: {} KCP ({} segments), {} QUIC ({} packets), {} other",
+        s.frames,
+        s.udp,
+        s.kcp_datagrams,
+        s.kcp_segments,
+        s.quic_datagrams,
+        s.quic_packets,
+        s.other_udp
+    )?;
+    let q = analyzer.dissector().quic_stats();
+    if q.packets > 0 {
+        let why: Vec<String> = q
+            .not_decrypted
+            .iter()
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        writeln!(
+            out,
+            "QUIC: {} packets, {} decrypted{}{}",
+            q.packets,
+            q.decrypted,
+            if why.is_empty() {
+                ""
+            } else {
+                "; not decrypted: "
+            },
+            why.join(", ")
+        )?;
+    }
+    for w in analyzer.warnings() {
+        writeln!(out, "warning: {w}")?;
+    }
+    let kcp = kcp_summary(analyzer);
+    if !kcp.rejected.is_empty() {
+        let reasons: Vec<String> = kcp
+            .rejected
+            .iter()
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        writeln!(
+            out,
+            "UDP not KCP, by first failed rule: {}",
+            reasons.join(", ")
+        )?;
+    }
+    writeln!(
+        out,
+        "not decoded: {} not IP, {} not UDP, {} truncated, {} malformed, {} fragments, {} bad fragments, {} unsupported link",
+        r.not_ip, r.not_udp, r.truncated, r.malformed, r.fragment, r.bad_fragment, s.unsupported_link
+    )?;
+    Ok(())
 }

@@ -68,7 +68,11 @@ impl FlowsModel {
                 key: key("tcp", &t.socket),
                 proto: "tcp",
                 // The protocol has its own column.
-                name: t.socket.strip_prefix("tcp ").unwrap_or(&t.socket).to_owned(),
+                name: t
+                    .socket
+                    .strip_prefix("tcp ")
+                    .unwrap_or(&t.socket)
+                    .to_owned(),
                 paths: t.path.clone(),
                 packets: 0,
                 retx: u64::from(t.retransmits),

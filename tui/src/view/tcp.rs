@@ -149,7 +149,10 @@ impl TcpModel {
                     ratatui::style::Style::new()
                 };
                 Row::new(vec![
-                    t.socket.strip_prefix("tcp ").unwrap_or(&t.socket).to_owned(),
+                    t.socket
+                        .strip_prefix("tcp ")
+                        .unwrap_or(&t.socket)
+                        .to_owned(),
                     t.path.clone(),
                     t.retransmits.to_string(),
                     t.backoff.to_string(),

@@ -1,0 +1,308 @@
+//! Link, network and transport layers (L2–L4) with `etherparse`: from a captured frame of a
+//! given link type to the UDP datagram it carries, with IPv4/IPv6 fragments counted and
+//! reassembled.
+//!
+//! Link types are the pcap `LINKTYPE_*` numbers, so the same code serves files and libpcap.
+use std::net::{IpAddr, SocketAddr};
+
+use etherparse::{
+    defrag::IpDefragPool, err, EtherType, IpNumber, NetSlice, SlicedPacket, TransportSlice,
+    UdpSlice,
+};
+
+/// A capture's link layer: what precedes the IP header in every frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkType {
+    /// Ethernet II, with optional 802.1Q / QinQ VLAN tags (LINKTYPE_ETHERNET, 1).
+    Ethernet,
+    /// Linux "cooked" capture v1, 16-byte header (LINKTYPE_LINUX_SLL, 113).
+    LinuxSll,
+    /// Linux "cooked" capture v2, 20-byte header (LINKTYPE_LINUX_SLL2, 276).
+    LinuxSll2,
+    /// IPv4 or IPv6 with no link header (LINKTYPE_RAW 101, DLT_RAW 12 and 14).
+    RawIp,
+    /// IPv4 only, no link header (LINKTYPE_IPV4, 228).
+    Ipv4,
+    /// IPv6 only, no link header (LINKTYPE_IPV6, 229).
+    Ipv6,
+    /// BSD loopback: a 4-byte address family in the capturing host's byte order (LINKTYPE_NULL, 0).
+    Null,
+    /// OpenBSD loopback: a 4-byte address family in network byte order (LINKTYPE_LOOP, 108).
+    Loop,
+}
+
+impl LinkType {
+    /// The link type for a pcap/pcapng `LINKTYPE_*` (or libpcap `DLT_*`) number, if supported.
+    pub fn from_linktype(value: u32) -> Option<Self> {
+        Some(match value {
+            1 => Self::Ethernet,
+            113 => Self::LinuxSll,
+            276 => Self::LinuxSll2,
+            101 | 12 | 14 => Self::RawIp,
+            228 => Self::Ipv4,
+            229 => Self::Ipv6,
+            0 => Self::Null,
+            108 => Self::Loop,
+            _ => return None,
+        })
+    }
+
+    /// The `LINKTYPE_*` number to write in a capture file.
+    pub fn linktype(self) -> u32 {
+        match self {
+            Self::Ethernet => 1,
+            Self::LinuxSll => 113,
+            Self::LinuxSll2 => 276,
+            Self::RawIp => 101,
+            Self::Ipv4 => 228,
+            Self::Ipv6 => 229,
+            Self::Null => 0,
+            Self::Loop => 108,
+        }
+    }
+}
+
+/// Why a frame yielded no UDP datagram. Every frame is counted under exactly one reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetReject {
+    /// The frame ended inside a link, IP or UDP header (or before the length a header announced;
+    /// often a snap length shorter than the packet).
+    Truncated,
+    /// A header field has an impossible value (IP version, header length, ...).
+    Malformed,
+    /// The link layer carries something other than IP (ARP, LLDP, ...).
+    NotIp,
+    /// IP carrying something other than UDP (TCP, ICMP, ...).
+    NotUdp,
+    /// One fragment of a fragmented IP datagram, kept for reassembly.
+    Fragment,
+    /// A fragment that contradicts the others of its datagram (overlap, beyond 64 KiB).
+    BadFragment,
+}
+
+impl NetReject {
+    /// All reasons, in a stable order (for reports).
+    pub const ALL: [NetReject; 6] = [
+        Self::Truncated,
+        Self::Malformed,
+        Self::NotIp,
+        Self::NotUdp,
+        Self::Fragment,
+        Self::BadFragment,
+    ];
+
+    /// The reason's name as written in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Truncated => "truncated",
+            Self::Malformed => "malformed",
+            Self::NotIp => "not_ip",
+            Self::NotUdp => "not_udp",
+            Self::Fragment => "fragment",
+            Self::BadFragment => "bad_fragment",
+        }
+    }
+}
+
+/// One UDP datagram found in a frame; `payload` borrows the frame (or the reassembly buffer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpDatagram<'a> {
+    /// Sender address and port.
+    pub src: SocketAddr,
+    /// Receiver address and port.
+    pub dst: SocketAddr,
+    /// The UDP payload, cut to the UDP length field when the frame is longer (Ethernet padding).
+    pub payload: &'a [u8],
+    /// True when the datagram was reassembled from IP fragments.
+    pub reassembled: bool,
+}
+
+/// Counters of IP fragmentation seen by a [`NetParser`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FragmentStats {
+    /// IP fragments seen.
+    pub fragments: u64,
+    /// Datagrams completed by reassembly.
+    pub reassembled: u64,
+    /// Fragments refused by reassembly (overlaps, too long).
+    pub refused: u64,
+}
+
+/// Parses frames down to UDP, reassembling IP fragments (per link, as the kernel would).
+pub struct NetParser {
+    defrag: IpDefragPool<u64, ()>,
+    reassembled: Vec<u8>,
+    stats: FragmentStats,
+}
+
+impl Default for NetParser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl NetParser {
+    /// Incomplete fragmented datagrams are dropped after this much capture time (RFC 791's 15 s
+    /// upper bound doubled).
+    pub const FRAGMENT_TIMEOUT_NS: u64 = 30_000_000_000;
+
+    /// A parser with an empty fragment table.
+    pub fn new() -> Self {
+        Self {
+            defrag: IpDefragPool::new(),
+            reassembled: Vec::new(),
+            stats: FragmentStats::default(),
+        }
+    }
+
+    /// Fragmentation counters so far.
+    pub fn fragment_stats(&self) -> FragmentStats {
+        self.stats
+    }
+
+    /// The UDP datagram in `frame` (link layer `link`, captured at `ts_ns`), or why there is none.
+    ///
+    /// A fragment returns [`NetReject::Fragment`] until the last piece of its datagram arrives;
+    /// then the whole datagram is returned, borrowed from the parser.
+    pub fn udp<'a>(
+        &'a mut self,
+        link: LinkType,
+        frame: &'a [u8],
+        ts_ns: u64,
+    ) -> Result<UdpDatagram<'a>, NetReject> {
+        let sliced = slice(link, frame)?;
+        let Some(net) = &sliced.net else {
+            return Err(NetReject::NotIp);
+        };
+        let (src_ip, dst_ip, ip_payload) = match net {
+            NetSlice::Ipv4(v4) => (
+                IpAddr::V4(v4.header().source_addr()),
+                IpAddr::V4(v4.header().destination_addr()),
+                v4.payload(),
+            ),
+            NetSlice::Ipv6(v6) => (
+                IpAddr::V6(v6.header().source_addr()),
+                IpAddr::V6(v6.header().destination_addr()),
+                v6.payload(),
+            ),
+            NetSlice::Arp(_) => return Err(NetReject::NotIp),
+        };
+        if ip_payload.fragmented {
+            return self.fragment(&sliced, src_ip, dst_ip, ts_ns);
+        }
+        match &sliced.transport {
+            Some(TransportSlice::Udp(udp)) => Ok(UdpDatagram {
+                src: SocketAddr::new(src_ip, udp.source_port()),
+                dst: SocketAddr::new(dst_ip, udp.destination_port()),
+                payload: udp.payload(),
+                reassembled: false,
+            }),
+            Some(_) => Err(NetReject::NotUdp),
+            None if ip_payload.ip_number == IpNumber::UDP => Err(NetReject::Truncated),
+            None => Err(NetReject::NotUdp),
+        }
+    }
+
+    fn fragment<'a>(
+        &'a mut self,
+        sliced: &SlicedPacket<'_>,
+        src_ip: IpAddr,
+        dst_ip: IpAddr,
+        ts_ns: u64,
+    ) -> Result<UdpDatagram<'a>, NetReject> {
+        self.stats.fragments += 1;
+        if self.stats.fragments & 1023 == 0 {
+            // Bound the table: forget datagrams whose last fragment is too old.
+            let horizon = ts_ns.saturating_sub(Self::FRAGMENT_TIMEOUT_NS);
+            self.defrag.retain(|t| *t >= horizon);
+        }
+        match self.defrag.process_sliced_packet(sliced, ts_ns, ()) {
+            Ok(None) => Err(NetReject::Fragment),
+            Err(_) => {
+                self.stats.refused += 1;
+                Err(NetReject::BadFragment)
+            }
+            Ok(Some(whole)) => {
+                self.stats.reassembled += 1;
+                if whole.ip_number != IpNumber::UDP {
+                    self.defrag.return_buf(whole);
+                    return Err(NetReject::NotUdp);
+                }
+                self.reassembled.clear();
+                self.reassembled.extend_from_slice(&whole.payload);
+                self.defrag.return_buf(whole);
+                let udp =
+                    UdpSlice::from_slice(&self.reassembled).map_err(|_| NetReject::Truncated)?;
+                Ok(UdpDatagram {
+                    src: SocketAddr::new(src_ip, udp.source_port()),
+                    dst: SocketAddr::new(dst_ip, udp.destination_port()),
+                    payload: udp.payload(),
+                    reassembled: true,
+                })
+            }
+        }
+    }
+}
+
+/// Slices `frame` per its link type down to the transport layer.
+fn slice(link: LinkType, frame: &[u8]) -> Result<SlicedPacket<'_>, NetReject> {
+    let result = match link {
+        LinkType::Ethernet => SlicedPacket::from_ethernet(frame),
+        LinkType::LinuxSll => SlicedPacket::from_linux_sll(frame),
+        LinkType::LinuxSll2 => {
+            // Protocol type (big endian) at 0..2; the header is 20 bytes.
+            let (Some(proto), Some(rest)) = (frame.get(0..2), frame.get(20..)) else {
+                return Err(NetReject::Truncated);
+            };
+            SlicedPacket::from_ether_type(EtherType(u16::from_be_bytes([proto[0], proto[1]])), rest)
+        }
+        LinkType::RawIp => SlicedPacket::from_ip(frame),
+        LinkType::Ipv4 => match frame.first() {
+            Some(b) if b >> 4 == 4 => SlicedPacket::from_ip(frame),
+            Some(_) => return Err(NetReject::Malformed),
+            None => return Err(NetReject::Truncated),
+        },
+        LinkType::Ipv6 => match frame.first() {
+            Some(b) if b >> 4 == 6 => SlicedPacket::from_ip(frame),
+            Some(_) => return Err(NetReject::Malformed),
+            None => return Err(NetReject::Truncated),
+        },
+        LinkType::Null | LinkType::Loop => {
+            let (Some(family), Some(rest)) = (frame.get(0..4), frame.get(4..)) else {
+                return Err(NetReject::Truncated);
+            };
+            let family = [family[0], family[1], family[2], family[3]];
+            // LINKTYPE_NULL is in the writer's byte order: accept either; families are < 2^16.
+            let af = if link == LinkType::Loop {
+                u32::from_be_bytes(family)
+            } else {
+                let le = u32::from_le_bytes(family);
+                if le <= 0xffff {
+                    le
+                } else {
+                    u32::from_be_bytes(family)
+                }
+            };
+            match af {
+                // AF_INET everywhere; AF_INET6 is 24 (NetBSD/OpenBSD), 28 (FreeBSD), 30 (macOS),
+                // 10 (Linux).
+                2 | 10 | 24 | 28 | 30 => SlicedPacket::from_ip(rest),
+                _ => return Err(NetReject::NotIp),
+            }
+        }
+    };
+    result.map_err(classify)
+}
+
+fn classify(e: err::packet::SliceError) -> NetReject {
+    use err::packet::SliceError as E;
+    match e {
+        E::Len(_) => NetReject::Truncated,
+        E::Ip(err::ip::HeaderError::UnsupportedIpVersion { .. }) => NetReject::Malformed,
+        E::LinuxSll(_) => NetReject::NotIp,
+        E::Tcp(_) => NetReject::NotUdp,
+        _ => NetReject::Malformed,
+    }
+}

@@ -1,0 +1,286 @@
+//! Offline analysis driver: capture files → [`Dissector`] → records tagged with file, frame and
+//! path. Shared by `tboxscope analyze`, the tests and the throughput benchmark.
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::dissect::{Decoded, DecodedPacket, DissectConfig, DissectStats, Dissector};
+use crate::output::{JsonLinesWriter, OutputError};
+use crate::source::pcap::{CaptureFile, FileError, Format, SECRETS_TLS_KEY_LOG};
+
+/// One decoded unit with where it came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    /// The file, as given.
+    pub file: &'a str,
+    /// 1-based frame number in that file (as tshark counts).
+    pub frame: u64,
+    /// The path label.
+    pub path: &'a str,
+    /// The frame's captured bytes (link header first).
+    pub data: &'a [u8],
+    /// The decoded content.
+    pub packet: &'a DecodedPacket,
+}
+
+/// What one file held.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FileSummary {
+    /// The file, as given.
+    pub file: String,
+    /// Container format (absent if the file could not be opened).
+    pub format: Option<Format>,
+    /// Frames read.
+    pub frames: u64,
+    /// Path labels of its interfaces.
+    pub paths: Vec<String>,
+    /// KCP segments decoded.
+    pub kcp_segments: u64,
+    /// QUIC packets decoded.
+    pub quic_packets: u64,
+    /// UDP datagrams no decoder recognised.
+    pub other_udp: u64,
+    /// The error that stopped reading the file, if any (file, offset, why).
+    pub error: Option<String>,
+}
+
+/// Runs files through one dissector, assigning path labels.
+pub struct Analyzer {
+    dissector: Dissector,
+    /// Labels of all paths so far (index = path id).
+    paths: Vec<String>,
+    /// The file stem that claimed each label (to tell two files' same-named interfaces apart).
+    path_files: Vec<usize>,
+    files: Vec<FileSummary>,
+    scratch: Vec<DecodedPacket>,
+    warnings: Vec<String>,
+}
+
+impl Analyzer {
+    /// A fresh analysis.
+    pub fn new(config: DissectConfig) -> Self {
+        Self {
+            dissector: Dissector::new(config),
+            paths: Vec::new(),
+            path_files: Vec::new(),
+            files: Vec::new(),
+            scratch: Vec::with_capacity(64),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The dissector (for its counters).
+    pub fn dissector(&self) -> &Dissector {
+        &self.dissector
+    }
+
+    /// The dissector, to give it keys.
+    pub fn dissector_mut(&mut self) -> &mut Dissector {
+        &mut self.dissector
+    }
+
+    /// Frame-level counters over all files.
+    pub fn stats(&self) -> &DissectStats {
+        self.dissector.stats()
+    }
+
+    /// Summaries of the files run so far.
+    pub fn files(&self) -> &[FileSummary] {
+        &self.files
+    }
+
+    /// All path labels.
+    pub fn paths(&self) -> &[String] {
+        &self.paths
+    }
+
+    /// The path id for interface `label` of file number `file_no` (file name `file_name`): the
+    /// label itself unless another file already uses it, then `file_name:label`.
+    fn path_for(&mut self, file_no: usize, file_name: &str, label: &str) -> usize {
+        if let Some(i) = self.paths.iter().position(|p| p == label) {
+            if self.path_files[i] == file_no {
+                return i;
+            }
+            let qualified = format!("{file_name}:{label}");
+            if let Some(j) = self.paths.iter().position(|p| *p == qualified) {
+                return j;
+            }
+            self.paths.push(qualified);
+        } else {
+            self.paths.push(label.to_owned());
+        }
+        self.path_files.push(file_no);
+        self.paths.len() - 1
+    }
+
+    /// Decodes every packet of `path`, calling `emit` for each decoded unit. A file that cannot
+    /// be read (or breaks half-way) is recorded in its summary and returned as the error; what
+    /// was decoded before the break has been emitted.
+    pub fn run_file<E>(
+        &mut self,
+        path: &Path,
+        emit: &mut dyn FnMut(Record<'_>) -> Result<(), E>,
+    ) -> Result<Result<(), FileError>, E> {
+        let file_no = self.files.len();
+        let name = path.display().to_string();
+        self.files.push(FileSummary {
+            file: name.clone(),
+            ..FileSummary::default()
+        });
+        let mut reader = match CaptureFile::open(path) {
+            Ok(r) => r,
+            Err(e) => {
+                self.files[file_no].error = Some(e.to_string());
+                return Ok(Err(e));
+            }
+        };
+        self.files[file_no].format = Some(reader.format());
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| name.clone());
+        // Interface index in the file → (path id, link type); filled as interfaces appear.
+        let mut iface_paths: Vec<(usize, Option<tboxscope_decode::net::LinkType>)> = Vec::new();
+        let mut summary = FileSummary {
+            file: name.clone(),
+            format: Some(reader.format()),
+            ..FileSummary::default()
+        };
+        let before = self.dissector.stats().clone();
+        let mut secrets_loaded = 0usize;
+        let result = loop {
+            let packet = match reader.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            };
+            let (frame, iface, ts_ns) = (packet.frame, packet.interface, packet.ts_ns);
+            self.scratch.clear();
+            if iface >= iface_paths.len() || packet.secrets_changed {
+                // New interfaces and secrets only appear between packets; the reader is
+                // borrowed by this frame, so it is copied (once per interface or secrets block).
+                let secrets_changed = packet.secrets_changed;
+                let data = packet.data.to_vec();
+                if secrets_changed {
+                    self.load_secrets(&reader, &mut secrets_loaded, &name);
+                }
+                for i in iface_paths.len()..reader.interfaces().len() {
+                    let iface = &reader.interfaces()[i];
+                    let (label, link) = (iface.label.clone(), iface.link);
+                    let id = self.path_for(file_no, &file_name, &label);
+                    iface_paths.push((id, link));
+                    if !summary.paths.contains(&self.paths[id]) {
+                        summary.paths.push(self.paths[id].clone());
+                    }
+                }
+                let (path_id, link) = iface_paths.get(iface).copied().unwrap_or((0, None));
+                self.dissector
+                    .dissect(link, &data, ts_ns, &mut self.scratch);
+                for packet in &self.scratch {
+                    emit(Record {
+                        file: &name,
+                        frame,
+                        path: &self.paths[path_id],
+                        data: &data,
+                        packet,
+                    })?;
+                }
+            } else {
+                let (path_id, link) = iface_paths[iface];
+                let data = packet.data;
+                self.dissector.dissect(link, data, ts_ns, &mut self.scratch);
+                for packet in &self.scratch {
+                    emit(Record {
+                        file: &name,
+                        frame,
+                        path: &self.paths[path_id],
+                        data,
+                        packet,
+                    })?;
+                }
+            }
+        };
+        summary.frames = reader.frames();
+        let after = self.dissector.stats();
+        summary.kcp_segments = after.kcp_segments - before.kcp_segments;
+        summary.other_udp = after.other_udp - before.other_udp;
+        summary.quic_packets = after.quic_packets - before.quic_packets;
+        if summary.paths.is_empty() {
+            summary.paths = reader
+                .interfaces()
+                .iter()
+                .map(|i| i.label.clone())
+                .collect();
+        }
+        if let Err(e) = &result {
+            summary.error = Some(e.to_string());
+        }
+        self.files[file_no] = summary;
+        Ok(result)
+    }
+}
+
+impl Analyzer {
+    /// Gives the dissector the TLS key logs among the file's secrets blocks not loaded yet; a bad
+    /// block is recorded as a warning on the file (decoding goes on without it).
+    fn load_secrets(&mut self, reader: &CaptureFile, loaded: &mut usize, name: &str) {
+        for s in reader.secrets().iter().skip(*loaded) {
+            if s.kind != SECRETS_TLS_KEY_LOG {
+                continue;
+            }
+            let source = format!("{name}: secrets block at offset {}", s.offset);
+            if let Err(e) = self.dissector.add_keylog_text(&s.data, &source) {
+                self.warnings.push(e.to_string());
+            }
+        }
+        *loaded = reader.secrets().len();
+    }
+
+    /// Problems that did not stop the analysis (unusable embedded secrets).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+}
+
+/// The JSON line of one record: `frame`, `file`, `path`, `src`, `dst`, then the decoded fields.
+#[derive(Serialize)]
+struct PacketLine<'a, T: Serialize> {
+    frame: u64,
+    file: &'a str,
+    path: &'a str,
+    src: SocketAddr,
+    dst: SocketAddr,
+    #[serde(flatten)]
+    fields: &'a T,
+}
+
+/// Writes one record as a JSON line (`kcp_segment`, `quic_packet`, `udp_datagram`).
+pub fn write_record<W: std::io::Write>(
+    out: &mut JsonLinesWriter<W>,
+    r: &Record<'_>,
+) -> Result<(), OutputError> {
+    let p = r.packet;
+    let kind = p.decoded.record_type();
+    match &p.decoded {
+        Decoded::KcpSegment(f) => out.write(kind, p.ts_ns, &line(r, f)),
+        Decoded::QuicPacket(f) => out.write(kind, p.ts_ns, &line(r, f.as_ref())),
+        Decoded::UdpDatagram(f) => out.write(kind, p.ts_ns, &line(r, f)),
+    }
+}
+
+fn line<'a, T: Serialize>(r: &Record<'a>, fields: &'a T) -> PacketLine<'a, T> {
+    PacketLine {
+        frame: r.frame,
+        file: r.file,
+        path: r.path,
+        src: r.packet.src,
+        dst: r.packet.dst,
+        fields,
+    }
+}
+
+/// Paths of the files, for headers.
+pub fn file_list(files: &[PathBuf]) -> Vec<String> {
+    files.iter().map(|p| p.display().to_string()).collect()
+}

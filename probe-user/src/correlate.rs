@@ -1,0 +1,179 @@
+//! The glue between the decoders and the sans-IO engine: each decoded unit (KCP segment, QUIC
+//! packet, unrecognised UDP datagram) becomes one engine [`Observation`], stamped with the
+//! packet's own capture time and its path label. Paths are announced to the engine as capture
+//! points the first time they appear.
+use std::collections::HashMap;
+
+use tboxscope_decode::quic::{FrameSummary, PacketSummary};
+use tboxscope_engine::{
+    CaptureId, CapturePoint, Config, Datagram, Engine, Host, KcpCmd, KcpSegment, Observation,
+    Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket, StreamRange,
+};
+
+use crate::dissect::{Decoded, DecodedPacket, KcpSegmentRecord};
+
+/// QUIC's default `ack_delay_exponent` (RFC 9000 §18.2): the transport parameter is encrypted
+/// and rarely changed, so ACK delays are decoded with it.
+const DEFAULT_ACK_DELAY_EXPONENT: u32 = 3;
+
+/// Feeds decoded packets to an [`Engine`].
+pub struct Correlator {
+    engine: Engine,
+    /// Path label → capture id announced to the engine.
+    captures: HashMap<String, CaptureId>,
+}
+
+impl Correlator {
+    /// A correlator around a fresh engine.
+    pub fn new(config: Config) -> Self {
+        Self {
+            engine: Engine::new(config),
+            captures: HashMap::new(),
+        }
+    }
+
+    /// The engine (for snapshots, records and the summary).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The engine, mutably (to drain records or finish).
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+
+    /// Declares a capture point explicitly (host, local addresses, clock offset); packets on
+    /// `point.path` then use its id.
+    pub fn declare(&mut self, point: CapturePoint) {
+        self.captures.insert(point.path.clone(), point.capture);
+        self.engine.handle(Observation::Capture(point));
+    }
+
+    /// Feeds one decoded unit seen on `path`. `frame_len` is the frame's length on the wire; it
+    /// is attributed to the first unit of the frame (`first_in_frame`) for amplification.
+    pub fn observe(
+        &mut self,
+        path: &str,
+        frame_len: u32,
+        first_in_frame: bool,
+        packet: &DecodedPacket,
+    ) {
+        let capture = self.capture_id(path, packet.ts_ns);
+        let meta = PacketMeta {
+            ts_ns: packet.ts_ns,
+            path: path.to_owned(),
+            capture,
+            src: packet.src,
+            dst: packet.dst,
+            wire_len: if first_in_frame { frame_len } else { 0 },
+        };
+        self.engine.handle(observation(meta, &packet.decoded));
+    }
+
+    fn capture_id(&mut self, path: &str, ts_ns: u64) -> CaptureId {
+        if let Some(id) = self.captures.get(path) {
+            return *id;
+        }
+        let id = CaptureId::try_from(self.captures.len()).unwrap_or(CaptureId::MAX);
+        self.declare(CapturePoint {
+            ts_ns,
+            capture: id,
+            name: path.to_owned(),
+            path: path.to_owned(),
+            host: Host::Unknown,
+            local_addrs: Vec::new(),
+            clock_offset_ns: None,
+            pair_with: None,
+        });
+        id
+    }
+}
+
+/// The engine observation for one decoded unit.
+pub fn observation(meta: PacketMeta, decoded: &Decoded) -> Observation {
+    match decoded {
+        Decoded::KcpSegment(seg) => Observation::Kcp(kcp_segment(meta, seg)),
+        Decoded::QuicPacket(p) if p.decrypted => Observation::Quic(quic_packet(meta, p)),
+        // Without keys the packet still costs bandwidth but carries no matchable message.
+        Decoded::QuicPacket(_) => Observation::Overhead(Overhead {
+            meta,
+            kind: OverheadKind::Other,
+        }),
+        Decoded::UdpDatagram(d) => Observation::Datagram(Datagram {
+            meta,
+            payload_hash: d.payload_hash,
+            payload_len: u32::try_from(d.len).unwrap_or(u32::MAX),
+            app_msg_id: None,
+        }),
+    }
+}
+
+fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
+    let cmd = match seg.cmd {
+        "ack" => KcpCmd::Ack,
+        "wask" => KcpCmd::WindowAsk,
+        "wins" => KcpCmd::WindowTell,
+        _ => KcpCmd::Push,
+    };
+    KcpSegment {
+        meta,
+        conv: seg.conv,
+        cmd,
+        frg: seg.frg,
+        wnd: seg.wnd,
+        ts: seg.kcp_ts,
+        sn: seg.sn,
+        una: seg.una,
+        len: seg.len,
+    }
+}
+
+fn quic_packet(meta: PacketMeta, p: &PacketSummary) -> QuicPacket {
+    let mut packet = QuicPacket {
+        meta,
+        conn: match p.connection {
+            Some(n) => format!("quic#{n}"),
+            None => format!("dcid:{}", p.dcid),
+        },
+        path_id: p.path_id.unwrap_or(0),
+        pn: p.pn.unwrap_or(0),
+        streams: Vec::new(),
+        acks: Vec::new(),
+    };
+    for f in &p.frames {
+        match f.frame_type {
+            "stream" => packet.streams.extend(stream_range(f)),
+            "ack" | "path_ack" => packet.acks.push(ack(f)),
+            _ => {}
+        }
+    }
+    packet
+}
+
+fn stream_range(f: &FrameSummary) -> Option<StreamRange> {
+    Some(StreamRange {
+        stream_id: f.stream_id?,
+        offset: f.offset.unwrap_or(0),
+        len: f.length.unwrap_or(0),
+        fin: f.fin.unwrap_or(false),
+        data_hash: None,
+        app_msg_id: None,
+    })
+}
+
+fn ack(f: &FrameSummary) -> QuicAck {
+    QuicAck {
+        path_id: f.path_id.unwrap_or(0),
+        ranges: f
+            .ack_ranges
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(|[lo, hi]| (*lo, *hi))
+            .collect(),
+        ack_delay_us: f
+            .ack_delay
+            .unwrap_or(0)
+            .saturating_mul(1 << DEFAULT_ACK_DELAY_EXPONENT),
+    }
+}

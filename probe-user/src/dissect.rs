@@ -1,0 +1,348 @@
+//! From a captured frame to owned decoded records: L2–L4 ([`tboxscope_decode::net`]), then the
+//! UDP payload through the KCP detector (and the QUIC decoder), counting every frame under
+//! exactly one outcome.
+use std::net::SocketAddr;
+
+use serde::Serialize;
+use tboxscope_decode::kcp::{Detection, Detector, DetectorConfig, DetectorStats};
+use tboxscope_decode::net::{FragmentStats, LinkType, NetParser, NetReject};
+use tboxscope_decode::quic::{
+    DatagramInfo, DecoderConfig, Keylog, KeylogError, PacketSummary, QuicDecoder, QuicStats,
+    Undecrypted,
+};
+
+/// What the dissector looks for.
+#[derive(Debug, Clone, Default)]
+pub struct DissectConfig {
+    /// UDP ports whose payloads are KCP by configuration (`--kcp-port`); KCP is also recognised
+    /// without them.
+    pub kcp_ports: Vec<u16>,
+    /// Also emit a record for UDP datagrams no decoder recognised.
+    pub unknown_udp: bool,
+    /// TLS secrets for QUIC (from `--keylog`); embedded pcapng secrets are added as found.
+    pub keylog: Option<Keylog>,
+}
+
+/// How a KCP segment was carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KcpFraming {
+    /// Plain ikcp segments in the UDP payload.
+    Raw,
+    /// kcp-go framing (`crypt none` header and/or FEC header) around the segments.
+    Kcpgo,
+}
+
+/// One KCP segment, owned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KcpSegmentRecord {
+    /// Raw or kcp-go.
+    pub framing: KcpFraming,
+    /// Position of the segment in its datagram (0 = first).
+    pub index: u16,
+    /// Conversation id.
+    pub conv: u32,
+    /// Command (`push`, `ack`, `wask`, `wins`).
+    pub cmd: &'static str,
+    /// Sequence number.
+    pub sn: u32,
+    /// Cumulative acknowledgement.
+    pub una: u32,
+    /// Fragment countdown.
+    pub frg: u8,
+    /// Advertised receive window (segments).
+    pub wnd: u16,
+    /// Payload length.
+    pub len: u32,
+    /// The sender's KCP timestamp (ms), or in an ACK the echoed one.
+    pub kcp_ts: u32,
+    /// Where the segment's payload starts in the frame, so a consumer can read or hash the
+    /// message bytes without a copy (`None` for datagrams reassembled from IP fragments).
+    #[serde(skip)]
+    pub payload_at: Option<u32>,
+}
+
+/// A UDP datagram no decoder recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct UdpRecord {
+    /// Payload length.
+    pub len: usize,
+    /// Hash of the payload ([`tboxscope_engine::payload_hash`]), to match identical datagrams
+    /// sent on several paths.
+    #[serde(skip)]
+    pub payload_hash: u64,
+}
+
+/// What was decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// A KCP segment.
+    KcpSegment(KcpSegmentRecord),
+    /// A QUIC packet (one of possibly several coalesced in a datagram).
+    QuicPacket(Box<PacketSummary>),
+    /// Unrecognised UDP (only with [`DissectConfig::unknown_udp`]).
+    UdpDatagram(UdpRecord),
+}
+
+impl Decoded {
+    /// The record type name used in JSON (`kcp_segment`, `quic_packet`, `udp_datagram`).
+    pub fn record_type(&self) -> &'static str {
+        match self {
+            Decoded::KcpSegment(_) => "kcp_segment",
+            Decoded::QuicPacket(_) => "quic_packet",
+            Decoded::UdpDatagram(_) => "udp_datagram",
+        }
+    }
+}
+
+/// A decoded unit (segment or packet) of one frame, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedPacket {
+    /// Capture time, ns since the Unix epoch.
+    pub ts_ns: u64,
+    /// UDP sender.
+    pub src: SocketAddr,
+    /// UDP receiver.
+    pub dst: SocketAddr,
+    /// The decoded content.
+    pub decoded: Decoded,
+}
+
+/// Counters: every frame lands in exactly one of `unsupported_link`, `net_rejected`, or `udp`;
+/// every UDP datagram in exactly one of `kcp_datagrams`, `kcp_other`, `quic_datagrams` or
+/// `other_udp`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DissectStats {
+    /// Frames seen.
+    pub frames: u64,
+    /// Frames on an interface whose link type is not decoded.
+    pub unsupported_link: u64,
+    /// Frames without a UDP datagram, by reason (fragments waiting for reassembly included).
+    pub net_rejected: NetRejects,
+    /// UDP datagrams (reassembled ones included).
+    pub udp: u64,
+    /// UDP datagrams decoded as KCP (raw or kcp-go).
+    pub kcp_datagrams: u64,
+    /// UDP datagrams recognised as kcp-go without KCP segments (FEC parity, out of band), or
+    /// encrypted kcp-go / unknown on a `--kcp-port`.
+    pub kcp_other: u64,
+    /// KCP segments decoded.
+    pub kcp_segments: u64,
+    /// UDP datagrams holding at least one QUIC packet.
+    pub quic_datagrams: u64,
+    /// QUIC packets whose header parsed (decrypted or not).
+    pub quic_packets: u64,
+    /// Long headers of versions the QUIC decoder does not know (not counted as QUIC; their
+    /// datagrams count as other UDP unless they also hold a known packet).
+    pub quic_unknown_version: u64,
+    /// UDP datagrams no decoder recognised.
+    pub other_udp: u64,
+}
+
+/// Frames without UDP, by [`NetReject`] reason.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct NetRejects {
+    /// See [`NetReject::Truncated`].
+    pub truncated: u64,
+    /// See [`NetReject::Malformed`].
+    pub malformed: u64,
+    /// See [`NetReject::NotIp`].
+    pub not_ip: u64,
+    /// See [`NetReject::NotUdp`].
+    pub not_udp: u64,
+    /// See [`NetReject::Fragment`].
+    pub fragment: u64,
+    /// See [`NetReject::BadFragment`].
+    pub bad_fragment: u64,
+}
+
+impl NetRejects {
+    fn count(&mut self, r: NetReject) {
+        let c = match r {
+            NetReject::Truncated => &mut self.truncated,
+            NetReject::Malformed => &mut self.malformed,
+            NetReject::NotIp => &mut self.not_ip,
+            NetReject::NotUdp => &mut self.not_udp,
+            NetReject::Fragment => &mut self.fragment,
+            NetReject::BadFragment => &mut self.bad_fragment,
+        };
+        *c += 1;
+    }
+
+    /// Sum over all reasons.
+    pub fn total(&self) -> u64 {
+        self.truncated
+            + self.malformed
+            + self.not_ip
+            + self.not_udp
+            + self.fragment
+            + self.bad_fragment
+    }
+}
+
+/// Decodes frames into [`DecodedPacket`]s.
+pub struct Dissector {
+    config: DissectConfig,
+    net: NetParser,
+    kcp: Detector,
+    quic: QuicDecoder,
+    stats: DissectStats,
+}
+
+impl Dissector {
+    /// A dissector with the given settings.
+    pub fn new(config: DissectConfig) -> Self {
+        let kcp = Detector::new(DetectorConfig {
+            forced_ports: config.kcp_ports.clone(),
+            ..DetectorConfig::default()
+        });
+        let quic = QuicDecoder::new(DecoderConfig::default(), config.keylog.clone());
+        Self {
+            config,
+            net: NetParser::new(),
+            kcp,
+            quic,
+            stats: DissectStats::default(),
+        }
+    }
+
+    /// Adds TLS key-log text (e.g. a pcapng Decryption Secrets Block) for QUIC decryption;
+    /// errors name `source` and the line.
+    pub fn add_keylog_text(&mut self, text: &[u8], source: &str) -> Result<(), KeylogError> {
+        // Validate first so a bad block adds nothing and is reported with its own name.
+        let log = Keylog::parse_named(text, source)?;
+        self.quic.add_keylog(&log, text)
+    }
+
+    /// The QUIC decoder's counters (rejections and undecrypted packets by reason).
+    pub fn quic_stats(&self) -> &QuicStats {
+        &self.quic.stats
+    }
+
+    /// Frame-level counters.
+    pub fn stats(&self) -> &DissectStats {
+        &self.stats
+    }
+
+    /// The KCP detector's counters (rejections by reason).
+    pub fn kcp_stats(&self) -> &DetectorStats {
+        self.kcp.stats()
+    }
+
+    /// IP fragmentation counters.
+    pub fn fragment_stats(&self) -> FragmentStats {
+        self.net.fragment_stats()
+    }
+
+    /// Decodes one frame (link layer `link`, `None` if unsupported), appending what it holds to
+    /// `out` (not cleared). Returns the number of records appended.
+    pub fn dissect(
+        &mut self,
+        link: Option<LinkType>,
+        frame: &[u8],
+        ts_ns: u64,
+        out: &mut Vec<DecodedPacket>,
+    ) -> usize {
+        self.stats.frames += 1;
+        let Some(link) = link else {
+            self.stats.unsupported_link += 1;
+            return 0;
+        };
+        let udp = match self.net.udp(link, frame, ts_ns) {
+            Ok(u) => u,
+            Err(r) => {
+                self.stats.net_rejected.count(r);
+                return 0;
+            }
+        };
+        self.stats.udp += 1;
+        let (src, dst) = (udp.src, udp.dst);
+        let before = out.len();
+        let frame_start = frame.as_ptr() as usize;
+        let frame_end = frame_start + frame.len();
+        let detection = self.kcp.classify(src.port(), dst.port(), udp.payload);
+        let framing = match detection {
+            Detection::Raw(_) => Some(KcpFraming::Raw),
+            Detection::KcpGo { .. } => Some(KcpFraming::Kcpgo),
+            Detection::EncryptedOrUnknown { .. } => {
+                self.stats.kcp_other += 1;
+                return 0;
+            }
+            Detection::NotKcp(_) => None,
+        };
+        if let (Some(framing), Some(segments)) = (framing, detection.segments()) {
+            self.stats.kcp_datagrams += 1;
+            for (i, seg) in segments.enumerate() {
+                self.stats.kcp_segments += 1;
+                let at = seg.payload().as_ptr() as usize;
+                let payload_at = (at >= frame_start && at + seg.payload().len() <= frame_end)
+                    .then(|| u32::try_from(at - frame_start).ok())
+                    .flatten();
+                out.push(DecodedPacket {
+                    ts_ns,
+                    src,
+                    dst,
+                    decoded: Decoded::KcpSegment(KcpSegmentRecord {
+                        framing,
+                        index: u16::try_from(i).unwrap_or(u16::MAX),
+                        conv: seg.conv(),
+                        cmd: seg.cmd().as_str(),
+                        sn: seg.sn(),
+                        una: seg.una(),
+                        frg: seg.frg(),
+                        wnd: seg.wnd(),
+                        len: seg.len(),
+                        kcp_ts: seg.ts(),
+                        payload_at,
+                    }),
+                });
+            }
+            if out.len() == before {
+                // kcp-go parity shard or out-of-band packet: KCP, but no segment to show.
+                self.stats.kcp_datagrams -= 1;
+                self.stats.kcp_other += 1;
+            }
+            return out.len() - before;
+        }
+        let before_quic = out.len();
+        let info = DatagramInfo {
+            src: Some(src),
+            dst: Some(dst),
+            from_client: None,
+        };
+        let mut unknown_version = 0u64;
+        self.quic.decode_with(udp.payload, &info, |p| {
+            // Any byte pattern with the top bit set parses as a long header of *some* version;
+            // only versions the decoder knows count as QUIC.
+            if p.undecrypted == Some(Undecrypted::UnknownVersion) {
+                unknown_version += 1;
+                return;
+            }
+            out.push(DecodedPacket {
+                ts_ns,
+                src,
+                dst,
+                decoded: Decoded::QuicPacket(Box::new(p.summary())),
+            })
+        });
+        self.stats.quic_unknown_version += unknown_version;
+        if out.len() > before_quic {
+            self.stats.quic_datagrams += 1;
+            self.stats.quic_packets += (out.len() - before_quic) as u64;
+            return out.len() - before;
+        }
+        self.stats.other_udp += 1;
+        if self.config.unknown_udp {
+            out.push(DecodedPacket {
+                ts_ns,
+                src,
+                dst,
+                decoded: Decoded::UdpDatagram(UdpRecord {
+                    len: udp.payload.len(),
+                    payload_hash: tboxscope_engine::payload_hash(udp.payload),
+                }),
+            });
+        }
+        out.len() - before
+    }
+}

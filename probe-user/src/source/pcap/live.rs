@@ -1,0 +1,488 @@
+//! Live capture with libpcap on several interfaces at once: one thread per interface, events on
+//! one channel. An interface that fails (a modem reset deletes it) is reported as its path going
+//! down and is reopened when it comes back; the other paths' captures go on.
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use tboxscope_decode::net::LinkType;
+
+/// One interface to capture on, and the path label it stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceSpec {
+    /// The interface name (`eth0`).
+    pub name: String,
+    /// The path label used in every output (`4G`); the interface name when not given.
+    pub label: String,
+}
+
+impl InterfaceSpec {
+    /// Parses `IFACE` or `IFACE=LABEL`.
+    pub fn parse(spec: &str) -> Result<Self, LiveError> {
+        let (name, label) = match spec.split_once('=') {
+            Some((n, l)) => (n.trim(), l.trim()),
+            None => (spec.trim(), spec.trim()),
+        };
+        if name.is_empty() || label.is_empty() {
+            return Err(LiveError::BadSpec(spec.to_owned()));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            label: label.to_owned(),
+        })
+    }
+
+    /// The default: `eth0` and `eth1` (4G and 5G on the T-Box).
+    pub fn defaults() -> Vec<Self> {
+        ["eth0", "eth1"]
+            .iter()
+            .map(|n| Self {
+                name: (*n).to_owned(),
+                label: (*n).to_owned(),
+            })
+            .collect()
+    }
+}
+
+/// Settings applied to every interface.
+#[derive(Debug, Clone)]
+pub struct LiveConfig {
+    /// The interfaces (paths).
+    pub interfaces: Vec<InterfaceSpec>,
+    /// A BPF capture filter (tcpdump syntax), compiled by libpcap.
+    pub filter: Option<String>,
+    /// Bytes kept of each packet.
+    pub snaplen: i32,
+    /// Kernel buffer per interface, bytes.
+    pub buffer_size: i32,
+    /// Deliver packets as they arrive instead of in batches.
+    pub immediate: bool,
+    /// How often libpcap's drop counters are reported.
+    pub stats_interval: Duration,
+    /// How often a lost interface is tried again.
+    pub reopen_interval: Duration,
+    /// Events that may wait in the channel before capture threads block (the kernel buffer then
+    /// fills and libpcap counts drops, which are reported).
+    pub channel_capacity: usize,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        Self {
+            interfaces: InterfaceSpec::defaults(),
+            filter: None,
+            snaplen: 65_535,
+            buffer_size: 16 << 20,
+            immediate: true,
+            stats_interval: Duration::from_secs(1),
+            reopen_interval: Duration::from_millis(200),
+            channel_capacity: 1 << 16,
+        }
+    }
+}
+
+/// Why live capture could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// An `-i` value that is not `IFACE` or `IFACE=LABEL`.
+    #[error("bad interface `{0}`: expected IFACE or IFACE=LABEL")]
+    BadSpec(String),
+    /// libpcap refused the interface.
+    #[error("interface {interface}: {message}")]
+    Open {
+        /// The interface.
+        interface: String,
+        /// libpcap's message.
+        message: String,
+    },
+    /// libpcap refused the filter.
+    #[error("interface {interface}: capture filter `{filter}`: {message}")]
+    Filter {
+        /// The interface.
+        interface: String,
+        /// The filter.
+        filter: String,
+        /// libpcap's message.
+        message: String,
+    },
+    /// The link type of the interface is not one tboxscope decodes.
+    #[error("interface {interface}: link type {linktype} is not supported")]
+    LinkType {
+        /// The interface.
+        interface: String,
+        /// The `DLT_*` number.
+        linktype: i32,
+    },
+    /// The OS refused a thread.
+    #[error("starting capture thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A packet captured live (owned: it crosses threads).
+#[derive(Debug, Clone)]
+pub struct LivePacket {
+    /// Index of the path in [`LiveConfig::interfaces`].
+    pub path: usize,
+    /// Kernel timestamp, nanoseconds since the Unix epoch.
+    pub ts_ns: u64,
+    /// Length on the wire.
+    pub orig_len: u32,
+    /// The interface's link layer.
+    pub link: LinkType,
+    /// The captured bytes.
+    pub data: Vec<u8>,
+}
+
+/// libpcap's counters for one path, cumulative over the whole run (across reopens).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PathStats {
+    /// Packets libpcap received.
+    pub received: u64,
+    /// Packets dropped because the kernel buffer was full (`ps_drop`).
+    pub dropped: u64,
+    /// Packets dropped by the interface or driver (`ps_ifdrop`).
+    pub if_dropped: u64,
+}
+
+/// What the capture threads report.
+#[derive(Debug, Clone)]
+pub enum LiveEvent {
+    /// A packet.
+    Packet(LivePacket),
+    /// The path's interface is open: at start, and again after it came back.
+    PathUp {
+        /// Path index.
+        path: usize,
+        /// True when this is a reopen after [`LiveEvent::PathDown`].
+        reopened: bool,
+        /// True when the kernel gives nanosecond timestamps (else microseconds).
+        nanosecond: bool,
+        /// When (wall clock, ns since the epoch).
+        at_ns: u64,
+    },
+    /// The path's interface failed or disappeared; it is tried again every reopen interval.
+    PathDown {
+        /// Path index.
+        path: usize,
+        /// libpcap's message.
+        reason: String,
+        /// When (wall clock, ns since the epoch).
+        at_ns: u64,
+    },
+    /// libpcap's drop counters, every stats interval and when the path goes down or stops.
+    Stats {
+        /// Path index.
+        path: usize,
+        /// The counters.
+        stats: PathStats,
+        /// When (wall clock, ns since the epoch).
+        at_ns: u64,
+    },
+}
+
+/// A running live capture; dropping it stops and joins the capture threads.
+pub struct LiveCapture {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    events: Receiver<LiveEvent>,
+    specs: Vec<InterfaceSpec>,
+}
+
+type Active = pcap::Capture<pcap::Active>;
+
+extern "C" {
+    // Part of libpcap ≥ 1.5 but not wrapped by the `pcap` crate.
+    fn pcap_get_tstamp_precision(p: *mut std::ffi::c_void) -> std::ffi::c_int;
+}
+
+/// Longest wait for packets before the stop flag and the stats timer are checked again.
+const WAIT_MS: i32 = 100;
+
+/// Waits until `fd` is readable (or has an error to report), at most `ms` milliseconds.
+fn wait_readable(fd: std::os::fd::RawFd, ms: i32) -> std::io::Result<()> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack, count 1; the fd is owned by the open capture.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if rc < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Opens one interface with the configured settings.
+fn open(spec: &InterfaceSpec, cfg: &LiveConfig) -> Result<(Active, LinkType, bool), LiveError> {
+    let open_err = |e: pcap::Error| LiveError::Open {
+        interface: spec.name.clone(),
+        message: e.to_string(),
+    };
+    let mut cap = pcap::Capture::from_device(spec.name.as_str())
+        .map_err(open_err)?
+        .precision(pcap::Precision::Nano)
+        .snaplen(cfg.snaplen)
+        .buffer_size(cfg.buffer_size)
+        .immediate_mode(cfg.immediate)
+        .timeout(100)
+        .open()
+        .map_err(open_err)?
+        // Non-blocking, waited on with our own poll(2): libpcap's blocking read may sleep
+        // forever on an idle interface, and the thread must notice a stop and report stats.
+        .setnonblock()
+        .map_err(open_err)?;
+    if let Some(filter) = &cfg.filter {
+        cap.filter(filter, true).map_err(|e| LiveError::Filter {
+            interface: spec.name.clone(),
+            filter: filter.clone(),
+            message: e.to_string(),
+        })?;
+    }
+    let dlt = cap.get_datalink().0;
+    let link = u32::try_from(dlt)
+        .ok()
+        .and_then(LinkType::from_linktype)
+        .ok_or(LiveError::LinkType {
+            interface: spec.name.clone(),
+            linktype: dlt,
+        })?;
+    // SAFETY: the handle is a live, activated pcap_t owned by `cap`; the call only reads it.
+    let nano = unsafe { pcap_get_tstamp_precision(cap.as_ptr().cast()) } == 1;
+    Ok((cap, link, nano))
+}
+
+impl LiveCapture {
+    /// Opens every interface (any failure is returned before anything runs) and starts one
+    /// capture thread per interface.
+    pub fn start(config: LiveConfig) -> Result<Self, LiveError> {
+        let mut opened = Vec::with_capacity(config.interfaces.len());
+        for spec in &config.interfaces {
+            opened.push(open(spec, &config)?);
+        }
+        let (tx, rx) = crossbeam_channel::bounded(config.channel_capacity.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let cfg = Arc::new(config);
+        let mut threads = Vec::new();
+        for (path, (cap, link, nano)) in opened.into_iter().enumerate() {
+            let worker = Worker {
+                path,
+                cfg: Arc::clone(&cfg),
+                tx: tx.clone(),
+                stop: Arc::clone(&stop),
+                base: PathStats::default(),
+            };
+            let name = format!("pcap-{}", cfg.interfaces[path].name);
+            let handle = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || worker.run(cap, link, nano))
+                .map_err(LiveError::Thread)?;
+            threads.push(handle);
+        }
+        Ok(Self {
+            stop,
+            threads,
+            events: rx,
+            specs: cfg.interfaces.clone(),
+        })
+    }
+
+    /// The event channel.
+    pub fn events(&self) -> &Receiver<LiveEvent> {
+        &self.events
+    }
+
+    /// The interfaces, indexed by path.
+    pub fn interfaces(&self) -> &[InterfaceSpec] {
+        &self.specs
+    }
+
+    /// Asks the threads to stop (they finish within about 100 ms) without waiting.
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops and joins the threads; events still queued stay readable from `events()`.
+    pub fn stop(&mut self) {
+        self.request_stop();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for LiveCapture {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Worker {
+    path: usize,
+    cfg: Arc<LiveConfig>,
+    tx: Sender<LiveEvent>,
+    stop: Arc<AtomicBool>,
+    /// Counters of previous openings of this interface.
+    base: PathStats,
+}
+
+enum Ended {
+    Stopped,
+    Failed(String),
+}
+
+impl Worker {
+    /// Sends an event, waiting while the channel is full; false once stopped or nobody listens.
+    fn emit(&self, mut ev: LiveEvent) -> bool {
+        loop {
+            match self.tx.send_timeout(ev, Duration::from_millis(100)) {
+                Ok(()) => return true,
+                Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => return false,
+                Err(crossbeam_channel::SendTimeoutError::Timeout(back)) => {
+                    if self.stop.load(Ordering::Relaxed) {
+                        return false;
+                    }
+                    ev = back;
+                }
+            }
+        }
+    }
+
+    fn run(mut self, cap: Active, link: LinkType, nano: bool) {
+        let mut current = Some((cap, link, nano));
+        let mut reopened = false;
+        while !self.stop.load(Ordering::Relaxed) {
+            let Some((mut cap, link, nano)) = current.take() else {
+                match self.wait_for_interface() {
+                    Some(c) => {
+                        current = Some(c);
+                        reopened = true;
+                        continue;
+                    }
+                    None => break,
+                }
+            };
+            let up = LiveEvent::PathUp {
+                path: self.path,
+                reopened,
+                nanosecond: nano,
+                at_ns: wall_ns(),
+            };
+            if !self.emit(up) {
+                return;
+            }
+            let ended = self.capture(&mut cap, link, nano);
+            let last = self.stats(&mut cap);
+            self.base = last;
+            drop(cap);
+            self.emit(LiveEvent::Stats {
+                path: self.path,
+                stats: last,
+                at_ns: wall_ns(),
+            });
+            match ended {
+                Ended::Stopped => return,
+                Ended::Failed(reason) => {
+                    let down = LiveEvent::PathDown {
+                        path: self.path,
+                        reason,
+                        at_ns: wall_ns(),
+                    };
+                    if !self.emit(down) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Cumulative counters: this opening's plus the previous ones'.
+    fn stats(&self, cap: &mut Active) -> PathStats {
+        match cap.stats() {
+            Ok(s) => PathStats {
+                received: self.base.received + u64::from(s.received),
+                dropped: self.base.dropped + u64::from(s.dropped),
+                if_dropped: self.base.if_dropped + u64::from(s.if_dropped),
+            },
+            Err(_) => self.base,
+        }
+    }
+
+    fn capture(&mut self, cap: &mut Active, link: LinkType, nano: bool) -> Ended {
+        let mut next_stats = Instant::now() + self.cfg.stats_interval;
+        // True after a read found nothing: the next empty read waits in poll(2) first.
+        let mut idle = false;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ended::Stopped;
+            }
+            match cap.next_packet() {
+                Ok(p) => {
+                    idle = false;
+                    let ts = p.header.ts;
+                    let sub = u64::try_from(ts.tv_usec).unwrap_or(0);
+                    let ts_ns = u64::try_from(ts.tv_sec)
+                        .unwrap_or(0)
+                        .saturating_mul(1_000_000_000)
+                        .saturating_add(if nano { sub } else { sub * 1_000 });
+                    let packet = LivePacket {
+                        path: self.path,
+                        ts_ns,
+                        orig_len: p.header.len,
+                        link,
+                        data: p.data.to_vec(),
+                    };
+                    if !self.emit(LiveEvent::Packet(packet)) {
+                        return Ended::Stopped;
+                    }
+                }
+                Err(pcap::Error::TimeoutExpired) => {
+                    if idle {
+                        if let Err(e) = wait_readable(cap.as_raw_fd(), WAIT_MS) {
+                            return Ended::Failed(format!("waiting for packets: {e}"));
+                        }
+                    }
+                    idle = true;
+                }
+                Err(e) => return Ended::Failed(e.to_string()),
+            }
+            if Instant::now() >= next_stats {
+                next_stats += self.cfg.stats_interval;
+                let stats = self.stats(cap);
+                let ev = LiveEvent::Stats {
+                    path: self.path,
+                    stats,
+                    at_ns: wall_ns(),
+                };
+                if !self.emit(ev) {
+                    return Ended::Stopped;
+                }
+            }
+        }
+    }
+
+    /// Polls until the interface opens again, or the capture stops (`None`).
+    fn wait_for_interface(&self) -> Option<(Active, LinkType, bool)> {
+        let spec = &self.cfg.interfaces[self.path];
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(self.cfg.reopen_interval);
+            if let Ok(c) = open(spec, &self.cfg) {
+                return Some(c);
+            }
+        }
+        None
+    }
+}

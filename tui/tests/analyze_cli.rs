@@ -1,0 +1,284 @@
+//! `tboxscope analyze` end to end on the shared fixtures: JSON Lines per packet, the summary,
+//! paths, the readable report, and errors that name the file and the line or offset.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures")
+        .join(name)
+}
+
+fn tboxscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn lines(out: &Output) -> Vec<Value> {
+    String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn kcp_fixture_decodes_segment_by_segment() {
+    let f = fixture("ndpi-kcp.pcap");
+    let out = tboxscope(&["analyze", "--packets", f.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recs = lines(&out);
+    assert_eq!(recs[0]["type"], "header");
+    assert_eq!(recs.last().unwrap()["type"], "summary");
+    let segs: Vec<&Value> = recs.iter().filter(|r| r["type"] == "kcp_segment").collect();
+    assert_eq!(segs.len(), 28);
+    for s in &segs {
+        assert_eq!(s["conv"], 10);
+        assert_eq!(s["path"], "ndpi-kcp");
+        assert_eq!(s["file"], f.to_str().unwrap());
+        assert!(s["ts"].as_str().unwrap().starts_with("2024-01-11T18:14:"));
+    }
+    // A message split in three fragments (frg 2, 1, 0), then its ACKs.
+    let first: Vec<(u64, &str, u64, u64, u64)> = segs[..5]
+        .iter()
+        .map(|s| {
+            (
+                s["frame"].as_u64().unwrap(),
+                s["cmd"].as_str().unwrap(),
+                s["sn"].as_u64().unwrap(),
+                s["frg"].as_u64().unwrap(),
+                s["len"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        first,
+        vec![
+            (1, "push", 0, 2, 1448),
+            (2, "ack", 0, 0, 0),
+            (3, "push", 1, 1, 1448),
+            (4, "push", 2, 0, 1104),
+            (5, "ack", 1, 0, 0),
+        ]
+    );
+    // The 24 frames of 64-byte UDP payloads (f0 0f f0 0f ...) are not KCP; every other frame,
+    // including the late retransmissions from other source ports, is.
+    let tsv = include_str!("../../probe-user/tests/data/ndpi-kcp.pcap.frames.tsv");
+    let not_kcp: Vec<u64> = tsv
+        .lines()
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .filter(|c| c[7] == "64")
+        .map(|c| c[0].parse().unwrap())
+        .collect();
+    assert_eq!(not_kcp.len(), 24);
+    let mut kcp_frames: Vec<u64> = segs.iter().map(|s| s["frame"].as_u64().unwrap()).collect();
+    kcp_frames.dedup();
+    let all_others: Vec<u64> = (1..=50).filter(|f| !not_kcp.contains(f)).collect();
+    assert_eq!(kcp_frames, all_others);
+    let summary = recs.last().unwrap();
+    assert_eq!(summary["frames"]["frames"], 50);
+    assert_eq!(summary["frames"]["kcp_segments"], 28);
+    assert_eq!(summary["kcp"]["segments"], 28);
+    assert_eq!(summary["files"][0]["frames"], 50);
+    let rejected = summary["kcp"]["rejected"].as_object().unwrap();
+    assert_eq!(
+        rejected.values().map(|v| v.as_u64().unwrap()).sum::<u64>(),
+        24
+    );
+}
+
+/// Packet numbers and STREAM ids/offsets of the Chrome↔Cloudflare capture, with the secrets
+/// embedded in the file, against tshark's decode (checked in; re-run when tshark is present).
+#[test]
+fn quic_fixture_matches_tshark_with_embedded_secrets() {
+    let f = fixture("chrome-cloudflare-quic-with-secrets.pcapng");
+    let expected_tsv = include_str!("data/chrome-quic-tshark.tsv");
+    if let Ok(o) = Command::new("tshark")
+        .arg("-r")
+        .arg(&f)
+        .args(["-Y", "quic", "-T", "fields", "-e", "frame.number"])
+        .args(["-e", "quic.packet_number", "-e", "quic.stream.stream_id"])
+        .args(["-e", "quic.stream.offset"])
+        .output()
+    {
+        if o.status.success() {
+            assert_eq!(String::from_utf8(o.stdout).unwrap(), expected_tsv);
+        }
+    }
+    // frame → (first packet number, [(stream id, offset)])
+    let mut expected: BTreeMap<u64, (u64, Vec<(u64, u64)>)> = BTreeMap::new();
+    for line in expected_tsv.lines() {
+        let c: Vec<&str> = line.split('\t').collect();
+        let pn = c[1].split(',').next().unwrap().parse().unwrap();
+        let ids: Vec<u64> = c[2]
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let mut offs: Vec<u64> = c[3]
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect();
+        // tshark leaves the offset out for frames without the OFF bit: offset 0.
+        offs.resize(ids.len(), 0);
+        let mut streams: Vec<(u64, u64)> = ids.into_iter().zip(offs).collect();
+        streams.sort_unstable();
+        expected.insert(c[0].parse().unwrap(), (pn, streams));
+    }
+    let out = tboxscope(&["analyze", "--packets", f.to_str().unwrap()]);
+    assert!(out.status.success());
+    let mut got: BTreeMap<u64, (u64, Vec<(u64, u64)>)> = BTreeMap::new();
+    for r in lines(&out).iter().filter(|r| r["type"] == "quic_packet") {
+        let frame = r["frame"].as_u64().unwrap();
+        let entry = got
+            .entry(frame)
+            .or_insert_with(|| (r["pn"].as_u64().unwrap(), Vec::new()));
+        for fr in r["frames"].as_array().unwrap() {
+            if fr["type"] == "stream" {
+                entry.1.push((
+                    fr["stream_id"].as_u64().unwrap(),
+                    fr["offset"].as_u64().unwrap(),
+                ));
+            }
+        }
+        entry.1.sort_unstable();
+    }
+    // Mark order-independence in the frame's stream list (tshark lists a frame's streams in
+    // packet order; both lists are sorted here).
+    for v in expected.values_mut() {
+        v.1.sort_unstable();
+    }
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn two_files_are_two_paths_and_the_report_is_readable() {
+    let a = fixture("ndpi-kcp.pcap");
+    let b = Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe-user/tests/data/ndpi-kcp.pcapng");
+    let out = tboxscope(&[
+        "analyze",
+        "--json",
+        "-",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let recs = lines(&out);
+    let summary = recs.last().unwrap();
+    assert_eq!(
+        summary["paths"],
+        serde_json::json!(["ndpi-kcp", "ndpi-kcp.pcapng:ndpi-kcp"])
+    );
+    // Without --packets only the header and the summary.
+    assert_eq!(recs.len(), 2);
+    assert_eq!(summary["frames"]["kcp_segments"], 56);
+
+    let out = tboxscope(&["analyze", a.to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("ndpi-kcp.pcap (pcap_micro): 50 frames, paths: ndpi-kcp"),
+        "{text}"
+    );
+    assert!(text.contains("28 segments"), "{text}");
+}
+
+#[test]
+fn json_to_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    let f = fixture("quic-tls-handshake.pcapng");
+    let out = tboxscope(&[
+        "analyze",
+        "--packets",
+        "--json",
+        path.to_str().unwrap(),
+        f.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let recs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let q: Vec<&Value> = recs.iter().filter(|r| r["type"] == "quic_packet").collect();
+    assert_eq!(q.len(), 1);
+    assert_eq!(q[0]["packet_type"], "initial");
+    assert_eq!(q[0]["decrypted"], true);
+    assert_eq!(q[0]["frame"], 1);
+}
+
+#[test]
+fn bad_keylog_names_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let keylog = dir.path().join("keys.log");
+    std::fs::write(&keylog, "# comment\nCLIENT_TRAFFIC_SECRET_0 zz 00\n").unwrap();
+    let f = fixture("ndpi-kcp.pcap");
+    let out = tboxscope(&[
+        "analyze",
+        "--keylog",
+        keylog.to_str().unwrap(),
+        f.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(&format!("{} line 2", keylog.display())),
+        "{err}"
+    );
+    let out = tboxscope(&[
+        "analyze",
+        "--keylog",
+        "/nonexistent/keys.log",
+        f.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("/nonexistent/keys.log"));
+}
+
+#[test]
+fn unreadable_and_truncated_files_are_named_and_fail_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.pcap");
+    let bytes = std::fs::read(fixture("ndpi-kcp.pcap")).unwrap();
+    std::fs::write(&cut, &bytes[..2000]).unwrap();
+    let good = fixture("ndpi-kcp.pcap");
+    let out = tboxscope(&[
+        "analyze",
+        "--packets",
+        cut.to_str().unwrap(),
+        "/nonexistent/x.pcapng",
+        good.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr.clone()).unwrap();
+    assert!(
+        err.contains(&format!(
+            "{}: offset 1676: truncated pcap record",
+            cut.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("/nonexistent/x.pcapng: cannot open"), "{err}");
+    // What came before the cut, and the good file after it, were still decoded.
+    let recs = lines(&out);
+    let summary = recs.last().unwrap();
+    assert_eq!(summary["files"][0]["frames"], 2);
+    assert_eq!(summary["files"][2]["kcp_segments"], 28);
+    assert_eq!(summary["errors"].as_array().unwrap().len(), 2);
+}
