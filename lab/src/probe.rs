@@ -94,13 +94,14 @@ pub fn probe_path(
         Direction::Down => (names.tbox_ns(), path.tbox_addr(), names.gateway_ns()),
     };
     let dst = SocketAddr::from((rx_addr, port));
-    let size = size.max(16);
+    let size = size.max(24);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let send_time = Duration::from_nanos(count.saturating_mul(1_000_000_000) / rate_pps.max(1));
     let deadline = send_time + drain;
     let receiver = std::thread::spawn(move || -> Result<Vec<u64>> {
         sys::enter_netns(&rx_ns)?;
         let sock = UdpSocket::bind(dst).map_err(|e| LabError::io("bind probe receiver", e))?;
+        sys::enable_rx_timestamps(std::os::fd::AsRawFd::as_raw_fd(&sock))?;
         sock.set_read_timeout(Some(Duration::from_millis(50)))
             .map_err(|e| LabError::io("probe timeout", e))?;
         let _ = ready_tx.send(());
@@ -109,9 +110,15 @@ pub fn probe_path(
         let mut delays = Vec::new();
         let mut buf = vec![0u8; 65536];
         while sys::mono_ns() < end && (delays.len() as u64) < count {
-            if let Ok(n) = sock.recv(&mut buf) {
-                let now = sys::mono_ns();
-                if let Some(ts) = buf.get(8..16).filter(|_| n >= 16) {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+            if let Ok(Some((n, stamp))) = sys::recv_timestamped(fd, &mut buf, 0) {
+                // Kernel receive time (CLOCK_REALTIME) against the sender's realtime stamp;
+                // without a kernel stamp, this thread's monotonic clock against the sender's.
+                let (sent_at, now) = match stamp {
+                    Some(rt) => (buf.get(16..24), rt),
+                    None => (buf.get(8..16), sys::mono_ns()),
+                };
+                if let Some(ts) = sent_at.filter(|_| n >= 24) {
                     let mut b = [0u8; 8];
                     b.copy_from_slice(ts);
                     delays.push(now.saturating_sub(u64::from_le_bytes(b)));
@@ -140,6 +147,7 @@ pub fn probe_path(
             }
             payload[..8].copy_from_slice(&i.to_le_bytes());
             payload[8..16].copy_from_slice(&sys::mono_ns().to_le_bytes());
+            payload[16..24].copy_from_slice(&sys::unix_ns().to_le_bytes());
             if sock.send_to(&payload, dst).is_ok() {
                 sent += 1;
             }

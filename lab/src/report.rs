@@ -53,6 +53,9 @@ pub struct OutageReport {
     pub max_latency_ms: f64,
     /// Median latency among them, ms.
     pub p50_latency_ms: f64,
+    /// How long after the path came back the last of them arrived, ms (0: none was held
+    /// back past the outage).
+    pub backlog_cleared_after_ms: f64,
 }
 
 /// One row of the table.
@@ -151,11 +154,13 @@ pub fn analyse(
             .unwrap_or((u64::MAX, f64::INFINITY));
         let mut in_lat = Vec::new();
         let mut in_sent = 0;
+        let mut last_arrival = 0u64;
         for (id, &s) in rec.sent_mono_ns.iter().enumerate() {
             if s >= start.mono_ns && s < end.0 {
                 in_sent += 1;
                 if let Some(a) = rec.arrivals.get(&(id as u64)) {
                     in_lat.push(a.first_mono_ns.saturating_sub(s));
+                    last_arrival = last_arrival.max(a.first_mono_ns);
                 }
             }
         }
@@ -168,6 +173,11 @@ pub fn analyse(
             delivered: in_lat.len() as u64,
             max_latency_ms: ms(in_lat.last().copied().unwrap_or(0)),
             p50_latency_ms: ms(percentile(&in_lat, 0.5)),
+            backlog_cleared_after_ms: if end.0 == u64::MAX {
+                0.0
+            } else {
+                ms(last_arrival.saturating_sub(end.0))
+            },
         });
     }
     let payload = (sent as f64) * size as f64;
@@ -276,8 +286,16 @@ impl fmt::Display for RunReport {
                 for o in &r.outages {
                     writeln!(
                         f,
-                        "  {:<15} path {:?} down {:.1}–{:.1} s: {} sent, {} delivered, P50 {:.0} ms, max {:.0} ms",
-                        r.transport, o.path, o.start_s, o.end_s, o.sent, o.delivered, o.p50_latency_ms, o.max_latency_ms
+                        "  {:<15} path {:?} down {:.1}–{:.1} s: {} sent, {} delivered, P50 {:.0} ms, max {:.0} ms, backlog cleared {:.0} ms after the path came back",
+                        r.transport,
+                        o.path,
+                        o.start_s,
+                        o.end_s,
+                        o.sent,
+                        o.delivered,
+                        o.p50_latency_ms,
+                        o.max_latency_ms,
+                        o.backlog_cleared_after_ms
                     )?;
                 }
             }
@@ -286,5 +304,76 @@ impl fmt::Display for RunReport {
             writeln!(f, "error: {what}: {e}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::truth::Arrival;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn analyse_counts_latency_copies_stalls_and_the_outage() {
+        // 10 messages every 20 ms from t=0; #3 never arrives; #5 arrives on both paths;
+        // messages 6..8 are held until 1000 ms.
+        let mut rec = TransportTruth {
+            sent_mono_ns: (0..10).map(|i| i * 20 * MS).collect(),
+            ..Default::default()
+        };
+        for id in 0..10u64 {
+            if id == 3 {
+                continue;
+            }
+            let held = (6..=8).contains(&id);
+            let at = if held {
+                1000 * MS
+            } else {
+                id * 20 * MS + 40 * MS
+            };
+            let mut a = Arrival {
+                first_mono_ns: at,
+                first_path: Some(PathId::A),
+                copies: [1, 0],
+            };
+            if id == 5 {
+                a.copies = [1, 1];
+                a.first_path = Some(PathId::B);
+            }
+            rec.arrivals.insert(id, a);
+        }
+        let timeline = vec![
+            TimelineEvent {
+                kind: "outage_start",
+                path: PathId::A,
+                at_s: 0.11,
+                mono_ns: 110 * MS,
+                unix_ns: 0,
+            },
+            TimelineEvent {
+                kind: "outage_end",
+                path: PathId::A,
+                at_s: 0.17,
+                mono_ns: 170 * MS,
+                unix_ns: 0,
+            },
+        ];
+        let mut wire = WireBytes::default();
+        wire.add(PathId::A, 6000, 1200);
+        let r = analyse(Transport::KcpDual, &rec, &wire, 600, &timeline, 0);
+        assert_eq!((r.sent, r.delivered, r.lost), (10, 9, 1));
+        assert_eq!(r.p50_ms, 40.0);
+        assert_eq!(r.max_ms, 1000.0 - 120.0);
+        assert!((r.duplication_pct - 100.0 / 9.0).abs() < 1e-9);
+        assert!((r.first_on_b_pct - 100.0 / 9.0).abs() < 1e-9);
+        assert!((r.amplification - 7200.0 / 6000.0).abs() < 1e-9);
+        // Deliveries: 40, 60, 80, 140(#5), 220(#9)… then 1000: the longest gap is 780 ms.
+        assert_eq!(r.longest_stall_ms, 780.0);
+        let o = &r.outages[0];
+        // Generated in [110, 170) ms: #6 (120), #7 (140), #8 (160).
+        assert_eq!((o.sent, o.delivered), (3, 3));
+        assert_eq!(o.max_latency_ms, 880.0);
+        assert_eq!(o.backlog_cleared_after_ms, 830.0);
     }
 }

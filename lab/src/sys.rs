@@ -187,3 +187,88 @@ pub fn in_netns<T: Send + 'static>(
     .join()
     .map_err(|_| LabError::Config("a namespace helper thread panicked".into()))?
 }
+
+/// Gives the calling thread real-time (SCHED_FIFO) priority `prio`, so its timed wake-ups are
+/// not delayed behind ordinary busy processes. The kernel's RT throttling still caps it.
+pub fn set_realtime(prio: i32) -> Result<()> {
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: pid 0 = the calling thread; param is a valid sched_param.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        return Err(LabError::io(
+            "sched_setscheduler SCHED_FIFO",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// Asks the kernel to stamp every received packet on `fd` (SO_TIMESTAMPNS, CLOCK_REALTIME).
+pub fn enable_rx_timestamps(fd: std::os::fd::RawFd) -> Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: an int option passed by pointer with its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(LabError::io(
+            "SO_TIMESTAMPNS",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// Receives one packet with its kernel receive time (CLOCK_REALTIME ns) when the socket has
+/// SO_TIMESTAMPNS on. `Ok(None)` when nothing is waiting (non-blocking `flags`).
+pub fn recv_timestamped(
+    fd: std::os::fd::RawFd,
+    buf: &mut [u8],
+    flags: libc::c_int,
+) -> std::io::Result<Option<(usize, Option<u64>)>> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 16];
+    // SAFETY: msghdr is plain data; zeroed is a valid starting value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: recvmsg into buffers we own, described by msg.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+    if n < 0 {
+        let err = std::io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+            _ => Err(err),
+        };
+    }
+    let mut stamp = None;
+    // SAFETY: walking the control messages the kernel wrote into `control`, with the libc
+    // CMSG macros that bound every step by msg_controllen.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
+                let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+                let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+                stamp = Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos));
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok(Some((usize::try_from(n).unwrap_or(0), stamp)))
+}

@@ -68,6 +68,8 @@ pub struct UpOptions {
     pub seed: u64,
     /// Whether dropping the [`Testbed`] tears everything down (tests: yes; `lab up`: no).
     pub teardown_on_drop: bool,
+    /// Delay line: busy-wait this many microseconds before each release (0 = sleep only).
+    pub spin_us: u64,
 }
 
 impl Default for UpOptions {
@@ -77,6 +79,7 @@ impl Default for UpOptions {
             host: LineHost::InProcess,
             seed: 0x7b0c_5c09,
             teardown_on_drop: true,
+            spin_us: 0,
         }
     }
 }
@@ -226,7 +229,8 @@ impl Testbed {
                     let seed = opts
                         .seed
                         .wrapping_add(if p == PathId::A { 0 } else { 0x1000 });
-                    let cfg = LineConfig::from_spec(&spec, seed);
+                    let mut cfg = LineConfig::from_spec(&spec, seed);
+                    cfg.spin_us = opts.spin_us;
                     match &opts.host {
                         LineHost::InProcess => self.lines.push((p, DelayLine::spawn(&line, cfg)?)),
                         LineHost::Detached { exe, args } => spawn_detached(&n, p, exe, args, &cfg)?,

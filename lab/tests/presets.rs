@@ -9,6 +9,8 @@ use tboxscope_lab::{LabNames, Scenario};
 
 #[test]
 fn s1_s2_s3_deliver_everything_and_redundant_transports_duplicate() {
+    let threads = || std::fs::read_dir("/proc/self/task").unwrap().count();
+    let before = threads();
     for preset in ["S1", "S2", "S3"] {
         let names = LabNames::for_test(&preset.to_lowercase()).unwrap();
         let mut opts = RunOptions::new(names.clone());
@@ -51,4 +53,6 @@ fn s1_s2_s3_deliver_everything_and_redundant_transports_duplicate() {
         }
         assert!(existing_namespaces(names.prefix()).unwrap().is_empty());
     }
+    // Delay lines, peers' runtimes and the timeline thread are all gone.
+    assert_eq!(threads(), before);
 }

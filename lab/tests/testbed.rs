@@ -96,3 +96,34 @@ fn random_loss_happens_at_the_receiver() {
     let lines = bed.line_stats();
     assert!(lines[0].1.up_frames >= n, "{lines:?}");
 }
+
+#[test]
+fn rate_limit_caps_throughput() {
+    let names = LabNames::for_test("rate").unwrap();
+    let mut sc = Scenario::preset("S1").unwrap();
+    sc.path.a.loss_pct = 0.0;
+    sc.path.a.jitter_ms = 0.0;
+    sc.path.a.delay_ms = 1.0;
+    sc.path.a.rate_kbit = Some(1000);
+    let opts = UpOptions {
+        delay: DelayChoice::Line,
+        ..Default::default()
+    };
+    let _bed = Testbed::up(names.clone(), &sc, &opts).unwrap();
+    let qdisc = sys::run_in(&names.line_ns(PathId::A), "tc", &["qdisc", "show"]).unwrap();
+    assert!(qdisc.contains("tbf") && qdisc.contains("1Mbit"), "{qdisc}");
+    // 1000 × 1000 B in one second is 8 Mbit/s offered into 1 Mbit/s: the token bucket passes
+    // about 1 Mbit/s (plus its queue of at most 400 ms and its burst) and drops the rest.
+    let r = probe_path(
+        &names,
+        PathId::A,
+        Direction::Up,
+        1000,
+        1000,
+        1000,
+        Duration::from_millis(600),
+    )
+    .unwrap();
+    let got = r.delays_ns.len();
+    assert!(got > 50 && got < 400, "{got} of {} arrived", r.sent);
+}

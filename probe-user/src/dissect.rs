@@ -7,8 +7,8 @@ use serde::Serialize;
 use tboxscope_decode::kcp::{Detection, Detector, DetectorConfig, DetectorStats};
 use tboxscope_decode::net::{FragmentStats, LinkType, NetParser, NetReject};
 use tboxscope_decode::quic::{
-    DatagramInfo, DecoderConfig, Keylog, KeylogError, PacketSummary, QuicDecoder, QuicStats,
-    Undecrypted,
+    DatagramInfo, DecoderConfig, Keylog, KeylogError, PacketSummary, ParseOptions, QuicDecoder,
+    QuicStats, Undecrypted,
 };
 
 /// What the dissector looks for.
@@ -132,6 +132,11 @@ pub struct DissectStats {
     pub quic_datagrams: u64,
     /// QUIC packets whose header parsed (decrypted or not).
     pub quic_packets: u64,
+    /// Short headers of no known QUIC connection (not counted as QUIC: without the handshake
+    /// or a NEW_CONNECTION_ID they cannot be told from other UDP).
+    pub quic_unknown_short: u64,
+    /// UDP GSO batches (several datagrams captured as one on the sending host) split for QUIC.
+    pub gso_batches: u64,
     /// Long headers of versions the QUIC decoder does not know (not counted as QUIC; their
     /// datagrams count as other UDP unless they also hold a known packet).
     pub quic_unknown_version: u64,
@@ -196,7 +201,14 @@ impl Dissector {
             forced_ports: config.kcp_ports.clone(),
             ..DetectorConfig::default()
         });
-        let quic = QuicDecoder::new(DecoderConfig::default(), config.keylog.clone());
+        // Lax header parsing: captures cut by a snap length keep their headers, and peers that
+        // grease the fixed bit (RFC 9287; quinn does by default) still decode. Random UDP
+        // does not become QUIC through this: see the unknown-connection rule in `dissect`.
+        let quic_config = DecoderConfig {
+            parse: ParseOptions { lax: true },
+            ..DecoderConfig::default()
+        };
+        let quic = QuicDecoder::new(quic_config, config.keylog.clone());
         Self {
             config,
             net: NetParser::new(),
@@ -311,21 +323,38 @@ impl Dissector {
             from_client: None,
         };
         let mut unknown_version = 0u64;
-        self.quic.decode_with(udp.payload, &info, |p| {
-            // Any byte pattern with the top bit set parses as a long header of *some* version;
-            // only versions the decoder knows count as QUIC.
-            if p.undecrypted == Some(Undecrypted::UnknownVersion) {
-                unknown_version += 1;
-                return;
-            }
-            out.push(DecodedPacket {
-                ts_ns,
-                src,
-                dst,
-                decoded: Decoded::QuicPacket(Box::new(p.summary())),
-            })
-        });
+        let mut unknown_short = 0u64;
+        // A capture taken on the sending host sees a UDP GSO batch before the NIC splits it:
+        // one "datagram" holding several equal-sized QUIC datagrams. Decode them one by one.
+        let segment = gso_segment_size(udp.payload);
+        if segment.is_some() {
+            self.stats.gso_batches += 1;
+        }
+        let chunk = segment.unwrap_or(udp.payload.len()).max(1);
+        for datagram in udp.payload.chunks(chunk) {
+            self.quic.decode_with(datagram, &info, |p| {
+                // Any byte pattern with the top bit set parses as a long header of *some*
+                // version; only versions the decoder knows count as QUIC.
+                if p.undecrypted == Some(Undecrypted::UnknownVersion) {
+                    unknown_version += 1;
+                    return;
+                }
+                // A short header whose connection ID no handshake or NEW_CONNECTION_ID
+                // announced is indistinguishable from random bytes.
+                if p.connection.is_none() && !p.header.is_long() {
+                    unknown_short += 1;
+                    return;
+                }
+                out.push(DecodedPacket {
+                    ts_ns,
+                    src,
+                    dst,
+                    decoded: Decoded::QuicPacket(Box::new(p.summary())),
+                })
+            });
+        }
         self.stats.quic_unknown_version += unknown_version;
+        self.stats.quic_unknown_short += unknown_short;
         if out.len() > before_quic {
             self.stats.quic_datagrams += 1;
             self.stats.quic_packets += (out.len() - before_quic) as u64;
@@ -345,4 +374,40 @@ impl Dissector {
         }
         out.len() - before
     }
+}
+
+/// Payloads up to this size are single datagrams on a 1500-byte MTU (IPv4 header and UDP).
+const MAX_PLAIN_PAYLOAD: usize = 1472;
+/// Smallest segment size considered (QUIC's minimum datagram size for Initials).
+const MIN_SEGMENT: usize = 1200;
+/// Header bytes after the first byte that must repeat at each segment start: a short-header
+/// packet's destination connection ID (8 bytes or more for quinn, Chrome and most servers).
+const SEGMENT_MATCH: usize = 8;
+
+/// If `payload` is a UDP GSO batch of QUIC short-header packets, the segment size.
+///
+/// A batch is recognised when every multiple of one size `s` (1200 ≤ `s`) starts like the
+/// payload does: a short header (top bit clear) and the same 8 bytes after the first byte (the
+/// connection ID); the last segment may be shorter. Anything else (including
+/// connection IDs shorter than 8 bytes) is left whole.
+pub fn gso_segment_size(payload: &[u8]) -> Option<usize> {
+    let first = *payload.first()?;
+    // Short header form (top bit clear); the fixed bit may be greased (RFC 9287).
+    if payload.len() <= MAX_PLAIN_PAYLOAD || first & 0x80 != 0 {
+        return None;
+    }
+    let key = payload.get(1..1 + SEGMENT_MATCH)?;
+    let starts_like_first = |at: usize| {
+        payload.get(at).is_some_and(|b| b & 0x80 == 0)
+            && payload.get(at + 1..at + 1 + SEGMENT_MATCH) == Some(key)
+    };
+    let s = (MIN_SEGMENT..payload.len()).find(|&s| starts_like_first(s))?;
+    let mut at = s;
+    while at < payload.len() {
+        if !starts_like_first(at) {
+            return None;
+        }
+        at += s;
+    }
+    Some(s)
 }

@@ -162,11 +162,14 @@ fn path_goes_down_and_up_while_the_other_path_keeps_capturing() {
         seqs[0].iter().any(|s| *s > path0_at_up + 50),
         "path 0 not captured after reopen"
     );
-    // Drop counters were reported for both paths, and nothing was dropped.
+    // Drop counters were reported for both paths; the path that stayed up dropped nothing (the
+    // deleted one may count a packet caught in the teardown: it is reported, not hidden).
     for (path, s) in final_stats.iter().enumerate() {
-        let s = s.unwrap_or_else(|| panic!("no stats for path {path}"));
-        assert_eq!((s.dropped, s.if_dropped), (0, 0), "path {path}");
+        assert!(s.is_some(), "no stats for path {path}");
     }
+    let s1 = final_stats[1].unwrap();
+    assert_eq!((s1.dropped, s1.if_dropped), (0, 0));
+    assert!(s1.received >= u64::from(sent1));
     // The order of path 0's events: up, down, up(reopened).
     let path0: Vec<&str> = events
         .iter()

@@ -52,6 +52,13 @@ pub struct LineConfig {
     pub seed: u64,
     /// Busy-wait this many microseconds before a release instead of sleeping (0 = never).
     pub spin_us: u64,
+    /// Run the forwarder thread with real-time priority (SCHED_FIFO) when allowed.
+    #[serde(default = "yes")]
+    pub realtime: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl LineConfig {
@@ -63,6 +70,7 @@ impl LineConfig {
             reorder: spec.reorder,
             seed,
             spin_us: 0,
+            realtime: true,
         }
     }
 }
@@ -149,6 +157,11 @@ impl PartialOrd for Pending {
 /// Runs the forwarder in the calling thread's namespace until `stop` is set.
 pub fn run_forwarder(cfg: &LineConfig, stop: &AtomicBool, counters: &LineCounters) -> Result<()> {
     sys::fine_timer_slack();
+    if cfg.realtime {
+        if let Err(e) = sys::set_realtime(50) {
+            log::warn!("delay line without real-time priority (wake-ups may be late): {e}");
+        }
+    }
     // Index 0 receives from the T-Box side and sends toward the gateway; 1 the reverse.
     let socks = [
         PacketSocket::open(LINE_TBOX_SIDE)?,
@@ -252,8 +265,14 @@ pub fn run_forwarder(cfg: &LineConfig, stop: &AtomicBool, counters: &LineCounter
                     break;
                 };
                 match socks[dir].recv(buf)? {
-                    Some(len) if len > 0 && len <= MAX_FRAME => {
-                        let arrival = sys::mono_ns();
+                    Some((len, stamp)) if len > 0 && len <= MAX_FRAME => {
+                        // The kernel's receive time, moved to the monotonic clock: the delay
+                        // counts from when the frame reached the line, not from when this
+                        // thread woke up.
+                        let (mono, unix) = (sys::mono_ns(), sys::unix_ns());
+                        let arrival = stamp
+                            .map(|rt| mono.saturating_sub(unix.saturating_sub(rt)))
+                            .unwrap_or(mono);
                         let mut due = arrival.saturating_add(samplers[dir].sample_ns());
                         if !cfg.reorder {
                             due = due.max(last_due[dir]);

@@ -104,25 +104,15 @@ impl PacketSocket {
         Ok(())
     }
 
-    /// Receives one frame into `buf`; `None` when nothing is waiting.
-    pub fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>> {
-        // SAFETY: recv into a buffer we own, with its length.
-        let n = unsafe {
-            libc::recv(
-                self.fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-            )
-        };
-        if n < 0 {
-            let err = std::io::Error::last_os_error();
-            return match err.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
-                _ => Err(LabError::io(format!("recv on {}", self.iface), err)),
-            };
-        }
-        Ok(Some(usize::try_from(n).unwrap_or(0)))
+    /// Receives one frame into `buf` with its kernel receive time (CLOCK_REALTIME ns);
+    /// `None` when nothing is waiting.
+    pub fn recv(&self, buf: &mut [u8]) -> Result<Option<(usize, Option<u64>)>> {
+        crate::sys::recv_timestamped(
+            self.fd.as_raw_fd(),
+            buf,
+            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+        )
+        .map_err(|e| LabError::io(format!("recv on {}", self.iface), e))
     }
 
     /// Sends one whole Ethernet frame; returns false when the kernel refused it (queue full,
