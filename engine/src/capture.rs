@@ -189,6 +189,26 @@ impl CaptureTable {
         }
     }
 
+    /// Direction from the capture's host role (stated or inferred) and the packet's uplink
+    /// flag, as known now; `None` when the capture uses explicit local addresses or the
+    /// direction is unknown. Used to re-judge sightings made before an inference.
+    pub fn dir_by_role(&self, id: CaptureId, up: Option<bool>) -> Option<Dir> {
+        let c = self.caps.get(&id)?;
+        if !c.point.local_addrs.is_empty() {
+            return None;
+        }
+        let up = up?;
+        let host = match c.host {
+            Host::Unknown if c.paired.is_none() => Host::Tbox,
+            h => h,
+        };
+        match host {
+            Host::Tbox => Some(if up { Dir::Out } else { Dir::In }),
+            Host::Gateway => Some(if up { Dir::In } else { Dir::Out }),
+            Host::Unknown => None,
+        }
+    }
+
     /// Pairs that are stated or implied by labels, to apply before traffic is matched.
     /// Returns newly formed pairs (keep-label capture first).
     pub fn stated_pairs(&mut self) -> Vec<(CaptureId, CaptureId)> {

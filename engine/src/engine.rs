@@ -170,6 +170,9 @@ impl Engine {
         }
         self.paths.merge(alias, target);
         self.msgs.merge_paths(alias, target);
+        for (sender, receiver) in self.msgs.seen_at_both(keep, other, &self.caps) {
+            self.caps.record_delay(sender, receiver);
+        }
         for f in self.flows.iter_mut() {
             if alias < 64 && f.paths_mask & (1 << alias) != 0 {
                 f.paths_mask &= !(1 << alias);
@@ -293,12 +296,11 @@ impl Engine {
 
     fn check_outages(&mut self, now: u64) {
         let threshold = self.cfg.outage_threshold_ns;
-        let live: Vec<PathIdx> = self.paths.live().collect();
-        for &p in &live {
+        for p in 0..self.paths.paths.len() {
             let Some(st) = self.paths.paths.get(p) else {
                 continue;
             };
-            if st.outage.is_some() {
+            if st.alias_of.is_some() || st.outage.is_some() {
                 continue;
             }
             let Some(alive) = st.last_alive_ns else {
@@ -307,13 +309,13 @@ impl Engine {
             if now.saturating_sub(alive) <= threshold {
                 continue;
             }
-            let other = live.iter().copied().find(|q| {
-                *q != p
-                    && self.paths.paths.get(*q).is_some_and(|s| {
-                        s.outage.is_none()
-                            && s.last_alive_ns
-                                .is_some_and(|a| now.saturating_sub(a) <= threshold)
-                    })
+            let other = self.paths.paths.iter().enumerate().find_map(|(q, s)| {
+                let ok = q != p
+                    && s.alias_of.is_none()
+                    && s.outage.is_none()
+                    && s.last_alive_ns
+                        .is_some_and(|a| now.saturating_sub(a) <= threshold);
+                ok.then_some(q)
             });
             let sending = st.last_sent_ns.is_some_and(|s| s > alive);
             let evidence = match (other, sending) {
@@ -388,6 +390,14 @@ impl Engine {
     /// Closes the message now if every path of its flow has a finished copy.
     pub(crate) fn maybe_complete(&mut self, flow: FlowRef, key: u64) {
         let mask = match self.flows.get_mut(flow) {
+            // A flow seen on one path so far may still show its second path: while it is
+            // younger than the message timeout, its messages wait (they close by timeout).
+            Some(f)
+                if f.paths_mask.count_ones() < 2
+                    && self.now.saturating_sub(f.first_ns) < self.cfg.message_timeout_ns =>
+            {
+                return
+            }
             Some(f) => f.paths_mask,
             None => return,
         };
@@ -407,7 +417,10 @@ impl Engine {
         let copies = m.resolve(&self.caps);
         let max_us = self.cfg.max_latency_us;
         let Some(flow) = self.flows.get_mut(m.flow) else {
-            self.orphan_messages += 1;
+            // Its flow was evicted; an early-closed message is already counted as evicted.
+            if !evicted {
+                self.orphan_messages += 1;
+            }
             return;
         };
         let kind = OpenMessage::kind(&copies);

@@ -71,6 +71,15 @@ pub struct Sighting {
     pub count: u32,
     /// Hash of (src, dst) to pair captures.
     pub tuple: u64,
+    /// Client → server, when known (to re-judge the direction after inferences).
+    pub up: Option<bool>,
+}
+
+impl Sighting {
+    /// Direction as judged now.
+    pub fn dir_now(&self, caps: &CaptureTable) -> Dir {
+        caps.dir_by_role(self.capture, self.up).unwrap_or(self.dir)
+    }
 }
 
 /// One path's copy.
@@ -196,7 +205,7 @@ impl OpenMessage {
                 [s] => {
                     done_frags(s)
                         && caps.paired(s.capture).is_none()
-                        && (s.dir != Dir::Out || c.ack_ns.is_some())
+                        && (s.dir_now(caps) != Dir::Out || c.ack_ns.is_some())
                 }
                 many => many.iter().filter(|s| done_frags(s)).count() >= 2,
             };
@@ -223,7 +232,7 @@ impl OpenMessage {
                     let first = shifted(s.first_ns, off);
                     let done = shifted(s.complete_ns, off);
                     let complete = s.frags & full == full;
-                    match s.dir {
+                    match s.dir_now(caps) {
                         Dir::Out => {
                             sent = Some(sent.map_or(first, |x| x.min(first)));
                             transmissions = transmissions.max(s.count);
@@ -289,10 +298,12 @@ impl OpenMessage {
 pub struct MessageStore {
     open: HashMap<(u64, u64), OpenMessage>,
     expiry: VecDeque<(u64, u64, u64)>,
+    // Recently closed messages, in two generations (no removals: cheap under churn).
     closed: HashSet<(u64, u64)>,
-    closed_order: VecDeque<(u64, u64)>,
+    closed_old: HashSet<(u64, u64)>,
     max_open: usize,
     timeout_ns: u64,
+    removals: usize,
     /// Messages closed early to stay within bounds.
     pub evicted: u64,
     /// Sightings of already closed messages.
@@ -313,7 +324,7 @@ impl MessageStore {
     pub fn sight(&mut self, a: &SightArgs) -> SightResult {
         let k = (a.flow.uid, a.key);
         let mut r = SightResult::default();
-        if self.closed.contains(&k) {
+        if self.closed.contains(&k) || self.closed_old.contains(&k) {
             self.late += 1;
             r.late = true;
             return r;
@@ -385,6 +396,7 @@ impl MessageStore {
                     frags: bit,
                     count: 1,
                     tuple: a.tuple,
+                    up: a.up,
                 });
             }
         }
@@ -414,18 +426,23 @@ impl MessageStore {
     pub fn take(&mut self, flow_uid: u64, key: u64) -> Option<OpenMessage> {
         let m = self.open.remove(&(flow_uid, key))?;
         self.remember_closed((flow_uid, key));
+        // Constant insert/remove churn near capacity fills the table with tombstones that make
+        // every lookup probe far; rebuild it once per `max_open` removals (amortised O(1)).
+        self.removals += 1;
+        if self.removals >= self.max_open {
+            self.removals = 0;
+            let old = std::mem::take(&mut self.open);
+            self.open = HashMap::with_capacity(old.len() + old.len() / 2 + 16);
+            self.open.extend(old);
+        }
         Some(m)
     }
 
     fn remember_closed(&mut self, k: (u64, u64)) {
-        if self.closed.insert(k) {
-            self.closed_order.push_back(k);
+        if self.closed.len() >= self.max_open {
+            self.closed_old = std::mem::take(&mut self.closed);
         }
-        while self.closed_order.len() > self.max_open {
-            if let Some(old) = self.closed_order.pop_front() {
-                self.closed.remove(&old);
-            }
-        }
+        self.closed.insert(k);
     }
 
     /// Next message whose timeout passed at `now`, or the oldest one while over the bound
@@ -473,6 +490,32 @@ impl MessageStore {
                 }
             }
         }
+    }
+
+    /// Copies seen at both captures `a` and `b`: (sender, receiver) first times, judged with
+    /// the directions known now (for clock-offset estimation right after pairing).
+    pub fn seen_at_both(
+        &self,
+        a: CaptureId,
+        b: CaptureId,
+        caps: &CaptureTable,
+    ) -> Vec<((CaptureId, u64), (CaptureId, u64))> {
+        let mut v = Vec::new();
+        for m in self.open.values() {
+            for c in &m.copies {
+                let sa = c.sightings.iter().find(|s| s.capture == a);
+                let sb = c.sightings.iter().find(|s| s.capture == b);
+                if let (Some(x), Some(y)) = (sa, sb) {
+                    let pair = if x.dir_now(caps) == Dir::Out || y.dir_now(caps) == Dir::In {
+                        ((x.capture, x.first_ns), (y.capture, y.first_ns))
+                    } else {
+                        ((y.capture, y.first_ns), (x.capture, x.first_ns))
+                    };
+                    v.push(pair);
+                }
+            }
+        }
+        v
     }
 
     /// Open messages.

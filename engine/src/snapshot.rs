@@ -182,6 +182,10 @@ pub struct CaptureHealth {
     pub observations: u64,
     /// Observations older than the engine's time by more than the message timeout.
     pub out_of_order: u64,
+    /// Flows tracked now (bounded by `max_flows`).
+    pub flows_tracked: u64,
+    /// Messages open now (bounded by `max_open_messages`).
+    pub open_messages: u64,
     /// Flows evicted to stay under `max_flows`.
     pub evicted_flows: u64,
     /// Messages closed early to stay under `max_open_messages`.

@@ -290,6 +290,8 @@ impl Engine {
         CaptureHealth {
             observations: self.observations,
             out_of_order: self.out_of_order,
+            flows_tracked: self.flows.len() as u64,
+            open_messages: self.msgs.len() as u64,
             evicted_flows: self.flows.evicted,
             evicted_messages: self.msgs.evicted + self.orphan_messages,
             evicted_unacked: self.evicted_unacked,

@@ -56,11 +56,11 @@ impl Engine {
         path: PathIdx,
         ts: u64,
     ) {
-        let label = self.paths.label(path).to_owned();
+        let label = self.paths.label(path);
         let Some(f) = self.flows.get_mut(fr) else {
             return;
         };
-        let flow_name = f.key.name();
+        let key = &f.key;
         let incidents = &mut self.incidents;
         let Some(t) = tracker(&mut f.proto, sel) else {
             return;
@@ -83,7 +83,7 @@ impl Engine {
                 opened = true;
                 let mut inc = HolIncident {
                     protocol,
-                    flow: flow_name.clone(),
+                    flow: key.name(),
                     stream,
                     missing: format!("{unit} {missing}"),
                     start_ns: ts,
@@ -92,7 +92,7 @@ impl Engine {
                 push_evidence(
                     &mut inc,
                     ts,
-                    &label,
+                    label,
                     format!("{unit} {start} arrived while {unit} {missing} was missing"),
                 );
                 incidents.open(inc)
@@ -128,7 +128,7 @@ impl Engine {
                     push_evidence(
                         inc,
                         ts,
-                        &label,
+                        label,
                         format!(
                             "{unit} {} arrived; {messages} message(s), {held_bytes} bytes released",
                             g.missing
@@ -139,7 +139,7 @@ impl Engine {
                     let next = t.next().unwrap_or(0);
                     let mut inc = HolIncident {
                         protocol,
-                        flow: flow_name.clone(),
+                        flow: f.key.name(),
                         stream,
                         missing: format!("{unit} {next}"),
                         start_ns: since,
@@ -148,7 +148,7 @@ impl Engine {
                     push_evidence(
                         &mut inc,
                         since,
-                        &label,
+                        label,
                         format!("{unit} {next} still missing"),
                     );
                     incidents.open(inc)

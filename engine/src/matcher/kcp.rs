@@ -33,6 +33,8 @@ pub struct KcpState {
     pub unacked: BTreeMap<(bool, PathIdx, u32), (u64, u64)>,
     /// Receiver in-order delivery, per direction (index: up as usize).
     pub rx: [GapTracker; 2],
+    /// Newest KCP `ts` seen on data per direction (receiver-side retransmission heuristic).
+    pub newest_ts: [Option<u32>; 2],
 }
 
 impl Engine {
@@ -135,6 +137,34 @@ impl Engine {
             );
         }
         if pkt.dir != Dir::Out {
+            // Seen only at the receiver: the piece that fills a gap was retransmitted if the
+            // sender stamped it after the pieces that overtook it (KCP ts is the send time).
+            let unpaired = self.caps.paired(pkt.capture).is_none();
+            let mut retransmitted_fill = false;
+            if let Some(f) = self.flows.get_mut(fr) {
+                if let Proto::Kcp(s) = &mut f.proto {
+                    let d = usize::from(up);
+                    let newest = s.newest_ts[d];
+                    let filling = s.rx[d].gap.is_some_and(|g| g.missing == u64::from(k.sn));
+                    retransmitted_fill = unpaired
+                        && filling
+                        && newest.is_some_and(|n| (k.ts.wrapping_sub(n) as i32) > 0);
+                    s.newest_ts[d] = Some(match newest {
+                        Some(n) if (k.ts.wrapping_sub(n) as i32) <= 0 => n,
+                        _ => k.ts,
+                    });
+                }
+            }
+            if retransmitted_fill {
+                self.gap_retransmit(
+                    fr,
+                    GapSel::Kcp { up },
+                    u64::from(k.sn),
+                    pkt.path,
+                    pkt.ts_ns,
+                    "sn",
+                );
+            }
             self.gap_deliver(
                 fr,
                 GapSel::Kcp { up },

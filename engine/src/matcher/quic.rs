@@ -151,10 +151,9 @@ impl Engine {
         let multipath = conns
             .iter()
             .any(|(c, p)| conns.iter().any(|(c2, p2)| c == c2 && p != p2));
-        let distinct_paths = conns
-            .iter()
-            .any(|(c, p)| conns.iter().any(|(c2, p2)| c != c2 && p != p2));
-        let separate = !multipath && distinct_paths;
+        // Separate per-path connections are matched by content (or app id) across the group;
+        // a connection not (yet) seen on two paths whose frames carry hashes is treated so.
+        let separate = !multipath;
         let forced = forced_mode(
             &self.cfg,
             (pkt.src.port(), pkt.dst.port()),

@@ -55,8 +55,8 @@ pub struct TcpState {
     pub retransmission_log: VecDeque<TcpRetransmission>,
     /// Recent congestion-state changes (bounded by [`MAX_HISTORY`]).
     pub cong_changes: VecDeque<(u64, CongState)>,
-    /// Open incident: id, missing seq, direction of the data (1 = client → server).
-    pub incident: Option<(u64, u32, usize)>,
+    /// Open incident: id, missing seq, direction of the data (1 = client → server), its length.
+    pub incident: Option<(u64, u32, usize, u32)>,
     /// Highest sequence end sent (captured segments), client→server and reverse.
     pub snd_end: [Option<u32>; 2],
     /// First send time of each data segment seq (captured), per direction.
@@ -139,7 +139,7 @@ impl Engine {
                 }
                 // An ACK from the other side beyond the missing seq ends the stall.
                 if t.ack_flag {
-                    if let Some((_, missing, dir)) = s.incident {
+                    if let Some((_, missing, dir, _)) = s.incident {
                         if seq_after(t.ack, missing) && d != dir {
                             close_at = Some(pkt.ts_ns);
                         }
@@ -176,7 +176,7 @@ impl Engine {
                 ..TcpState::default()
             }))
         });
-        let mut open: Option<(u32, RetransmitKind)> = None;
+        let mut open: Option<(u32, RetransmitKind, u32)> = None;
         let mut close_reason: Option<&'static str> = None;
         let mut note: Option<String> = None;
         if let Some(f) = self.flows.get_mut(fr) {
@@ -215,8 +215,8 @@ impl Engine {
                     );
                 }
                 match &e.kind {
-                    TcpEventKind::Retransmit { kind, seq, .. } => match s.incident {
-                        None => open = Some((*seq, *kind)),
+                    TcpEventKind::Retransmit { kind, seq, len } => match s.incident {
+                        None => open = Some((*seq, *kind, *len)),
                         Some(_) => {
                             note = Some(format!(
                                 "retransmit seq {seq} ({kind:?}, backoff {})",
@@ -255,13 +255,13 @@ impl Engine {
                 }
             }
         }
-        if let TcpEventKind::Retransmit { len, kind, seq } = &e.kind {
+        if let TcpEventKind::Retransmit { kind, .. } = &e.kind {
             if let Some(p) = self.paths.get_mut(path) {
                 p.retransmissions += 1;
                 p.data_sends += 1;
                 p.last_sent_ns = Some(p.last_sent_ns.map_or(e.ts_ns, |x| x.max(e.ts_ns)));
             }
-            if let Some((id, _, _)) = self.tcp_incident(fr) {
+            if let Some((id, ..)) = self.tcp_incident(fr) {
                 let fast = matches!(kind, RetransmitKind::Fast | RetransmitKind::Tlp);
                 if let Some(inc) = self.incidents.get_mut(id) {
                     if fast {
@@ -272,12 +272,11 @@ impl Engine {
                     inc.backoff = inc.backoff.max(e.backoff);
                 }
             }
-            let _ = (len, seq);
         }
-        if let Some((seq, kind)) = open {
-            self.tcp_open_incident(fr, e, seq, kind, &label);
+        if let Some((seq, kind, len)) = open {
+            self.tcp_open_incident(fr, e, (seq, len), kind, &label);
         } else if let Some(n) = note {
-            if let Some((id, _, _)) = self.tcp_incident(fr) {
+            if let Some((id, ..)) = self.tcp_incident(fr) {
                 if let Some(inc) = self.incidents.get_mut(id) {
                     push_evidence(inc, e.ts_ns, &label, n);
                 }
@@ -288,7 +287,7 @@ impl Engine {
         }
     }
 
-    fn tcp_incident(&mut self, fr: FlowRef) -> Option<(u64, u32, usize)> {
+    fn tcp_incident(&mut self, fr: FlowRef) -> Option<(u64, u32, usize, u32)> {
         match self.flows.get_mut(fr).map(|f| &f.proto) {
             Some(Proto::Tcp(s)) => s.incident,
             _ => None,
@@ -299,7 +298,7 @@ impl Engine {
         &mut self,
         fr: FlowRef,
         e: &TcpEvent,
-        seq: u32,
+        (seq, len): (u32, u32),
         kind: RetransmitKind,
         label: &str,
     ) {
@@ -345,7 +344,7 @@ impl Engine {
         if let Some(f) = self.flows.get_mut(fr) {
             f.incidents += 1;
             if let Proto::Tcp(s) = &mut f.proto {
-                s.incident = Some((id, seq, d));
+                s.incident = Some((id, seq, d, len));
             }
         }
         self.event(
@@ -361,7 +360,7 @@ impl Engine {
         };
         let (label, held) = match &mut f.proto {
             Proto::Tcp(s) => {
-                let Some((id, missing, dir)) = s.incident.take() else {
+                let Some((id, missing, dir, len)) = s.incident.take() else {
                     return;
                 };
                 // Bytes sent beyond the missing segment, when segments were captured.
@@ -370,7 +369,7 @@ impl Engine {
                     .get(dir)
                     .copied()
                     .flatten()
-                    .map(|e| e.wrapping_sub(missing))
+                    .map(|e| e.wrapping_sub(missing.wrapping_add(len)))
                     .filter(|d| (*d as i32) > 0)
                     .unwrap_or(0);
                 (s.path.clone(), (id, u64::from(held)))

@@ -1,0 +1,244 @@
+//! Mode 2 (KCP conv+sn): dual-sent KCP seen from the T-Box alone (time to first ACK, losses
+//! retransmitted on one path), and a receiver-side sn gap that becomes one HOL incident.
+
+mod common;
+
+use common::*;
+use tboxscope_engine::snapshot::LatencyKind;
+use tboxscope_engine::{
+    Config, Engine, HolProtocol, Host, KcpCmd, KcpSegment, Observation, Record, Recovery,
+};
+
+const N: u32 = 1000;
+const GAP: u64 = 20_000_000;
+
+#[allow(clippy::too_many_arguments)]
+fn seg(
+    ts: u64,
+    path: &str,
+    cap: u16,
+    src: &str,
+    dst: &str,
+    cmd: KcpCmd,
+    sn: u32,
+    kts: u32,
+    len: u32,
+) -> Observation {
+    Observation::Kcp(KcpSegment {
+        meta: meta(ts, path, cap, addr(src), addr(dst), 24 + len + 28),
+        conv: 7,
+        cmd,
+        frg: 0,
+        wnd: 128,
+        ts: kts,
+        sn,
+        una: 0,
+        len,
+    })
+}
+
+fn rtt(p: usize, i: u32) -> u64 {
+    let i = u64::from(i);
+    match p {
+        0 => 60_000_000 + (i * 7919 % 9000) * 1000,
+        _ => 50_000_000 + (i * 104_729 % 30_000) * 1000,
+    }
+}
+
+#[test]
+fn kcp_dual_send_seen_from_tbox_gives_time_to_first_ack() {
+    let labels = ["eth0", "eth1"];
+    let tbox = ["10.0.0.2:40000", "10.1.0.2:40001"];
+    let gw = "192.0.2.1:4000";
+    let mut obs = vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "t-eth1", "eth1", Host::Tbox, None),
+    ];
+    // (first send, first ack) per path per message.
+    let mut truth: Vec<[(u64, u64); 2]> = Vec::new();
+    let mut retrans = 0u64;
+    for i in 0..N {
+        let base = T0 + 1_000_000_000 + u64::from(i) * GAP;
+        let mut t = [(0, 0); 2];
+        for p in 0..2 {
+            let send = base + p as u64 * 50_000;
+            let kts = (send / 1_000_000) as u32;
+            obs.push(seg(
+                send,
+                labels[p],
+                p as u16,
+                tbox[p],
+                gw,
+                KcpCmd::Push,
+                i,
+                kts,
+                600,
+            ));
+            let mut acked_send = send;
+            if p == 0 && i % 50 == 3 {
+                // Lost on eth0; KCP retransmits on eth0 after 200 ms.
+                acked_send = send + 200_000_000;
+                obs.push(seg(
+                    acked_send,
+                    labels[p],
+                    p as u16,
+                    tbox[p],
+                    gw,
+                    KcpCmd::Push,
+                    i,
+                    kts + 200,
+                    600,
+                ));
+                retrans += 1;
+            }
+            let ack = acked_send + rtt(p, i);
+            obs.push(seg(
+                ack,
+                labels[p],
+                p as u16,
+                gw,
+                tbox[p],
+                KcpCmd::Ack,
+                i,
+                kts,
+                0,
+            ));
+            t[p] = (send, ack);
+        }
+        truth.push(t);
+    }
+    let obs = sorted(obs);
+    let end = obs.last().unwrap().ts_ns();
+    let mut e = Engine::new(Config::default());
+    for o in obs {
+        e.handle(o);
+    }
+    let snap = e.snapshot();
+    assert_eq!(snap.flows.kcp.len(), 1);
+    assert_eq!(snap.flows.kcp[0].retransmissions, retrans);
+    let s = e.finish(end + 1);
+    assert_eq!(s.latency.kind, LatencyKind::AckRtt);
+    let mut combined: Vec<u64> = truth
+        .iter()
+        .map(|t| (t[0].1.min(t[1].1) - t[0].0.min(t[1].0)) / 1000)
+        .collect();
+    combined.sort_unstable();
+    assert_eq!(s.latency.combined.count, u64::from(N));
+    assert_eq!(s.latency.combined.p50_us, expected_quantile(&combined, 0.5));
+    assert_eq!(
+        s.latency.combined.p99_us,
+        expected_quantile(&combined, 0.99)
+    );
+    assert_eq!(s.latency.combined.max_us, *combined.last().unwrap());
+    let mut eth0: Vec<u64> = truth.iter().map(|t| (t[0].1 - t[0].0) / 1000).collect();
+    eth0.sort_unstable();
+    let (_, p0) = s
+        .latency
+        .per_path
+        .iter()
+        .find(|(l, _)| l == "eth0")
+        .unwrap();
+    assert_eq!(p0.p999_us, expected_quantile(&eth0, 0.999));
+    assert_eq!(p0.max_us, *eth0.last().unwrap());
+    let red = &s.redundancy[0];
+    assert_eq!(red.messages, u64::from(N));
+    assert_eq!(red.on_all_paths, u64::from(N));
+    assert!(
+        red.verdict
+            .starts_with("redundancy confirmed: 100.0% of 1000 messages on both paths"),
+        "{}",
+        red.verdict
+    );
+    let wins1 = truth.iter().filter(|t| t[1].1 < t[0].1).count() as u64;
+    assert_eq!(
+        red.paths.iter().find(|p| p.path == "eth1").unwrap().wins,
+        wins1
+    );
+    let eth0_path = s.paths.iter().find(|p| p.label == "eth0").unwrap();
+    // 20 of 1020 eth0 data transmissions were retransmissions.
+    assert!(
+        (eth0_path.retransmission_rate - retrans as f64 / (u64::from(N) + retrans) as f64).abs()
+            < 1e-12
+    );
+    let amp = &s.amplification[0];
+    // Wire: all pushes (copies + retransmissions) and ACKs; unique: 600 bytes per message.
+    let pushes = 2 * u64::from(N) + retrans;
+    assert_eq!(amp.wire_bytes, pushes * 652 + 2 * u64::from(N) * 52);
+    assert_eq!(amp.unique_payload_bytes, u64::from(N) * 600);
+    assert_eq!(amp.retransmit_bytes, retrans * 652);
+    assert_eq!(s.incidents_total, 0, "{:?}", s.hol_incidents);
+}
+
+#[test]
+fn kcp_sn_gap_at_receiver_is_one_hol_incident() {
+    // Gateway capture only: data arrives; sn 40 is lost and retransmitted after 41..45 arrived.
+    let mut obs = vec![capture(5, "gw-g0", "g0", Host::Gateway, None)];
+    let base = T0 + 1_000_000_000;
+    let mut t_fill = 0;
+    let mut t_first_later = 0;
+    for sn in 0..100u32 {
+        let sent = base + u64::from(sn) * GAP;
+        let kts = (sent / 1_000_000) as u32;
+        if sn == 40 {
+            continue;
+        }
+        let arrive = sent + 30_000_000;
+        if sn == 41 {
+            t_first_later = arrive;
+        }
+        obs.push(seg(
+            arrive,
+            "g0",
+            5,
+            "10.0.0.2:40000",
+            "192.0.2.1:4000",
+            KcpCmd::Push,
+            sn,
+            kts,
+            500,
+        ));
+        if sn == 45 {
+            // Fast resend of sn 40 arrives right after sn 45.
+            t_fill = arrive + 1_000_000;
+            obs.push(seg(
+                t_fill,
+                "g0",
+                5,
+                "10.0.0.2:40000",
+                "192.0.2.1:4000",
+                KcpCmd::Push,
+                40,
+                kts + 1,
+                500,
+            ));
+        }
+    }
+    let obs = sorted(obs);
+    let mut e = Engine::new(Config::default());
+    for o in obs {
+        e.handle(o);
+    }
+    let records: Vec<Record> = e.drain_records().collect();
+    let incs: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::HolIncident(h) => Some(h),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(incs.len(), 1, "{incs:?}");
+    let h = incs[0];
+    assert_eq!(h.protocol, HolProtocol::Kcp);
+    assert_eq!(h.missing, "sn 40");
+    assert_eq!(h.start_ns, t_first_later);
+    assert_eq!(h.end_ns, Some(t_fill));
+    assert_eq!(h.stall_ns, t_fill - t_first_later);
+    assert_eq!(h.messages_held, 5);
+    assert_eq!(h.bytes_held, 5 * 500);
+    assert_eq!(h.fast_retransmits, 1);
+    assert_eq!(h.recovery, Recovery::Fast);
+    assert!(h.evidence.len() >= 3, "{:?}", h.evidence);
+    let snap = e.snapshot();
+    assert_eq!(snap.incidents_total, 1);
+    assert_eq!(snap.incidents[0].missing, "sn 40");
+}

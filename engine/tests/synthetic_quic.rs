@@ -1,0 +1,261 @@
+//! Modes 3 and 4 for QUIC: one multipath connection whose paths split the same stream bytes
+//! differently (partial overlaps), seen from the T-Box with PATH_ACKs (ack_delay removed);
+//! per-stream HOL (a gap on one stream does not hold another); two separate connections
+//! matched by content hash.
+
+mod common;
+
+use common::*;
+use tboxscope_engine::snapshot::LatencyKind;
+use tboxscope_engine::{
+    Config, Engine, HolProtocol, Host, MatchMode, Observation, QuicAck, QuicPacket, Record,
+    StreamRange,
+};
+
+const N: u64 = 400;
+const GAP: u64 = 20_000_000;
+const MSG: u64 = 600;
+const ACK_DELAY_US: u64 = 2_000;
+
+#[allow(clippy::too_many_arguments)]
+fn pkt(
+    ts: u64,
+    path: &str,
+    cap: u16,
+    src: &str,
+    dst: &str,
+    conn: &str,
+    path_id: u64,
+    pn: u64,
+) -> QuicPacket {
+    QuicPacket {
+        meta: meta(ts, path, cap, addr(src), addr(dst), 0),
+        conn: conn.to_owned(),
+        path_id,
+        pn,
+        streams: Vec::new(),
+        acks: Vec::new(),
+    }
+}
+
+fn range(stream_id: u64, offset: u64, len: u64) -> StreamRange {
+    StreamRange {
+        stream_id,
+        offset,
+        len,
+        fin: false,
+        data_hash: None,
+        app_msg_id: None,
+    }
+}
+
+#[test]
+fn multipath_quic_partial_overlaps_and_ack_delay() {
+    let labels = ["eth0", "eth1"];
+    let tbox = ["10.0.0.2:50000", "10.1.0.2:50001"];
+    let gw = "192.0.2.1:443";
+    let mut obs = vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "t-eth1", "eth1", Host::Tbox, None),
+    ];
+    // Path 0 sends each 600-byte message in its own packet; path 1 sends two messages per
+    // packet once both exist. (send, ack − ack_delay) per path per message.
+    let mut truth: Vec<[(u64, u64); 2]> = vec![[(0, 0); 2]; N as usize];
+    let mut pn = [0u64; 2];
+    for i in 0..N {
+        let base = T0 + 1_000_000_000 + i * GAP;
+        let mut p0 = pkt(base, labels[0], 0, tbox[0], gw, "c1", 0, pn[0]);
+        p0.meta.wire_len = 700;
+        p0.streams.push(range(0, i * MSG, MSG));
+        obs.push(Observation::Quic(p0));
+        let acked = base + 40_000_000 + (i * 7919 % 3000) * 1000;
+        let mut a = pkt(
+            acked + ACK_DELAY_US * 1000,
+            labels[0],
+            0,
+            gw,
+            tbox[0],
+            "c1",
+            0,
+            0,
+        );
+        a.meta.wire_len = 60;
+        a.acks.push(QuicAck {
+            path_id: 0,
+            ranges: vec![(pn[0], pn[0])],
+            ack_delay_us: ACK_DELAY_US,
+        });
+        obs.push(Observation::Quic(a));
+        truth[i as usize][0] = (base, acked);
+        pn[0] += 1;
+        if i % 2 == 1 {
+            let send = base + 50_000;
+            let mut p1 = pkt(send, labels[1], 1, tbox[1], gw, "c1", 1, pn[1]);
+            p1.meta.wire_len = 1300;
+            p1.streams.push(range(0, (i - 1) * MSG, 2 * MSG));
+            obs.push(Observation::Quic(p1));
+            let acked = send + 30_000_000 + (i * 104_729 % 20_000) * 1000;
+            let mut a = pkt(
+                acked + ACK_DELAY_US * 1000,
+                labels[1],
+                1,
+                gw,
+                tbox[1],
+                "c1",
+                0,
+                0,
+            );
+            a.meta.wire_len = 60;
+            a.acks.push(QuicAck {
+                path_id: 1,
+                ranges: vec![(pn[1], pn[1])],
+                ack_delay_us: ACK_DELAY_US,
+            });
+            obs.push(Observation::Quic(a));
+            truth[i as usize - 1][1] = (send, acked);
+            truth[i as usize][1] = (send, acked);
+            pn[1] += 1;
+        }
+    }
+    let obs = sorted(obs);
+    let end = obs.last().unwrap().ts_ns();
+    let mut e = Engine::new(Config::default());
+    for o in obs {
+        e.handle(o);
+    }
+    let s = e.finish(end + 1);
+    let red = &s.redundancy[0];
+    assert_eq!(red.mode, Some(MatchMode::QuicStream));
+    assert_eq!(red.messages, N);
+    assert_eq!(red.on_all_paths, N);
+    assert_eq!(s.latency.kind, LatencyKind::AckRtt);
+    let mut combined: Vec<u64> = truth
+        .iter()
+        .map(|t| (t[0].1.min(t[1].1) - t[0].0.min(t[1].0)) / 1000)
+        .collect();
+    combined.sort_unstable();
+    assert_eq!(s.latency.combined.count, N);
+    assert_eq!(s.latency.combined.min_us, combined[0]);
+    assert_eq!(s.latency.combined.p50_us, expected_quantile(&combined, 0.5));
+    assert_eq!(
+        s.latency.combined.p99_us,
+        expected_quantile(&combined, 0.99)
+    );
+    let mut eth1: Vec<u64> = truth.iter().map(|t| (t[1].1 - t[1].0) / 1000).collect();
+    eth1.sort_unstable();
+    let (_, p1) = s
+        .latency
+        .per_path
+        .iter()
+        .find(|(l, _)| l == "eth1")
+        .unwrap();
+    assert_eq!(p1.count, N);
+    assert_eq!(p1.p90_us, expected_quantile(&eth1, 0.9));
+    assert_eq!(p1.max_us, *eth1.last().unwrap());
+    let amp = &s.amplification[0];
+    assert_eq!(amp.wire_bytes, N * 700 + (N / 2) * 1300 + (N + N / 2) * 60);
+    assert_eq!(amp.unique_payload_bytes, N * MSG);
+    assert_eq!(amp.ack_bytes, (N + N / 2) * 60);
+}
+
+#[test]
+fn quic_gap_on_one_stream_does_not_hold_the_other() {
+    // Gateway capture, one path: stream 0 loses the range at offset 1200 for 150 ms while
+    // stream 4 keeps delivering.
+    let mut obs = vec![capture(3, "gw-g0", "g0", Host::Gateway, None)];
+    let cli = "10.0.0.2:50000";
+    let srv = "192.0.2.1:443";
+    let base = T0 + 1_000_000_000;
+    let mut pn = 0;
+    let mut push = |obs: &mut Vec<Observation>, ts: u64, stream: u64, off: u64| {
+        let mut p = pkt(ts, "g0", 3, cli, srv, "c9", 0, pn);
+        pn += 1;
+        p.streams.push(range(stream, off, MSG));
+        obs.push(Observation::Quic(p));
+    };
+    for k in 0..10u64 {
+        let ts = base + k * GAP;
+        if k != 2 {
+            push(&mut obs, ts, 0, k * MSG);
+        }
+        push(&mut obs, ts + 1_000_000, 4, k * MSG);
+    }
+    let fill = base + 2 * GAP + 150_000_000;
+    push(&mut obs, fill, 0, 2 * MSG);
+    let mut e = Engine::new(Config::default());
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let incs: Vec<_> = e
+        .drain_records()
+        .filter_map(|r| match r {
+            Record::HolIncident(h) => Some(h),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(incs.len(), 1, "{incs:?}");
+    let h = &incs[0];
+    assert_eq!(h.protocol, HolProtocol::Quic);
+    assert_eq!(h.stream, Some(0));
+    assert_eq!(h.missing, "offset 1200");
+    assert_eq!(h.start_ns, base + 3 * GAP);
+    assert_eq!(h.end_ns, Some(fill));
+    assert_eq!(h.messages_held, 7);
+    assert_eq!(h.bytes_held, 7 * MSG);
+    assert_eq!(h.streams_not_held, vec![4]);
+}
+
+#[test]
+fn separate_connections_match_by_content_hash() {
+    let mut obs = vec![
+        capture(2, "gw-g0", "eth0", Host::Gateway, None),
+        capture(3, "gw-g1", "eth1", Host::Gateway, None),
+    ];
+    let base = T0 + 1_000_000_000;
+    let mut lost_on_1 = 0;
+    for i in 0..200u64 {
+        for (p, (cap, cli, conn)) in [(2u16, "10.0.0.2:50000", "a"), (3, "10.1.0.2:50001", "b")]
+            .iter()
+            .enumerate()
+        {
+            if p == 1 && i % 40 == 0 {
+                lost_on_1 += 1;
+                continue;
+            }
+            let ts = base + i * GAP + 30_000_000 + p as u64 * 4_000_000;
+            let mut q = pkt(
+                ts,
+                ["eth0", "eth1"][p],
+                *cap,
+                cli,
+                "192.0.2.1:443",
+                conn,
+                0,
+                i,
+            );
+            // Connection b frames its stream at different offsets: only the content matches.
+            let mut r = range(0, i * MSG + p as u64 * 17, MSG);
+            r.data_hash = Some(0x5eed_0000 + i);
+            q.streams.push(r);
+            obs.push(Observation::Quic(q));
+        }
+    }
+    let mut e = Engine::new(Config::default());
+    let end = obs.last().unwrap().ts_ns();
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let s = e.finish(end + 1);
+    assert_eq!(s.redundancy.len(), 1, "{:?}", s.redundancy);
+    let red = &s.redundancy[0];
+    assert_eq!(red.mode, Some(MatchMode::Content));
+    assert_eq!(red.messages, 200);
+    assert_eq!(red.on_all_paths, 200 - lost_on_1);
+    let eth0 = red.paths.iter().find(|p| p.path == "eth0").unwrap();
+    assert_eq!(eth0.only, lost_on_1);
+    assert_eq!(eth0.wins, 200);
+    // Per-flow histograms keep 2 significant digits: 4000 µs reports as its bucket's edge.
+    let q = tboxscope_engine::latency::LatencyHist::new(60_000_000, 2).quantized(4_000);
+    assert_eq!(red.copy_spacing.p50_us, q);
+    assert_eq!(red.copy_spacing.min_us, 4_000);
+}
