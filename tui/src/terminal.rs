@@ -46,9 +46,14 @@ impl TerminalGuard {
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGHUP,
         ] {
+            // A second signal ends the process at once, in case the loop cannot see the flag
+            // (e.g. the terminal was hung up under a blocked read).
+            let armed =
+                signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))
+                    .map_err(|e| anyhow::anyhow!("cannot watch signal {signal}: {e}"))?;
             let id = signal_hook::flag::register(signal, Arc::clone(&stop))
                 .map_err(|e| anyhow::anyhow!("cannot watch signal {signal}: {e}"))?;
-            signal_ids.push(id);
+            signal_ids.extend([armed, id]);
         }
         let guard = Self { stop, signal_ids };
         ACTIVE.store(true, Ordering::SeqCst);
