@@ -157,3 +157,48 @@ fn forced_app_id_mode_and_record_json_shape() {
     let snap = serde_json::to_string(&e.snapshot()).unwrap();
     assert!(snap.contains("\"verdict\""));
 }
+
+#[test]
+fn request_response_time_from_the_tbox_alone() {
+    let cfg = Config {
+        mode_overrides: vec![ModeOverride {
+            selector: FlowSelector {
+                port: Some(9000),
+                ..FlowSelector::default()
+            },
+            mode: MatchMode::AppId,
+        }],
+        ..Config::default()
+    };
+    let mut e = Engine::new(cfg);
+    e.handle(capture(0, "t-eth0", "eth0", Host::Tbox, None));
+    let (t, g) = (addr("10.0.0.2:40000"), addr("192.0.2.1:9000"));
+    let base = T0 + 1_000_000_000;
+    let mut rtts = Vec::new();
+    let mut obs = Vec::new();
+    for i in 0..200u64 {
+        let sent = base + i * 20_000_000;
+        let rtt = 70_000 + (i * 7919 % 30_000); // µs
+        rtts.push(rtt);
+        for (ts, src, dst) in [(sent, t, g), (sent + rtt * 1000, g, t)] {
+            obs.push(Observation::Datagram(Datagram {
+                meta: meta(ts, "eth0", 0, src, dst, 100),
+                payload_hash: ts,
+                payload_len: 60,
+                app_msg_id: Some(i),
+            }));
+        }
+    }
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let s = e.finish(base + 10_000_000_000);
+    rtts.sort_unstable();
+    let rr = &s.latency.request_response;
+    assert_eq!(rr.count, 200);
+    assert_eq!(rr.min_us, rtts[0]);
+    assert_eq!(rr.max_us, *rtts.last().unwrap());
+    assert_eq!(rr.p50_us, expected_quantile(&rtts, 0.5));
+    assert_eq!(rr.p99_us, expected_quantile(&rtts, 0.99));
+    assert!(tboxscope_engine::report::render(&s).contains("request → response"));
+}
