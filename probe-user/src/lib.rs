@@ -1,5 +1,6 @@
 //! Everything in tboxscope that is not UI: sources → decode → engine → outputs.
 pub mod analyze;
+pub mod capture;
 pub mod correlate;
 pub mod dissect;
 pub mod output;

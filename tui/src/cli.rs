@@ -142,6 +142,10 @@ pub struct DoctorArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Refuse to attach this hook, to see (and test) how tboxscope degrades (repeatable;
+    /// also TBOXSCOPE_DENY_HOOK=a,b).
+    #[arg(long = "deny-hook", value_name = "NAME", hide = true)]
+    pub deny_hooks: Vec<String>,
 }
 
 /// Filters applied in the kernel, so one control link can be watched on a busy host.
@@ -166,6 +170,14 @@ pub struct CaptureArgs {
     pub duration: Option<String>,
     #[command(flatten)]
     pub filter: TcpFilterArgs,
+    /// Emit an unchanged cwnd/ssthresh/srtt sample at most this often per connection (changes
+    /// are always emitted).
+    #[arg(long, value_name = "DURATION", default_value = "100ms")]
+    pub cwnd_interval: String,
+    /// Refuse to attach this hook, to see (and test) how tboxscope degrades (repeatable;
+    /// also TBOXSCOPE_DENY_HOOK=a,b).
+    #[arg(long = "deny-hook", value_name = "NAME", hide = true)]
+    pub deny_hooks: Vec<String>,
 }
 
 /// `tboxscope analyze`.

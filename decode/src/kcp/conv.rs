@@ -332,10 +332,10 @@ type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 /// One transmission of an `sn`.
 #[derive(Clone, Copy, Debug, Default)]
 struct Transmission {
+    time_ns: u64,
     ts: u32,
     /// Transmission number (1 = original; 0 = unknown, a late sighting of an older one).
-    attempt: u32,
-    time_ns: u64,
+    attempt: u16,
     path: u16,
 }
 
@@ -346,8 +346,8 @@ const MAX_TRANSMISSIONS: usize = 4;
 #[derive(Clone, Copy, Debug, Default)]
 struct Transmissions {
     slots: [Transmission; MAX_TRANSMISSIONS],
-    head: usize,
-    filled: usize,
+    head: u8,
+    filled: u8,
 }
 
 impl Transmissions {
@@ -357,24 +357,23 @@ impl Transmissions {
         s
     }
     fn push(&mut self, t: Transmission) {
-        if self.filled < MAX_TRANSMISSIONS {
-            if let Some(slot) = self
-                .slots
-                .get_mut((self.head + self.filled) % MAX_TRANSMISSIONS)
-            {
+        let (head, filled) = (usize::from(self.head), usize::from(self.filled));
+        if filled < MAX_TRANSMISSIONS {
+            if let Some(slot) = self.slots.get_mut((head + filled) % MAX_TRANSMISSIONS) {
                 *slot = t;
             }
-            self.filled += 1;
+            self.filled = self.filled.saturating_add(1);
         } else {
-            if let Some(slot) = self.slots.get_mut(self.head) {
+            if let Some(slot) = self.slots.get_mut(head) {
                 *slot = t;
             }
-            self.head = (self.head + 1) % MAX_TRANSMISSIONS;
+            self.head = ((head + 1) % MAX_TRANSMISSIONS) as u8;
         }
     }
     fn find(&self, ts: u32) -> Option<Transmission> {
-        (0..self.filled)
-            .filter_map(|i| self.slots.get((self.head + i) % MAX_TRANSMISSIONS))
+        let head = usize::from(self.head);
+        (0..usize::from(self.filled))
+            .filter_map(|i| self.slots.get((head + i) % MAX_TRANSMISSIONS))
             .find(|t| t.ts == ts)
             .copied()
     }
@@ -788,7 +787,7 @@ fn on_push(
             return;
         }
         rec.attempts = rec.attempts.saturating_add(1);
-        this.attempt = rec.attempts;
+        this.attempt = u16::try_from(rec.attempts).unwrap_or(u16::MAX);
         rec.transmissions.push(this);
         retransmission = Some((
             rec.attempts,
@@ -996,7 +995,7 @@ fn on_ack(
         bump(&mut stats.unmatched_acks, data_dir);
         return;
     };
-    let attempt = first.attempt;
+    let attempt = u32::from(first.attempt);
     rec.acked_ts = Some(seg.ts);
     let rtt_ns = obs.time_ns.saturating_sub(first.time_ns);
     side.rtt_sample(rtt_ns);

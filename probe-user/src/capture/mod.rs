@@ -1,0 +1,308 @@
+//! Headless live capture: eBPF TCP probes → bookkeeping → JSON Lines, until a signal or a
+//! deadline, always ending with a flushed `summary` line.
+//!
+//! Sources deliver [`CaptureEvent`]s; the eBPF ring buffer is read in place (it cannot leave
+//! its thread), other sources (packets) can feed the same loop through a channel.
+pub mod clock;
+pub mod records;
+pub mod tracker;
+
+use std::io::Write;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::io::unix::AsyncFd;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+use crate::output::{JsonLinesWriter, OutputError};
+use crate::source::ebpf::{
+    decode, DecodeStats, HookStatus, KernelDrops, ProbeError, ProbeOptions, TcpObservation,
+    TcpProbes,
+};
+use clock::WallClock;
+use records::DropsRecord;
+use tracker::{ConnTotals, Tracker};
+
+/// An observation from any source.
+#[derive(Debug, Clone)]
+pub enum CaptureEvent {
+    /// From the eBPF TCP probes.
+    Tcp(TcpObservation),
+}
+
+/// How to run a capture.
+#[derive(Debug)]
+pub struct CaptureOptions {
+    /// Probe settings (filters, denied hooks).
+    pub probe: ProbeOptions,
+    /// Stop after this long; `None` = until SIGINT/SIGTERM.
+    pub duration: Option<Duration>,
+    /// How often drop counters are checked (a `drops` line is written when they change).
+    pub drops_every: Duration,
+    /// Bound of the open-connection table.
+    pub max_connections: usize,
+    /// Bound of the finished-connection list kept for the summary.
+    pub max_closed: usize,
+    /// Extra sources (e.g. packet capture) feeding the same output.
+    pub extra: Option<mpsc::Receiver<CaptureEvent>>,
+}
+
+impl Default for CaptureOptions {
+    fn default() -> Self {
+        Self {
+            probe: ProbeOptions::default(),
+            duration: None,
+            drops_every: Duration::from_secs(1),
+            max_connections: 4096,
+            max_closed: 4096,
+            extra: None,
+        }
+    }
+}
+
+/// Why a capture failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// The probes could not be loaded.
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    /// Writing the output failed.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    /// The async runtime or a signal handler could not be set up.
+    #[error("runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// What ended the capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `--duration` elapsed.
+    Duration,
+    /// SIGINT.
+    Sigint,
+    /// SIGTERM.
+    Sigterm,
+}
+
+/// The final `summary` record.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// What ended the run.
+    pub stopped_by: StopReason,
+    /// Wall time covered (s).
+    pub duration_s: f64,
+    /// Kernel events decoded.
+    pub events: u64,
+    /// Records written (header and summary included).
+    pub records: u64,
+    /// Connections seen.
+    pub connections_seen: u64,
+    /// Per-connection totals.
+    pub connections: Vec<ConnTotals>,
+    /// Kernel drop counters.
+    pub drops: KernelDrops,
+    /// Decoder rejections by reason.
+    pub decode_rejected: DecodeStats,
+    /// Connections evicted from the bounded tables.
+    pub evicted: u64,
+    /// Each hook's state.
+    pub hooks: Vec<HookStatus>,
+}
+
+struct Sink<W: Write> {
+    out: JsonLinesWriter<W>,
+    tracker: Tracker,
+    clock: WallClock,
+    events: u64,
+    decode: DecodeStats,
+}
+
+impl<W: Write> Sink<W> {
+    fn tcp(&mut self, o: &TcpObservation) -> Result<(), OutputError> {
+        self.events += 1;
+        let ts = self.clock.to_unix_ns(o.mono_ns);
+        for r in self.tracker.handle(o) {
+            self.out.write(r.type_name(), ts, &r)?;
+        }
+        Ok(())
+    }
+
+    fn raw(&mut self, bytes: &[u8]) -> Result<(), OutputError> {
+        match decode(bytes) {
+            Ok(o) => self.tcp(&o),
+            Err(e) => {
+                self.decode.count(e);
+                Ok(())
+            }
+        }
+    }
+
+    fn drops_record(&self, kernel: KernelDrops) -> DropsRecord {
+        DropsRecord {
+            kernel,
+            decode_rejected: self.decode.bad_length + self.decode.bad_kind + self.decode.bad_family,
+            evicted: self.tracker.evicted,
+        }
+    }
+}
+
+/// Loads the probes and runs a capture to `out`, on a tokio runtime of its own.
+/// `header` fields (e.g. the command line) go into the first line.
+pub fn run<W: Write, H: Serialize>(
+    opts: CaptureOptions,
+    out: W,
+    header: &H,
+) -> Result<Summary, CaptureError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run_async(opts, out, header))
+}
+
+/// [`run`] inside an existing current-thread runtime.
+pub async fn run_async<W: Write, H: Serialize>(
+    mut opts: CaptureOptions,
+    out: W,
+    header: &H,
+) -> Result<Summary, CaptureError> {
+    // Signals first, so a SIGINT during loading still ends the run cleanly.
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut probes = TcpProbes::load(&opts.probe)?;
+    let hooks = probes.hooks().to_vec();
+    let clock = WallClock::measure();
+    let start_mono = WallClock::mono_now();
+    #[derive(Serialize)]
+    struct Header<'a, H: Serialize> {
+        #[serde(flatten)]
+        fields: &'a H,
+        hooks: &'a [HookStatus],
+        config_hz: Option<u32>,
+    }
+    let writer = JsonLinesWriter::new(
+        out,
+        clock.to_unix_ns(start_mono),
+        &Header {
+            fields: header,
+            hooks: &hooks,
+            config_hz: probes.hz(),
+        },
+    )?;
+    let mut sink = Sink {
+        out: writer,
+        tracker: Tracker::new(probes.hz(), opts.max_connections, opts.max_closed),
+        clock,
+        events: 0,
+        decode: DecodeStats::default(),
+    };
+    let ring = probes.take_events()?;
+    // SAFETY: RingBuf and EbpfLogger own their map fd (aya's MapData); it stays open and the
+    // same while the AsyncFd owns them.
+    let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .map_err(std::io::Error::from)?;
+    let mut logger = match probes.take_logger() {
+        Some(l) => Some(
+            unsafe { AsyncFd::register_with_interest(l, tokio::io::Interest::READABLE) }
+                .map_err(std::io::Error::from)?,
+        ),
+        None => None,
+    };
+    let deadline = async {
+        match opts.duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval(opts.drops_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_drops = KernelDrops::default();
+    let mut last_other = (0u64, 0u64);
+    let mut extra = opts.extra.take();
+    let stopped_by = loop {
+        tokio::select! {
+            _ = sigint.recv() => break StopReason::Sigint,
+            _ = sigterm.recv() => break StopReason::Sigterm,
+            _ = &mut deadline => break StopReason::Duration,
+            guard = ring.readable_mut() => {
+                let mut guard = guard?;
+                let rb = guard.get_inner_mut();
+                while let Some(item) = rb.next() {
+                    sink.raw(&item)?;
+                }
+                guard.clear_ready();
+            }
+            guard = async {
+                match logger.as_mut() {
+                    Some(l) => l.readable_mut().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let mut guard = guard?;
+                guard.get_inner_mut().flush();
+                guard.clear_ready();
+            }
+            ev = async {
+                match extra.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                match ev {
+                    Some(CaptureEvent::Tcp(o)) => sink.tcp(&o)?,
+                    None => extra = None,
+                }
+            }
+            _ = tick.tick() => {
+                let d = probes.drops();
+                let decode_total = sink.decode.bad_length + sink.decode.bad_kind + sink.decode.bad_family;
+                let other = (decode_total, sink.tracker.evicted);
+                if d != last_drops || other != last_other {
+                    last_drops = d;
+                    last_other = other;
+                    let rec = sink.drops_record(d);
+                    let ts = sink.clock.to_unix_ns(WallClock::mono_now());
+                    sink.out.write("drops", ts, &rec)?;
+                }
+                sink.out.flush()?;
+            }
+        }
+    };
+    // Drain what the kernel already queued.
+    {
+        let rb = ring.get_mut();
+        while let Some(item) = rb.next() {
+            sink.raw(&item)?;
+        }
+    }
+    if let Some(l) = logger.as_mut() {
+        l.get_mut().flush();
+    }
+    let drops = probes.drops();
+    let end_mono = WallClock::mono_now();
+    let end_ts = sink.clock.to_unix_ns(end_mono);
+    let rec = sink.drops_record(drops);
+    sink.out.write("drops", end_ts, &rec)?;
+    let summary = Summary {
+        stopped_by,
+        duration_s: end_mono.saturating_sub(start_mono) as f64 / 1e9,
+        events: sink.events,
+        records: sink.out.records() + 1,
+        connections_seen: sink.tracker.seen(),
+        connections: sink.tracker.totals(),
+        drops,
+        decode_rejected: sink.decode,
+        evicted: sink.tracker.evicted,
+        hooks,
+    };
+    sink.out.write("summary", end_ts, &summary)?;
+    sink.out.flush()?;
+    // Detach before returning (also happens on any early return or panic via Drop).
+    drop(ring);
+    drop(logger);
+    drop(probes);
+    Ok(summary)
+}

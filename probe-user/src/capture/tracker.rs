@@ -1,0 +1,438 @@
+//! Sans-IO bookkeeping of `capture`: a bounded connection table, RTO backoff episodes and
+//! per-connection totals. Fed decoded kernel observations (with their kernel timestamps), it
+//! returns the records to write; it never reads a clock.
+use std::collections::{HashMap, VecDeque};
+
+use serde::Serialize;
+
+use super::records::*;
+use crate::source::ebpf::event::{TcpEventKind, TcpObservation, TCP_CLOSE};
+use crate::source::ebpf::RetransmitKind;
+
+const CA_LOSS: u8 = probe_common::CA_LOSS;
+
+/// Per-connection totals, as in the `summary` record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnTotals {
+    /// Connection.
+    #[serde(flatten)]
+    pub ends: Endpoints,
+    /// Retransmission events that were sent (err = 0).
+    pub retransmits: u64,
+    /// Segments in those (sum of `segs`, or 1 per event when unknown).
+    pub retrans_segs: u64,
+    /// Retransmission attempts the kernel failed to send (err != 0).
+    pub retransmit_failures: u64,
+    /// By kind: RTO timer, fast, loss probe, loss recovery, other.
+    pub by_kind: [u64; 5],
+    /// RTO expiries.
+    pub rto_timeouts: u64,
+    /// Highest backoff level seen.
+    pub max_backoff: u8,
+    /// Backoff episodes ended.
+    pub backoff_episodes: u64,
+    /// Longest stall of an episode (ms).
+    pub max_stall_ms: u64,
+    /// The kernel's own count of retransmitted segments at the last event.
+    pub last_total_retrans: u32,
+    /// Last cwnd seen.
+    pub last_cwnd: u32,
+    /// Closed during the capture.
+    pub closed: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Episode {
+    first_ns: u64,
+    first_rto_ms: Option<u64>,
+    timeouts: u32,
+    max_backoff: u8,
+}
+
+#[derive(Debug, Clone)]
+struct Conn {
+    totals: ConnTotals,
+    last_ns: u64,
+    episode: Option<Episode>,
+}
+
+/// The bounded connection table.
+pub struct Tracker {
+    hz: Option<u32>,
+    live: HashMap<u64, Conn>,
+    closed: VecDeque<ConnTotals>,
+    max_live: usize,
+    max_closed: usize,
+    next_conn: u64,
+    /// Connections dropped from the tables to keep them bounded.
+    pub evicted: u64,
+}
+
+fn kind_index(k: RetransmitKind) -> usize {
+    match k {
+        RetransmitKind::Rto => 0,
+        RetransmitKind::Fast => 1,
+        RetransmitKind::LossProbe => 2,
+        RetransmitKind::LossRecovery => 3,
+        RetransmitKind::Other => 4,
+    }
+}
+
+impl Tracker {
+    /// A tracker holding at most `max_live` open and `max_closed` finished connections.
+    pub fn new(hz: Option<u32>, max_live: usize, max_closed: usize) -> Self {
+        Self {
+            hz,
+            live: HashMap::new(),
+            closed: VecDeque::new(),
+            max_live: max_live.max(1),
+            max_closed,
+            next_conn: 1,
+            evicted: 0,
+        }
+    }
+
+    fn conn(&mut self, o: &TcpObservation) -> &mut Conn {
+        if !self.live.contains_key(&o.sock_id) && self.live.len() >= self.max_live {
+            // Evict the least recently active connection.
+            if let Some(old) = self
+                .live
+                .iter()
+                .min_by_key(|(_, c)| c.last_ns)
+                .map(|(k, _)| *k)
+            {
+                if let Some(c) = self.live.remove(&old) {
+                    self.evicted += 1;
+                    self.push_closed(c.totals);
+                }
+            }
+        }
+        let next = &mut self.next_conn;
+        let c = self.live.entry(o.sock_id).or_insert_with(|| {
+            let id = *next;
+            *next += 1;
+            Conn {
+                totals: ConnTotals {
+                    ends: Endpoints {
+                        conn: id,
+                        src: o.src.to_string(),
+                        dst: o.dst.to_string(),
+                    },
+                    retransmits: 0,
+                    retrans_segs: 0,
+                    retransmit_failures: 0,
+                    by_kind: [0; 5],
+                    rto_timeouts: 0,
+                    max_backoff: 0,
+                    backoff_episodes: 0,
+                    max_stall_ms: 0,
+                    last_total_retrans: 0,
+                    last_cwnd: 0,
+                    closed: false,
+                },
+                last_ns: o.mono_ns,
+                episode: None,
+            }
+        });
+        c.last_ns = o.mono_ns;
+        // A socket seen before its port was bound/connected (SYN_SENT with port 0): refresh.
+        if c.totals.ends.src.ends_with(":0") || c.totals.ends.dst.ends_with(":0") {
+            c.totals.ends.src = o.src.to_string();
+            c.totals.ends.dst = o.dst.to_string();
+        }
+        c
+    }
+
+    fn push_closed(&mut self, t: ConnTotals) {
+        if self.max_closed == 0 {
+            self.evicted += 1;
+            return;
+        }
+        if self.closed.len() >= self.max_closed {
+            self.closed.pop_front();
+            self.evicted += 1;
+        }
+        self.closed.push_back(t);
+    }
+
+    fn end_episode(
+        ep: Episode,
+        now_ns: u64,
+        ended_by: &'static str,
+        c: &mut Conn,
+    ) -> BackoffEndRecord {
+        let episode_ms = now_ns.saturating_sub(ep.first_ns) / 1_000_000;
+        let stall_ms = episode_ms.saturating_add(ep.first_rto_ms.unwrap_or(0));
+        c.totals.backoff_episodes += 1;
+        c.totals.max_stall_ms = c.totals.max_stall_ms.max(stall_ms);
+        BackoffEndRecord {
+            ends: c.totals.ends.clone(),
+            ended_by,
+            timeouts: ep.timeouts,
+            max_backoff: ep.max_backoff,
+            first_rto_ms: ep.first_rto_ms,
+            episode_ms,
+            stall_ms,
+        }
+    }
+
+    /// Takes one observation; returns the records it produces, in order.
+    pub fn handle(&mut self, o: &TcpObservation) -> Vec<Record> {
+        let hz = self.hz;
+        let sock = SockFields::new(&o.snap, hz);
+        let mut out = Vec::with_capacity(2);
+        let c = self.conn(o);
+        let ends = c.totals.ends.clone();
+        if o.snap.valid {
+            c.totals.last_total_retrans = o.snap.total_retrans;
+            c.totals.last_cwnd = o.snap.cwnd;
+            c.totals.max_backoff = c.totals.max_backoff.max(o.snap.backoff);
+        }
+        match o.kind {
+            TcpEventKind::Retransmit { kind, segs, err } => {
+                if err == 0 {
+                    c.totals.retransmits += 1;
+                    c.totals.retrans_segs += u64::from(segs.unwrap_or(1).max(1));
+                    c.totals.by_kind[kind_index(kind)] += 1;
+                } else {
+                    c.totals.retransmit_failures += 1;
+                }
+                out.push(Record::Retransmit(RetransmitRecord {
+                    ends: ends.clone(),
+                    kind,
+                    segs,
+                    err,
+                    sock: sock.clone(),
+                }));
+                if kind == RetransmitKind::Rto {
+                    c.totals.rto_timeouts += 1;
+                    // The backoff level after this expiry.
+                    let after = o.snap.backoff.saturating_add(1);
+                    c.totals.max_backoff = c.totals.max_backoff.max(after);
+                    let ep = c.episode.get_or_insert(Episode {
+                        first_ns: o.mono_ns,
+                        first_rto_ms: sock.rto_ms,
+                        timeouts: 0,
+                        max_backoff: 0,
+                    });
+                    ep.timeouts += 1;
+                    ep.max_backoff = ep.max_backoff.max(after);
+                    let timeout = ep.timeouts;
+                    out.push(Record::Rto(RtoRecord {
+                        ends,
+                        timeout,
+                        sock,
+                    }));
+                }
+            }
+            TcpEventKind::Cwnd => {
+                // Fallback end-of-episode signal when the cong-state hook is missing: the
+                // kernel resets backoff on the first valid RTT sample of new data.
+                let ended = c.episode.is_some()
+                    && o.snap.valid
+                    && o.snap.backoff == 0
+                    && o.snap.ca_state != CA_LOSS;
+                if ended {
+                    if let Some(ep) = c.episode.take() {
+                        out.push(Record::BackoffEnd(Self::end_episode(
+                            ep,
+                            o.mono_ns,
+                            "ack_sample",
+                            c,
+                        )));
+                    }
+                }
+                out.insert(0, Record::Cwnd(CwndRecord { ends, sock }));
+            }
+            TcpEventKind::CongState { new } => {
+                let from = crate::source::ebpf::event::ca_state_name(o.snap.ca_state);
+                out.push(Record::CongState(CongStateRecord {
+                    ends,
+                    from,
+                    to: crate::source::ebpf::event::ca_state_name(new),
+                    sock,
+                }));
+                if o.snap.ca_state == CA_LOSS && new != CA_LOSS {
+                    if let Some(ep) = c.episode.take() {
+                        out.push(Record::BackoffEnd(Self::end_episode(
+                            ep, o.mono_ns, "ack", c,
+                        )));
+                    }
+                }
+            }
+            TcpEventKind::SockState { new } => {
+                out.push(Record::State(StateRecord {
+                    ends,
+                    from: crate::source::ebpf::event::tcp_state_name(o.snap.state),
+                    to: crate::source::ebpf::event::tcp_state_name(new),
+                    sock,
+                }));
+                if new == TCP_CLOSE {
+                    if let Some(ep) = c.episode.take() {
+                        out.push(Record::BackoffEnd(Self::end_episode(
+                            ep, o.mono_ns, "close", c,
+                        )));
+                    }
+                    c.totals.closed = true;
+                    if let Some(c) = self.live.remove(&o.sock_id) {
+                        self.push_closed(c.totals);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Every connection's totals (finished first, then open), for the summary.
+    pub fn totals(&self) -> Vec<ConnTotals> {
+        let mut v: Vec<ConnTotals> = self.closed.iter().cloned().collect();
+        let mut live: Vec<ConnTotals> = self.live.values().map(|c| c.totals.clone()).collect();
+        live.sort_by_key(|t| t.ends.conn);
+        v.extend(live);
+        v
+    }
+
+    /// Open connections in the table.
+    pub fn live_len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Connections seen so far.
+    pub fn seen(&self) -> u64 {
+        self.next_conn - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::ebpf::event::TcpSnapshot;
+
+    fn obs(ns: u64, kind: TcpEventKind, rto: u32, backoff: u8, ca: u8) -> TcpObservation {
+        TcpObservation {
+            mono_ns: ns,
+            sock_id: 7,
+            src: "10.0.0.1:40000".parse().unwrap(),
+            dst: "10.0.0.2:5201".parse().unwrap(),
+            kind,
+            snap: TcpSnapshot {
+                rto_jiffies: rto,
+                backoff,
+                retransmits: backoff,
+                ca_state: ca,
+                pending: 0,
+                state: 1,
+                total_retrans: u32::from(backoff),
+                cwnd: 10,
+                ssthresh: 7,
+                srtt_us: 500,
+                packets_out: 1,
+                lost_out: 1,
+                retrans_out: 0,
+                valid: true,
+            },
+        }
+    }
+
+    fn rto() -> TcpEventKind {
+        TcpEventKind::Retransmit {
+            kind: RetransmitKind::Rto,
+            segs: Some(1),
+            err: 0,
+        }
+    }
+
+    #[test]
+    fn backoff_episode_doubles_and_ends_on_ack() {
+        let mut t = Tracker::new(Some(250), 16, 16);
+        let ms = 1_000_000u64;
+        let mut recs = Vec::new();
+        recs.extend(t.handle(&obs(1000 * ms, rto(), 51, 0, 4)));
+        recs.extend(t.handle(&obs(1204 * ms, rto(), 102, 1, 4)));
+        recs.extend(t.handle(&obs(1612 * ms, rto(), 204, 2, 4)));
+        recs.extend(t.handle(&obs(
+            2000 * ms,
+            TcpEventKind::CongState { new: 0 },
+            408,
+            0,
+            4,
+        )));
+        let rtos: Vec<(Option<u64>, u8, u32)> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Rto(r) => Some((r.sock.rto_ms, r.sock.backoff, r.timeout)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            rtos,
+            vec![(Some(204), 0, 1), (Some(408), 1, 2), (Some(816), 2, 3)]
+        );
+        let end = recs
+            .iter()
+            .find_map(|r| match r {
+                Record::BackoffEnd(e) => Some(e.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            (end.timeouts, end.max_backoff, end.episode_ms, end.stall_ms),
+            (3, 3, 1000, 1204)
+        );
+        let tot = &t.totals()[0];
+        assert_eq!(
+            (tot.retransmits, tot.rto_timeouts, tot.backoff_episodes),
+            (3, 3, 1)
+        );
+    }
+
+    #[test]
+    fn json_encoding_of_records() {
+        let mut t = Tracker::new(Some(250), 16, 16);
+        let recs = t.handle(&obs(5, rto(), 51, 0, 4));
+        let mut w =
+            crate::output::JsonLinesWriter::new(Vec::new(), 0, &serde_json::json!({})).unwrap();
+        for r in &recs {
+            w.write(r.type_name(), 1_000_000_000, r).unwrap();
+        }
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[1]["type"], "tcp_retransmit");
+        assert_eq!(lines[1]["kind"], "rto");
+        assert_eq!(lines[1]["src"], "10.0.0.1:40000");
+        assert_eq!(lines[1]["dst"], "10.0.0.2:5201");
+        assert_eq!(lines[1]["rto_ms"], 204);
+        assert_eq!(lines[1]["cwnd"], 10);
+        assert_eq!(lines[1]["ssthresh"], 7);
+        assert_eq!(lines[1]["srtt_us"], 500);
+        assert_eq!(lines[1]["ca_state"], "loss");
+        assert_eq!(lines[2]["type"], "tcp_rto");
+        assert_eq!(lines[2]["backoff"], 0);
+        assert_eq!(lines[2]["timeout"], 1);
+        assert_eq!(lines[2]["ts"], "1970-01-01T00:00:01.000000000Z");
+    }
+
+    #[test]
+    fn table_is_bounded_and_close_evicts() {
+        let mut t = Tracker::new(None, 2, 1);
+        for id in 0..5u64 {
+            let mut o = obs(id, TcpEventKind::Cwnd, 51, 0, 0);
+            o.sock_id = id;
+            t.handle(&o);
+        }
+        assert_eq!(t.live_len(), 2);
+        assert_eq!(t.seen(), 5);
+        assert!(t.evicted >= 3);
+        let mut o = obs(9, TcpEventKind::SockState { new: TCP_CLOSE }, 51, 0, 0);
+        o.sock_id = 4;
+        let recs = t.handle(&o);
+        assert_eq!(recs[0].type_name(), "tcp_state");
+        assert_eq!(t.live_len(), 1);
+        // No rto_ms without CONFIG_HZ.
+        let Record::State(s) = &recs[0] else { panic!() };
+        assert_eq!(s.sock.rto_ms, None);
+    }
+}

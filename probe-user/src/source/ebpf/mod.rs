@@ -1,0 +1,442 @@
+//! The eBPF TCP source: resolve offsets for the running kernel, load the programs, attach each
+//! hook on its own (a refused hook degrades only its feature), and hand out the ring buffer.
+//!
+//! Dropping [`TcpProbes`] detaches every program (aya owns the links), which also happens while
+//! unwinding from a panic.
+pub mod btf;
+pub mod event;
+pub mod filter;
+pub mod offsets;
+pub mod privileges;
+pub mod tracefs;
+
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::TracePoint;
+use aya::{Ebpf, EbpfLoader};
+use probe_common::{ProbeConfig, TracepointOffsets, DROP_READ_FAILED, DROP_RING_FULL};
+
+pub use event::{decode, DecodeError, DecodeStats, RetransmitKind, TcpEventKind, TcpObservation};
+pub use filter::{FilterError, TcpFilter};
+
+/// The eBPF object built by `build.rs`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe-ebpf"));
+
+/// Environment variable naming hooks to refuse (comma-separated), to test degraded modes;
+/// the same as `--deny-hook NAME`.
+pub const DENY_ENV: &str = "TBOXSCOPE_DENY_HOOK";
+
+/// One kernel hook and the feature it feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookSpec {
+    /// Program name in the object (also the `--deny-hook` name).
+    pub name: &'static str,
+    /// Tracepoint category.
+    pub category: &'static str,
+    /// What users lose without it.
+    pub feature: &'static str,
+}
+
+/// Every hook, in attach order.
+pub const HOOKS: [HookSpec; 4] = [
+    HookSpec {
+        name: "tcp_retransmit_skb",
+        category: "tcp",
+        feature: "retransmissions and RTO expiries/backoff",
+    },
+    HookSpec {
+        name: "tcp_probe",
+        category: "tcp",
+        feature: "cwnd/ssthresh/srtt samples",
+    },
+    HookSpec {
+        name: "tcp_cong_state_set",
+        category: "tcp",
+        feature: "congestion-state changes and end of backoff",
+    },
+    HookSpec {
+        name: "inet_sock_set_state",
+        category: "sock",
+        feature: "connection lifecycle (bounded connection table)",
+    },
+];
+
+/// What happened to one hook.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "status", content = "reason", rename_all = "snake_case")]
+pub enum HookState {
+    /// Loaded and attached.
+    Attached,
+    /// Refused on purpose (`--deny-hook` / `TBOXSCOPE_DENY_HOOK`).
+    Denied(String),
+    /// The kernel does not have it.
+    Unavailable(String),
+    /// Loading or attaching failed.
+    Failed(String),
+}
+
+/// A hook and its state.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HookStatus {
+    /// Hook name.
+    pub name: &'static str,
+    /// `category:name`.
+    pub tracepoint: String,
+    /// Feature it feeds.
+    pub feature: &'static str,
+    /// Outcome.
+    #[serde(flatten)]
+    pub state: HookState,
+}
+
+/// How to load the probes.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    /// Connections to report.
+    pub filter: TcpFilter,
+    /// Minimum spacing of unchanged cwnd samples per socket.
+    pub cwnd_interval_ns: u64,
+    /// Hooks to refuse (names from [`HOOKS`]); `TBOXSCOPE_DENY_HOOK` adds to these.
+    pub deny: Vec<String>,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        Self {
+            filter: TcpFilter::default(),
+            cwnd_interval_ns: 100_000_000,
+            deny: Vec::new(),
+        }
+    }
+}
+
+/// Why the probes could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// Missing privileges.
+    #[error("{0}")]
+    Privileges(String),
+    /// BTF missing or unusable.
+    #[error("kernel BTF (/sys/kernel/btf/vmlinux): {0}")]
+    Btf(String),
+    /// Offsets could not be resolved.
+    #[error("resolving kernel offsets: {0}")]
+    Offsets(#[from] offsets::OffsetError),
+    /// tracefs unusable.
+    #[error(transparent)]
+    Tracefs(#[from] tracefs::TracefsError),
+    /// The object could not be loaded (built with AYA_BUILD_SKIP, verifier, ...).
+    #[error("loading the eBPF object: {0}")]
+    Load(String),
+    /// A map the programs need is missing or of the wrong type.
+    #[error("eBPF map {0}: {1}")]
+    Map(&'static str, String),
+    /// `--deny-hook` names no hook.
+    #[error("unknown hook {0:?} (known: tcp_retransmit_skb, tcp_probe, tcp_cong_state_set, inet_sock_set_state)")]
+    UnknownHook(String),
+    /// Nothing could be attached.
+    #[error("no TCP hook could be attached: {0}")]
+    NothingAttached(String),
+}
+
+/// Loaded, attached TCP probes. Drop to detach.
+pub struct TcpProbes {
+    ebpf: Ebpf,
+    logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    hooks: Vec<HookStatus>,
+    hz: Option<u32>,
+    drops: PerCpuArray<MapData, u64>,
+}
+
+/// Kernel-side drop counters (summed over CPUs, since load).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KernelDrops {
+    /// Ring buffer full: events lost.
+    pub ring_full: u64,
+    /// A kernel read failed: events lost.
+    pub read_failed: u64,
+}
+
+/// Names from `TBOXSCOPE_DENY_HOOK` plus `extra`, validated.
+pub fn denied_hooks(extra: &[String]) -> Result<Vec<String>, ProbeError> {
+    let mut all: Vec<String> = extra.to_vec();
+    if let Ok(v) = std::env::var(DENY_ENV) {
+        all.extend(
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from),
+        );
+    }
+    for d in &all {
+        if !HOOKS.iter().any(|h| h.name == d) {
+            return Err(ProbeError::UnknownHook(d.clone()));
+        }
+    }
+    Ok(all)
+}
+
+/// Per hook: its tracepoint offsets are readable (or why not).
+fn tracepoint_config(
+    tfs: &tracefs::Tracefs,
+    tp: &mut TracepointOffsets,
+    hook: &HookSpec,
+) -> Result<(), String> {
+    if !tfs.has(hook.category, hook.name) {
+        return Err(format!(
+            "tracepoint {}:{} not in this kernel",
+            hook.category, hook.name
+        ));
+    }
+    let f = tfs
+        .format(hook.category, hook.name)
+        .map_err(|e| e.to_string())?;
+    let r = (|| -> Result<(), tracefs::TracefsError> {
+        match hook.name {
+            "tcp_retransmit_skb" => {
+                tp.retrans_skaddr = f.offset_of("skaddr", 8)?;
+                tp.retrans_skbaddr = f.offset_of("skbaddr", 8)?;
+                tp.retrans_err = f.offset_of("err", 4).unwrap_or(u32::MAX);
+            }
+            "tcp_probe" => tp.probe_skaddr = f.offset_of("skaddr", 8)?,
+            "tcp_cong_state_set" => {
+                tp.cong_skaddr = f.offset_of("skaddr", 8)?;
+                tp.cong_state = f.offset_of("cong_state", 1)?;
+            }
+            _ => {
+                tp.state_skaddr = f.offset_of("skaddr", 8)?;
+                tp.state_old = f.offset_of("oldstate", 4)?;
+                tp.state_new = f.offset_of("newstate", 4)?;
+                tp.state_protocol = f.offset_of("protocol", 2)?;
+            }
+        }
+        Ok(())
+    })();
+    r.map_err(|e| e.to_string())
+}
+
+impl TcpProbes {
+    /// Resolves offsets, loads and attaches. Fails only when nothing can run.
+    pub fn load(opts: &ProbeOptions) -> Result<Self, ProbeError> {
+        let caps = privileges::Capabilities::current();
+        if let Some(msg) = caps.ebpf_refusal() {
+            return Err(ProbeError::Privileges(msg));
+        }
+        let deny = denied_hooks(&opts.deny)?;
+        let raw = btf::Btf::from_sys().map_err(|e| ProbeError::Btf(e.to_string()))?;
+        let btf = btf::Btf::parse(&raw).map_err(|e| ProbeError::Btf(e.to_string()))?;
+        let sock = offsets::sock_offsets(&btf)?;
+        let tfs = tracefs::Tracefs::find_or_mount()?;
+        let mut tp = TracepointOffsets::default();
+        let mut pre: Vec<Option<HookState>> = Vec::new();
+        for hook in &HOOKS {
+            pre.push(if deny.iter().any(|d| d == hook.name) {
+                Some(HookState::Denied(format!(
+                    "refused on request (--deny-hook {0} / {DENY_ENV}={0})",
+                    hook.name
+                )))
+            } else {
+                tracepoint_config(&tfs, &mut tp, hook)
+                    .err()
+                    .map(HookState::Unavailable)
+            });
+        }
+        let config = ProbeConfig {
+            sock,
+            tp,
+            cwnd_interval_ns: opts.cwnd_interval_ns,
+            filter_ports: u8::from(!opts.filter.ports.is_empty()),
+            filter_addrs: u8::from(!opts.filter.hosts.is_empty()),
+            _pad: [0; 6],
+        };
+        if OBJECT.is_empty() {
+            return Err(ProbeError::Load(
+                "the eBPF object was not built (AYA_BUILD_SKIP set at build time)".into(),
+            ));
+        }
+        let mut ebpf = EbpfLoader::new()
+            .override_global(probe_common::GLOBAL_CONFIG, &config, true)
+            .load(OBJECT)
+            .map_err(|e| ProbeError::Load(format!("{e:#}")))?;
+        let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                log::warn!("kernel-side diagnostics (aya-log) unavailable: {e}");
+                None
+            }
+        };
+        {
+            let map = ebpf
+                .map_mut(probe_common::MAP_FILTER_PORTS)
+                .ok_or(ProbeError::Map(
+                    probe_common::MAP_FILTER_PORTS,
+                    "missing".into(),
+                ))?;
+            let mut ports: BpfHashMap<_, u16, u8> = BpfHashMap::try_from(map)
+                .map_err(|e| ProbeError::Map(probe_common::MAP_FILTER_PORTS, e.to_string()))?;
+            for p in &opts.filter.ports {
+                ports
+                    .insert(p, 1, 0)
+                    .map_err(|e| ProbeError::Map(probe_common::MAP_FILTER_PORTS, e.to_string()))?;
+            }
+        }
+        {
+            let map = ebpf
+                .map_mut(probe_common::MAP_FILTER_ADDRS)
+                .ok_or(ProbeError::Map(
+                    probe_common::MAP_FILTER_ADDRS,
+                    "missing".into(),
+                ))?;
+            let mut addrs: BpfHashMap<_, [u8; 16], u8> = BpfHashMap::try_from(map)
+                .map_err(|e| ProbeError::Map(probe_common::MAP_FILTER_ADDRS, e.to_string()))?;
+            for k in opts.filter.host_keys() {
+                addrs
+                    .insert(k, 1, 0)
+                    .map_err(|e| ProbeError::Map(probe_common::MAP_FILTER_ADDRS, e.to_string()))?;
+            }
+        }
+        let mut hooks = Vec::new();
+        for (hook, pre) in HOOKS.iter().zip(pre) {
+            let state = match pre {
+                Some(s) => s,
+                None => match attach(&mut ebpf, hook) {
+                    Ok(()) => HookState::Attached,
+                    Err(e) => HookState::Failed(e),
+                },
+            };
+            if state != HookState::Attached {
+                log::warn!(
+                    "hook {} not attached ({state:?}): no {}",
+                    hook.name,
+                    hook.feature
+                );
+            }
+            hooks.push(HookStatus {
+                name: hook.name,
+                tracepoint: format!("{}:{}", hook.category, hook.name),
+                feature: hook.feature,
+                state,
+            });
+        }
+        if !hooks.iter().any(|h| h.state == HookState::Attached) {
+            let why: Vec<String> = hooks
+                .iter()
+                .map(|h| format!("{}: {:?}", h.name, h.state))
+                .collect();
+            return Err(ProbeError::NothingAttached(why.join("; ")));
+        }
+        let drops_map = ebpf
+            .take_map(probe_common::MAP_DROPS)
+            .ok_or(ProbeError::Map(probe_common::MAP_DROPS, "missing".into()))?;
+        let drops = PerCpuArray::try_from(drops_map)
+            .map_err(|e| ProbeError::Map(probe_common::MAP_DROPS, e.to_string()))?;
+        let hz = offsets::kernel_hz();
+        if hz.is_none() {
+            log::warn!(
+                "CONFIG_HZ unknown (no /boot/config-*, no /proc/config.gz): rto_ms left out"
+            );
+        }
+        Ok(Self {
+            ebpf,
+            logger,
+            hooks,
+            hz,
+            drops,
+        })
+    }
+
+    /// Each hook's outcome.
+    pub fn hooks(&self) -> &[HookStatus] {
+        &self.hooks
+    }
+
+    /// The kernel's CONFIG_HZ, when known.
+    pub fn hz(&self) -> Option<u32> {
+        self.hz
+    }
+
+    /// Takes the event ring buffer (once).
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = self
+            .ebpf
+            .take_map(probe_common::MAP_EVENTS)
+            .ok_or(ProbeError::Map(
+                probe_common::MAP_EVENTS,
+                "already taken".into(),
+            ))?;
+        RingBuf::try_from(map).map_err(|e| ProbeError::Map(probe_common::MAP_EVENTS, e.to_string()))
+    }
+
+    /// Takes the aya-log reader, to be polled by the caller (keep it alive while loaded).
+    pub fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<&'static dyn log::Log>> {
+        self.logger.take()
+    }
+
+    /// Current drop counters summed over CPUs.
+    pub fn drops(&self) -> KernelDrops {
+        let sum = |i: u32| -> u64 {
+            self.drops
+                .get(&i, 0)
+                .map(|v| v.iter().copied().fold(0u64, u64::saturating_add))
+                .unwrap_or(0)
+        };
+        KernelDrops {
+            ring_full: sum(DROP_RING_FULL),
+            read_failed: sum(DROP_READ_FAILED),
+        }
+    }
+
+    /// Kernel program ids of the attached hooks (for `bpftool prog show id N`).
+    pub fn program_ids(&self) -> Vec<(String, u32)> {
+        self.ebpf
+            .programs()
+            .filter_map(|(name, p)| p.info().ok().map(|i| (name.to_owned(), i.id())))
+            .collect()
+    }
+}
+
+fn attach(ebpf: &mut Ebpf, hook: &HookSpec) -> Result<(), String> {
+    let prog: &mut TracePoint = ebpf
+        .program_mut(hook.name)
+        .ok_or_else(|| format!("program {} missing from the object", hook.name))?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    prog.load().map_err(|e| {
+        let full = format!("{e:#}");
+        log::debug!("{}: full load error: {full}", hook.name);
+        format!("load: {}", shorten_verifier_log(&full))
+    })?;
+    prog.attach(hook.category, hook.name)
+        .map_err(|e| format!("attach: {e:#}"))?;
+    Ok(())
+}
+
+/// Whether the kernel accepts each program/map type tboxscope can use (a cheap load test of a
+/// trivial program per type; no attach).
+pub fn program_type_support() -> Vec<(&'static str, Result<bool, String>)> {
+    use aya::maps::MapType;
+    use aya::programs::ProgramType;
+    let prog = |t: ProgramType| aya::sys::is_program_supported(t).map_err(|e| e.to_string());
+    vec![
+        ("tracepoint", prog(ProgramType::TracePoint)),
+        ("raw_tracepoint", prog(ProgramType::RawTracePoint)),
+        ("sock_ops", prog(ProgramType::SockOps)),
+        ("tc_classifier", prog(ProgramType::SchedClassifier)),
+        ("kprobe", prog(ProgramType::KProbe)),
+        (
+            "ringbuf_map",
+            aya::sys::is_map_supported(MapType::RingBuf).map_err(|e| e.to_string()),
+        ),
+    ]
+}
+
+/// Keeps a verifier rejection readable: the message and the last lines of the log.
+fn shorten_verifier_log(full: &str) -> String {
+    match full.split_once("Verifier output:") {
+        Some((head, log)) => {
+            let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+            let tail = lines[lines.len().saturating_sub(4)..].join(" | ");
+            format!("{}verifier: ... {tail}", head.trim_end())
+        }
+        None => full.to_owned(),
+    }
+}

@@ -1,0 +1,101 @@
+//! A refused hook degrades only its feature, in `doctor` and in `capture` (as root).
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+mod tcp_common;
+
+use std::io::Write;
+use std::process::Command;
+use std::time::Duration;
+
+use tcp_common::*;
+
+#[test]
+fn doctor_reports_every_hook_and_a_denied_one() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .args(["doctor", "--json", "--deny-hook", "tcp_probe"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "doctor exit {:?}", out.status);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["live_mode"], true);
+    assert_eq!(r["btf"]["ok"], true);
+    let hooks = r["hooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 4);
+    for h in hooks {
+        let want = if h["name"] == "tcp_probe" {
+            "denied"
+        } else {
+            "attached"
+        };
+        assert_eq!(h["status"], want, "{h}");
+    }
+    let degraded: Vec<String> = r["degraded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_owned())
+        .collect();
+    assert!(degraded.iter().any(|d| d.contains("cwnd")), "{degraded:?}");
+    assert!(r["privileges"]["missing"].as_array().unwrap().is_empty());
+    // Plain report too.
+    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .args(["doctor"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("live mode: can run"));
+}
+
+#[test]
+fn doctor_rejects_unknown_hook_names() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .args(["doctor", "--deny-hook", "nope"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown hook"));
+}
+
+#[test]
+fn tcp_capture_with_a_denied_hook_keeps_the_other_features() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let net = NetnsPair::new();
+    let port = net.port.to_string();
+    let cap = Capture::start("deny", &["--port", &port, "--deny-hook", "tcp_probe"]);
+    net.set_receiver_rule(&format!(
+        "tcp dport {} numgen random mod 1000 < 30 drop",
+        net.port
+    ));
+    let receiver = spawn_receiver(&net.b, net.server());
+    let mut s = connect_from(&net.a, net.server());
+    let local = s.local_addr().unwrap().to_string();
+    let chunk = vec![1u8; 64 * 1024];
+    for _ in 0..128 {
+        s.write_all(&chunk).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    drop(s);
+    receiver.join().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let all = cap.stop();
+    let header = &all[0];
+    let hooks = header["hooks"].as_array().unwrap();
+    let state = |n: &str| {
+        hooks.iter().find(|h| h["name"] == n).unwrap()["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(state("tcp_probe"), "denied");
+    assert_eq!(state("tcp_retransmit_skb"), "attached");
+    assert!(records(&all, "tcp_cwnd", &local).is_empty());
+    assert!(!records(&all, "tcp_retransmit", &local).is_empty());
+    assert!(!records(&all, "tcp_state", &local).is_empty());
+    assert_eq!(all.last().unwrap()["type"], "summary");
+}

@@ -1,0 +1,324 @@
+//! Shared by the root-only TCP tests: a pair of network namespaces joined by veth (removed on
+//! drop, also when a test fails), nftables rules in the receiver's namespace, threads that enter
+//! a namespace with setns(2), `ss -tin` parsing, and a `tboxscope capture` child process.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// True when running as root (the tests need it; CI runs as root).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Two namespaces `a` (sender) and `b` (receiver) joined by veth, with unique names.
+pub struct NetnsPair {
+    /// Sender namespace.
+    pub a: String,
+    /// Receiver namespace.
+    pub b: String,
+    /// Sender address.
+    pub addr_a: Ipv4Addr,
+    /// Receiver address.
+    pub addr_b: Ipv4Addr,
+    /// A port unique to this test (pid-derived).
+    pub port: u16,
+}
+
+impl NetnsPair {
+    /// Creates the pair; `ns` and interface names carry the pid and a sequence number.
+    pub fn new() -> Self {
+        let pid = std::process::id();
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}{}", pid % 100_000, n);
+        let a = format!("tbxa{tag}");
+        let b = format!("tbxb{tag}");
+        let va = format!("tva{tag}");
+        let vb = format!("tvb{tag}");
+        let pair = Self {
+            a: a.clone(),
+            b: b.clone(),
+            addr_a: Ipv4Addr::new(10, 201, (n % 250) as u8, 1),
+            addr_b: Ipv4Addr::new(10, 201, (n % 250) as u8, 2),
+            port: 20_000 + (pid % 20_000) as u16 + (n as u16) * 7,
+        };
+        run(Command::new("ip").args(["netns", "add", &a]));
+        run(Command::new("ip").args(["netns", "add", &b]));
+        run(Command::new("ip").args(["link", "add", &va, "type", "veth", "peer", "name", &vb]));
+        run(Command::new("ip").args(["link", "set", &va, "netns", &a]));
+        run(Command::new("ip").args(["link", "set", &vb, "netns", &b]));
+        for (ns, dev, addr) in [(&a, &va, pair.addr_a), (&b, &vb, pair.addr_b)] {
+            run(Command::new("ip").args([
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                dev,
+            ]));
+            run(Command::new("ip").args(["-n", ns, "link", "set", dev, "up"]));
+            run(Command::new("ip").args(["-n", ns, "link", "set", "lo", "up"]));
+        }
+        pair
+    }
+
+    /// Replaces the receiver's nftables table with one `input` chain holding `rule`.
+    pub fn set_receiver_rule(&self, rule: &str) {
+        let _ = Command::new("ip")
+            .args([
+                "netns", "exec", &self.b, "nft", "delete", "table", "inet", "tbx",
+            ])
+            .stderr(Stdio::null())
+            .status();
+        if rule.is_empty() {
+            return;
+        }
+        let ruleset = format!(
+            "table inet tbx {{ chain c {{ type filter hook input priority 0; {rule}; }}; }}"
+        );
+        run(Command::new("ip").args(["netns", "exec", &self.b, "nft", &ruleset]));
+    }
+
+    /// `ss -tin` in the sender's namespace for this test's connection.
+    pub fn ss(&self) -> Option<SsInfo> {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.a,
+                "ss",
+                "-tinH",
+                "dport",
+                "=",
+                &self.port.to_string(),
+            ])
+            .output()
+            .ok()?;
+        SsInfo::parse(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    /// `nstat -az TcpRetransSegs` in the sender's namespace (absolute, history untouched).
+    pub fn nstat_retrans_segs(&self) -> u64 {
+        let out = run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &self.a,
+            "nstat",
+            "-azs",
+            "TcpRetransSegs",
+        ]));
+        out.lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                (f.next()? == "TcpRetransSegs").then(|| f.next()?.parse().ok())?
+            })
+            .unwrap_or(0)
+    }
+
+    /// The receiver's listening address.
+    pub fn server(&self) -> SocketAddr {
+        SocketAddr::new(self.addr_b.into(), self.port)
+    }
+}
+
+impl Drop for NetnsPair {
+    fn drop(&mut self) {
+        // Deleting a namespace removes its veth end (and so the peer) and its nft tables.
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Runs `f` on a new thread that first joins network namespace `ns`.
+pub fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = File::open(&path).expect("open netns");
+        // SAFETY: valid fd of a netns file; affects only this thread.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+}
+
+/// A receiver: accepts one connection and reads until EOF (bounded by a timeout); whenever a
+/// read ends with `!` it answers `k`.
+pub fn spawn_receiver(ns: &str, addr: SocketAddr) -> std::thread::JoinHandle<u64> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = in_netns(ns, move || {
+        let l = TcpListener::bind(addr).expect("bind");
+        tx.send(()).ok();
+        let (mut c, _) = l.accept().expect("accept");
+        c.set_read_timeout(Some(Duration::from_secs(30))).ok();
+        let mut n = 0u64;
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            match std::io::Read::read(&mut c, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => {
+                    n += k as u64;
+                    if buf[k - 1] == b'!' && std::io::Write::write_all(&mut c, b"k").is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        n
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("receiver listening");
+    h
+}
+
+/// Connects from namespace `ns` (returns the stream to the caller's thread: the socket keeps
+/// its namespace).
+pub fn connect_from(ns: &str, to: SocketAddr) -> TcpStream {
+    let s = in_netns(ns, move || {
+        TcpStream::connect_timeout(&to, Duration::from_secs(5))
+    })
+    .join()
+    .expect("join")
+    .expect("connect");
+    s.set_write_timeout(Some(Duration::from_secs(30))).ok();
+    s
+}
+
+/// One `ss -tin` line's numbers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SsInfo {
+    /// `rto:` ms.
+    pub rto_ms: f64,
+    /// `backoff:` (0 when absent).
+    pub backoff: u32,
+    /// `retrans:a/b` → b (total).
+    pub retrans_total: u64,
+    /// `cwnd:`.
+    pub cwnd: u64,
+    /// `ssthresh:` (None when absent = infinite).
+    pub ssthresh: Option<u64>,
+    /// srtt in µs from `rtt:srtt/var` (ms).
+    pub srtt_us: f64,
+}
+
+impl SsInfo {
+    /// Parses `ss -tinH` output (first connection).
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut info = SsInfo::default();
+        let mut seen = false;
+        for tok in text.split_whitespace() {
+            let Some((k, v)) = tok.split_once(':') else {
+                continue;
+            };
+            match k {
+                "rto" => {
+                    info.rto_ms = v.parse().ok()?;
+                    seen = true;
+                }
+                "backoff" => info.backoff = v.parse().ok()?,
+                "retrans" => {
+                    info.retrans_total = v.split('/').nth(1)?.parse().ok()?;
+                }
+                "cwnd" => info.cwnd = v.parse().ok()?,
+                "ssthresh" => info.ssthresh = v.parse().ok(),
+                "rtt" => info.srtt_us = v.split('/').next()?.parse::<f64>().ok()? * 1000.0,
+                _ => {}
+            }
+        }
+        seen.then_some(info)
+    }
+}
+
+/// A running `tboxscope capture`, stopped with SIGINT on [`Capture::stop`] or on drop.
+pub struct Capture {
+    child: Option<Child>,
+    /// The JSON Lines file.
+    pub path: PathBuf,
+}
+
+impl Capture {
+    /// Starts `tboxscope capture --json FILE <args>` and waits until the probes are attached
+    /// (the header line is written).
+    pub fn start(name: &str, args: &[&str]) -> Self {
+        let path = std::env::temp_dir().join(format!("tbx-{name}-{}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let child = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+            .arg("capture")
+            .arg("--json")
+            .arg(&path)
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn tboxscope");
+        let cap = Self {
+            child: Some(child),
+            path,
+        };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(60) {
+            if std::fs::metadata(&cap.path).is_ok_and(|m| m.len() > 0) {
+                // BufWriter: the header appears at the first flush (1 s tick) — wait for it.
+                return cap;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("tboxscope capture did not start");
+    }
+
+    /// SIGINT, wait, and parse every line.
+    pub fn stop(mut self) -> Vec<Value> {
+        let mut child = self.child.take().expect("child");
+        // SAFETY: signalling our own child by pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let status = child.wait().expect("wait");
+        assert!(status.success(), "capture exited with {status}");
+        let f = File::open(&self.path).expect("output");
+        BufReader::new(f)
+            .lines()
+            .map(|l| serde_json::from_str(&l.expect("line")).expect("every line is JSON"))
+            .collect()
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Records of `type` for the socket whose local endpoint is `endpoint`.
+pub fn records<'a>(all: &'a [Value], ty: &str, endpoint: &str) -> Vec<&'a Value> {
+    all.iter()
+        .filter(|r| r["type"] == ty && r["src"] == endpoint)
+        .collect()
+}

@@ -1,0 +1,245 @@
+//! End to end, as root: real TCP between two namespaces, loss forced by nftables in the
+//! receiver's namespace, `tboxscope capture` watching; its numbers are compared with the
+//! kernel's own (`ss -tin`, `nstat`).
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+mod tcp_common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tcp_common::*;
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let net = NetnsPair::new();
+    let port = net.port.to_string();
+    let cap = Capture::start("loss", &["--port", &port, "--cwnd-interval", "50ms"]);
+
+    // Phase 1: 2% random loss on the receiver's input → fast retransmits / loss probes.
+    net.set_receiver_rule(&format!(
+        "tcp dport {} numgen random mod 1000 < 20 drop",
+        net.port
+    ));
+    let receiver = spawn_receiver(&net.b, net.server());
+    let mut s = connect_from(&net.a, net.server());
+    let local = s.local_addr().unwrap().to_string();
+    let chunk = vec![0x5au8; 64 * 1024];
+    for _ in 0..256 {
+        s.write_all(&chunk).unwrap();
+    }
+    // Let everything be acknowledged.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if net.ss().is_some_and(|i| i.backoff == 0) && unacked(&net) == Some(0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Phase 2: blackhole → RTO expiries with exponential backoff, sampled by ss meanwhile.
+    net.set_receiver_rule(&format!("tcp dport {} drop", net.port));
+    s.write_all(b"control message during the outage!").unwrap();
+    let mut samples: Vec<SsInfo> = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(1700) {
+        if let Some(i) = net.ss() {
+            samples.push(i);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    net.set_receiver_rule("");
+    // Wait for the next retransmission to get through and be acknowledged.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(8) {
+        if unacked(&net) == Some(0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut k = [0u8; 1];
+    s.read_exact(&mut k).unwrap();
+    // A quiet moment: the kernel's state now (ss) must be what the next cwnd sample shows
+    // (tcp_probe fires when the next segment arrives, before it is processed).
+    std::thread::sleep(Duration::from_millis(150));
+    let quiet_ss = net.ss().expect("ss sees the connection");
+    std::thread::sleep(Duration::from_millis(60));
+    let t_probe = probe_user::output::format_ts(unix_ns());
+    s.write_all(b"probe!").unwrap();
+    s.read_exact(&mut k).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let final_ss = net.ss().expect("ss sees the connection");
+    let nstat = net.nstat_retrans_segs();
+    drop(s);
+    let received = receiver.join().unwrap();
+    assert_eq!(received, 256 * 64 * 1024 + 34 + 6);
+    std::thread::sleep(Duration::from_millis(300));
+    let all = cap.stop();
+
+    // --- retransmission count equals the kernel's ---
+    let rtx = records(&all, "tcp_retransmit", &local);
+    assert!(!rtx.is_empty(), "no retransmissions seen");
+    let sent: Vec<&&Value> = rtx.iter().filter(|r| r["err"] == 0).collect();
+    let segs: u64 = sent
+        .iter()
+        .map(|r| r["segs"].as_u64().unwrap_or(1).max(1))
+        .sum();
+    assert_eq!(
+        segs, final_ss.retrans_total,
+        "segments in tcp_retransmit records vs ss retrans total"
+    );
+    assert_eq!(
+        segs, nstat,
+        "vs nstat TcpRetransSegs in the sender's namespace"
+    );
+    let summary = all
+        .iter()
+        .find(|r| r["type"] == "summary")
+        .expect("summary");
+    let conn = summary["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["src"] == local.as_str())
+        .expect("connection in summary");
+    assert_eq!(u(&conn["retrans_segs"]), final_ss.retrans_total);
+    assert_eq!(summary["drops"]["ring_full"], 0);
+    assert!(rtx
+        .iter()
+        .any(|r| r["kind"] == "fast" || r["kind"] == "loss_probe"));
+
+    // --- RTO doubling from the events: 200 ms floor, then ×2 each expiry ---
+    let rtos = records(&all, "tcp_rto", &local);
+    assert!(
+        rtos.len() >= 3,
+        "expected ≥3 RTO expiries, got {}",
+        rtos.len()
+    );
+    let seq: Vec<(u64, u64)> = rtos
+        .iter()
+        .map(|r| (u(&r["rto_ms"]), u(&r["backoff"])))
+        .collect();
+    assert!(
+        (200..=260).contains(&seq[0].0),
+        "first RTO {} ms (200 ms floor + srtt)",
+        seq[0].0
+    );
+    for (i, w) in seq.windows(2).enumerate() {
+        assert_eq!(
+            w[1].0,
+            w[0].0 * 2,
+            "RTO doubles at expiry {}: {seq:?}",
+            i + 1
+        );
+        assert_eq!(w[1].1, w[0].1 + 1, "backoff increments: {seq:?}");
+    }
+    assert_eq!(seq[0].1, 0);
+    // Each ss sample taken during the outage shows the state the last expiry left:
+    // backoff = b+1, rto = 2 × the expired rto.
+    let mut compared = 0;
+    for smp in samples.iter().filter(|s| s.backoff > 0) {
+        let ev = seq
+            .iter()
+            .find(|(_, b)| *b + 1 == u64::from(smp.backoff))
+            .unwrap_or_else(|| panic!("no tcp_rto for ss backoff {}: {seq:?}", smp.backoff));
+        assert_eq!(
+            smp.rto_ms,
+            (ev.0 * 2) as f64,
+            "ss rto vs event, backoff {}",
+            smp.backoff
+        );
+        compared += 1;
+    }
+    assert!(compared > 0, "no ss sample during the backoff");
+    // The episode ends when the ACK arrives; the stall covers the whole backoff.
+    let end = records(&all, "tcp_backoff_end", &local);
+    assert_eq!(end.len(), 1, "{end:?}");
+    assert_eq!(end[0]["ended_by"], "ack");
+    assert_eq!(u(&end[0]["timeouts"]), rtos.len() as u64);
+    let total: u64 = seq.iter().map(|(r, _)| r).sum();
+    assert!(
+        u(&end[0]["stall_ms"]) >= total,
+        "stall {} < sum of RTOs {total}",
+        end[0]["stall_ms"]
+    );
+
+    // --- cwnd / ssthresh / srtt agree with ss ---
+    // The state snapshot taken when the socket was closed (ESTABLISHED → FIN_WAIT1) has no
+    // traffic after the final ss sample.
+    let closing = records(&all, "tcp_state", &local)
+        .into_iter()
+        .find(|r| r["from"] == "ESTABLISHED")
+        .expect("close seen");
+    assert_eq!(u(&closing["cwnd"]), final_ss.cwnd);
+    if let Some(st) = final_ss.ssthresh {
+        assert_eq!(u(&closing["ssthresh"]), st);
+    }
+    assert!(
+        (u(&closing["srtt_us"]) as f64 - final_ss.srtt_us).abs() <= 1.0,
+        "srtt {} vs ss {}",
+        closing["srtt_us"],
+        final_ss.srtt_us
+    );
+    assert_eq!(u(&closing["rto_ms"]) as f64, final_ss.rto_ms);
+    assert_eq!(u(&closing["total_retrans"]), final_ss.retrans_total);
+    // The first cwnd sample after the quiet ss reading shows exactly that state.
+    let next = records(&all, "tcp_cwnd", &local)
+        .into_iter()
+        .find(|r| r["ts"].as_str().unwrap() >= t_probe.as_str())
+        .expect("a cwnd sample after the probe");
+    assert_eq!(u(&next["cwnd"]), quiet_ss.cwnd, "cwnd vs ss");
+    if let Some(st) = quiet_ss.ssthresh {
+        assert_eq!(u(&next["ssthresh"]), st, "ssthresh vs ss");
+    }
+    assert!(
+        (u(&next["srtt_us"]) as f64 - quiet_ss.srtt_us).abs() <= 1.0,
+        "srtt {} vs ss {}",
+        next["srtt_us"],
+        quiet_ss.srtt_us
+    );
+    assert_eq!(u(&next["rto_ms"]) as f64, quiet_ss.rto_ms);
+    assert_eq!(u(&next["backoff"]), u64::from(quiet_ss.backoff));
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// Bytes in flight from ss (`unacked:`), None when the connection is gone.
+fn unacked(net: &NetnsPair) -> Option<u64> {
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &net.a,
+            "ss",
+            "-tinH",
+            "dport",
+            "=",
+            &net.port.to_string(),
+        ])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if text.trim().is_empty() {
+        return None;
+    }
+    Some(
+        text.split_whitespace()
+            .find_map(|t| t.strip_prefix("unacked:"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    )
+}
