@@ -166,14 +166,30 @@ impl QuicDecoder {
         }
     }
 
-    /// Adds keylog secrets (e.g. from a later Decryption Secrets Block).
+    /// Adds `log`, already parsed from `text` (kept for callers that validate first).
     pub fn add_keylog(
         &mut self,
         log: &Keylog,
         text: &[u8],
     ) -> Result<(), super::keylog::KeylogError> {
-        let mut merged = self.keylog.take().unwrap_or_else(|| log.clone());
-        let r = merged.extend(text, "decryption secrets block");
+        match self.keylog.as_mut() {
+            None => self.keylog = Some(log.clone()),
+            Some(k) => k.extend(text, "decryption secrets block")?,
+        }
+        for c in self.conns.values_mut() {
+            c.tls_keys_tried = false;
+        }
+        Ok(())
+    }
+
+    /// Adds keylog text (e.g. a later Decryption Secrets Block); connections retry key lookup.
+    pub fn add_keylog_text(
+        &mut self,
+        text: &[u8],
+        source_name: &str,
+    ) -> Result<(), super::keylog::KeylogError> {
+        let mut merged = self.keylog.take().unwrap_or_default();
+        let r = merged.extend(text, source_name);
         self.keylog = Some(merged);
         for c in self.conns.values_mut() {
             c.tls_keys_tried = false;
@@ -474,6 +490,12 @@ impl QuicDecoder {
         let Some(c) = self.conns.get_mut(&id) else {
             return Outcome::fail(None, None, Undecrypted::UnknownConnection);
         };
+        if sender == SERVER && version != c.version {
+            // Compatible version negotiation (e.g. v1 to v2): the server's version decides the
+            // labels of every later key.
+            c.version = version;
+            c.tls_keys_tried = false;
+        }
         let space = match h.packet_type {
             PacketType::Initial => 0,
             PacketType::Handshake => 1,
