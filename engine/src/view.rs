@@ -206,6 +206,7 @@ impl Engine {
             combined: self.combined.total.percentiles(),
             during_outage: self.during_outage.percentiles(),
             outside_outage: self.outside_outage.percentiles(),
+            request_response: self.request_response.percentiles(),
             combined_recent: self.combined.series.iter().cloned().collect(),
             tail,
             verdict,
@@ -346,7 +347,7 @@ impl Engine {
                     state: s.state.clone(),
                     last_event_ns: s.last_event_ns,
                 }),
-                (Proto::Datagram { datagrams }, _) => v.datagram.push(DatagramFlowView {
+                (Proto::Datagram { datagrams, .. }, _) => v.datagram.push(DatagramFlowView {
                     flow: f.key.name(),
                     paths: labels(f),
                     datagrams: *datagrams,
