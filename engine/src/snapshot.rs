@@ -146,6 +146,8 @@ pub struct LatencyView {
     pub during_outage: Percentiles,
     /// Combined latency of messages outside outages.
     pub outside_outage: Percentiles,
+    /// Request → response time seen from one end (reply with the request's application id).
+    pub request_response: Percentiles,
     /// Recent combined windows, oldest first.
     pub combined_recent: Vec<SeriesPoint>,
     /// Prediction vs observation at a few thresholds.

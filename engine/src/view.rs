@@ -206,6 +206,7 @@ impl Engine {
             combined: self.combined.total.percentiles(),
             during_outage: self.during_outage.percentiles(),
             outside_outage: self.outside_outage.percentiles(),
+            request_response: self.request_response.percentiles(),
             combined_recent: self.combined.series.iter().cloned().collect(),
             tail,
             verdict,
@@ -353,7 +354,7 @@ impl Engine {
                     retransmissions: s.retransmission_log.iter().cloned().collect(),
                     cong_changes: s.cong_changes.iter().copied().collect(),
                 }),
-                (Proto::Datagram { datagrams }, _) => v.datagram.push(DatagramFlowView {
+                (Proto::Datagram { datagrams, .. }, _) => v.datagram.push(DatagramFlowView {
                     flow: f.key.name(),
                     paths: labels(f),
                     datagrams: *datagrams,
