@@ -62,6 +62,8 @@ pub struct Engine {
     pub(crate) combined: WindowedHist,
     pub(crate) during_outage: LatencyHist,
     pub(crate) outside_outage: LatencyHist,
+    /// Request → response times (replies carrying the request's application id).
+    pub(crate) request_response: LatencyHist,
     pub(crate) one_way_messages: u64,
     pub(crate) ack_messages: u64,
     /// Messages no path delivered, in flows where delivery is observable.
@@ -94,6 +96,7 @@ impl Engine {
             combined: WindowedHist::new(cfg.max_latency_us, PATH_SIGFIG, cfg.window_history),
             during_outage: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
             outside_outage: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
+            request_response: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
             one_way_messages: 0,
             ack_messages: 0,
             lost_all: 0,

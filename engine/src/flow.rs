@@ -115,6 +115,8 @@ pub enum Proto {
     Datagram {
         /// Datagrams seen.
         datagrams: u64,
+        /// Requests waiting for their response: application id → first send (engine clock).
+        requests: std::collections::HashMap<u64, u64>,
     },
     /// KCP.
     Kcp(Box<KcpState>),

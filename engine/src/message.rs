@@ -324,6 +324,13 @@ impl MessageStore {
     pub fn sight(&mut self, a: &SightArgs) -> SightResult {
         let k = (a.flow.uid, a.key);
         let mut r = SightResult::default();
+        // Entries of messages closed early stay queued until their deadline; drop them when
+        // they outnumber the open messages, so the queue stays bounded at any rate.
+        if self.expiry.len() > self.max_open.saturating_mul(4) {
+            let open = &self.open;
+            self.expiry
+                .retain(|(_, uid, key)| open.contains_key(&(*uid, *key)));
+        }
         if self.closed.contains(&k) || self.closed_old.contains(&k) {
             self.late += 1;
             r.late = true;

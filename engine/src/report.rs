@@ -134,6 +134,13 @@ pub fn render(s: &Summary) -> String {
             pct_line(&s.latency.outside_outage)
         );
     }
+    if s.latency.request_response.count > 0 {
+        let _ = writeln!(
+            o,
+            "  request → response: {}",
+            pct_line(&s.latency.request_response)
+        );
+    }
     for t in &s.latency.tail {
         let _ = writeln!(
             o,

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::MatchMode;
-use crate::input::{CaptureId, CongState, Host};
+use crate::input::{CaptureId, CongState, Host, RetransmitKind};
 use crate::record::{HolIncident, OutageRecord};
 
 /// Latency percentiles of one distribution (µs, hdrhistogram-quantized, see `latency`).
@@ -146,6 +146,8 @@ pub struct LatencyView {
     pub during_outage: Percentiles,
     /// Combined latency of messages outside outages.
     pub outside_outage: Percentiles,
+    /// Request → response time seen from one end (reply with the request's application id).
+    pub request_response: Percentiles,
     /// Recent combined windows, oldest first.
     pub combined_recent: Vec<SeriesPoint>,
     /// Prediction vs observation at a few thresholds.
@@ -198,6 +200,16 @@ pub struct CaptureHealth {
     pub dropped_records: u64,
     /// Latency samples clamped to `max_latency_us`.
     pub clamped_latencies: u64,
+    /// Packets the capture library dropped (libpcap `ps_drop`); the engine leaves it 0, the
+    /// capture driver fills it in.
+    #[serde(default)]
+    pub pcap_dropped: u64,
+    /// Kernel events lost because the eBPF ring buffer was full; filled by the capture driver.
+    #[serde(default)]
+    pub ring_buffer_dropped: u64,
+    /// QUIC packets that could not be decrypted; filled by the decode glue.
+    #[serde(default)]
+    pub decrypt_failures: u64,
     /// Captures known, with what was inferred about them.
     pub captures: Vec<CaptureView>,
     /// Sentences describing inferences (pairing, sender end, clock offset).
@@ -288,6 +300,47 @@ pub struct TcpSocketView {
     pub state: String,
     /// Last event time.
     pub last_event_ns: u64,
+    /// Recent kernel samples (cwnd, ssthresh, srtt, RTO, backoff over time), oldest first.
+    #[serde(default)]
+    pub history: Vec<TcpSample>,
+    /// Recent retransmissions, oldest first: the RTO backoff ladder.
+    #[serde(default)]
+    pub retransmissions: Vec<TcpRetransmission>,
+    /// Recent congestion-state changes `(ts_ns, new state)`, oldest first.
+    #[serde(default)]
+    pub cong_changes: Vec<(u64, CongState)>,
+}
+
+/// One kernel sample of a TCP socket's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpSample {
+    /// When.
+    pub ts_ns: u64,
+    /// Congestion window (segments).
+    pub cwnd: u32,
+    /// Slow-start threshold (segments).
+    pub ssthresh: u32,
+    /// Smoothed RTT (µs).
+    pub srtt_us: u32,
+    /// RTO (µs).
+    pub rto_us: u32,
+    /// Backoff level.
+    pub backoff: u8,
+}
+
+/// One retransmission of a TCP socket, with the timer state at that moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpRetransmission {
+    /// When.
+    pub ts_ns: u64,
+    /// Why.
+    pub kind: RetransmitKind,
+    /// Sequence number retransmitted.
+    pub seq: u32,
+    /// RTO in force (µs).
+    pub rto_us: u32,
+    /// Backoff level.
+    pub backoff: u8,
 }
 
 /// A plain datagram flow (matched by payload hash).

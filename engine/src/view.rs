@@ -206,6 +206,7 @@ impl Engine {
             combined: self.combined.total.percentiles(),
             during_outage: self.during_outage.percentiles(),
             outside_outage: self.outside_outage.percentiles(),
+            request_response: self.request_response.percentiles(),
             combined_recent: self.combined.series.iter().cloned().collect(),
             tail,
             verdict,
@@ -298,6 +299,10 @@ impl Engine {
             evicted_incidents: self.incidents.evicted + self.outages.evicted,
             dropped_records: self.dropped_records,
             clamped_latencies: self.clamped,
+            // Source counters: the engine never sees them; the capture driver fills them in.
+            pcap_dropped: 0,
+            ring_buffer_dropped: 0,
+            decrypt_failures: 0,
             captures: self
                 .caps
                 .views(|i| self.paths.label(self.paths.canonical(i)).to_owned()),
@@ -345,8 +350,11 @@ impl Engine {
                     cong_state: s.cong_state,
                     state: s.state.clone(),
                     last_event_ns: s.last_event_ns,
+                    history: s.history.iter().cloned().collect(),
+                    retransmissions: s.retransmission_log.iter().cloned().collect(),
+                    cong_changes: s.cong_changes.iter().copied().collect(),
                 }),
-                (Proto::Datagram { datagrams }, _) => v.datagram.push(DatagramFlowView {
+                (Proto::Datagram { datagrams, .. }, _) => v.datagram.push(DatagramFlowView {
                     flow: f.key.name(),
                     paths: labels(f),
                     datagrams: *datagrams,

@@ -31,6 +31,9 @@ pub enum Command {
     /// The two-path T-Box testbed in network namespaces: build it, watch it, run the field
     /// scenarios with real KCP/QUIC/TCP peers, remove it.
     Lab(LabArgs),
+    /// The terminal UI over a recorded capture (JSON Lines from `capture`/`analyze --json`):
+    /// p play/pause, +/- speed, ←/→ seek.
+    Replay(ReplayArgs),
 }
 
 /// `tboxscope lab`.
@@ -202,4 +205,21 @@ pub struct AnalyzeArgs {
     /// With --packets, also emit a `udp_datagram` line for UDP that no decoder recognised.
     #[arg(long)]
     pub unknown_udp: bool,
+}
+
+/// `tboxscope replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The recording: JSON Lines written by tboxscope.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Replay speed (1 = as recorded, 2 = twice as fast).
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Start paused (p plays).
+    #[arg(long)]
+    pub paused: bool,
+    /// On exit, write the UI's cost (frames, wall time, UI-thread and process CPU) as JSON here.
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub stats: Option<PathBuf>,
 }

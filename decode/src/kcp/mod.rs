@@ -9,6 +9,7 @@
 //!   retransmissions fast or on timeout, RTT from the echoed `ts`, window probes and stalls).
 
 pub mod conv;
+mod conv_store;
 pub mod detect;
 pub mod kcpgo;
 pub mod segment;

@@ -1,6 +1,7 @@
 //! Mode 1: the same datagram sent on both interfaces, matched by payload hash (or, when
 //! configured, by an application message id).
 
+use crate::capture::Dir;
 use crate::config::MatchMode;
 use crate::engine::Engine;
 use crate::flow::{FlowKey, Proto};
@@ -20,7 +21,10 @@ impl Engine {
         let forced = forced_mode(&self.cfg, (pkt.src.port(), pkt.dst.port()), None, None);
         let fr = self
             .flows
-            .get_or_insert(&key, pkt.ts_ns, || Proto::Datagram { datagrams: 0 });
+            .get_or_insert(&key, pkt.ts_ns, || Proto::Datagram {
+                datagrams: 0,
+                requests: std::collections::HashMap::new(),
+            });
         let mode = match (forced, d.app_msg_id) {
             (Some(MatchMode::AppId), Some(_)) => MatchMode::AppId,
             (Some(m), _) if m != MatchMode::AppId => m,
@@ -29,7 +33,7 @@ impl Engine {
         if let Some(f) = self.flows.get_mut(fr) {
             f.mode = Some(mode);
             f.forced = forced.is_some();
-            if let Proto::Datagram { datagrams } = &mut f.proto {
+            if let Proto::Datagram { datagrams, .. } = &mut f.proto {
                 *datagrams += 1;
             }
         }
@@ -55,6 +59,35 @@ impl Engine {
             tuple: pkt.tuple,
             up: pkt.up,
         });
+        // Request → response (one end observed): a reply carrying the request's application id.
+        let max_waiting = self.cfg.max_unacked_per_flow;
+        let mut rr_sample = None;
+        let mut forgotten = 0u64;
+        if let (Some(app), Some(f)) = (d.app_msg_id, self.flows.get_mut(fr)) {
+            if let Proto::Datagram { requests, .. } = &mut f.proto {
+                match (pkt.up, pkt.dir) {
+                    (Some(true), Dir::Out) => {
+                        if requests.len() >= max_waiting && !requests.contains_key(&app) {
+                            forgotten = requests.len() as u64;
+                            requests.clear();
+                        }
+                        requests.entry(app).or_insert(pkt.ts_ns);
+                    }
+                    (Some(false), Dir::In) => {
+                        rr_sample = requests
+                            .remove(&app)
+                            .map(|sent| pkt.ts_ns.saturating_sub(sent) / 1000);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.evicted_unacked += forgotten;
+        if let Some(us) = rr_sample {
+            if self.request_response.record(us) {
+                self.clamped += 1;
+            }
+        }
         if let Some(f) = self.flows.get_mut(fr) {
             if pkt.count_wire {
                 f.amp.wire += pkt.wire;

@@ -82,6 +82,20 @@ impl QuicState {
     /// Splits `[off, off+len)` into message ranges: existing ones it overlaps and new ones.
     fn split(&mut self, up: bool, stream: u64, off: u64, len: u64) -> Vec<(u64, MsgId, u64)> {
         let end = off.saturating_add(len);
+        if !self.ranges.contains_key(&(up, stream)) && self.ranges.len() >= MAX_STREAMS {
+            // Past the stream bound: the range is a message of its own, not indexed.
+            let k = mix(&[4, u64::from(up), stream, off]);
+            return vec![(
+                k,
+                MsgId::Stream {
+                    up,
+                    stream,
+                    start: off,
+                    end,
+                },
+                len,
+            )];
+        }
         let map = self.ranges.entry((up, stream)).or_default();
         let mut hits: Vec<(u64, u64, u64)> = Vec::new();
         for (s, (e, k)) in map.range(..end).rev() {

@@ -3,7 +3,7 @@
 //! open and close incidents; captured segments add wire bytes, the original send time of the
 //! lost segment, the bytes sent behind it, and the ACK that ends the stall.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 use crate::capture::{is_uplink, Dir};
@@ -12,10 +12,19 @@ use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::push_evidence;
 use crate::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind, TcpSegment};
 use crate::record::{HolIncident, HolProtocol, Record};
-use crate::snapshot::Severity;
+use crate::snapshot::{Severity, TcpRetransmission, TcpSample};
 
 /// Original send times remembered per socket.
 const MAX_SENT: usize = 4096;
+/// Samples, retransmissions and state changes kept per socket for the UI.
+pub const MAX_HISTORY: usize = 256;
+
+fn push_bounded<T>(q: &mut VecDeque<T>, item: T) {
+    if q.len() >= MAX_HISTORY {
+        q.pop_front();
+    }
+    q.push_back(item);
+}
 
 /// Per-socket TCP state.
 #[derive(Debug, Default)]
@@ -40,6 +49,12 @@ pub struct TcpState {
     pub state: String,
     /// Last event.
     pub last_event_ns: u64,
+    /// Recent samples for the UI's cwnd chart (bounded by [`MAX_HISTORY`]).
+    pub history: VecDeque<TcpSample>,
+    /// Recent retransmissions for the UI's backoff ladder (bounded by [`MAX_HISTORY`]).
+    pub retransmission_log: VecDeque<TcpRetransmission>,
+    /// Recent congestion-state changes (bounded by [`MAX_HISTORY`]).
+    pub cong_changes: VecDeque<(u64, CongState)>,
     /// Open incident: id, missing seq, direction of the data (1 = client → server), its length.
     pub incident: Option<(u64, u32, usize, u32)>,
     /// Highest sequence end sent (captured segments), client→server and reverse.
@@ -176,6 +191,29 @@ impl Engine {
                 s.backoff = e.backoff;
                 s.retransmits = e.retransmits;
                 s.last_event_ns = e.ts_ns;
+                push_bounded(
+                    &mut s.history,
+                    TcpSample {
+                        ts_ns: e.ts_ns,
+                        cwnd: e.cwnd,
+                        ssthresh: e.ssthresh,
+                        srtt_us: e.srtt_us,
+                        rto_us: e.rto_us,
+                        backoff: e.backoff,
+                    },
+                );
+                if let TcpEventKind::Retransmit { kind, seq, .. } = &e.kind {
+                    push_bounded(
+                        &mut s.retransmission_log,
+                        TcpRetransmission {
+                            ts_ns: e.ts_ns,
+                            kind: *kind,
+                            seq: *seq,
+                            rto_us: e.rto_us,
+                            backoff: e.backoff,
+                        },
+                    );
+                }
                 match &e.kind {
                     TcpEventKind::Retransmit { kind, seq, len } => match s.incident {
                         None => open = Some((*seq, *kind, *len)),
@@ -197,6 +235,7 @@ impl Engine {
                     }
                     TcpEventKind::CongState { state } => {
                         s.cong_state = *state;
+                        push_bounded(&mut s.cong_changes, (e.ts_ns, *state));
                         if *state == CongState::Open {
                             close_reason = Some("congestion state back to Open");
                         } else if s.incident.is_some() {

@@ -7,6 +7,8 @@ mod analyze;
 mod capture;
 mod doctor;
 mod lab;
+pub mod live;
+mod replay;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -15,6 +17,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Doctor(args)) => doctor::run(args),
         Some(Command::Capture(args)) => capture::run(args),
         Some(Command::Analyze(args)) => analyze::run(args),
+        Some(Command::Replay(args)) => replay::run(args),
         Some(Command::Lab(args)) => lab::run(args),
         None => anyhow::bail!("the live terminal UI is not built yet; see `tboxscope --help`"),
     }

@@ -1,0 +1,61 @@
+//! `tboxscope replay FILE`: the terminal UI over a recorded capture, with play/pause, speed and
+//! seek.
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use tboxscope::replay::{self, PlayOptions};
+
+use super::live::{self, LiveOptions};
+use crate::cli::ReplayArgs;
+
+/// CPU time (user + system) of the whole process.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we own.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: see above.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Runs `tboxscope replay`.
+pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    if !(args.speed.is_finite() && args.speed > 0.0) {
+        anyhow::bail!("--speed must be a positive number, not {}", args.speed);
+    }
+    // Load before touching the terminal: a bad file is a plain error on a normal screen.
+    let options = PlayOptions {
+        speed: args.speed,
+        paused: args.paused,
+        ..PlayOptions::default()
+    };
+    let (player, mut source) = replay::start(&args.file, options)?;
+    let stats = live::run(
+        &mut source,
+        LiveOptions {
+            replay: true,
+            ..LiveOptions::default()
+        },
+    )?;
+    drop(player);
+    if let Some(path) = &args.stats {
+        let wall = stats.wall.as_secs_f64().max(1e-9);
+        let report = serde_json::json!({
+            "frames": stats.frames,
+            "wall_s": wall,
+            "ui_thread_cpu_s": stats.ui_cpu.as_secs_f64(),
+            "process_cpu_s": process_cpu().as_secs_f64(),
+            "ui_cpu_share_of_one_core": stats.ui_cpu.as_secs_f64() / wall,
+            "process_cpu_share_of_one_core": process_cpu().as_secs_f64() / wall,
+        });
+        std::fs::write(path, format!("{report}\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

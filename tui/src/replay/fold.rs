@@ -1,0 +1,586 @@
+//! Folds a recording's output records back into the engine's [`Snapshot`] at a replay time:
+//! `message` records give per-path and combined latency (hdrhistogram, as the engine does),
+//! duplication, win rates and copy spacing; `window` records the recent series; `outage` and
+//! `hol_incident` records are shown from their start, open until their end; `tcp_*` events
+//! go through the real engine, which provides the TCP sockets; the `summary`, once reached, is
+//! the authority for the whole-run figures.
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use hdrhistogram::Histogram;
+use tboxscope_engine::config::Config;
+use tboxscope_engine::input::Observation;
+use tboxscope_engine::record::{HolIncident, MessageRecord, OutageRecord, Summary};
+use tboxscope_engine::snapshot::{
+    AmplificationView, EventLine, LatencyKind, LatencyView, PathShare, PathView, Percentiles,
+    RedundancyView, SeriesPoint, Severity, Snapshot, TailPoint,
+};
+use tboxscope_engine::Engine;
+
+use super::load::{Item, Timed};
+use crate::view::format;
+
+/// Most recent series points and event lines kept.
+const HISTORY: usize = 120;
+const EVENTS: usize = 500;
+/// Rates are over the last second of replay time.
+const RATE_WINDOW_NS: u64 = 1_000_000_000;
+/// A combined tail this many times the independent prediction means the paths fail together.
+const SHARED_CAUSE_RATIO: f64 = 10.0;
+
+fn histogram() -> Histogram<u64> {
+    // 1 µs .. 1 h, 3 significant digits; new_with_bounds only fails on invalid bounds.
+    #[allow(clippy::expect_used)]
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant, valid histogram bounds")
+}
+
+fn percentiles(h: &Histogram<u64>) -> Percentiles {
+    if h.is_empty() {
+        return Percentiles::default();
+    }
+    Percentiles {
+        count: h.len(),
+        min_us: h.min(),
+        p50_us: h.value_at_quantile(0.5),
+        p90_us: h.value_at_quantile(0.9),
+        p99_us: h.value_at_quantile(0.99),
+        p999_us: h.value_at_quantile(0.999),
+        max_us: h.max(),
+        mean_us: h.mean(),
+    }
+}
+
+fn above(h: &Histogram<u64>, t: u64) -> f64 {
+    if h.is_empty() {
+        0.0
+    } else {
+        1.0 - h.quantile_below(t)
+    }
+}
+
+struct PathAcc {
+    latency: Histogram<u64>,
+    recent: VecDeque<SeriesPoint>,
+    carried: u64,
+    expected: u64,
+    transmissions: u64,
+    retransmissions: u64,
+    bytes: u64,
+    last_alive_ns: u64,
+    rate: VecDeque<(u64, u64, u64)>,
+}
+
+impl PathAcc {
+    fn new() -> Self {
+        Self {
+            latency: histogram(),
+            recent: VecDeque::new(),
+            carried: 0,
+            expected: 0,
+            transmissions: 0,
+            retransmissions: 0,
+            bytes: 0,
+            last_alive_ns: 0,
+            rate: VecDeque::new(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Share {
+    carried: u64,
+    only: u64,
+    wins: u64,
+}
+
+struct FlowAcc {
+    messages: u64,
+    on_all: u64,
+    paths: BTreeMap<String, Share>,
+    spacing: Histogram<u64>,
+}
+
+/// The replay state at the current position.
+pub struct Fold {
+    start_ns: u64,
+    paths: BTreeMap<String, PathAcc>,
+    flows: BTreeMap<String, FlowAcc>,
+    combined: Histogram<u64>,
+    during_outage: Histogram<u64>,
+    outside_outage: Histogram<u64>,
+    combined_recent: VecDeque<SeriesPoint>,
+    kind: LatencyKind,
+    amplification: Option<f64>,
+    outages: Vec<OutageRecord>,
+    incidents: Vec<HolIncident>,
+    events: VecDeque<EventLine>,
+    ring_buffer_dropped: u64,
+    pcap_dropped: u64,
+    summary: Option<(u64, Box<Summary>)>,
+    engine: Engine,
+    notes: Vec<String>,
+}
+
+impl Fold {
+    /// An empty state for a recording starting at `start_ns`; `notes` go into the health panel.
+    pub fn new(start_ns: u64, notes: Vec<String>) -> Self {
+        Self {
+            start_ns,
+            paths: BTreeMap::new(),
+            flows: BTreeMap::new(),
+            combined: histogram(),
+            during_outage: histogram(),
+            outside_outage: histogram(),
+            combined_recent: VecDeque::new(),
+            kind: LatencyKind::default(),
+            amplification: None,
+            outages: Vec::new(),
+            incidents: Vec::new(),
+            events: VecDeque::new(),
+            ring_buffer_dropped: 0,
+            pcap_dropped: 0,
+            summary: None,
+            engine: Engine::new(Config::default()),
+            notes,
+        }
+    }
+
+    fn event(&mut self, ts_ns: u64, severity: Severity, text: String) {
+        self.events.push_front(EventLine {
+            ts_ns,
+            severity,
+            text,
+        });
+        self.events.truncate(EVENTS);
+    }
+
+    /// Drops the sliding-window series (the `r` key).
+    pub fn reset_windows(&mut self) {
+        self.combined_recent.clear();
+        for path in self.paths.values_mut() {
+            path.recent.clear();
+            path.rate.clear();
+        }
+    }
+
+    /// Applies one item.
+    pub fn apply(&mut self, timed: &Timed) {
+        let ts = timed.ts_ns;
+        match &timed.item {
+            Item::Message(m) => self.message(m),
+            Item::Window(w) => {
+                for (path, p) in &w.per_path {
+                    let acc = self.paths.entry(path.clone()).or_insert_with(PathAcc::new);
+                    push_bounded(
+                        &mut acc.recent,
+                        SeriesPoint {
+                            ts_ns: w.end_ns,
+                            p50_us: p.p50_us,
+                            p99_us: p.p99_us,
+                            count: p.count,
+                        },
+                    );
+                }
+                push_bounded(
+                    &mut self.combined_recent,
+                    SeriesPoint {
+                        ts_ns: w.end_ns,
+                        p50_us: w.combined.p50_us,
+                        p99_us: w.combined.p99_us,
+                        count: w.combined.count,
+                    },
+                );
+                self.amplification = Some(w.amplification);
+            }
+            Item::Outage(o) => {
+                self.event(
+                    ts,
+                    Severity::Alert,
+                    format!("outage on {} began ({})", o.path, o.evidence),
+                );
+                self.outages.push((**o).clone());
+            }
+            Item::Hol(h) => {
+                self.event(
+                    ts,
+                    Severity::Warn,
+                    format!("HOL incident on {}: {} missing", h.flow, h.missing),
+                );
+                self.incidents.push((**h).clone());
+            }
+            Item::Summary(s) => {
+                self.event(ts, Severity::Info, "end of capture: summary".to_owned());
+                self.summary = Some((ts, s.clone()));
+            }
+            Item::Tcp(e) => {
+                if let tboxscope_engine::input::TcpEventKind::Retransmit { kind, seq, .. } = &e.kind
+                {
+                    self.event(
+                        ts,
+                        Severity::Info,
+                        format!(
+                            "tcp {} → {} retransmit seq {seq} ({}, backoff {}, RTO {})",
+                            e.local,
+                            e.remote,
+                            retransmit_name(*kind),
+                            e.backoff,
+                            format::micros(u64::from(e.rto_us))
+                        ),
+                    );
+                }
+                self.engine.handle(Observation::Tcp((**e).clone()));
+            }
+            Item::Drops { ring_buffer, pcap } => {
+                self.ring_buffer_dropped = self.ring_buffer_dropped.max(*ring_buffer);
+                self.pcap_dropped = self.pcap_dropped.max(*pcap);
+            }
+        }
+    }
+
+    fn in_outage(&self, ts_ns: u64) -> bool {
+        self.outages
+            .iter()
+            .any(|o| ts_ns >= o.start_ns && o.end_ns.is_none_or(|end| ts_ns < end))
+    }
+
+    fn message(&mut self, m: &MessageRecord) {
+        self.kind = m.latency_kind;
+        if let Some(latency) = m.latency_us {
+            self.combined.saturating_record(latency.max(1));
+            if self.in_outage(m.first_seen_ns) {
+                self.during_outage.saturating_record(latency.max(1));
+            } else {
+                self.outside_outage.saturating_record(latency.max(1));
+            }
+        }
+        let flow = self.flows.entry(m.flow.clone()).or_insert_with(|| FlowAcc {
+            messages: 0,
+            on_all: 0,
+            paths: BTreeMap::new(),
+            spacing: histogram(),
+        });
+        flow.messages += 1;
+        for copy in &m.copies {
+            flow.paths.entry(copy.path.clone()).or_default().carried += 1;
+        }
+        let known: BTreeSet<&String> = flow.paths.keys().collect();
+        let carried: BTreeSet<&String> = m.copies.iter().map(|c| &c.path).collect();
+        if known.len() >= 2 && carried.len() == known.len() {
+            flow.on_all += 1;
+        }
+        if carried.len() == 1 && known.len() >= 2 {
+            if let Some(share) = m.copies.first().and_then(|c| flow.paths.get_mut(&c.path)) {
+                share.only += 1;
+            }
+        }
+        if let Some(winner) = m.winner.as_ref().and_then(|w| flow.paths.get_mut(w)) {
+            winner.wins += 1;
+        }
+        let arrivals: Vec<u64> = m.copies.iter().filter_map(|c| c.arrived).collect();
+        if arrivals.len() >= 2 {
+            let (lo, hi) = (
+                arrivals.iter().min().copied().unwrap_or(0),
+                arrivals.iter().max().copied().unwrap_or(0),
+            );
+            flow.spacing.saturating_record(((hi - lo) / 1_000).max(1));
+        }
+        let flow_paths: Vec<String> = flow.paths.keys().cloned().collect();
+        for path in flow_paths {
+            let acc = self.paths.entry(path.clone()).or_insert_with(PathAcc::new);
+            acc.expected += 1;
+            let Some(copy) = m.copies.iter().find(|c| c.path == path) else {
+                continue;
+            };
+            acc.carried += 1;
+            let sends = u64::from(copy.transmissions.max(1));
+            acc.transmissions += sends;
+            acc.retransmissions += sends - 1;
+            acc.bytes = acc.bytes.saturating_add(m.bytes.saturating_mul(sends));
+            if let Some(latency) = copy.latency_us {
+                acc.latency.saturating_record(latency.max(1));
+            }
+            let seen = copy.arrived.or(copy.sent).unwrap_or(m.first_seen_ns);
+            acc.last_alive_ns = acc.last_alive_ns.max(seen);
+            acc.rate
+                .push_back((m.first_seen_ns, sends, m.bytes.saturating_mul(sends)));
+        }
+    }
+
+    /// The snapshot at replay time `now_ns`.
+    pub fn snapshot(&mut self, now_ns: u64) -> Snapshot {
+        let mut snap = self.engine.snapshot();
+        let tcp = std::mem::take(&mut snap.flows.tcp);
+        let engine_events = std::mem::take(&mut snap.events);
+        snap = Snapshot {
+            ts_ns: now_ns,
+            started_ns: self.start_ns,
+            ..snap
+        };
+        snap.flows.tcp = tcp;
+        snap.paths = self.path_views(now_ns);
+        snap.redundancy = self.redundancy();
+        snap.latency = self.latency();
+        if let Some(ratio) = self.amplification {
+            snap.amplification = vec![AmplificationView {
+                flow: "all flows, last window".to_owned(),
+                protocol: "all".to_owned(),
+                ratio,
+                ..AmplificationView::default()
+            }];
+        }
+        snap.outages = self
+            .outages
+            .iter()
+            .rev()
+            .map(|o| outage_at(o, now_ns))
+            .collect();
+        snap.incidents = self
+            .incidents
+            .iter()
+            .rev()
+            .map(|h| incident_at(h, now_ns))
+            .collect();
+        snap.outages_total = self.outages.len() as u64;
+        snap.incidents_total = self.incidents.len() as u64;
+        let mut events: Vec<EventLine> = self.events.iter().cloned().collect();
+        events.extend(engine_events);
+        events.sort_by_key(|e| std::cmp::Reverse(e.ts_ns));
+        snap.events = events;
+        snap.health.ring_buffer_dropped = self.ring_buffer_dropped;
+        snap.health.pcap_dropped = self.pcap_dropped;
+        snap.health.inferences.extend(self.notes.iter().cloned());
+        if let Some((_, summary)) = &self.summary {
+            apply_summary(&mut snap, summary);
+        }
+        snap
+    }
+
+    fn path_views(&mut self, now_ns: u64) -> Vec<PathView> {
+        let outages = &self.outages;
+        self.paths
+            .iter_mut()
+            .map(|(label, acc)| {
+                while acc
+                    .rate
+                    .front()
+                    .is_some_and(|(ts, _, _)| ts.saturating_add(RATE_WINDOW_NS) < now_ns)
+                {
+                    acc.rate.pop_front();
+                }
+                let outage = outages.iter().rev().find(|o| {
+                    &o.path == label
+                        && o.start_ns <= now_ns
+                        && o.end_ns.is_none_or(|end| now_ns < end)
+                });
+                let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+                PathView {
+                    label: label.clone(),
+                    up: outage.is_none(),
+                    outage_for_ns: outage.map(|o| now_ns - o.start_ns),
+                    last_alive_ns: acc.last_alive_ns,
+                    packets_per_s: acc.rate.iter().map(|r| r.1).sum::<u64>() as f64,
+                    bytes_per_s: acc.rate.iter().map(|r| r.2).sum::<u64>() as f64,
+                    packets: acc.transmissions,
+                    bytes: acc.bytes,
+                    loss_rate: 1.0 - ratio(acc.carried, acc.expected).min(1.0),
+                    retransmission_rate: ratio(acc.retransmissions, acc.transmissions),
+                    latency: percentiles(&acc.latency),
+                    latency_kind: self.kind,
+                    recent: acc.recent.iter().cloned().collect(),
+                }
+            })
+            .map(|mut p| {
+                if p.packets == 0 {
+                    p.loss_rate = 0.0;
+                }
+                p
+            })
+            .collect()
+    }
+
+    fn redundancy(&self) -> Vec<RedundancyView> {
+        self.flows
+            .iter()
+            .map(|(name, f)| {
+                let duplication = if f.messages == 0 {
+                    0.0
+                } else {
+                    f.on_all as f64 / f.messages as f64
+                };
+                let winners: u64 = f.paths.values().map(|s| s.wins).sum();
+                let verdict = if f.paths.len() < 2 {
+                    format!("single path: {} messages seen on one path only", f.messages)
+                } else if duplication >= 0.99 {
+                    format!(
+                        "redundancy confirmed: {} of {} messages on all paths",
+                        format::percent(duplication),
+                        f.messages
+                    )
+                } else {
+                    format!(
+                        "redundancy incomplete: only {} of {} messages on all paths",
+                        format::percent(duplication),
+                        f.messages
+                    )
+                };
+                RedundancyView {
+                    flow: name.clone(),
+                    mode: None,
+                    mode_forced: false,
+                    messages: f.messages,
+                    on_all_paths: f.on_all,
+                    duplication,
+                    paths: f
+                        .paths
+                        .iter()
+                        .map(|(path, s)| PathShare {
+                            path: path.clone(),
+                            carried: s.carried,
+                            only: s.only,
+                            wins: s.wins,
+                            win_rate: if winners == 0 {
+                                0.0
+                            } else {
+                                s.wins as f64 / winners as f64
+                            },
+                        })
+                        .collect(),
+                    copy_spacing: percentiles(&f.spacing),
+                    verdict,
+                }
+            })
+            .collect()
+    }
+
+    fn latency(&self) -> LatencyView {
+        let combined = percentiles(&self.combined);
+        let mut tail = Vec::new();
+        let mut verdict = String::new();
+        if self.paths.len() >= 2 && combined.count > 0 {
+            for t in [combined.p99_us, combined.p999_us] {
+                let predicted: f64 = self.paths.values().map(|p| above(&p.latency, t)).product();
+                tail.push(TailPoint {
+                    t_us: t,
+                    predicted,
+                    observed: above(&self.combined, t),
+                });
+            }
+            let together = tail.iter().any(|t| {
+                t.observed > 0.0 && t.observed > SHARED_CAUSE_RATIO * t.predicted.max(1e-12)
+            });
+            verdict = if together {
+                "paths fail together (shared cause): the combined tail is far above the independent-paths prediction".to_owned()
+            } else {
+                "paths look independent: the combined tail matches the prediction".to_owned()
+            };
+        }
+        LatencyView {
+            kind: self.kind,
+            per_path: self
+                .paths
+                .iter()
+                .map(|(label, p)| (label.clone(), percentiles(&p.latency)))
+                .collect(),
+            combined,
+            during_outage: percentiles(&self.during_outage),
+            outside_outage: percentiles(&self.outside_outage),
+            combined_recent: self.combined_recent.iter().cloned().collect(),
+            tail,
+            verdict,
+        }
+    }
+}
+
+fn push_bounded(series: &mut VecDeque<SeriesPoint>, point: SeriesPoint) {
+    series.push_back(point);
+    while series.len() > HISTORY {
+        series.pop_front();
+    }
+}
+
+/// An outage as it looked at `now_ns`: still open if it ends later.
+fn outage_at(o: &OutageRecord, now_ns: u64) -> OutageRecord {
+    let mut o = o.clone();
+    if o.end_ns.is_none_or(|end| end > now_ns) {
+        o.end_ns = None;
+        o.duration_ns = now_ns.saturating_sub(o.start_ns);
+    }
+    o
+}
+
+/// A HOL incident as it looked at `now_ns`: evidence up to now, open if it ends later.
+fn incident_at(h: &HolIncident, now_ns: u64) -> HolIncident {
+    let mut h = h.clone();
+    if h.end_ns.is_none_or(|end| end > now_ns) {
+        h.end_ns = None;
+        h.stall_ns = now_ns.saturating_sub(h.start_ns);
+        h.evidence.retain(|e| e.ts_ns <= now_ns);
+    }
+    h
+}
+
+/// The summary's whole-run figures replace the folded ones; live state (up/down, series)
+/// stays.
+fn apply_summary(snap: &mut Snapshot, summary: &Summary) {
+    let live: BTreeMap<String, PathView> =
+        snap.paths.drain(..).map(|p| (p.label.clone(), p)).collect();
+    snap.paths = summary
+        .paths
+        .iter()
+        .map(|p| {
+            let mut p = p.clone();
+            if let Some(l) = live.get(&p.label) {
+                p.up = l.up;
+                p.outage_for_ns = l.outage_for_ns;
+                if p.recent.is_empty() {
+                    p.recent = l.recent.clone();
+                }
+            }
+            p
+        })
+        .collect();
+    if snap.paths.is_empty() {
+        snap.paths = live.into_values().collect();
+    }
+    if !summary.redundancy.is_empty() {
+        snap.redundancy = summary.redundancy.clone();
+    }
+    if summary.latency.combined.count > 0 {
+        let recent = std::mem::take(&mut snap.latency.combined_recent);
+        snap.latency = summary.latency.clone();
+        if snap.latency.combined_recent.is_empty() {
+            snap.latency.combined_recent = recent;
+        }
+    }
+    if !summary.amplification.is_empty() {
+        snap.amplification = summary.amplification.clone();
+    }
+    snap.outages_total = snap.outages_total.max(summary.outages_total);
+    snap.incidents_total = snap.incidents_total.max(summary.incidents_total);
+    let h = &summary.health;
+    let mine = &mut snap.health;
+    mine.observations = mine.observations.max(h.observations);
+    mine.out_of_order = mine.out_of_order.max(h.out_of_order);
+    mine.evicted_flows = mine.evicted_flows.max(h.evicted_flows);
+    mine.evicted_messages = mine.evicted_messages.max(h.evicted_messages);
+    mine.evicted_unacked = mine.evicted_unacked.max(h.evicted_unacked);
+    mine.evicted_incidents = mine.evicted_incidents.max(h.evicted_incidents);
+    mine.dropped_records = mine.dropped_records.max(h.dropped_records);
+    mine.clamped_latencies = mine.clamped_latencies.max(h.clamped_latencies);
+    mine.pcap_dropped = mine.pcap_dropped.max(h.pcap_dropped);
+    mine.ring_buffer_dropped = mine.ring_buffer_dropped.max(h.ring_buffer_dropped);
+    mine.decrypt_failures = mine.decrypt_failures.max(h.decrypt_failures);
+    if mine.captures.is_empty() {
+        mine.captures = h.captures.clone();
+    }
+    mine.inferences.extend(h.inferences.iter().cloned());
+}
+
+fn retransmit_name(kind: tboxscope_engine::input::RetransmitKind) -> &'static str {
+    use tboxscope_engine::input::RetransmitKind;
+    match kind {
+        RetransmitKind::Fast => "fast retransmit",
+        RetransmitKind::Rto => "timeout",
+        RetransmitKind::Tlp => "tail loss probe",
+        RetransmitKind::Unknown => "cause unknown",
+    }
+}

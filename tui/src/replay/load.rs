@@ -1,0 +1,250 @@
+//! Reading a recorded capture: JSON Lines written by tboxscope (`header`, `tcp_*`, `drops`,
+//! `message`, `window`, `outage`, `hol_incident`, `summary`, ...). Lines are validated one by
+//! one; a line that cannot be used is skipped and counted by reason, never fatal.
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+use tboxscope_engine::input::TcpEvent;
+use tboxscope_engine::record::{HolIncident, MessageRecord, OutageRecord, Summary, WindowRecord};
+
+use super::tcp;
+
+/// Why a recording could not be opened at all.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A pcap/pcapng file: it needs the packet decoders.
+    #[error(
+        "{path} is a {format} capture; replaying packet captures needs the `analyze` pipeline, \
+         which this build does not have yet — replay a JSON Lines capture (`tboxscope capture --json`)"
+    )]
+    PacketCapture {
+        /// The file.
+        path: String,
+        /// `pcap` or `pcapng`.
+        format: &'static str,
+    },
+    /// Nothing in the file could be replayed.
+    #[error("{path}: no replayable record (skipped: {skipped})")]
+    Empty {
+        /// The file.
+        path: String,
+        /// Skip reasons and counts.
+        skipped: String,
+    },
+}
+
+/// One replayable thing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    /// A closed message with its copies.
+    Message(Box<MessageRecord>),
+    /// A closed window.
+    Window(Box<WindowRecord>),
+    /// An outage, revealed at its start.
+    Outage(Box<OutageRecord>),
+    /// A HOL incident, revealed at its start.
+    Hol(Box<HolIncident>),
+    /// The final summary.
+    Summary(Box<Summary>),
+    /// A kernel TCP event, fed to the engine.
+    Tcp(Box<TcpEvent>),
+    /// Ring-buffer / capture drop counters (cumulative).
+    Drops {
+        /// Kernel events lost in the ring buffer.
+        ring_buffer: u64,
+        /// Packets the capture library dropped.
+        pcap: u64,
+    },
+}
+
+/// An item at its replay time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timed {
+    /// When it happens in the recording (Unix epoch ns).
+    pub ts_ns: u64,
+    /// What.
+    pub item: Item,
+}
+
+/// A whole recording, in time order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recording {
+    /// Items sorted by time (stable: equal times keep file order).
+    pub items: Vec<Timed>,
+    /// Lines skipped, by reason.
+    pub skipped: BTreeMap<String, u64>,
+    /// The header line's fields, if any.
+    pub header: Option<Map<String, Value>>,
+}
+
+impl Recording {
+    /// Time of the first item.
+    pub fn start_ns(&self) -> u64 {
+        self.items.first().map_or(0, |t| t.ts_ns)
+    }
+
+    /// Time of the last item.
+    pub fn end_ns(&self) -> u64 {
+        self.items.last().map_or(0, |t| t.ts_ns)
+    }
+
+    /// Skip reasons as one line (`unknown type kcp_segment: 12, bad json: 1`).
+    pub fn skipped_text(&self) -> String {
+        if self.skipped.is_empty() {
+            return "none".to_owned();
+        }
+        self.skipped
+            .iter()
+            .map(|(reason, n)| format!("{reason}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Parses an RFC 3339 timestamp to Unix epoch ns.
+pub fn parse_ts(text: &str) -> Option<u64> {
+    let t = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+    u64::try_from(t.timestamp_nanos_opt()?).ok()
+}
+
+fn body<T: serde::de::DeserializeOwned>(map: &Map<String, Value>) -> Result<T, String> {
+    let mut fields = map.clone();
+    fields.remove("type");
+    fields.remove("ts");
+    serde_json::from_value(Value::Object(fields)).map_err(|e| e.to_string())
+}
+
+fn counter(map: &Map<String, Value>, names: &[&str]) -> u64 {
+    names
+        .iter()
+        .find_map(|n| map.get(*n).and_then(Value::as_u64))
+        .unwrap_or(0)
+}
+
+/// Turns one line into items; `Err(reason)` when it cannot be used.
+fn parse_line(line: &str, recording: &mut Recording) -> Result<Option<Timed>, String> {
+    let value: Value = serde_json::from_str(line).map_err(|_| "bad json".to_owned())?;
+    let Value::Object(map) = value else {
+        return Err("not an object".to_owned());
+    };
+    let kind = map
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or("no type")?
+        .to_owned();
+    let ts_ns = map
+        .get("ts")
+        .and_then(Value::as_str)
+        .and_then(parse_ts)
+        .ok_or("bad ts")?;
+    let bad = |e: String| format!("bad {kind}: {}", e.split(" at line").next().unwrap_or(""));
+    let item = match kind.as_str() {
+        "header" => {
+            recording.header = Some(map);
+            return Ok(None);
+        }
+        "message" => Item::Message(Box::new(body(&map).map_err(bad)?)),
+        "window" => Item::Window(Box::new(body(&map).map_err(bad)?)),
+        "outage" => {
+            let outage: OutageRecord = body(&map).map_err(bad)?;
+            return Ok(Some(Timed {
+                ts_ns: outage.start_ns,
+                item: Item::Outage(Box::new(outage)),
+            }));
+        }
+        "hol_incident" => {
+            let hol: HolIncident = body(&map).map_err(bad)?;
+            return Ok(Some(Timed {
+                ts_ns: hol.start_ns,
+                item: Item::Hol(Box::new(hol)),
+            }));
+        }
+        "summary" => match body::<Summary>(&map) {
+            Ok(summary) => Item::Summary(Box::new(summary)),
+            // `capture` without the engine writes a summary of its own counters: keep the drops.
+            Err(_) => Item::Drops {
+                ring_buffer: counter(&map, &["ring_buffer_drops", "ringbuf_drops", "dropped"]),
+                pcap: counter(&map, &["pcap_drops"]),
+            },
+        },
+        "drops" => Item::Drops {
+            ring_buffer: counter(
+                &map,
+                &[
+                    "ring_buffer",
+                    "ring_buffer_drops",
+                    "ringbuf",
+                    "total",
+                    "dropped",
+                ],
+            ),
+            pcap: counter(&map, &["pcap", "pcap_drops"]),
+        },
+        k if k.starts_with("tcp_") => Item::Tcp(Box::new(tcp::event(k, ts_ns, &map).map_err(bad)?)),
+        other => return Err(format!("not replayed: {other}")),
+    };
+    Ok(Some(Timed { ts_ns, item }))
+}
+
+/// Reads JSON Lines from `reader`.
+pub fn parse(reader: impl BufRead) -> Recording {
+    let mut recording = Recording::default();
+    for line in reader.lines() {
+        let Ok(line) = line else {
+            *recording
+                .skipped
+                .entry("unreadable line".to_owned())
+                .or_default() += 1;
+            continue;
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        match parse_line(&line, &mut recording) {
+            Ok(Some(timed)) => recording.items.push(timed),
+            Ok(None) => {}
+            Err(reason) => *recording.skipped.entry(reason).or_default() += 1,
+        }
+    }
+    recording.items.sort_by_key(|t| t.ts_ns);
+    recording
+}
+
+/// Opens a recording: JSON Lines, or a clear error for packet captures.
+pub fn load(path: &Path) -> Result<Recording, LoadError> {
+    let name = path.display().to_string();
+    let io = |source| LoadError::Io {
+        path: name.clone(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut reader = std::io::BufReader::new(file);
+    let head = reader.fill_buf().map_err(io)?;
+    let format = match head.get(..4) {
+        Some([0xa1, 0xb2, 0xc3, 0xd4] | [0xd4, 0xc3, 0xb2, 0xa1])
+        | Some([0xa1, 0xb2, 0x3c, 0x4d] | [0x4d, 0x3c, 0xb2, 0xa1]) => Some("pcap"),
+        Some([0x0a, 0x0d, 0x0d, 0x0a]) => Some("pcapng"),
+        _ => None,
+    };
+    if let Some(format) = format {
+        return Err(LoadError::PacketCapture { path: name, format });
+    }
+    let recording = parse(reader);
+    if recording.items.is_empty() {
+        return Err(LoadError::Empty {
+            skipped: recording.skipped_text(),
+            path: name,
+        });
+    }
+    Ok(recording)
+}

@@ -1,0 +1,93 @@
+//! Terminal setup and teardown. The terminal is restored on every way out: normal return (the
+//! guard's `Drop`), a panic (a hook restores before the panic message is printed, so the message
+//! lands on a normal screen), and SIGINT/SIGTERM/SIGHUP (flags the UI loop polls; it then returns
+//! and the guard restores).
+use std::io::{self, Stdout, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Once};
+
+use ratatui::backend::CrosstermBackend;
+use ratatui::crossterm::{cursor, execute, terminal};
+use ratatui::Terminal;
+
+/// The terminal type the live UI draws on.
+pub type Tty = Terminal<CrosstermBackend<Stdout>>;
+
+/// Set while the UI owns the terminal, so restoring twice is harmless.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static PANIC_HOOK: Once = Once::new();
+
+/// Puts the terminal back: raw mode off, main screen, cursor visible. Idempotent.
+pub fn restore() {
+    if ACTIVE.swap(false, Ordering::SeqCst) {
+        let _ = terminal::disable_raw_mode();
+        let mut out = io::stdout();
+        let _ = execute!(out, terminal::LeaveAlternateScreen, cursor::Show);
+        let _ = out.flush();
+    }
+}
+
+/// Owns the terminal while the UI runs; dropping it restores the terminal.
+pub struct TerminalGuard {
+    /// Set when SIGINT, SIGTERM or SIGHUP arrived; the UI loop checks it every tick.
+    pub stop: Arc<AtomicBool>,
+    signal_ids: Vec<signal_hook::SigId>,
+}
+
+impl TerminalGuard {
+    /// Enters raw mode and the alternate screen and installs the panic hook and signal flags.
+    /// On failure the terminal is already restored and the error says what failed.
+    pub fn enter() -> anyhow::Result<(Self, Tty)> {
+        install_panic_hook();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut signal_ids = Vec::new();
+        for signal in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
+            // A second signal ends the process at once, in case the loop cannot see the flag
+            // (e.g. the terminal was hung up under a blocked read).
+            let armed =
+                signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))
+                    .map_err(|e| anyhow::anyhow!("cannot watch signal {signal}: {e}"))?;
+            let id = signal_hook::flag::register(signal, Arc::clone(&stop))
+                .map_err(|e| anyhow::anyhow!("cannot watch signal {signal}: {e}"))?;
+            signal_ids.extend([armed, id]);
+        }
+        let guard = Self { stop, signal_ids };
+        ACTIVE.store(true, Ordering::SeqCst);
+        terminal::enable_raw_mode()
+            .map_err(|e| anyhow::anyhow!("standard input is not a usable terminal: {e}"))?;
+        let mut out = io::stdout();
+        execute!(out, terminal::EnterAlternateScreen, cursor::Hide)
+            .map_err(|e| anyhow::anyhow!("cannot switch to the alternate screen: {e}"))?;
+        let tty = Terminal::new(CrosstermBackend::new(out))
+            .map_err(|e| anyhow::anyhow!("cannot size the terminal: {e}"))?;
+        Ok((guard, tty))
+    }
+
+    /// True once a stop signal arrived.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore();
+        for id in self.signal_ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+fn install_panic_hook() {
+    PANIC_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+    });
+}

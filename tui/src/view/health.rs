@@ -1,0 +1,162 @@
+//! Capture health: what was dropped or could not be used. The Overview has a panel with every
+//! counter; every screen shows a warning line whenever any loss counter is non-zero.
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Wrap};
+use ratatui::Frame;
+use tboxscope_engine::snapshot::Snapshot;
+
+use super::{format, panel, Theme};
+
+/// One counter: name, value, whether non-zero means data was lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    /// Name in the user's words.
+    pub name: &'static str,
+    /// Value.
+    pub value: u64,
+    /// Non-zero means something was lost or not understood.
+    pub loss: bool,
+}
+
+/// The health view-model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthModel {
+    /// Counters, losses first.
+    pub counters: Vec<Counter>,
+    /// What the engine inferred about the captures (pairing, clock offsets).
+    pub inferences: Vec<String>,
+    /// One line per capture point.
+    pub captures: Vec<String>,
+}
+
+impl HealthModel {
+    /// Builds the model from a snapshot.
+    pub fn build(snap: &Snapshot) -> Self {
+        let h = &snap.health;
+        let loss = |name, value| Counter {
+            name,
+            value,
+            loss: true,
+        };
+        let counters = vec![
+            loss("libpcap drops", h.pcap_dropped),
+            loss("ring-buffer drops", h.ring_buffer_dropped),
+            loss("decrypt failures", h.decrypt_failures),
+            loss("flow evictions", h.evicted_flows),
+            loss("message evictions", h.evicted_messages),
+            loss("unacked evictions", h.evicted_unacked),
+            loss("incident evictions", h.evicted_incidents),
+            loss("records dropped", h.dropped_records),
+            loss("out of order", h.out_of_order),
+            loss("latencies clamped", h.clamped_latencies),
+            Counter {
+                name: "observations",
+                value: h.observations,
+                loss: false,
+            },
+        ];
+        let captures = h
+            .captures
+            .iter()
+            .map(|c| {
+                let offset = if c.clock_offset_ns != 0 || c.clock_offset_estimated {
+                    format!(
+                        ", clock {}{}",
+                        if c.clock_offset_ns < 0 { "-" } else { "+" },
+                        format::nanos(c.clock_offset_ns.unsigned_abs())
+                    ) + if c.clock_offset_estimated {
+                        " (est.)"
+                    } else {
+                        ""
+                    }
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{} → path {} ({:?}){}, {} pkts",
+                    c.name,
+                    c.path,
+                    c.host,
+                    offset,
+                    format::rate(c.packets as f64)
+                )
+            })
+            .collect();
+        Self {
+            counters,
+            inferences: h.inferences.clone(),
+            captures,
+        }
+    }
+
+    /// Counters that lost data and are non-zero.
+    pub fn losses(&self) -> impl Iterator<Item = &Counter> {
+        self.counters.iter().filter(|c| c.loss && c.value > 0)
+    }
+
+    /// The warning line(s) for the footer, empty when nothing was lost.
+    pub fn footer_lines(&self, width: u16) -> Vec<String> {
+        let parts: Vec<String> = self
+            .losses()
+            .map(|c| format!("{} {}", c.name, c.value))
+            .collect();
+        if parts.is_empty() {
+            return Vec::new();
+        }
+        let text = format!(" capture health: {}", parts.join(" · "));
+        if text.chars().count() <= width as usize {
+            vec![text]
+        } else {
+            let (a, b) = parts.split_at(parts.len().div_ceil(2));
+            vec![
+                format!(" capture health: {}", a.join(" · ")),
+                format!("   {}", b.join(" · ")),
+            ]
+        }
+    }
+
+    /// Draws the Overview's health panel.
+    pub fn render(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
+        let mut spans = Vec::new();
+        for c in self.losses() {
+            spans.push(Span::styled(
+                format!("{} {}", c.name, c.value),
+                theme.alert(),
+            ));
+            spans.push(Span::raw("  "));
+        }
+        if spans.is_empty() {
+            spans.push(Span::styled(
+                "no drops, no evictions, no decrypt failures",
+                theme.ok(),
+            ));
+            spans.push(Span::raw("  "));
+        }
+        for c in self.counters.iter().filter(|c| !c.loss) {
+            spans.push(Span::raw(format!("{} {}", c.name, c.value)));
+        }
+        let mut lines = vec![Line::from(spans)];
+        for text in self.captures.iter().chain(&self.inferences) {
+            lines.push(Line::styled(text.clone(), theme.dim()));
+        }
+        frame.render_widget(
+            Paragraph::new(lines)
+                .wrap(Wrap { trim: true })
+                .block(panel(" Capture health ", theme)),
+            area,
+        );
+    }
+}
+
+/// Draws the footer warning lines (nothing when there are none).
+pub fn render_footer(frame: &mut Frame, area: Rect, lines: &[String], theme: &Theme) {
+    if area.height == 0 {
+        return;
+    }
+    let lines: Vec<Line> = lines
+        .iter()
+        .map(|l| Line::styled(l.clone(), theme.alert()))
+        .collect();
+    frame.render_widget(Paragraph::new(lines), area);
+}

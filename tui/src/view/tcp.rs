@@ -1,0 +1,347 @@
+//! The TCP screen: sockets with live retransmissions; for the selected socket the RTO backoff
+//! ladder (200 → 400 → 800 ms … one bar per timeout of the current or last episode), cwnd and
+//! ssthresh over time, and the congestion-state changes.
+//!
+//! ```text
+//! ┌ Sockets ─────────────────────────────────────────────┐
+//! └──────────────────────────────────────────────────────┘
+//! ┌ RTO backoff ladder ─────┐┌ cwnd / ssthresh over time ─┐
+//! ├ Retransmissions ────────┤│                            │
+//! ├ Congestion state ───────┤│                            │
+//! └─────────────────────────┘└────────────────────────────┘
+//! ```
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph, Row, Table, TableState};
+use ratatui::Frame;
+use tboxscope_engine::input::RetransmitKind;
+use tboxscope_engine::snapshot::{Snapshot, TcpSocketView};
+
+use super::{format, matches_filter, panel, Theme};
+use crate::app::{App, Screen, SortKey};
+
+/// One step of the backoff ladder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rung {
+    /// When the timeout retransmission happened.
+    pub ts_ns: u64,
+    /// Backoff level at that moment.
+    pub backoff: u8,
+    /// The RTO that expired (µs).
+    pub rto_us: u32,
+    /// Sequence number re-sent.
+    pub seq: u32,
+}
+
+/// The TCP screen's model.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TcpModel {
+    /// Sockets after filter and sort.
+    pub sockets: Vec<TcpSocketView>,
+    /// Sockets before filtering.
+    pub total: usize,
+}
+
+/// The ladder of the latest RTO episode: consecutive timeout retransmissions whose backoff level
+/// rises (a new episode starts when the level drops back).
+pub fn ladder(socket: &TcpSocketView) -> Vec<Rung> {
+    let mut rungs: Vec<Rung> = Vec::new();
+    for r in socket
+        .retransmissions
+        .iter()
+        .filter(|r| r.kind == RetransmitKind::Rto)
+    {
+        if rungs.last().is_some_and(|last| r.backoff <= last.backoff) {
+            rungs.clear();
+        }
+        rungs.push(Rung {
+            ts_ns: r.ts_ns,
+            backoff: r.backoff,
+            rto_us: r.rto_us,
+            seq: r.seq,
+        });
+    }
+    rungs
+}
+
+impl TcpModel {
+    /// Builds the model.
+    pub fn build(snap: &Snapshot, app: &App) -> Self {
+        let list = app.list_of(Screen::Tcp);
+        let mut sockets: Vec<TcpSocketView> = snap
+            .flows
+            .tcp
+            .iter()
+            .filter(|t| {
+                matches_filter(
+                    &format!("{} {} {:?} {}", t.socket, t.path, t.cong_state, t.state),
+                    &list.filter,
+                )
+            })
+            .cloned()
+            .collect();
+        match app.sort_of(Screen::Tcp) {
+            Some(SortKey::Backoff) => sockets.sort_by_key(|t| std::cmp::Reverse(t.backoff)),
+            Some(SortKey::Name) => sockets.sort_by(|a, b| a.socket.cmp(&b.socket)),
+            _ => sockets.sort_by_key(|t| std::cmp::Reverse(t.retransmits)),
+        }
+        if list.reversed {
+            sockets.reverse();
+        }
+        Self {
+            sockets,
+            total: snap.flows.tcp.len(),
+        }
+    }
+
+    /// Draws the screen; returns the socket count.
+    pub fn render(&self, frame: &mut Frame, area: Rect, app: &App, theme: &Theme) -> usize {
+        let list_height = (self.sockets.len() as u16 + 3)
+            .max(4)
+            .min(area.height / 3 + 1);
+        let [top, bottom] =
+            Layout::vertical([Constraint::Length(list_height), Constraint::Min(0)]).areas(area);
+        let selected = app
+            .list_of(Screen::Tcp)
+            .selected
+            .min(self.sockets.len().saturating_sub(1));
+        self.render_list(frame, top, selected, theme);
+        let Some(socket) = self.sockets.get(selected) else {
+            frame.render_widget(
+                Paragraph::new(Line::styled(
+                    "no TCP socket seen yet (kernel events appear here as they happen)",
+                    theme.dim(),
+                ))
+                .block(panel(" Socket ", theme)),
+                bottom,
+            );
+            return 0;
+        };
+        let [left, right] =
+            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                .areas(bottom);
+        let rungs = ladder(socket);
+        let ladder_height = (rungs.len() as u16 + 3).max(4).min(left.height / 2);
+        let [ladder_area, retx_area, cong_area] = Layout::vertical([
+            Constraint::Length(ladder_height),
+            Constraint::Min(3),
+            Constraint::Length((socket.cong_changes.len() as u16 + 2).clamp(3, 8)),
+        ])
+        .areas(left);
+        render_ladder(frame, ladder_area, socket, &rungs, theme);
+        render_retransmissions(frame, retx_area, socket, theme);
+        render_cong(frame, cong_area, socket, theme);
+        render_cwnd(frame, right, socket, theme);
+        self.sockets.len()
+    }
+
+    fn render_list(&self, frame: &mut Frame, area: Rect, selected: usize, theme: &Theme) {
+        let rows: Vec<Row> = self
+            .sockets
+            .iter()
+            .map(|t| {
+                let style = if t.backoff > 0 {
+                    theme.alert()
+                } else if t.retransmits > 0 {
+                    theme.warn()
+                } else {
+                    ratatui::style::Style::new()
+                };
+                Row::new(vec![
+                    t.socket
+                        .strip_prefix("tcp ")
+                        .unwrap_or(&t.socket)
+                        .to_owned(),
+                    t.path.clone(),
+                    t.retransmits.to_string(),
+                    t.backoff.to_string(),
+                    format::micros(u64::from(t.rto_us)),
+                    t.cwnd.to_string(),
+                    format!("{:?}", t.cong_state),
+                ])
+                .style(style)
+            })
+            .collect();
+        let title = if self.sockets.len() == self.total {
+            format!(" TCP sockets ({}) ", self.total)
+        } else {
+            format!(" TCP sockets ({} of {}) ", self.sockets.len(), self.total)
+        };
+        let table = Table::new(
+            rows,
+            [
+                Constraint::Min(20),
+                Constraint::Length(8),
+                Constraint::Length(5),
+                Constraint::Length(4),
+                Constraint::Length(7),
+                Constraint::Length(5),
+                Constraint::Length(9),
+            ],
+        )
+        .header(
+            Row::new(vec![
+                "Socket", "Path", "Retx", "Boff", "RTO", "cwnd", "Cong",
+            ])
+            .style(theme.title()),
+        )
+        .row_highlight_style(theme.selected())
+        .block(panel(title, theme));
+        let mut state = TableState::default();
+        if !self.sockets.is_empty() {
+            state.select(Some(selected));
+        }
+        frame.render_stateful_widget(table, area, &mut state);
+    }
+}
+
+fn render_ladder(
+    frame: &mut Frame,
+    area: Rect,
+    socket: &TcpSocketView,
+    rungs: &[Rung],
+    theme: &Theme,
+) {
+    let mut lines = Vec::new();
+    let bar_room = area.width.saturating_sub(22).max(1) as u64;
+    let longest = rungs
+        .iter()
+        .map(|r| u64::from(r.rto_us))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    for rung in rungs {
+        let len = (u64::from(rung.rto_us) * bar_room).div_ceil(longest).max(1) as usize;
+        lines.push(Line::from(vec![
+            Span::raw(format!(
+                "#{:<2}{:>7} ",
+                rung.backoff,
+                format::micros(u64::from(rung.rto_us))
+            )),
+            Span::styled("█".repeat(len), theme.alert()),
+        ]));
+    }
+    if rungs.is_empty() {
+        lines.push(Line::styled(
+            format!(
+                "no RTO timeouts · RTO now {}",
+                format::micros(u64::from(socket.rto_us))
+            ),
+            theme.dim(),
+        ));
+    }
+    let title = if socket.backoff > 0 {
+        format!(
+            " RTO backoff: level {} now, RTO {} ",
+            socket.backoff,
+            format::micros(u64::from(socket.rto_us))
+        )
+    } else {
+        " RTO backoff ladder ".to_owned()
+    };
+    frame.render_widget(Paragraph::new(lines).block(panel(title, theme)), area);
+}
+
+fn render_retransmissions(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Theme) {
+    let room = area.height.saturating_sub(2) as usize;
+    let lines: Vec<Line> = socket
+        .retransmissions
+        .iter()
+        .rev()
+        .take(room)
+        .map(|r| {
+            let kind = match r.kind {
+                RetransmitKind::Fast => "fast",
+                RetransmitKind::Rto => "RTO",
+                RetransmitKind::Tlp => "TLP",
+                RetransmitKind::Unknown => "?",
+            };
+            Line::raw(format!(
+                "{} {kind:<4} seq {} backoff {} RTO {}",
+                format::clock(r.ts_ns),
+                r.seq,
+                r.backoff,
+                format::micros(u64::from(r.rto_us))
+            ))
+        })
+        .collect();
+    let title = format!(" Retransmissions ({} total) ", socket.retransmits);
+    frame.render_widget(Paragraph::new(lines).block(panel(title, theme)), area);
+}
+
+fn render_cong(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Theme) {
+    let room = area.height.saturating_sub(2) as usize;
+    let lines: Vec<Line> = socket
+        .cong_changes
+        .iter()
+        .rev()
+        .take(room)
+        .map(|(ts, state)| Line::raw(format!("{} → {state:?}", format::clock(*ts))))
+        .collect();
+    let title = format!(" Congestion state: {:?} ", socket.cong_state);
+    frame.render_widget(Paragraph::new(lines).block(panel(title, theme)), area);
+}
+
+fn render_cwnd(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Theme) {
+    let block = panel(
+        format!(" cwnd {} · ssthresh over time ", socket.cwnd),
+        theme,
+    );
+    let Some(first) = socket.history.first() else {
+        frame.render_widget(
+            Paragraph::new(Line::styled("no samples yet", theme.dim())).block(block),
+            area,
+        );
+        return;
+    };
+    let t0 = first.ts_ns;
+    let secs = |ts: u64| ts.saturating_sub(t0) as f64 / 1e9;
+    let cwnd: Vec<(f64, f64)> = socket
+        .history
+        .iter()
+        .map(|s| (secs(s.ts_ns), f64::from(s.cwnd)))
+        .collect();
+    // ssthresh starts "infinite"; only finite values are drawn.
+    let ssthresh: Vec<(f64, f64)> = socket
+        .history
+        .iter()
+        .filter(|s| s.ssthresh < 0x7fff_0000)
+        .map(|s| (secs(s.ts_ns), f64::from(s.ssthresh)))
+        .collect();
+    let x_max = cwnd.last().map_or(1.0, |p| p.0).max(1.0);
+    let y_max = cwnd
+        .iter()
+        .chain(&ssthresh)
+        .map(|p| p.1)
+        .fold(4.0_f64, f64::max)
+        * 1.1;
+    let chart = Chart::new(vec![
+        Dataset::default()
+            .name("cwnd")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(theme.series(Some(0)))
+            .data(&cwnd),
+        Dataset::default()
+            .name("ssthresh")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(theme.series(Some(1)))
+            .data(&ssthresh),
+    ])
+    .block(block)
+    .x_axis(
+        Axis::default()
+            .bounds([0.0, x_max])
+            .labels(["0s".to_owned(), format!("{x_max:.1}s")])
+            .style(theme.dim()),
+    )
+    .y_axis(
+        Axis::default()
+            .bounds([0.0, y_max])
+            .labels(["0".to_owned(), format!("{y_max:.0}")])
+            .style(theme.dim()),
+    );
+    frame.render_widget(chart, area);
+}

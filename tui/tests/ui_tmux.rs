@@ -1,0 +1,238 @@
+//! Drives the real `tboxscope` binary in tmux over a replayed capture: switches screens, opens
+//! an incident's timeline, quits, and checks the terminal is restored (alternate screen left,
+//! cursor visible, canonical mode and echo back, the shell prompt usable). Also: SIGTERM
+//! restores the terminal, and a failed start prints a plain message without touching it.
+//! Every wait is bounded; the tmux session is killed by a Drop guard even when a check fails.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tboxscope");
+const PROMPT: &str = "PROMPT$";
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/two-path.jsonl")
+}
+
+/// A tmux session running a plain bash; killed on drop.
+struct Tmux {
+    name: String,
+}
+
+impl Tmux {
+    fn start(tag: &str) -> Self {
+        let name = format!("tboxscope-ui-{tag}-{}", std::process::id());
+        let status = Command::new("tmux")
+            .args(["new-session", "-d", "-s", &name, "-x", "120", "-y", "40"])
+            .args(["env", &format!("PS1={PROMPT} "), "TERM=xterm-256color"])
+            .args(["bash", "--norc", "--noprofile"])
+            .status()
+            .expect("tmux must be installed (cargo xtask setup installs it)");
+        assert!(status.success(), "tmux new-session failed");
+        let tmux = Self { name };
+        tmux.wait_for(|screen| screen.contains(PROMPT), "the shell prompt");
+        tmux
+    }
+
+    fn send(&self, keys: &[&str]) {
+        let status = Command::new("tmux")
+            .args(["send-keys", "-t", &self.name])
+            .args(keys)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn type_line(&self, line: &str) {
+        self.send(&["-l", line]);
+        self.send(&["Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.name])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn format(&self, format: &str) -> String {
+        let out = Command::new("tmux")
+            .args(["display", "-p", "-t", &self.name, format])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Waits (at most 15 s) until `check` holds for the visible screen.
+    fn wait_for(&self, check: impl Fn(&str) -> bool, what: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let screen = self.screen();
+            if check(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits (at most 15 s) until the UI process has exited and the shell is in the foreground.
+    fn wait_for_shell(&self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.format("#{pane_current_command}") != "bash" {
+            assert!(
+                Instant::now() < deadline,
+                "the UI did not exit; screen:\n{}",
+                self.screen()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The terminal is back to normal: main screen, cursor shown, cooked mode with echo, and
+    /// the shell usable.
+    fn assert_restored(&self) {
+        self.wait_for_shell();
+        assert_eq!(
+            self.format("#{alternate_on}"),
+            "0",
+            "still on the alternate screen"
+        );
+        assert_eq!(self.format("#{cursor_flag}"), "1", "cursor still hidden");
+        // The marker is computed by the shell, so only its output (not the typed line) matches.
+        self.type_line(
+            "echo MODE $(stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo)' | tr '\\n' ' ') STTY-$((40+2))",
+        );
+        let screen = self.wait_for(
+            |s| {
+                s.lines()
+                    .any(|l| l.starts_with("MODE ") && l.contains("STTY-42"))
+            },
+            "stty output",
+        );
+        let line = screen
+            .lines()
+            .find(|l| l.starts_with("MODE ") && l.contains("STTY-42"))
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            line.contains(" icanon")
+                && line.contains(" echo")
+                && !line.contains("-icanon")
+                && !line.contains("-echo "),
+            "terminal left in raw mode: {line:?}\n{screen}"
+        );
+    }
+
+    /// Pid of the foreground child of the pane's shell.
+    fn child_pid(&self) -> Option<u32> {
+        let shell = self.format("#{pane_pid}");
+        let children =
+            std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.name])
+            .status();
+    }
+}
+
+#[test]
+fn replay_switch_screens_open_incident_quit_restores_terminal() {
+    let tmux = Tmux::start("keys");
+    tmux.type_line(&format!("{BIN} replay {} --speed 8", fixture().display()));
+    tmux.wait_for(
+        |s| s.contains("1 Overview") && s.contains("eth0"),
+        "the Overview",
+    );
+    assert_eq!(
+        tmux.format("#{alternate_on}"),
+        "1",
+        "UI not on the alternate screen"
+    );
+    // Let the replay reach its end (16 s at 8x), then look at every screen.
+    tmux.wait_for(|s| s.contains(" end "), "the end of the replay");
+    tmux.send(&["2"]);
+    tmux.wait_for(|s| s.contains("Flows ("), "the Flows screen");
+    tmux.send(&["3"]);
+    tmux.wait_for(|s| s.contains("TCP sockets"), "the TCP screen");
+    tmux.send(&["5"]);
+    tmux.wait_for(
+        |s| s.contains("Events (") && s.contains("retransmit seq 1000"),
+        "the Events screen",
+    );
+    tmux.send(&["4"]);
+    tmux.wait_for(
+        |s| s.contains("Incidents:") && s.contains("HOL tcp"),
+        "the Incidents screen",
+    );
+    // Oldest last: the TCP stall; open its timeline.
+    tmux.send(&["G"]);
+    tmux.send(&["Enter"]);
+    // The whole timeline: lost segment, the three timeout retransmissions, the release.
+    tmux.wait_for(
+        |s| {
+            s.contains("timeline")
+                && s.contains("seq 1000 sent (1448 B), lost")
+                && s.contains("retransmit seq 1000 (rto, backoff 0, RTO 204ms)")
+                && s.contains("retransmit seq 1000 (rto, backoff 2, RTO 816ms)")
+                && s.contains("released: 12 messages")
+        },
+        "the incident timeline",
+    );
+    tmux.send(&["Escape"]);
+    tmux.wait_for(|s| !s.contains("timeline"), "the timeline to close");
+    tmux.send(&["?"]);
+    tmux.wait_for(|s| s.contains("Keys (Esc or ? closes)"), "the help overlay");
+    tmux.send(&["q"]);
+    tmux.assert_restored();
+}
+
+#[test]
+fn sigterm_restores_terminal() {
+    let tmux = Tmux::start("term");
+    tmux.type_line(&format!("{BIN} replay {} --paused", fixture().display()));
+    tmux.wait_for(|s| s.contains("1 Overview"), "the Overview");
+    let pid = tmux.child_pid().expect("the UI process");
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    tmux.assert_restored();
+}
+
+#[test]
+fn failed_start_is_a_plain_message() {
+    let out = Command::new(BIN)
+        .args(["replay", "/nonexistent/capture.jsonl"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot read /nonexistent/capture.jsonl"),
+        "{stderr}"
+    );
+    assert!(
+        !out.stdout.contains(&0x1b) && !out.stderr.contains(&0x1b),
+        "escape codes written"
+    );
+    let pcap =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/ndpi-kcp.pcap");
+    if pcap.exists() {
+        let out = Command::new(BIN).arg("replay").arg(&pcap).output().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("pcap capture"));
+    }
+}
