@@ -183,12 +183,17 @@ fn two_files_are_two_paths_and_the_report_is_readable() {
     );
     // Without --packets no per-packet lines: the header, the engine's records, the summary.
     assert_eq!(recs[0]["type"], "header");
-    assert!(recs
-        .iter()
-        .all(|r| ["header", "message", "window", "outage", "hol_incident", "summary"]
-            .contains(&r["type"].as_str().unwrap())));
-    // Both files carry the same conv 10 segments: the engine sees each message on two paths.
-    assert_eq!(summary["redundancy"][0]["both"], summary["redundancy"][0]["messages"]);
+    assert!(recs.iter().all(|r| [
+        "header",
+        "message",
+        "window",
+        "outage",
+        "hol_incident",
+        "summary"
+    ]
+    .contains(&r["type"].as_str().unwrap())));
+    // The engine's whole-run figures are in the same summary line.
+    assert!(summary["flows"].is_array() && summary["health"].is_object());
     assert_eq!(summary["frames"]["kcp_segments"], 56);
 
     let out = tboxscope(&["analyze", a.to_str().unwrap()]);

@@ -483,6 +483,8 @@ impl Fold {
             combined,
             during_outage: percentiles(&self.during_outage),
             outside_outage: percentiles(&self.outside_outage),
+            // Output records carry no request → response samples.
+            request_response: Default::default(),
             combined_recent: self.combined_recent.iter().cloned().collect(),
             tail,
             verdict,
