@@ -14,8 +14,24 @@ pub struct Cli {
     /// Write diagnostics to this file instead of standard error.
     #[arg(long, global = true)]
     pub log_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub watch: WatchArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// Options of the live terminal UI (`tboxscope` without a subcommand).
+#[derive(Debug, Args, Clone, Default)]
+pub struct WatchArgs {
+    /// Interface to capture, as IFACE or IFACE=LABEL (repeatable; default eth0 and eth1).
+    #[arg(short = 'i', long = "interface", value_name = "IFACE[=LABEL]")]
+    pub interfaces: Vec<String>,
+    /// libpcap capture filter (tcpdump syntax), e.g. `udp port 7101`.
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+    /// TLS key log (SSLKEYLOGFILE format) to decrypt QUIC; re-read while it grows.
+    #[arg(long, value_name = "FILE")]
+    pub keylog: Option<PathBuf>,
 }
 
 /// The subcommands; without one, `tboxscope` starts the live terminal UI.

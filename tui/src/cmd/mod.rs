@@ -9,6 +9,7 @@ mod doctor;
 mod lab;
 pub mod live;
 mod replay;
+mod watch;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -19,14 +20,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Analyze(args)) => analyze::run(args),
         Some(Command::Replay(args)) => replay::run(args),
         Some(Command::Lab(args)) => lab::run(args),
-        None => anyhow::bail!("the live terminal UI is not built yet; see `tboxscope --help`"),
+        None => watch::run(cli.watch),
     }
 }
 
 fn init_logging(cli: &Cli) -> anyhow::Result<()> {
     let env = env_logger::Env::default().default_filter_or(cli.log_level.clone());
     let mut builder = env_logger::Builder::from_env(env);
-    if let Some(path) = &cli.log_file {
+    // The live UI owns the terminal: its diagnostics go to a file unless one is named.
+    let default_log = cli
+        .command
+        .is_none()
+        .then(|| std::env::temp_dir().join("tboxscope-live.log"));
+    if let Some(path) = cli.log_file.as_ref().or(default_log.as_ref()) {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
