@@ -6,7 +6,15 @@ use clap::{Args, Parser, Subcommand};
 /// tboxscope: watch TCP, KCP and redundant multipath QUIC on two-path (4G/5G) T-Box control
 /// links — retransmissions and RTO backoff from eBPF, message copies and latency from packets.
 #[derive(Debug, Parser)]
-#[command(name = "tboxscope", version, about, long_about = None)]
+#[command(
+    name = "tboxscope",
+    version,
+    about,
+    long_about = None,
+    after_help = "Without a subcommand, `sudo tboxscope` opens the live terminal UI on the paths \
+                  (-i, default eth0 and eth1). No T-Box interfaces here? `sudo tboxscope lab run S2` \
+                  runs the built-in two-path lab."
+)]
 pub struct Cli {
     /// Log level for diagnostics (error, warn, info, debug, trace); RUST_LOG overrides it.
     #[arg(long, global = true, default_value = "warn")]
