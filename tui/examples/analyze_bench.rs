@@ -1,0 +1,368 @@
+//! Throughput benchmark for `tboxscope analyze` and for live capture, with baselines measured in
+//! the same run. Not a test: it prints figures for BENCHMARKS.md ("analyze throughput").
+//!
+//! ```text
+//! cargo build --release -p tboxscope --example analyze_bench
+//! target/release/examples/analyze_bench offline [--packets N] [--tboxscope target/release/tboxscope]
+//! target/release/examples/analyze_bench live [--seconds S] [--rate PPS_PER_PATH]   (root)
+//! ```
+//!
+//! `offline` writes a KCP capture of N packets (default 1,050,000; Ethernet/IPv4/UDP, raw ikcp
+//! PUSH segments of 512–1376 bytes and ACK datagrams) to a temporary directory, then times on
+//! the same file: the analyze decode in this process, the `tboxscope analyze` binary (wall time
+//! and peak RSS from `/usr/bin/time -v`), `tshark -T fields` with three fields, `tcpdump -nn -r`,
+//! and a plain read of the file.
+//!
+//! `live` creates two veth pairs in network namespaces, sends UDP on both at the given rate for
+//! S seconds, captures both interfaces with [`LiveCapture`] and reports packets captured and
+//! libpcap's drop counters.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../probe-user/tests/pcap_common/netns.rs"]
+mod netns;
+
+use std::io::{BufWriter, Read, Write};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use probe_user::analyze::Analyzer;
+use probe_user::dissect::DissectConfig;
+use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent};
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("offline") => offline(&args),
+        Some("live") => live(&args),
+        _ => eprintln!("usage: analyze_bench offline|live [options] (see the source header)"),
+    }
+}
+
+/// One Ethernet/IPv4/UDP frame around `payload` (checksums left zero, as offloaded NICs do).
+fn frame(payload: &[u8], sport: u16) -> Vec<u8> {
+    let mut f = Vec::with_capacity(42 + payload.len());
+    f.extend([2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00]);
+    let total = (20 + 8 + payload.len()) as u16;
+    f.extend([0x45, 0]);
+    f.extend(total.to_be_bytes());
+    f.extend([0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    f.extend(sport.to_be_bytes());
+    f.extend(4000u16.to_be_bytes());
+    f.extend(((8 + payload.len()) as u16).to_be_bytes());
+    f.extend([0, 0]);
+    f.extend(payload);
+    f
+}
+
+fn kcp(conv: u32, cmd: u8, frg: u8, ts: u32, sn: u32, una: u32, payload_len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(24 + payload_len);
+    v.extend(conv.to_le_bytes());
+    v.push(cmd);
+    v.push(frg);
+    v.extend(128u16.to_le_bytes());
+    v.extend(ts.to_le_bytes());
+    v.extend(sn.to_le_bytes());
+    v.extend(una.to_le_bytes());
+    v.extend((payload_len as u32).to_le_bytes());
+    v.resize(24 + payload_len, 0x5a);
+    v
+}
+
+/// Writes a classic pcap of `n` KCP frames; returns its size in bytes.
+fn write_kcp_capture(path: &Path, n: u64) -> u64 {
+    let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).unwrap());
+    let mut hdr = Vec::new();
+    hdr.extend(0xa1b2_c3d4u32.to_le_bytes());
+    hdr.extend(2u16.to_le_bytes());
+    hdr.extend(4u16.to_le_bytes());
+    hdr.extend([0u8; 8]);
+    hdr.extend(65535u32.to_le_bytes());
+    hdr.extend(1u32.to_le_bytes());
+    w.write_all(&hdr).unwrap();
+    let sizes = [512usize, 1024, 1376, 1376, 700];
+    let mut written = hdr.len() as u64;
+    let mut sn = [0u32; 4];
+    for i in 0..n {
+        let conv = (i % 4) as u32;
+        let ts_ms = (i / 100) as u32;
+        let payload = if i % 4 == 3 {
+            // Two ACKs in one datagram, as ikcp batches them.
+            let s = sn[conv as usize];
+            let mut p = kcp(conv, 82, 0, ts_ms, s.saturating_sub(2), s, 0);
+            p.extend(kcp(conv, 82, 0, ts_ms, s.saturating_sub(1), s, 0));
+            p
+        } else {
+            let s = &mut sn[conv as usize];
+            *s += 1;
+            kcp(conv, 81, 0, ts_ms, *s, 0, sizes[(i % 5) as usize])
+        };
+        let f = frame(&payload, 40000 + conv as u16);
+        let ts_us = 1_700_000_000_000_000u64 + i * 10;
+        let mut rec = Vec::with_capacity(16);
+        rec.extend(((ts_us / 1_000_000) as u32).to_le_bytes());
+        rec.extend(((ts_us % 1_000_000) as u32).to_le_bytes());
+        rec.extend((f.len() as u32).to_le_bytes());
+        rec.extend((f.len() as u32).to_le_bytes());
+        w.write_all(&rec).unwrap();
+        w.write_all(&f).unwrap();
+        written += (rec.len() + f.len()) as u64;
+    }
+    w.flush().unwrap();
+    written
+}
+
+/// Runs `cmd` with stdout discarded; returns (wall seconds, peak RSS in KiB) from `time -v`.
+fn timed(cmd: &mut Command) -> Option<(f64, u64)> {
+    let mut full = Command::new("/usr/bin/time");
+    full.arg("-v").arg(cmd.get_program()).args(cmd.get_args());
+    let start = Instant::now();
+    let out = full.stdout(std::process::Stdio::null()).output().ok()?;
+    let wall = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        eprintln!("{:?} failed: {}", cmd, String::from_utf8_lossy(&out.stderr));
+        return None;
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let rss = err
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Maximum resident set size (kbytes): ")
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Some((wall, rss))
+}
+
+fn vm_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn offline(args: &[String]) {
+    let n: u64 = arg(args, "--packets", 1_050_000);
+    let default_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/tboxscope");
+    let bin: PathBuf = arg(args, "--tboxscope", default_bin);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kcp-bench.pcap");
+    let t = Instant::now();
+    let size = write_kcp_capture(&file, n);
+    println!(
+        "capture: {n} KCP frames, {:.0} MB, written in {:.2} s",
+        size as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+
+    // Baseline: read the file through a 1 MiB buffer (page cache warm after writing).
+    let t = Instant::now();
+    let mut f = std::fs::File::open(&file).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    while let Ok(k) = f.read(&mut buf) {
+        if k == 0 {
+            break;
+        }
+        total += k as u64;
+    }
+    let read_s = t.elapsed().as_secs_f64();
+    println!(
+        "read file (1 MiB buffer): {read_s:.3} s ({:.1} GB/s)",
+        total as f64 / read_s / 1e9
+    );
+
+    // In-process decode (the analyze driver, no output).
+    let mut best = f64::MAX;
+    let mut segments = 0u64;
+    for _ in 0..2 {
+        let mut analyzer = Analyzer::new(DissectConfig::default());
+        let mut count = 0u64;
+        let t = Instant::now();
+        let mut emit = |_r: probe_user::analyze::Record<'_>| -> Result<(), ()> {
+            count += 1;
+            Ok(())
+        };
+        analyzer.run_file(&file, &mut emit).unwrap().unwrap();
+        best = best.min(t.elapsed().as_secs_f64());
+        segments = count;
+        assert_eq!(analyzer.stats().kcp_datagrams, n);
+    }
+    let decode_pps = n as f64 / best;
+    println!(
+        "analyze decode (in process, best of 2): {best:.3} s, {:.2} M packets/s, {segments} segments, VmHWM {} MiB",
+        decode_pps / 1e6,
+        vm_hwm_kib() / 1024
+    );
+
+    let file_s = file.to_str().unwrap();
+    let tbox = if bin.exists() {
+        timed(Command::new(&bin).args(["analyze", file_s]))
+    } else {
+        println!(
+            "(no {} — build it with cargo build --release -p tboxscope)",
+            bin.display()
+        );
+        None
+    };
+    if let Some((s, rss)) = tbox {
+        println!(
+            "tboxscope analyze FILE (binary, end to end): {s:.3} s, {:.2} M packets/s, peak RSS {} MiB",
+            n as f64 / s / 1e6,
+            rss / 1024
+        );
+    }
+    let tcpdump = timed(Command::new("tcpdump").args(["-nn", "-r", file_s]));
+    if let Some((s, rss)) = tcpdump {
+        println!(
+            "tcpdump -nn -r FILE: {s:.3} s, {:.0} k packets/s, peak RSS {} MiB",
+            n as f64 / s / 1e3,
+            rss / 1024
+        );
+    }
+    let tshark = timed(Command::new("tshark").args([
+        "-r",
+        file_s,
+        "-T",
+        "fields",
+        "-e",
+        "frame.number",
+        "-e",
+        "udp.srcport",
+        "-e",
+        "udp.length",
+    ]));
+    if let Some((s, rss)) = tshark {
+        println!(
+            "tshark -T fields (3 fields): {s:.3} s, {:.0} k packets/s, peak RSS {} MiB",
+            n as f64 / s / 1e3,
+            rss / 1024
+        );
+    }
+    let ratio = |base: Option<(f64, u64)>, name: &str| {
+        if let Some((s, _)) = base {
+            println!("ratio decode vs {name}: {:.1}x", s / best);
+            if let Some((t, _)) = tbox {
+                println!("ratio tboxscope binary vs {name}: {:.1}x", s / t);
+            }
+        }
+    };
+    ratio(tshark, "tshark");
+    ratio(tcpdump, "tcpdump");
+}
+
+fn live(args: &[String]) {
+    let seconds: u64 = arg(args, "--seconds", 3);
+    let rate: u64 = arg(args, "--rate", 100_000);
+    let lab = netns::Lab::new("b", 2);
+    let specs: Vec<InterfaceSpec> = lab
+        .links
+        .iter()
+        .zip(["4G", "5G"])
+        .map(|(l, label)| InterfaceSpec::parse(&format!("{}={label}", l.0)).unwrap())
+        .collect();
+    let cfg = LiveConfig {
+        interfaces: specs,
+        filter: Some("udp dst port 7000".to_owned()),
+        buffer_size: 64 << 20,
+        ..LiveConfig::default()
+    };
+    let cap = netns::spawn_in(&lab.tbox, move || LiveCapture::start(cfg))
+        .join()
+        .unwrap()
+        .unwrap();
+    // Consumer: counts packets per path and keeps the last drop counters.
+    let stop = Arc::new(AtomicBool::new(false));
+    let captured: Vec<Arc<AtomicU64>> = (0..2).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let sent: Vec<Arc<AtomicU64>> = (0..2).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let mut senders = Vec::new();
+    for (path, link) in lab.links.iter().enumerate() {
+        let (src, dst) = (format!("{}:0", link.2), format!("{}:7000", link.3));
+        let (stop, sent) = (Arc::clone(&stop), Arc::clone(&sent[path]));
+        senders.push(netns::spawn_in(&lab.tbox, move || {
+            let sock = UdpSocket::bind(&src).unwrap();
+            sock.connect(&dst).unwrap();
+            let payload = [0x42u8; 100];
+            let t0 = Instant::now();
+            let mut n = 0u64;
+            let end = t0 + Duration::from_secs(seconds);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                // Pace: stay at `rate` packets/s on average.
+                let due = (t0.elapsed().as_secs_f64() * rate as f64) as u64;
+                while n < due {
+                    if sock.send(&payload).is_ok() {
+                        n += 1;
+                    }
+                }
+                std::thread::yield_now();
+            }
+            sent.store(n, Ordering::Relaxed);
+        }));
+    }
+    let mut last_stats = [None, None];
+    let deadline = start + Duration::from_secs(seconds + 2);
+    while Instant::now() < deadline {
+        match cap.events().recv_timeout(Duration::from_millis(50)) {
+            Ok(LiveEvent::Packet(p)) => {
+                captured[p.path].fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(LiveEvent::Stats { path, stats, .. }) => last_stats[path] = Some(stats),
+            Ok(_) => {}
+            Err(_) => {}
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for s in senders {
+        s.join().unwrap();
+    }
+    let mut cap = cap;
+    cap.request_stop();
+    while let Ok(ev) = cap.events().recv_timeout(Duration::from_millis(300)) {
+        match ev {
+            LiveEvent::Packet(p) => {
+                captured[p.path].fetch_add(1, Ordering::Relaxed);
+            }
+            LiveEvent::Stats { path, stats, .. } => last_stats[path] = Some(stats),
+            _ => {}
+        }
+    }
+    cap.stop();
+    let mut total_sent = 0;
+    let mut total_captured = 0;
+    for path in 0..2 {
+        let (s, c) = (
+            sent[path].load(Ordering::Relaxed),
+            captured[path].load(Ordering::Relaxed),
+        );
+        total_sent += s;
+        total_captured += c;
+        println!(
+            "path {path}: sent {s} ({:.0} k/s), captured {c}, libpcap {:?}",
+            s as f64 / seconds as f64 / 1e3,
+            last_stats[path]
+        );
+    }
+    println!(
+        "combined: sent {:.0} k packets/s for {seconds} s, captured {total_captured} of {total_sent}",
+        total_sent as f64 / seconds as f64 / 1e3
+    );
+    drop(lab);
+}
