@@ -4,31 +4,10 @@
 
 mod kcp_common;
 
+use kcp_common::encode;
+
 use proptest::prelude::*;
 use tboxscope_decode::kcp::{Detection, Detector, DetectorConfig, RejectReason};
-
-fn encode(
-    conv: u32,
-    cmd: u8,
-    frg: u8,
-    wnd: u16,
-    ts: u32,
-    sn: u32,
-    una: u32,
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut v = Vec::new();
-    v.extend_from_slice(&conv.to_le_bytes());
-    v.push(cmd);
-    v.push(frg);
-    v.extend_from_slice(&wnd.to_le_bytes());
-    v.extend_from_slice(&ts.to_le_bytes());
-    v.extend_from_slice(&sn.to_le_bytes());
-    v.extend_from_slice(&una.to_le_bytes());
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    v.extend_from_slice(payload);
-    v
-}
 
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();

@@ -2,33 +2,14 @@
 //! decoded back; encrypted kcp-go is recognised on a forced port and never misparsed.
 #![allow(clippy::unwrap_used, clippy::too_many_arguments)]
 
+mod kcp_common;
+
+use kcp_common::encode;
+
 use tboxscope_decode::kcp::kcpgo::{
     self, CryptHeader, FecPacket, KcpGoError, KcpGoField, CRYPT_HEADER_LEN,
 };
 use tboxscope_decode::kcp::{Detection, Detector, DetectorConfig, FecKind, RejectReason};
-
-fn encode(
-    conv: u32,
-    cmd: u8,
-    frg: u8,
-    wnd: u16,
-    ts: u32,
-    sn: u32,
-    una: u32,
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut v = Vec::new();
-    v.extend_from_slice(&conv.to_le_bytes());
-    v.push(cmd);
-    v.push(frg);
-    v.extend_from_slice(&wnd.to_le_bytes());
-    v.extend_from_slice(&ts.to_le_bytes());
-    v.extend_from_slice(&sn.to_le_bytes());
-    v.extend_from_slice(&una.to_le_bytes());
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    v.extend_from_slice(payload);
-    v
-}
 
 /// Bitwise CRC-32 (IEEE 802.3, reflected, poly 0xEDB88320): test-side reference.
 fn crc32_reference(bytes: &[u8]) -> u32 {

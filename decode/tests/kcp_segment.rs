@@ -1,35 +1,15 @@
 //! Segment parsing: exact errors at every truncation length, strict and lax datagram decoding.
 #![allow(clippy::unwrap_used, clippy::too_many_arguments)]
 
+mod kcp_common;
+
+use kcp_common::encode;
+
 use proptest::prelude::*;
 use tboxscope_decode::kcp::{
     decode_lax, decode_strict, Cmd, DatagramError, Field, Segment, SegmentError, Segments,
     HEADER_LEN,
 };
-
-/// Encodes one segment (test-side encoder, independent of the decoder).
-fn encode(
-    conv: u32,
-    cmd: u8,
-    frg: u8,
-    wnd: u16,
-    ts: u32,
-    sn: u32,
-    una: u32,
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
-    v.extend_from_slice(&conv.to_le_bytes());
-    v.push(cmd);
-    v.push(frg);
-    v.extend_from_slice(&wnd.to_le_bytes());
-    v.extend_from_slice(&ts.to_le_bytes());
-    v.extend_from_slice(&sn.to_le_bytes());
-    v.extend_from_slice(&una.to_le_bytes());
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    v.extend_from_slice(payload);
-    v
-}
 
 /// The error the decoder must give for a valid segment (cmd ok) cut to `n` bytes.
 fn expected_truncation(n: usize, len: usize) -> SegmentError {

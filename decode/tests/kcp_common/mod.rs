@@ -92,3 +92,27 @@ pub fn fixture_path() -> String {
         KCP_FIXTURE.to_string()
     }
 }
+
+/// Encodes one raw ikcp segment (test-side encoder, independent of the decoder).
+pub fn encode(
+    conv: u32,
+    cmd: u8,
+    frg: u8,
+    wnd: u16,
+    ts: u32,
+    sn: u32,
+    una: u32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut v = Vec::with_capacity(24 + payload.len());
+    v.extend_from_slice(&conv.to_le_bytes());
+    v.push(cmd);
+    v.push(frg);
+    v.extend_from_slice(&wnd.to_le_bytes());
+    v.extend_from_slice(&ts.to_le_bytes());
+    v.extend_from_slice(&sn.to_le_bytes());
+    v.extend_from_slice(&una.to_le_bytes());
+    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    v.extend_from_slice(payload);
+    v
+}
