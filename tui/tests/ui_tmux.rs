@@ -228,11 +228,44 @@ fn failed_start_is_a_plain_message() {
         !out.stdout.contains(&0x1b) && !out.stderr.contains(&0x1b),
         "escape codes written"
     );
-    let pcap =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/ndpi-kcp.pcap");
-    if pcap.exists() {
-        let out = Command::new(BIN).arg("replay").arg(&pcap).output().unwrap();
-        assert!(!out.status.success());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("pcap capture"));
-    }
+    // A packet capture cut in the middle of a record: refused before the UI starts.
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.pcap");
+    let bytes = std::fs::read(kcp_fixture()).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() - 5]).unwrap();
+    let out = Command::new(BIN).arg("replay").arg(&cut).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot replay") && stderr.contains("cut.pcap"),
+        "{stderr}"
+    );
+    assert!(!out.stderr.contains(&0x1b), "escape codes written");
+}
+
+fn kcp_fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/ndpi-kcp.pcap")
+}
+
+#[test]
+fn replay_of_a_pcap_decodes_as_it_plays() {
+    let tmux = Tmux::start("pcap");
+    tmux.type_line(&format!(
+        "{BIN} replay {} --speed 16",
+        kcp_fixture().display()
+    ));
+    tmux.wait_for(
+        |s| s.contains("1 Overview") && s.contains("replay ndpi-kcp.pcap"),
+        "the Overview",
+    );
+    tmux.wait_for(|s| s.contains(" end "), "the end of the replay");
+    tmux.send(&["2"]);
+    tmux.wait_for(
+        |s| s.contains("Flows (") && s.contains("conv 10"),
+        "the KCP conv",
+    );
+    tmux.send(&["0"]);
+    tmux.wait_for(|s| s.contains("▶"), "playing again from the start");
+    tmux.send(&["q"]);
+    tmux.assert_restored();
 }
