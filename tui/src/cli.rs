@@ -40,6 +40,12 @@ pub struct WatchArgs {
     /// TLS key log (SSLKEYLOGFILE format) to decrypt QUIC; re-read while it grows.
     #[arg(long, value_name = "FILE")]
     pub keylog: Option<PathBuf>,
+    /// Which TCP connections the kernel probes report (TCP screen); all by default.
+    #[command(flatten)]
+    pub tcp: TcpFilterArgs,
+    /// Do not load the eBPF TCP probes (packets only).
+    #[arg(long)]
+    pub no_tcp: bool,
 }
 
 /// The subcommands; without one, `tboxscope` starts the live terminal UI.

@@ -583,6 +583,7 @@ fn retransmit_name(kind: tboxscope_engine::input::RetransmitKind) -> &'static st
         RetransmitKind::Fast => "fast retransmit",
         RetransmitKind::Rto => "timeout",
         RetransmitKind::Tlp => "tail loss probe",
+        RetransmitKind::LossRecovery => "loss recovery after a timeout",
         RetransmitKind::Unknown => "cause unknown",
     }
 }
