@@ -4,7 +4,8 @@
 //! ```text
 //! cargo build --release -p tboxscope --example analyze_bench
 //! target/release/examples/analyze_bench offline [--packets N] [--tboxscope target/release/tboxscope]
-//! target/release/examples/analyze_bench live [--seconds S] [--rate PPS_PER_PATH]   (root)
+//! target/release/examples/analyze_bench offline-quic [--packets N] [--capture PATH]
+//! target/release/examples/analyze_bench live [--seconds S] [--rate PPS_PER_PATH] [--compare]   (root)
 //! ```
 //!
 //! `offline` writes a KCP capture of N packets (default 1,050,000; Ethernet/IPv4/UDP, raw ikcp
@@ -14,8 +15,14 @@
 //! and a plain read of the file.
 //!
 //! `live` creates two veth pairs in network namespaces, sends UDP on both at the given rate for
-//! S seconds, captures both interfaces with [`LiveCapture`] and reports packets captured and
-//! libpcap's drop counters.
+//! S seconds, captures both interfaces with [`LiveCapture`] (default settings; with `--compare`
+//! first with the previous ones: immediate mode, 16 MiB, one packet per event) and reports
+//! packets captured and libpcap's drop counters (`ps_drop`, `ps_ifdrop`).
+//!
+//! `offline-quic` writes a QUIC capture of N packets (default 1,000,000) with its key log and
+//! times the in-process decode with 1-RTT decryption, the binary with `--keylog`, and
+//! `tshark -o tls.keylog_file:` on the same file. `write-kcp`/`write-quic PATH` only write the
+//! captures and `decode FILE [--keylog K]` only decodes (for `perf record`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../probe-user/tests/pcap_common/netns.rs"]
@@ -559,12 +566,38 @@ fn live(args: &[String]) {
         .zip(["4G", "5G"])
         .map(|(l, label)| InterfaceSpec::parse(&format!("{}={label}", l.0)).unwrap())
         .collect();
-    let cfg = LiveConfig {
+    let now = LiveConfig {
         interfaces: specs,
         filter: Some("udp dst port 7000".to_owned()),
-        buffer_size: 64 << 20,
         ..LiveConfig::default()
     };
+    // The settings before the live path was tuned: immediate mode, 16 MiB, one packet per event.
+    let before = LiveConfig {
+        immediate: true,
+        buffer_size: 16 << 20,
+        batch: 1,
+        channel_capacity: 1 << 16,
+        ..now.clone()
+    };
+    let rounds = if args.iter().any(|a| a == "--compare") {
+        vec![("previous settings", before), ("defaults", now)]
+    } else {
+        vec![("defaults", now)]
+    };
+    for (name, cfg) in rounds {
+        println!(
+            "{name}: immediate {}, buffer {} MiB, batch {}",
+            cfg.immediate,
+            cfg.buffer_size >> 20,
+            cfg.batch
+        );
+        live_round(&lab, cfg, seconds, rate);
+    }
+    drop(lab);
+}
+
+/// Sends `rate` packets/s on each of the lab's two links for `seconds` and captures both.
+fn live_round(lab: &netns::Lab, cfg: LiveConfig, seconds: u64, rate: u64) {
     let cap = netns::spawn_in(&lab.tbox, move || LiveCapture::start(cfg))
         .join()
         .unwrap()
@@ -603,8 +636,10 @@ fn live(args: &[String]) {
     let deadline = start + Duration::from_secs(seconds + 2);
     while Instant::now() < deadline {
         match cap.events().recv_timeout(Duration::from_millis(50)) {
-            Ok(LiveEvent::Packet(p)) => {
-                captured[p.path].fetch_add(1, Ordering::Relaxed);
+            Ok(LiveEvent::Packets(batch)) => {
+                for p in &batch {
+                    captured[p.path].fetch_add(1, Ordering::Relaxed);
+                }
             }
             Ok(LiveEvent::Stats { path, stats, .. }) => last_stats[path] = Some(stats),
             Ok(_) => {}
@@ -619,8 +654,10 @@ fn live(args: &[String]) {
     cap.request_stop();
     while let Ok(ev) = cap.events().recv_timeout(Duration::from_millis(300)) {
         match ev {
-            LiveEvent::Packet(p) => {
-                captured[p.path].fetch_add(1, Ordering::Relaxed);
+            LiveEvent::Packets(batch) => {
+                for p in &batch {
+                    captured[p.path].fetch_add(1, Ordering::Relaxed);
+                }
             }
             LiveEvent::Stats { path, stats, .. } => last_stats[path] = Some(stats),
             _ => {}
@@ -646,5 +683,4 @@ fn live(args: &[String]) {
         "combined: sent {:.0} k packets/s for {seconds} s, captured {total_captured} of {total_sent}",
         total_sent as f64 / seconds as f64 / 1e3
     );
-    drop(lab);
 }
