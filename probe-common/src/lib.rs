@@ -194,8 +194,8 @@ pub struct SockOffsets {
     pub retrans_out: u32,
     /// `sk_buff.cb` + `tcp_skb_cb.tcp_gso_segs` (u16); `u32::MAX` when unknown.
     pub skb_gso_segs: u32,
-    /// Explicit padding.
-    pub _pad: u32,
+    /// `skc_cookie` (u64, the socket cookie `tcp:tcp_probe` reports); `u32::MAX` when unknown.
+    pub cookie: u32,
 }
 
 /// Offsets of the fields the programs take from each tracepoint's record, read from
@@ -215,7 +215,8 @@ pub struct TracepointOffsets {
     pub probe_snd_cwnd: u32,
     /// tcp_probe: `srtt` (u32, `srtt_us >> 3`); `u32::MAX` when absent.
     pub probe_srtt: u32,
-    /// tcp_probe: `sock_cookie` (u64); `u32::MAX` when absent.
+    /// tcp_probe: `sock_cookie` (u64); `u32::MAX` when absent or when the socket's
+    /// `skc_cookie` offset is unknown (then `CWND_LAST` is keyed by socket address).
     pub probe_cookie: u32,
     /// tcp_cong_state_set: `skaddr`.
     pub cong_skaddr: u32,
@@ -251,39 +252,33 @@ pub struct ProbeConfig {
     pub _pad: [u8; 6],
 }
 
-/// Per-socket memory of `tcp_probe` (value of `CWND_LAST`, key = socket address): the last
-/// emitted sample, the socket's identity (read once, so a sample that is not due costs no
-/// identity reads) and whether the user's filters exclude it.
+/// Per-socket memory of `tcp_probe` (value of `CWND_LAST`): the last emitted sample, the
+/// socket's identity (read once, so a sample that is not due costs no identity reads) and
+/// whether the user's filters exclude it. The key is the socket cookie when the kernel has one
+/// (never reused, so no entry can outlive its socket into another), else the socket address.
+/// `ts_ns` = 0 asks for a sample at the next segment (set on retransmissions and
+/// congestion-state changes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CwndLast {
     /// Time of the last emitted sample.
     pub ts_ns: u64,
-    /// `sock_cookie` of the socket this entry describes (0 when the kernel has none): an entry
-    /// left over from a freed socket at the same address is recognised and replaced.
-    pub cookie: u64,
     /// Local address as two words (IPv4 in the first 4 bytes).
     pub saddr: [u64; 2],
     /// Remote address as two words.
     pub daddr: [u64; 2],
     /// cwnd then.
     pub snd_cwnd: u32,
-    /// ssthresh then.
-    pub snd_ssthresh: u32,
     /// AF_INET or AF_INET6.
     pub family: u16,
     /// Local port, host order.
     pub sport: u16,
     /// Remote port, host order.
     pub dport: u16,
-    /// ca_state then.
-    pub ca_state: u8,
-    /// backoff then.
-    pub backoff: u8,
     /// 1 when the user's filters exclude this socket (nothing is emitted for it).
     pub excluded: u8,
     /// Explicit padding.
-    pub _pad: [u8; 7],
+    pub _pad: [u8; 13],
 }
 
 #[cfg(feature = "user")]
@@ -309,7 +304,7 @@ mod tests {
         assert_eq!(size_of::<SockOffsets>(), 24 * 4);
         assert_eq!(size_of::<TracepointOffsets>(), 56);
         assert_eq!(size_of::<ProbeConfig>(), 96 + 56 + 8 + 8);
-        assert_eq!(size_of::<CwndLast>(), 72);
+        assert_eq!(size_of::<CwndLast>(), 64);
     }
 
     #[test]

@@ -181,6 +181,7 @@ fn try_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
         return Ok(());
     };
     let s = sock::snap(sk)?;
+    force_sample(sk);
     let err_off = conf!(tp.retrans_err);
     let err: i32 = if err_off != u32::MAX {
         read_tp(ctx, err_off)?
@@ -250,36 +251,33 @@ fn read_tp_opt<T>(ctx: &TracePointContext, off: u32) -> Result<Option<T>, i32> {
 }
 
 /// Runs on every incoming segment of every TCP socket, so the common case (a sample not due)
-/// must stay cheap: the socket's entry in `CWND_LAST` is looked up first, with the identity
-/// and filter verdict cached there, and only the four values that decide "changed" are read.
-/// The full snapshot is read only when an event is emitted.
+/// must stay cheap: three reads from the record (cookie, cwnd; the clock) and one map lookup.
+/// The socket's entry in `CWND_LAST` caches its identity and the filters' verdict; the socket
+/// itself is read only when a sample is emitted. Due = the interval has passed, cwnd changed,
+/// or another program asked for a sample (`ts_ns` = 0: retransmission, congestion state).
 #[inline(always)]
 fn try_probe(ctx: &TracePointContext) -> Result<(), i32> {
-    let sk: u64 = read_tp(ctx, conf!(tp.probe_skaddr))?;
-    let cookie: u64 = read_tp_opt(ctx, conf!(tp.probe_cookie))?.unwrap_or(0);
-    let last = match CWND_LAST.get_ptr_mut(sk) {
-        // SAFETY: map value pointer from a successful lookup.
-        Some(p) if unsafe { (*p).cookie } == cookie => p,
-        _ => return first_probe(ctx, sk, cookie),
+    let cookie_off = conf!(tp.probe_cookie);
+    let key: u64 = if cookie_off != u32::MAX {
+        read_tp(ctx, cookie_off)?
+    } else {
+        read_tp(ctx, conf!(tp.probe_skaddr))?
+    };
+    let Some(last) = CWND_LAST.get_ptr_mut(key) else {
+        return first_probe(ctx, key);
     };
     // SAFETY: map value pointer from a successful lookup; only this socket's softirq path
-    // writes it (a racing writer can at worst cause one extra or one missing sample).
+    // writes it, apart from `force_sample` (a race costs at worst one extra or missing sample).
     let last = unsafe { &mut *last };
     if last.excluded != 0 {
         return Ok(());
     }
-    let cwnd = probe_cwnd(ctx, sk)?;
+    let cwnd = probe_cwnd(ctx)?;
     let now = now_ns();
-    let interval = conf!(cwnd_interval_ns);
-    let due = now.wrapping_sub(last.ts_ns) >= interval || last.snd_cwnd != cwnd;
-    if !due {
-        let ssthresh: u32 = sock::read(sk, conf!(sock.snd_ssthresh))?;
-        let ca_state = sock::ca_state(sk)?;
-        let backoff: u8 = sock::read(sk, conf!(sock.icsk_backoff))?;
-        if last.snd_ssthresh == ssthresh && last.ca_state == ca_state && last.backoff == backoff {
-            return Ok(());
-        }
+    if now.wrapping_sub(last.ts_ns) < conf!(cwnd_interval_ns) && last.snd_cwnd == cwnd {
+        return Ok(());
     }
+    let sk: u64 = read_tp(ctx, conf!(tp.probe_skaddr))?;
     let id = Ident {
         family: last.family,
         sport: last.sport,
@@ -290,19 +288,41 @@ fn try_probe(ctx: &TracePointContext) -> Result<(), i32> {
     let s = probe_snap(ctx, sk, cwnd)?;
     last.ts_ns = now;
     last.snd_cwnd = s.cwnd;
-    last.snd_ssthresh = s.ssthresh;
-    last.ca_state = s.ca_state;
-    last.backoff = s.backoff;
     emit_cwnd(sk, &id, &s, now);
     Ok(())
 }
 
+/// `CWND_LAST`'s key for a socket: its cookie when `tcp_probe` keys by cookie, else its address.
+#[inline(always)]
+fn sample_key(sk: u64) -> Result<u64, i32> {
+    if conf!(tp.probe_cookie) != u32::MAX {
+        sock::read(sk, conf!(sock.cookie))
+    } else {
+        Ok(sk)
+    }
+}
+
+/// Asks `tcp_probe` for a sample at the socket's next segment (its state just changed in a way
+/// cwnd alone may not show: ssthresh, ca_state, backoff).
+#[inline(always)]
+fn force_sample(sk: u64) {
+    if let Ok(key) = sample_key(sk) {
+        if let Some(last) = CWND_LAST.get_ptr_mut(key) {
+            // SAFETY: map value pointer from a successful lookup.
+            unsafe { (*last).ts_ns = 0 };
+        }
+    }
+}
+
 /// cwnd from the tracepoint record, or from the socket on kernels whose record lacks it.
 #[inline(always)]
-fn probe_cwnd(ctx: &TracePointContext, sk: u64) -> Result<u32, i32> {
+fn probe_cwnd(ctx: &TracePointContext) -> Result<u32, i32> {
     match read_tp_opt(ctx, conf!(tp.probe_snd_cwnd))? {
         Some(c) => Ok(c),
-        None => sock::read(sk, conf!(sock.snd_cwnd)),
+        None => {
+            let sk: u64 = read_tp(ctx, conf!(tp.probe_skaddr))?;
+            sock::read(sk, conf!(sock.snd_cwnd))
+        }
     }
 }
 
@@ -335,40 +355,35 @@ fn emit_cwnd(sk: u64, id: &Ident, s: &Snap, now: u64) {
     );
 }
 
-/// First sample of a socket (or of a new socket at a freed one's address): read and filter
-/// its identity once, remember both, and emit.
+/// First sample of a socket: read and filter its identity once, remember both, and emit.
 #[inline(always)]
-fn first_probe(ctx: &TracePointContext, sk: u64, cookie: u64) -> Result<(), i32> {
+fn first_probe(ctx: &TracePointContext, key: u64) -> Result<(), i32> {
     let now = now_ns();
+    let sk: u64 = read_tp(ctx, conf!(tp.probe_skaddr))?;
     let id = sock::ident_any(sk)?;
     if !(sock::is_inet(&id) && sock::passes_filter(&id)) {
         let entry = CwndLast {
             ts_ns: now,
-            cookie,
             excluded: 1,
             ..CwndLast::default()
         };
         // A full LRU evicts the oldest socket; a failed insert only means this is read again.
-        let _ = CWND_LAST.insert(sk, entry, 0);
+        let _ = CWND_LAST.insert(key, entry, 0);
         return Ok(());
     }
-    let s = probe_snap(ctx, sk, probe_cwnd(ctx, sk)?)?;
+    let s = probe_snap(ctx, sk, probe_cwnd(ctx)?)?;
     let entry = CwndLast {
         ts_ns: now,
-        cookie,
         saddr: id.saddr,
         daddr: id.daddr,
         snd_cwnd: s.cwnd,
-        snd_ssthresh: s.ssthresh,
         family: id.family,
         sport: id.sport,
         dport: id.dport,
-        ca_state: s.ca_state,
-        backoff: s.backoff,
         excluded: 0,
-        _pad: [0; 7],
+        _pad: [0; 13],
     };
-    let _ = CWND_LAST.insert(sk, entry, 0);
+    let _ = CWND_LAST.insert(key, entry, 0);
     emit_cwnd(sk, &id, &s, now);
     Ok(())
 }
@@ -389,6 +404,7 @@ fn try_cong(ctx: &TracePointContext) -> Result<(), i32> {
     };
     let s = sock::snap(sk)?;
     let new: u8 = read_tp(ctx, conf!(tp.cong_state))?;
+    force_sample(sk);
     emit(
         sk,
         &id,
@@ -424,7 +440,9 @@ fn try_sock_state(ctx: &TracePointContext) -> Result<(), i32> {
     let old: i32 = read_tp(ctx, conf!(tp.state_old))?;
     let new: i32 = read_tp(ctx, conf!(tp.state_new))?;
     if new as u8 == TCP_CLOSE {
-        let _ = CWND_LAST.remove(sk);
+        if let Ok(key) = sample_key(sk) {
+            let _ = CWND_LAST.remove(key);
+        }
     }
     let Some(id) = sock::ident(sk)? else {
         return Ok(());

@@ -350,26 +350,26 @@ impl<W: Write> Write for Ready<W> {
     }
 }
 
-/// (name, run_time_ns, run_cnt) of this process's TCP programs.
-fn prog_stats() -> Vec<(String, u64, u64)> {
+/// One loaded TCP program: (id, name, run_time_ns, run_cnt).
+type ProgStat = (u64, String, u64, u64);
+
+/// Every loaded program with a tboxscope TCP hook's name (this process's and any other's).
+fn prog_stats() -> Vec<ProgStat> {
     let out = Command::new("bpftool")
         .args(["prog", "show", "--json"])
         .output()
         .expect("bpftool");
-    let me = std::process::id();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     v.as_array()
         .map(|a| {
             a.iter()
                 .filter(|p| {
                     let n = p["name"].as_str().unwrap_or("");
-                    let mine = p["pids"]
-                        .as_array()
-                        .is_none_or(|ps| ps.iter().any(|x| x["pid"].as_u64() == Some(me.into())));
-                    mine && PROGRAMS.iter().any(|k| n.starts_with(k))
+                    PROGRAMS.iter().any(|k| n.starts_with(k))
                 })
                 .map(|p| {
                     (
+                        p["id"].as_u64().unwrap_or(0),
                         p["name"].as_str().unwrap_or("").to_owned(),
                         p["run_time_ns"].as_u64().unwrap_or(0),
                         p["run_cnt"].as_u64().unwrap_or(0),
@@ -380,23 +380,51 @@ fn prog_stats() -> Vec<(String, u64, u64)> {
         .unwrap_or_default()
 }
 
-/// Per program: (runs, ns/run) between two `prog_stats` readings of the same programs.
+/// Ids of TCP programs loaded now (to tell a capture's own programs from other processes').
+fn prog_ids() -> Vec<u64> {
+    prog_stats().into_iter().map(|p| p.0).collect()
+}
+
+/// Per program: (name, ours, runs, ns/run) between two readings; `ours` = not loaded before
+/// our capture started (`earlier` ids).
 fn stats_delta(
-    before: &[(String, u64, u64)],
-    after: &[(String, u64, u64)],
-) -> Vec<(String, u64, f64)> {
+    before: &[ProgStat],
+    after: &[ProgStat],
+    earlier: &[u64],
+) -> Vec<(String, bool, u64, f64)> {
     after
         .iter()
-        .filter_map(|(name, t1, c1)| {
+        .filter_map(|(id, name, t1, c1)| {
             let (t0, c0) = before
                 .iter()
-                .find(|(n, _, _)| n == name)
-                .map(|(_, t, c)| (*t, *c))
+                .find(|p| p.0 == *id)
+                .map(|p| (p.2, p.3))
                 .unwrap_or((0, 0));
             let (dt, dc) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
-            (dc > 0).then(|| (name.clone(), dc, dt as f64 / dc as f64))
+            (dc > 0).then(|| {
+                (
+                    name.clone(),
+                    !earlier.contains(id),
+                    dc,
+                    dt as f64 / dc as f64,
+                )
+            })
         })
         .collect()
+}
+
+fn print_stats(stats: &[(String, bool, u64, f64)], secs: f64) {
+    for (name, ours, runs, ns) in stats {
+        let whose = if *ours {
+            "this capture"
+        } else {
+            "ANOTHER PROCESS's copy"
+        };
+        println!(
+            "kernel {name:<20} {whose:<22} runs {runs:>9} ({:>7.0}/s)  {ns:>5.0} ns/run",
+            *runs as f64 / secs
+        );
+    }
 }
 
 fn bpf_stats(on: bool) {
@@ -518,17 +546,18 @@ fn main() {
         println!("captures during it: {events} events, {ring_drops} dropped");
 
         println!("== kernel cost per run (default thinning, bulk + ping-pong, bpf_stats on) ==");
+        let earlier = prog_ids();
         let cap = Capture::start(100_000_000);
         bpf_stats(true);
         let before = prog_stats();
+        let t0 = Instant::now();
         bulk(&n);
         pings(&n);
         let after = prog_stats();
+        let secs = t0.elapsed().as_secs_f64();
         bpf_stats(false);
         cap.stop();
-        for (name, runs, ns) in stats_delta(&before, &after) {
-            println!("kernel {name:<24} runs {runs:>9}  {ns:.0} ns/run");
-        }
+        print_stats(&stats_delta(&before, &after, &earlier), secs);
     }
     drop(n);
 
@@ -549,6 +578,7 @@ fn main() {
         ]);
     }
     server(&n);
+    let earlier = prog_ids();
     let cap = Capture::start(0);
     bpf_stats(true);
     let before = prog_stats();
@@ -591,13 +621,7 @@ fn main() {
         bytes as f64 * 8.0 / secs / 1e9,
         bytes as f64 / write as f64 / secs
     );
-    let stats = stats_delta(&before, &after);
-    for (name, runs, ns) in &stats {
-        println!(
-            "kernel {name:<24} runs {runs:>9} ({:.0}/s)  {ns:.0} ns/run",
-            *runs as f64 / secs
-        );
-    }
+    print_stats(&stats_delta(&before, &after, &earlier), secs);
     println!(
         "delivered to user space: {} events = {:.0} events/s; ring full {}, read failed {}",
         sum.events,

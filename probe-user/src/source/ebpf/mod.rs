@@ -246,6 +246,10 @@ impl TcpProbes {
                     .map(HookState::Unavailable)
             });
         }
+        if sock.cookie == u32::MAX {
+            // The other programs could not find a socket's entry by cookie.
+            tp.probe_cookie = u32::MAX;
+        }
         let config = ProbeConfig {
             sock,
             tp,

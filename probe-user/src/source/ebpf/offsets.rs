@@ -93,7 +93,8 @@ pub fn sock_offsets(btf: &Btf) -> Result<SockOffsets, OffsetError> {
         lost_out: tp(&["lost_out"], 4)?,
         retrans_out: tp(&["retrans_out"], 4)?,
         skb_gso_segs: gso_segs,
-        _pad: 0,
+        // Optional: without it `tcp_probe` keys its per-socket state by address.
+        cookie: sk("skc_cookie", 8).map_or(u32::MAX, |o| sock_in_tcp + o),
     })
 }
 
