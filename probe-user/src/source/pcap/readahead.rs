@@ -7,15 +7,15 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
 
-/// File bytes per chunk: small enough that a chunk stays in a core's L2 cache while it is
-/// decoded.
-pub const CHUNK: usize = 256 << 10;
+/// File bytes per chunk: each hand-over between the threads is a wake-up, so chunks are large
+/// (with 256 KiB chunks the decoder often waited for the next one on this shared VM).
+pub const CHUNK: usize = 1 << 20;
 /// Free bytes in front of each chunk's data, where the consumer puts the unread tail of the
 /// previous chunk (a record split between two chunks) so that the record is contiguous.
 pub const HEADROOM: usize = 64 << 10;
 /// Chunks in circulation (being filled, filled and waiting, being consumed): the memory bound is
 /// `CHUNKS * (HEADROOM + CHUNK)`.
-pub const CHUNKS: usize = 4;
+pub const CHUNKS: usize = 8;
 
 /// A file read ahead by a background thread into a ring of [`CHUNKS`] chunks. Each chunk
 /// holds up to [`CHUNK`] file bytes starting at index [`HEADROOM`]. Read errors reach the caller
