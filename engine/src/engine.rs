@@ -79,8 +79,11 @@ pub struct Engine {
     pub(crate) evicted_unacked: u64,
     /// Address pair → flow, to attribute overhead packets (bounded).
     pub(crate) tuple_flows: HashMap<(SocketAddr, SocketAddr), FlowKey>,
-    /// Server port → QUIC connections seen (label, path), to detect per-path connections.
-    pub(crate) quic_conns: HashMap<u16, Vec<(String, PathIdx)>>,
+    /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
+    /// connections.
+    pub(crate) quic_conns: HashMap<u16, Vec<(String, PathIdx, u64)>>,
+    /// QUIC connections that joined a group of per-path connections, with the group's mode.
+    pub(crate) quic_conn_modes: HashMap<String, crate::config::MatchMode>,
 }
 
 impl Engine {
@@ -113,6 +116,7 @@ impl Engine {
             evicted_unacked: 0,
             tuple_flows: HashMap::new(),
             quic_conns: HashMap::new(),
+            quic_conn_modes: HashMap::new(),
             cfg,
         }
     }
@@ -246,7 +250,12 @@ impl Engine {
                 p.win_bytes += wire;
             }
             match dir {
-                Dir::Out => p.last_sent_ns = Some(p.last_sent_ns.map_or(ts, |x| x.max(ts))),
+                Dir::Out => {
+                    p.last_sent_ns = Some(p.last_sent_ns.map_or(ts, |x| x.max(ts)));
+                    if p.last_alive_ns.is_none_or(|a| a < ts) {
+                        p.unanswered_since_ns.get_or_insert(ts);
+                    }
+                }
                 Dir::In | Dir::Unknown => {}
             }
         }
@@ -277,6 +286,9 @@ impl Engine {
             return;
         };
         p.last_alive_ns = Some(p.last_alive_ns.map_or(ts, |x| x.max(ts)));
+        if p.unanswered_since_ns.is_some_and(|u| u <= ts) {
+            p.unanswered_since_ns = None;
+        }
         if let Some(id) = p.outage.take() {
             let label = p.label.clone();
             self.outages.close(id, ts);
@@ -320,7 +332,16 @@ impl Engine {
                         .is_some_and(|a| now.saturating_sub(a) <= threshold);
                 ok.then_some(q)
             });
-            let sending = st.last_sent_ns.is_some_and(|s| s > alive);
+            // Where the path's sending end is observed, silence alone is no outage (an idle
+            // path is silent too): something must have been sent on it and left unanswered —
+            // no arrival at the far end, no reply — for the threshold.
+            let sends_observed = st.last_sent_ns.is_some();
+            let sending = st
+                .unanswered_since_ns
+                .is_some_and(|u| now.saturating_sub(u) > threshold);
+            if sends_observed && !sending {
+                continue;
+            }
             let evidence = match (other, sending) {
                 (Some(q), _) => format!(
                     "nothing arrived over {} while {} delivered",
@@ -512,12 +533,19 @@ impl Engine {
                     }
                 }
             }
-            if !got {
+            // A message that came up while this path was out, and that it did not carry or
+            // carried only after it came back (a copy held through the outage), was carried by
+            // the other paths meanwhile, or lost.
+            let arrived = copy.and_then(|c| c.arrived);
+            if winner != Some(p) && (delivered || !got) {
                 if let Some(o) = self.outages.covering(p, m.first_ns) {
-                    if delivered {
-                        o.carried_by_others += 1;
-                    } else {
-                        o.lost += 1;
+                    let after = arrived.is_some_and(|a| o.end_ns.is_some_and(|e| a > e));
+                    if !got || after {
+                        if delivered {
+                            o.carried_by_others += 1;
+                        } else {
+                            o.lost += 1;
+                        }
                     }
                 }
             }
