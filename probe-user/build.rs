@@ -24,6 +24,7 @@ fn main() -> anyhow::Result<()> {
         "cargo:rerun-if-changed={}",
         ebpf_dir.join("Cargo.toml").display()
     );
+    println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
     let skip = std::env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v == "true");
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     if skip {

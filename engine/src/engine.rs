@@ -150,6 +150,40 @@ impl Engine {
         self.now
     }
 
+    /// Time has reached `ts_ns` with nothing observed (a live capture's idle clock, a replay
+    /// position): windows close, messages time out and silent paths open outages as they would
+    /// if a packet had arrived then. Never moves engine time backwards.
+    pub fn tick(&mut self, ts_ns: u64) {
+        if ts_ns > self.now {
+            self.advance(ts_ns);
+        }
+    }
+
+    /// Starts the sliding windows afresh at the current time (the UI's `r`): per-path and
+    /// combined window series, packet and byte rates and the open window's counters are
+    /// cleared; whole-run figures, flows, outages and incidents stay.
+    pub fn reset_windows(&mut self) {
+        let live: Vec<PathIdx> = self.paths.live().collect();
+        for p in live {
+            if let Some(ps) = self.paths.get_mut(p) {
+                ps.latency.clear_windows();
+                ps.packets_per_s = 0.0;
+                ps.bytes_per_s = 0.0;
+                ps.win_packets = 0;
+                ps.win_bytes = 0;
+            }
+        }
+        self.combined.clear_windows();
+        if self.started.is_some() {
+            let start = self.now;
+            self.win = WindowAcc {
+                start,
+                end: start.saturating_add(self.cfg.window_ns.max(1)),
+                ..WindowAcc::default()
+            };
+        }
+    }
+
     fn on_capture(&mut self, c: crate::input::CapturePoint) {
         self.advance(c.ts_ns);
         let Some(path) = self.paths.intern(&c.path) else {
@@ -641,6 +675,16 @@ impl Engine {
         self.push_record(Record::Window(rec));
         let w = self.cfg.window_ns.max(1);
         let skipped = (self.now.saturating_sub(end)) / w;
+        if skipped > 0 {
+            // Whole windows passed with nothing observed: the current rates are zero.
+            let live: Vec<PathIdx> = self.paths.live().collect();
+            for p in live {
+                if let Some(ps) = self.paths.get_mut(p) {
+                    ps.packets_per_s = 0.0;
+                    ps.bytes_per_s = 0.0;
+                }
+            }
+        }
         let start = end.saturating_add(skipped.saturating_mul(w));
         self.win = WindowAcc {
             start,

@@ -240,6 +240,8 @@ pub enum RetransmitKind {
     Rto,
     /// Tail loss probe.
     Tlp,
+    /// The rest of the queue resent in the Loss state an RTO started (go-back-N).
+    LossRecovery,
     /// Not known.
     #[default]
     Unknown,

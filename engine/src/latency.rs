@@ -166,6 +166,12 @@ impl WindowedHist {
         self.window.reset();
         p
     }
+
+    /// Forgets the current window and the past ones; the whole-run distribution stays.
+    pub fn clear_windows(&mut self) {
+        self.window.reset();
+        self.series.clear();
+    }
 }
 
 #[cfg(test)]

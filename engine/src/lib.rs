@@ -65,3 +65,4 @@ pub use record::{
     Record, Recovery, Summary, WindowRecord,
 };
 pub use snapshot::Snapshot;
+pub use view::{redundancy_verdict, tail_verdict};

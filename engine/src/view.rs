@@ -156,7 +156,7 @@ impl Engine {
         paths.sort_by(|a, b| a.path.cmp(&b.path));
         let dup = ratio(f.on_all, f.messages);
         let n = f.path_count();
-        let verdict = verdict(f.messages, dup, n, &paths);
+        let verdict = redundancy_verdict(f.messages, dup, n, &paths);
         Some(RedundancyView {
             flow: f.key.name(),
             mode: f.mode,
@@ -243,7 +243,7 @@ impl Engine {
             .collect();
         ts.dedup();
         let mut points = Vec::new();
-        let mut verdict = None;
+        let mut slow_counts = Vec::new();
         for t in ts {
             let predicted: f64 = used
                 .iter()
@@ -253,38 +253,15 @@ impl Engine {
                 })
                 .product();
             let slow = comb.count_above(t) + self.lost_all;
-            let observed = ratio(slow, comb_n);
             points.push(TailPoint {
                 t_us: t,
                 predicted,
-                observed,
+                observed: ratio(slow, comb_n),
             });
-            if (slow as f64) >= MIN_TAIL_SAMPLES {
-                let shared = predicted <= 0.0 || observed / predicted > self.cfg.shared_cause_ratio;
-                verdict = Some(if shared {
-                    format!(
-                        "paths fail together (shared cause): {:.3}% of messages took longer than {:.1} ms on every path, {} the {:.4}% expected if the paths were independent",
-                        observed * 100.0,
-                        t as f64 / 1000.0,
-                        if predicted > 0.0 { format!("{:.0}×", observed / predicted) } else { "far above".to_owned() },
-                        predicted * 100.0
-                    )
-                } else {
-                    format!(
-                        "paths look independent: {:.3}% of messages slower than {:.1} ms on every path vs {:.4}% predicted",
-                        observed * 100.0,
-                        t as f64 / 1000.0,
-                        predicted * 100.0
-                    )
-                });
-            }
+            slow_counts.push(slow);
         }
-        (
-            points,
-            verdict.unwrap_or_else(|| {
-                "too few slow messages yet to compare the combined tail with the independent-paths prediction".to_owned()
-            }),
-        )
+        let verdict = tail_verdict(&points, &slow_counts, self.cfg.shared_cause_ratio);
+        (points, verdict)
     }
 
     fn health(&self) -> CaptureHealth {
@@ -367,7 +344,38 @@ impl Engine {
 }
 
 /// The redundancy sentence.
-fn verdict(messages: u64, dup: f64, npaths: u32, paths: &[PathShare]) -> String {
+/// The verdict comparing the observed combined tail with the independent-paths prediction,
+/// judged at the last point (highest threshold) with at least five slow messages; `slow[i]` is
+/// how many messages were slower than `points[i].t_us` on every path. The observed share far
+/// above the predicted one (by more than `shared_cause_ratio`) means the paths fail together.
+pub fn tail_verdict(points: &[TailPoint], slow: &[u64], shared_cause_ratio: f64) -> String {
+    let judged = points
+        .iter()
+        .zip(slow)
+        .rfind(|(_, s)| **s as f64 >= MIN_TAIL_SAMPLES);
+    let Some((p, _)) = judged else {
+        return "too few slow messages yet to compare the combined tail with the independent-paths prediction".to_owned();
+    };
+    let (observed, predicted, t_ms) = (p.observed, p.predicted, p.t_us as f64 / 1000.0);
+    if predicted <= 0.0 || observed / predicted > shared_cause_ratio {
+        format!(
+            "paths fail together (shared cause): {:.3}% of messages took longer than {t_ms:.1} ms on every path, {} the {:.4}% expected if the paths were independent",
+            observed * 100.0,
+            if predicted > 0.0 { format!("{:.0}×", observed / predicted) } else { "far above".to_owned() },
+            predicted * 100.0
+        )
+    } else {
+        format!(
+            "paths look independent: {:.3}% of messages slower than {t_ms:.1} ms on every path vs {:.4}% predicted",
+            observed * 100.0,
+            predicted * 100.0
+        )
+    }
+}
+
+/// The verdict line of a flow's redundancy: how many of its messages were carried on every
+/// path, and which were carried on one path only.
+pub fn redundancy_verdict(messages: u64, dup: f64, npaths: u32, paths: &[PathShare]) -> String {
     let pct = dup * 100.0;
     let where_ = if npaths == 2 {
         "both paths".to_owned()

@@ -4,18 +4,13 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Datagram, Engine, Host, Observation};
+use tboxscope_engine::{Config, Datagram, Engine, Observation};
 
 fn run(slow: impl Fn(usize, u64) -> bool) -> tboxscope_engine::Summary {
     let tbox = ["10.0.0.2:40000", "10.1.0.2:40001"];
     let gw = "192.0.2.1:9000";
     let labels = ["eth0", "eth1"];
-    let mut obs = vec![
-        capture(0, "t-eth0", "eth0", Host::Tbox, None),
-        capture(1, "t-eth1", "eth1", Host::Tbox, None),
-        capture(2, "gw-g0", "eth0", Host::Gateway, Some(0)),
-        capture(3, "gw-g1", "eth1", Host::Gateway, Some(0)),
-    ];
+    let mut obs = two_ends_of_two_paths(Some(0));
     for i in 0..2000u64 {
         let base = T0 + 1_000_000_000 + i * 20_000_000;
         for p in 0..2usize {

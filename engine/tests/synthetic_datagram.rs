@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Datagram, Engine, Host, Observation, Record};
+use tboxscope_engine::{Config, Datagram, Engine, Observation, Record};
 
 const N: u64 = 3000;
 const GAP: u64 = 20_000_000; // 50 messages per second
@@ -34,12 +34,7 @@ fn build() -> (Vec<Observation>, Vec<Truth>) {
     let tbox = [addr("10.0.0.2:40000"), addr("10.1.0.2:40001")];
     let gw = addr("192.0.2.1:9000");
     let labels = ["eth0", "eth1"];
-    let mut obs = vec![
-        capture(0, "t-eth0", "eth0", Host::Tbox, None),
-        capture(1, "t-eth1", "eth1", Host::Tbox, None),
-        capture(2, "gw-g0", "eth0", Host::Gateway, Some(-GW_CLOCK_ERROR)),
-        capture(3, "gw-g1", "eth1", Host::Gateway, Some(-GW_CLOCK_ERROR)),
-    ];
+    let mut obs = two_ends_of_two_paths(Some(-GW_CLOCK_ERROR));
     let mut truth = Vec::new();
     for i in 0..N {
         let base = T0 + 1_000_000_000 + i * GAP;

@@ -10,6 +10,7 @@ use tboxscope_engine::{
     Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket, StreamRange,
 };
 
+use crate::analyze::Record;
 use crate::dissect::{Decoded, DecodedPacket, KcpSegmentRecord};
 
 /// QUIC's default `ack_delay_exponent` (RFC 9000 §18.2): the transport parameter is encrypted
@@ -108,6 +109,32 @@ impl Correlator {
             pair_with: None,
         });
         id
+    }
+}
+
+/// Hands [`Record`]s of [`crate::analyze::Analyzer`] to a [`Correlator`]: the frame's wire
+/// length goes to its first decoded unit, and the newest packet time is kept (to end the run).
+#[derive(Debug, Default)]
+pub struct FrameFeed {
+    last_frame: Option<(usize, u64)>,
+    last_ts: u64,
+}
+
+impl FrameFeed {
+    /// Feeds one record.
+    pub fn observe(&mut self, correlator: &mut Correlator, r: &Record<'_>) {
+        // Records of one frame come together; the file name's address tells files apart.
+        let key = (r.file.as_ptr() as usize, r.frame);
+        let first = self.last_frame != Some(key);
+        self.last_frame = Some(key);
+        self.last_ts = self.last_ts.max(r.packet.ts_ns);
+        let frame_len = u32::try_from(r.data.len()).unwrap_or(u32::MAX);
+        correlator.observe(r.path, frame_len, first, r.packet);
+    }
+
+    /// The newest packet time fed (Unix epoch ns; 0 before the first).
+    pub fn last_ts(&self) -> u64 {
+        self.last_ts
     }
 }
 

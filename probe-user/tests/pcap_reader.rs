@@ -471,3 +471,66 @@ fn arbitrary_bytes_after_a_valid_header_never_panic() {
         }
     }
 }
+
+/// (frame, offset, ts_ns, data) of a packet.
+type FullRow = (u64, u64, u64, Vec<u8>);
+
+/// Every packet, and the error that ended the file (empty at a clean end).
+fn full_rows<R: std::io::Read>(mut r: CaptureReader<R>) -> (Vec<FullRow>, String) {
+    let mut out = Vec::new();
+    loop {
+        match r.next_packet() {
+            Ok(Some(p)) => out.push((p.frame, p.offset, p.ts_ns, p.data.to_vec())),
+            Ok(None) => return (out, String::new()),
+            Err(e) => return (out, e.to_string()),
+        }
+    }
+}
+
+#[test]
+fn files_read_ahead_in_chunks_give_the_same_packets_offsets_and_errors_as_a_stream() {
+    use probe_user::source::pcap::readahead::{CHUNK, HEADROOM};
+    // Records of many sizes, so that they straddle chunk boundaries at every phase, plus
+    // records longer than the headroom (and than a chunk) that must be assembled.
+    let mut packets = Vec::new();
+    let mut size = 1usize;
+    let mut total = 0;
+    while total < 3 * CHUNK {
+        let len = if packets.len() % 50 == 7 {
+            HEADROOM + 3 * (packets.len() % 5) * CHUNK / 4 + 1
+        } else {
+            size
+        };
+        let data: Vec<u8> = (0..len).map(|i| (i + packets.len()) as u8).collect();
+        packets.push((packets.len() as u64 * 1_000, len as u32, data));
+        total += len + 16;
+        size = size * 7 % 1_499 + 1;
+    }
+    let bytes = pcap(1, false, false, &packets);
+    let dir = tempfile::tempdir().unwrap();
+    let expected = full_rows(CaptureReader::new(Cursor::new(&bytes), "x", "x").unwrap());
+    assert_eq!(expected.0.len(), packets.len());
+    // Whole, and cut at and around chunk boundaries and inside the big records.
+    let mut cuts = vec![bytes.len() as i64];
+    for k in 1..4 {
+        for d in [-17i64, -1, 0, 1, 16, 40] {
+            cuts.push((k * CHUNK) as i64 + d);
+        }
+    }
+    cuts.extend([HEADROOM as i64 * 3 + 5, 123_457]);
+    for cut in cuts {
+        let cut = (cut.max(0) as usize).min(bytes.len());
+        let path = dir.path().join("x.pcap");
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let stream = full_rows(CaptureReader::new(Cursor::new(&bytes[..cut]), "x", "x").unwrap());
+        let file = CaptureFile::open(&path).unwrap();
+        let (rows, err) = full_rows(file);
+        assert_eq!(rows, stream.0, "cut at {cut}");
+        // Same error and offset; only the name differs.
+        assert_eq!(
+            err.replace(&path.display().to_string(), "x"),
+            stream.1,
+            "cut at {cut}"
+        );
+    }
+}

@@ -20,9 +20,11 @@
 
 #[path = "../../probe-user/tests/pcap_common/netns.rs"]
 mod netns;
+#[path = "../../decode/tests/common/mod.rs"]
+mod quic_common;
 
 use std::io::{BufWriter, Read, Write};
-use std::net::UdpSocket;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,8 +32,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use probe_user::analyze::Analyzer;
-use probe_user::dissect::DissectConfig;
-use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent};
+use probe_user::dissect::{DissectConfig, DissectStats};
+use probe_user::source::pcap::{
+    CaptureFile, CaptureReader, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
+};
+use tboxscope_decode::quic::keys::{CipherSuite, PacketKeys, Secret};
+use tboxscope_decode::quic::varint::encode_varint;
+use tboxscope_decode::quic::{Keylog, Version as QuicVersion};
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter()
@@ -45,25 +52,81 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("offline") => offline(&args),
+        Some("offline-quic") => offline_quic(&args),
+        Some("decode") => decode_only(&args),
+        // `write-kcp PATH [--packets N]`, `write-quic PATH [--packets N]` (key log at PATH.keys).
+        Some("write-kcp") => {
+            write_kcp_capture(Path::new(&args[2]), arg(&args, "--packets", 1_050_000));
+        }
+        Some("write-quic") => {
+            let path = Path::new(&args[2]);
+            write_quic_capture(path, &path.with_extension("keys"), arg(&args, "--packets", 1_000_000));
+        }
         Some("live") => live(&args),
-        _ => eprintln!("usage: analyze_bench offline|live [options] (see the source header)"),
+        _ => eprintln!(
+            "usage: analyze_bench offline|offline-quic|decode|live [options] (see the source header)"
+        ),
     }
 }
 
-/// One Ethernet/IPv4/UDP frame around `payload` (checksums left zero, as offloaded NICs do).
-fn frame(payload: &[u8], sport: u16) -> Vec<u8> {
+/// One Ethernet/IPv4/UDP frame from `src` to `dst` around `payload` (checksums left zero, as
+/// offloaded NICs do).
+fn frame(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(42 + payload.len());
     f.extend([2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00]);
     let total = (20 + 8 + payload.len()) as u16;
     f.extend([0x45, 0]);
     f.extend(total.to_be_bytes());
-    f.extend([0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
-    f.extend(sport.to_be_bytes());
-    f.extend(4000u16.to_be_bytes());
+    f.extend([0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f.extend(src.ip().octets());
+    f.extend(dst.ip().octets());
+    f.extend(src.port().to_be_bytes());
+    f.extend(dst.port().to_be_bytes());
     f.extend(((8 + payload.len()) as u16).to_be_bytes());
     f.extend([0, 0]);
     f.extend(payload);
     f
+}
+
+/// A classic pcap (µs, Ethernet) being written.
+struct PcapWriter {
+    w: BufWriter<std::fs::File>,
+    written: u64,
+}
+
+impl PcapWriter {
+    fn create(path: &Path) -> Self {
+        let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).unwrap());
+        let mut hdr = Vec::new();
+        hdr.extend(0xa1b2_c3d4u32.to_le_bytes());
+        hdr.extend(2u16.to_le_bytes());
+        hdr.extend(4u16.to_le_bytes());
+        hdr.extend([0u8; 8]);
+        hdr.extend(65535u32.to_le_bytes());
+        hdr.extend(1u32.to_le_bytes());
+        w.write_all(&hdr).unwrap();
+        Self {
+            w,
+            written: hdr.len() as u64,
+        }
+    }
+
+    fn packet(&mut self, ts_us: u64, frame: &[u8]) {
+        let mut rec = Vec::with_capacity(16);
+        rec.extend(((ts_us / 1_000_000) as u32).to_le_bytes());
+        rec.extend(((ts_us % 1_000_000) as u32).to_le_bytes());
+        rec.extend((frame.len() as u32).to_le_bytes());
+        rec.extend((frame.len() as u32).to_le_bytes());
+        self.w.write_all(&rec).unwrap();
+        self.w.write_all(frame).unwrap();
+        self.written += (rec.len() + frame.len()) as u64;
+    }
+
+    /// Flushes; returns the file size.
+    fn finish(mut self) -> u64 {
+        self.w.flush().unwrap();
+        self.written
+    }
 }
 
 fn kcp(conv: u32, cmd: u8, frg: u8, ts: u32, sn: u32, una: u32, payload_len: usize) -> Vec<u8> {
@@ -82,17 +145,8 @@ fn kcp(conv: u32, cmd: u8, frg: u8, ts: u32, sn: u32, una: u32, payload_len: usi
 
 /// Writes a classic pcap of `n` KCP frames; returns its size in bytes.
 fn write_kcp_capture(path: &Path, n: u64) -> u64 {
-    let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).unwrap());
-    let mut hdr = Vec::new();
-    hdr.extend(0xa1b2_c3d4u32.to_le_bytes());
-    hdr.extend(2u16.to_le_bytes());
-    hdr.extend(4u16.to_le_bytes());
-    hdr.extend([0u8; 8]);
-    hdr.extend(65535u32.to_le_bytes());
-    hdr.extend(1u32.to_le_bytes());
-    w.write_all(&hdr).unwrap();
+    let mut w = PcapWriter::create(path);
     let sizes = [512usize, 1024, 1376, 1376, 700];
-    let mut written = hdr.len() as u64;
     let mut sn = [0u32; 4];
     for i in 0..n {
         let conv = (i % 4) as u32;
@@ -108,19 +162,14 @@ fn write_kcp_capture(path: &Path, n: u64) -> u64 {
             *s += 1;
             kcp(conv, 81, 0, ts_ms, *s, 0, sizes[(i % 5) as usize])
         };
-        let f = frame(&payload, 40000 + conv as u16);
-        let ts_us = 1_700_000_000_000_000u64 + i * 10;
-        let mut rec = Vec::with_capacity(16);
-        rec.extend(((ts_us / 1_000_000) as u32).to_le_bytes());
-        rec.extend(((ts_us % 1_000_000) as u32).to_le_bytes());
-        rec.extend((f.len() as u32).to_le_bytes());
-        rec.extend((f.len() as u32).to_le_bytes());
-        w.write_all(&rec).unwrap();
-        w.write_all(&f).unwrap();
-        written += (rec.len() + f.len()) as u64;
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40000 + conv as u16);
+        let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 4000);
+        w.packet(
+            1_700_000_000_000_000u64 + i * 10,
+            &frame(src, dst, &payload),
+        );
     }
-    w.flush().unwrap();
-    written
+    w.finish()
 }
 
 /// Runs `cmd` with stdout discarded; returns (wall seconds, peak RSS in KiB) from `time -v`.
@@ -162,7 +211,7 @@ fn offline(args: &[String]) {
     let default_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/tboxscope");
     let bin: PathBuf = arg(args, "--tboxscope", default_bin);
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("kcp-bench.pcap");
+    let file = arg(args, "--capture", dir.path().join("kcp-bench.pcap"));
     let t = Instant::now();
     let size = write_kcp_capture(&file, n);
     println!(
@@ -171,39 +220,45 @@ fn offline(args: &[String]) {
         t.elapsed().as_secs_f64()
     );
 
-    // Baseline: read the file through a 1 MiB buffer (page cache warm after writing).
-    let t = Instant::now();
-    let mut f = std::fs::File::open(&file).unwrap();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut total = 0u64;
-    while let Ok(k) = f.read(&mut buf) {
-        if k == 0 {
-            break;
+    // Baselines: read the file (page cache warm after writing), then walk its records without
+    // decoding, on this thread alone and with the read-ahead thread.
+    for buf_size in [256usize << 10, 1 << 20] {
+        let t = Instant::now();
+        let mut f = std::fs::File::open(&file).unwrap();
+        let mut buf = vec![0u8; buf_size];
+        let mut total = 0u64;
+        while let Ok(k) = f.read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            total += k as u64;
         }
-        total += k as u64;
+        let read_s = t.elapsed().as_secs_f64();
+        println!(
+            "read file ({} KiB buffer): {read_s:.3} s ({:.1} GB/s)",
+            buf_size >> 10,
+            total as f64 / read_s / 1e9
+        );
     }
-    let read_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let f = std::fs::File::open(&file).unwrap();
+    let mut r = CaptureReader::new(f, "bench", "bench").unwrap();
+    while r.next_packet().unwrap().is_some() {}
     println!(
-        "read file (1 MiB buffer): {read_s:.3} s ({:.1} GB/s)",
-        total as f64 / read_s / 1e9
+        "walk records, one thread (64 KiB reads): {:.3} s",
+        t.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    let mut r = CaptureFile::open(&file).unwrap();
+    while r.next_packet().unwrap().is_some() {}
+    println!(
+        "walk records, read-ahead thread: {:.3} s",
+        t.elapsed().as_secs_f64()
     );
 
     // In-process decode (the analyze driver, no output).
-    let mut best = f64::MAX;
-    let mut segments = 0u64;
-    for _ in 0..2 {
-        let mut analyzer = Analyzer::new(DissectConfig::default());
-        let mut count = 0u64;
-        let t = Instant::now();
-        let mut emit = |_r: probe_user::analyze::Record<'_>| -> Result<(), ()> {
-            count += 1;
-            Ok(())
-        };
-        analyzer.run_file(&file, &mut emit).unwrap().unwrap();
-        best = best.min(t.elapsed().as_secs_f64());
-        segments = count;
-        assert_eq!(analyzer.stats().kcp_datagrams, n);
-    }
+    let (best, segments, stats) = decode_in_process(&file, &DissectConfig::default(), 2);
+    assert_eq!(stats.kcp_datagrams, n);
     let decode_pps = n as f64 / best;
     println!(
         "analyze decode (in process, best of 2): {best:.3} s, {:.2} M packets/s, {segments} segments, VmHWM {} MiB",
@@ -265,6 +320,233 @@ fn offline(args: &[String]) {
     };
     ratio(tshark, "tshark");
     ratio(tcpdump, "tcpdump");
+}
+
+/// The client random of the RFC 9001 Appendix A ClientHello (the key log's lookup key).
+const RFC9001_CLIENT_RANDOM: &str =
+    "ebf8fa56f12939b9584a3896472ec40bb863cfd3e86804fe3a47f06a2b69484c";
+/// The server's connection ID in the RFC 9001 Appendix A exchange: the client's 1-RTT DCID.
+const RFC9001_SERVER_CID: [u8; 8] = [0xf0, 0x67, 0xa5, 0x50, 0x2a, 0x42, 0x62, 0xb5];
+
+fn rfc9001_packet(name: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../decode/tests/data")
+        .join(name);
+    quic_common::unhex(&std::fs::read_to_string(p).unwrap())
+}
+
+fn quic_keys(secret: &[u8]) -> PacketKeys {
+    Secret::new(CipherSuite::Aes128GcmSha256, QuicVersion::V1, secret)
+        .unwrap()
+        .keys()
+        .unwrap()
+}
+
+/// Writes a QUIC capture of `n` frames and its key log: the RFC 9001 Appendix A client and
+/// server Initials (real TLS hellos, so the key log applies), then 1-RTT packets protected with
+/// the project's own packet protection under the logged traffic secrets (AES-128-GCM): 55 %
+/// full-size STREAM data client → server, 35 % ACK-only server → client (zero-length DCID), 10 %
+/// ACK + two STREAM frames. Returns the capture's size.
+fn write_quic_capture(path: &Path, keylog: &Path, n: u64) -> u64 {
+    std::fs::write(
+        keylog,
+        format!(
+            "CLIENT_TRAFFIC_SECRET_0 {RFC9001_CLIENT_RANDOM} {}\nSERVER_TRAFFIC_SECRET_0 {RFC9001_CLIENT_RANDOM} {}\n",
+            "11".repeat(32),
+            "22".repeat(32)
+        ),
+    )
+    .unwrap();
+    let client = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 50000);
+    let server = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 443);
+    let mut w = PcapWriter::create(path);
+    let t0 = 1_700_000_000_000_000u64;
+    w.packet(
+        t0,
+        &frame(
+            client,
+            server,
+            &rfc9001_packet("rfc9001-client-initial.hex"),
+        ),
+    );
+    w.packet(
+        t0 + 10,
+        &frame(
+            server,
+            client,
+            &rfc9001_packet("rfc9001-server-initial.hex"),
+        ),
+    );
+    let (ck, sk) = (quic_keys(&[0x11; 32]), quic_keys(&[0x22; 32]));
+    let (mut cpn, mut spn, mut off) = (0u64, 0u64, 0u64);
+    for i in 2..n {
+        let kind = i % 20;
+        let (from, to, packet) = if kind < 11 {
+            let mut f = vec![0x0e];
+            encode_varint(4, &mut f);
+            encode_varint(off, &mut f);
+            encode_varint(1150, &mut f);
+            f.extend(std::iter::repeat_n(0x5a, 1150));
+            off += 1150;
+            cpn += 1;
+            let p =
+                quic_common::seal_short(&ck, &ck, &RFC9001_SERVER_CID, cpn - 1, 2, false, 0, &f);
+            (client, server, p)
+        } else if kind < 18 {
+            let mut f = vec![0x02];
+            encode_varint(cpn.saturating_sub(1), &mut f);
+            f.extend([0x19, 0x01, 0x00, 0x02]); // delay, 1 range, first range, gap
+            f.push(0x03);
+            spn += 1;
+            (
+                server,
+                client,
+                quic_common::seal_short(&sk, &sk, &[], spn - 1, 2, false, 0, &f),
+            )
+        } else {
+            let mut f = vec![0x02, 0x05, 0x10, 0x00, 0x03];
+            for sid in [8u64, 12] {
+                f.push(0x0e);
+                encode_varint(sid, &mut f);
+                encode_varint(off, &mut f);
+                encode_varint(120, &mut f);
+                f.extend(std::iter::repeat_n(0x33, 120));
+            }
+            cpn += 1;
+            let p =
+                quic_common::seal_short(&ck, &ck, &RFC9001_SERVER_CID, cpn - 1, 2, false, 0, &f);
+            (client, server, p)
+        };
+        w.packet(t0 + i * 10, &frame(from, to, &packet));
+    }
+    w.finish()
+}
+
+/// In-process decode of `file`, best of `rounds`: (seconds, records, VmHWM MiB).
+fn decode_in_process(
+    file: &Path,
+    config: &DissectConfig,
+    rounds: usize,
+) -> (f64, u64, DissectStats) {
+    let mut best = f64::MAX;
+    let mut records = 0u64;
+    let mut stats = DissectStats::default();
+    for _ in 0..rounds {
+        let mut analyzer = Analyzer::new(config.clone());
+        let mut count = 0u64;
+        let t = Instant::now();
+        let mut emit = |_r: probe_user::analyze::Record<'_>| -> Result<(), ()> {
+            count += 1;
+            Ok(())
+        };
+        analyzer.run_file(file, &mut emit).unwrap().unwrap();
+        best = best.min(t.elapsed().as_secs_f64());
+        records = count;
+        stats = analyzer.stats().clone();
+    }
+    (best, records, stats)
+}
+
+/// `decode FILE [--keylog K] [--rounds R]`: the in-process decode of an existing capture, for
+/// profiling.
+fn decode_only(args: &[String]) {
+    let file = PathBuf::from(args.get(2).expect("decode FILE"));
+    let keylog: Option<PathBuf> = args
+        .iter()
+        .position(|a| a == "--keylog")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from);
+    let config = DissectConfig {
+        keylog: keylog.map(|k| Keylog::from_file(&k).unwrap()),
+        ..DissectConfig::default()
+    };
+    let (best, records, stats) = decode_in_process(&file, &config, arg(args, "--rounds", 3));
+    println!(
+        "decode: best {best:.3} s, {:.2} M frames/s, {records} records",
+        stats.frames as f64 / best / 1e6
+    );
+}
+
+fn offline_quic(args: &[String]) {
+    let n: u64 = arg(args, "--packets", 1_000_000);
+    let default_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/tboxscope");
+    let bin: PathBuf = arg(args, "--tboxscope", default_bin);
+    let dir = tempfile::tempdir().unwrap();
+    let file = arg(args, "--capture", dir.path().join("quic-bench.pcap"));
+    let keylog = file.with_extension("keys");
+    let t = Instant::now();
+    let size = write_quic_capture(&file, &keylog, n);
+    println!(
+        "capture: {n} QUIC frames (1-RTT AES-128-GCM), {:.0} MB, written in {:.2} s",
+        size as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+    let config = DissectConfig {
+        keylog: Some(Keylog::from_file(&keylog).unwrap()),
+        ..DissectConfig::default()
+    };
+    let (best, records, stats) = decode_in_process(&file, &config, 2);
+    let decrypted = records; // every record is a QUIC packet; undecrypted ones are counted below
+    println!(
+        "analyze decode + 1-RTT decryption (in process, best of 2): {best:.3} s, {:.2} M packets/s, \
+{decrypted} QUIC packets ({} datagrams), VmHWM {} MiB",
+        n as f64 / best / 1e6,
+        stats.quic_datagrams,
+        vm_hwm_kib() / 1024
+    );
+    assert_eq!(stats.quic_datagrams, n);
+    let (file_s, keylog_s) = (file.to_str().unwrap(), keylog.to_str().unwrap());
+    let tbox = bin
+        .exists()
+        .then(|| timed(Command::new(&bin).args(["analyze", file_s, "--keylog", keylog_s])))
+        .flatten();
+    if let Some((s, rss)) = tbox {
+        println!(
+            "tboxscope analyze FILE --keylog K (binary, end to end): {s:.3} s, {:.2} M packets/s, peak RSS {} MiB",
+            n as f64 / s / 1e6,
+            rss / 1024
+        );
+    }
+    let tls = format!("tls.keylog_file:{keylog_s}");
+    let tshark_args = [
+        "-r",
+        file_s,
+        "-o",
+        &tls,
+        "-T",
+        "fields",
+        "-e",
+        "frame.number",
+        "-e",
+        "quic.packet_number",
+        "-e",
+        "quic.stream.offset",
+    ];
+    // Check that tshark really decrypts (packet numbers are only visible after decryption).
+    let sample = Command::new("tshark")
+        .args(tshark_args)
+        .args(["-c", "1000"])
+        .output();
+    if let Ok(out) = sample {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let with_pn = text
+            .lines()
+            .filter(|l| l.split('\t').nth(1).is_some_and(|f| !f.is_empty()))
+            .count();
+        println!("tshark check: {with_pn} of the first 1000 frames show a packet number");
+    }
+    let tshark = timed(Command::new("tshark").args(tshark_args));
+    if let Some((s, rss)) = tshark {
+        println!(
+            "tshark -o tls.keylog_file -T fields (3 fields): {s:.3} s, {:.0} k packets/s, peak RSS {} MiB",
+            n as f64 / s / 1e3,
+            rss / 1024
+        );
+        println!("ratio decode vs tshark: {:.1}x", s / best);
+        if let Some((t, _)) = tbox {
+            println!("ratio tboxscope binary vs tshark: {:.1}x", s / t);
+        }
+    }
 }
 
 fn live(args: &[String]) {

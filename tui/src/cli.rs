@@ -40,6 +40,12 @@ pub struct WatchArgs {
     /// TLS key log (SSLKEYLOGFILE format) to decrypt QUIC; re-read while it grows.
     #[arg(long, value_name = "FILE")]
     pub keylog: Option<PathBuf>,
+    /// Which TCP connections the kernel probes report (TCP screen); all by default.
+    #[command(flatten)]
+    pub tcp: TcpFilterArgs,
+    /// Do not load the eBPF TCP probes (packets only).
+    #[arg(long)]
+    pub no_tcp: bool,
 }
 
 /// The subcommands; without one, `tboxscope` starts the live terminal UI.
@@ -55,8 +61,8 @@ pub enum Command {
     /// The two-path T-Box testbed in network namespaces: build it, watch it, run the field
     /// scenarios with real KCP/QUIC/TCP peers, remove it.
     Lab(LabArgs),
-    /// The terminal UI over a recorded capture (JSON Lines from `capture`/`analyze --json`):
-    /// p play/pause, +/- speed, ←/→ seek.
+    /// The terminal UI over a recorded capture (JSON Lines from `capture`/`analyze --json`, or
+    /// .pcap/.pcapng files decoded as they play): p play/pause, +/- speed, ←/→ seek.
     Replay(ReplayArgs),
 }
 
@@ -214,33 +220,56 @@ pub struct CaptureArgs {
     pub deny_hooks: Vec<String>,
 }
 
+/// How captured packets are decoded (`analyze`, `replay`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct DecodeArgs {
+    /// TLS key log (SSLKEYLOGFILE format) to decrypt QUIC; pcapng-embedded secrets are used too.
+    #[arg(long, value_name = "FILE")]
+    pub keylog: Option<PathBuf>,
+    /// UDP port whose payloads are KCP by configuration (repeatable); KCP is also recognised
+    /// without it. Needed for encrypted kcp-go, which is otherwise indistinguishable from noise.
+    #[arg(long = "kcp-port", value_name = "N")]
+    pub kcp_ports: Vec<u16>,
+    /// Where each message carries an application id, `OFFSET:WIDTH[:le]` (bytes; big-endian
+    /// unless `le`): copies sent on separate sessions per path are matched by it (the lab's
+    /// messages: `8:8:le`).
+    #[arg(long = "app-id", value_name = "OFFSET:WIDTH[:le]", value_parser = parse_app_id)]
+    pub app_id: Option<probe_user::engine::AppIdRule>,
+}
+
+impl DecodeArgs {
+    /// The decoders' settings; a bad key log is an error naming its file and line.
+    pub fn dissect_config(&self) -> anyhow::Result<probe_user::dissect::DissectConfig> {
+        let keylog = match &self.keylog {
+            Some(path) => Some(probe_user::decode::quic::Keylog::from_file(path)?),
+            None => None,
+        };
+        Ok(probe_user::dissect::DissectConfig {
+            kcp_ports: self.kcp_ports.clone(),
+            unknown_udp: false,
+            keylog,
+            app_id: self.app_id,
+        })
+    }
+}
+
 /// `tboxscope analyze`.
 #[derive(Debug, Args)]
 pub struct AnalyzeArgs {
     /// Capture files (.pcap or .pcapng); two files are two paths.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// TLS key log (SSLKEYLOGFILE format) to decrypt QUIC.
-    #[arg(long, value_name = "FILE")]
-    pub keylog: Option<PathBuf>,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
     /// Write JSON Lines here (a path, or `-` for standard output) instead of the report.
     #[arg(long, value_name = "PATH|-")]
     pub json: Option<String>,
     /// Emit one JSON line per decoded packet (to standard output unless --json names a file).
     #[arg(long)]
     pub packets: bool,
-    /// UDP port whose payloads are KCP by configuration (repeatable); KCP is also recognised
-    /// without it. Needed for encrypted kcp-go, which is otherwise indistinguishable from noise.
-    #[arg(long = "kcp-port", value_name = "N")]
-    pub kcp_ports: Vec<u16>,
     /// With --packets, also emit a `udp_datagram` line for UDP that no decoder recognised.
     #[arg(long)]
     pub unknown_udp: bool,
-    /// Where each message carries an application id, `OFFSET:WIDTH[:le]` (bytes; big-endian
-    /// unless `le`): copies sent on separate sessions per path are matched by it (the lab's
-    /// messages: `8:8:le`).
-    #[arg(long = "app-id", value_name = "OFFSET:WIDTH[:le]", value_parser = parse_app_id)]
-    pub app_id: Option<probe_user::engine::AppIdRule>,
     /// Seconds a message waits for its copies on other paths before it is closed (a copy held
     /// back through an outage longer than this counts as not carried).
     #[arg(
@@ -254,9 +283,12 @@ pub struct AnalyzeArgs {
 /// `tboxscope replay`.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The recording: JSON Lines written by tboxscope.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    /// The recording: one JSON Lines file written by tboxscope (`capture`, `analyze --json`),
+    /// or packet captures (.pcap/.pcapng; several files are several paths, merged in time).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
     /// Replay speed (1 = as recorded, 2 = twice as fast).
     #[arg(long, default_value_t = 1.0)]
     pub speed: f64,

@@ -119,7 +119,7 @@ pub const BINDINGS: &[Binding] = &[
         Action::ReplaySeek(-10),
         "replay: seek -10 s",
     ),
-    replay(&[k('0')], Action::ReplayRestart, "replay: back to start"),
+    replay(&[k('0')], Action::ReplayRestart, "replay: play from start"),
 ];
 
 /// Keys while typing a filter (other printable characters are typed into it).

@@ -4,6 +4,7 @@
 //! restores the terminal, and a failed start prints a plain message without touching it.
 //! Every wait is bounded; the tmux session is killed by a Drop guard even when a check fails.
 #![allow(clippy::unwrap_used)]
+mod tcp_common;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -228,11 +229,113 @@ fn failed_start_is_a_plain_message() {
         !out.stdout.contains(&0x1b) && !out.stderr.contains(&0x1b),
         "escape codes written"
     );
-    let pcap =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/ndpi-kcp.pcap");
-    if pcap.exists() {
-        let out = Command::new(BIN).arg("replay").arg(&pcap).output().unwrap();
-        assert!(!out.status.success());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("pcap capture"));
+    // A packet capture cut in the middle of a record: refused before the UI starts.
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.pcap");
+    let bytes = std::fs::read(kcp_fixture()).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() - 5]).unwrap();
+    let out = Command::new(BIN).arg("replay").arg(&cut).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot replay") && stderr.contains("cut.pcap"),
+        "{stderr}"
+    );
+    assert!(!out.stderr.contains(&0x1b), "escape codes written");
+}
+
+fn kcp_fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/ndpi-kcp.pcap")
+}
+
+#[test]
+fn replay_of_a_pcap_decodes_as_it_plays() {
+    let tmux = Tmux::start("pcap");
+    tmux.type_line(&format!(
+        "{BIN} replay {} --speed 16",
+        kcp_fixture().display()
+    ));
+    tmux.wait_for(
+        |s| s.contains("1 Overview") && s.contains("replay ndpi-kcp.pcap"),
+        "the Overview",
+    );
+    tmux.wait_for(|s| s.contains(" end "), "the end of the replay");
+    tmux.send(&["2"]);
+    tmux.wait_for(
+        |s| s.contains("Flows (") && s.contains("conv 10"),
+        "the KCP conv",
+    );
+    tmux.send(&["0"]);
+    tmux.wait_for(|s| s.contains("▶"), "playing again from the start");
+    tmux.send(&["q"]);
+    tmux.assert_restored();
+}
+
+#[test]
+fn live_ui_shows_the_kernel_rto_backoff_of_a_tcp_socket_on_its_path() {
+    if !tcp_common::is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
     }
+    let net = tcp_common::NetnsPair::new();
+    let tmux = Tmux::start("live");
+    tmux.type_line(&format!(
+        "ip netns exec {} {BIN} -i {}=4G --port {}",
+        net.a, net.dev_a, net.port
+    ));
+    tmux.wait_for(
+        |s| s.contains("1 Overview") && s.contains("TCP probes: 4/4 hooks attached"),
+        "the live Overview with the TCP probes attached",
+    );
+    let receiver = tcp_common::spawn_receiver(&net.b, net.server());
+    let mut s = tcp_common::connect_from(&net.a, net.server());
+    let local = s.local_addr().unwrap();
+    std::io::Write::write_all(&mut s, &[7u8; 6000]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // A blackhole at the receiver: the timer fires at ~0.2, 0.6, 1.4 s (backoff 0, 1, 2).
+    net.set_receiver_rule(&format!("tcp dport {} drop", net.port));
+    std::io::Write::write_all(&mut s, b"control message during the outage!").unwrap();
+    std::thread::sleep(Duration::from_millis(1700));
+    net.set_receiver_rule("");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut k = [0u8; 1];
+    std::io::Read::read_exact(&mut s, &mut k).unwrap();
+    tmux.send(&["3"]);
+    let row = format!("{local} → {}", net.server());
+    let screen = tmux.wait_for(
+        |s| {
+            s.contains("RTO backoff ladder")
+                && s.lines().any(|l| l.contains(&row) && l.contains("4G"))
+                && s.contains("#0 ")
+                && s.contains("#1 ")
+                && s.contains("#2 ")
+        },
+        "the socket on path 4G and its backoff ladder",
+    );
+    // The ladder doubles: each rung's RTO is twice the one before.
+    let rtos: Vec<&str> = screen
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start_matches('│');
+            l.starts_with('#')
+                .then(|| l.split_whitespace().nth(1))
+                .flatten()
+        })
+        .collect();
+    assert!(rtos.len() >= 3, "ladder: {rtos:?}\n{screen}");
+    let ms = |t: &str| -> f64 {
+        if let Some(v) = t.strip_suffix("ms") {
+            v.parse().unwrap()
+        } else {
+            t.trim_end_matches('s').parse::<f64>().unwrap() * 1000.0
+        }
+    };
+    for pair in rtos.windows(2) {
+        let (a, b) = (ms(pair[0]), ms(pair[1]));
+        assert!((b / a - 2.0).abs() < 0.05, "not doubling: {rtos:?}");
+    }
+    tmux.send(&["q"]);
+    tmux.assert_restored();
+    drop(s);
+    let _ = receiver.join();
 }

@@ -49,6 +49,17 @@ pub fn capture(
     })
 }
 
+/// Capture points at both ends of two paths: the T-Box's `t-eth0`/`t-eth1` (ids 0, 1) and the
+/// gateway's `gw-g0`/`gw-g1` (ids 2, 3), whose clock offset is `gateway_offset`.
+pub fn two_ends_of_two_paths(gateway_offset: Option<i64>) -> Vec<Observation> {
+    vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "t-eth1", "eth1", Host::Tbox, None),
+        capture(2, "gw-g0", "eth0", Host::Gateway, gateway_offset),
+        capture(3, "gw-g1", "eth1", Host::Gateway, gateway_offset),
+    ]
+}
+
 /// The percentile the engine must report for exact samples: hdrhistogram's rank rule
 /// (sample of rank ceil(q·n), at least 1) and its bucket upper edge (3 significant digits).
 pub fn expected_quantile(sorted_us: &[u64], q: f64) -> u64 {

@@ -6,6 +6,7 @@
 pub mod clock;
 pub mod records;
 pub mod tracker;
+pub mod watch;
 
 use std::io::Write;
 use std::time::Duration;

@@ -5,9 +5,9 @@ use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use probe_user::analyze::{write_record, Analyzer, FileSummary, Record};
-use probe_user::correlate::{write_engine_records, Correlator};
-use probe_user::dissect::{DissectConfig, DissectStats};
+use probe_user::analyze::{write_record, Analyzer, FileSummary};
+use probe_user::correlate::{write_engine_records, Correlator, FrameFeed};
+use probe_user::dissect::DissectStats;
 use probe_user::engine::{self as tboxscope_engine, report, Config as EngineConfig};
 use probe_user::output::JsonLinesWriter;
 use serde::Serialize;
@@ -16,23 +16,14 @@ use crate::cli::AnalyzeArgs;
 
 /// Runs `tboxscope analyze`.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
-    let keylog = match &args.keylog {
-        // The error names the file and, for a bad line, its number and what is wrong.
-        Some(path) => Some(probe_user::decode::quic::Keylog::from_file(path)?),
-        None => None,
-    };
-    let config = DissectConfig {
-        kcp_ports: args.kcp_ports.clone(),
-        unknown_udp: args.unknown_udp,
-        keylog,
-        app_id: args.app_id,
-    };
+    let mut config = args.decode.dissect_config()?;
+    config.unknown_udp = args.unknown_udp;
     let mut analyzer = Analyzer::new(config);
     if !(args.message_timeout_s > 0.0 && args.message_timeout_s <= 3600.0) {
         anyhow::bail!("--message-timeout must be within (0, 3600] seconds");
     }
     let mut correlator = Correlator::new(EngineConfig {
-        app_id: args.app_id,
+        app_id: args.decode.app_id,
         message_timeout_ns: (args.message_timeout_s * 1e9) as u64,
         ..EngineConfig::default()
     });
@@ -53,14 +44,14 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             run_json(&args, &mut analyzer, &mut correlator, out)?
         }
         None => {
-            let mut feed = Feed::default();
+            let mut feed = FrameFeed::default();
             let errors = analyzer.run_files(&args.files, &mut |r| {
                 feed.observe(&mut correlator, &r);
                 correlator.engine_mut().drain_records().for_each(drop);
                 Ok::<(), io::Error>(())
             })?;
             print_report(&analyzer)?;
-            let summary = correlator.engine_mut().finish(feed.last_ts);
+            let summary = correlator.engine_mut().finish(feed.last_ts());
             println!();
             print!("{}", report::render(&summary));
             for e in &errors {
@@ -74,25 +65,6 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// Hands decoded records to the engine, attributing each frame's bytes to its first unit.
-#[derive(Default)]
-struct Feed {
-    last_frame: Option<(usize, u64)>,
-    last_ts: u64,
-}
-
-impl Feed {
-    fn observe(&mut self, correlator: &mut Correlator, r: &Record<'_>) {
-        // Records of one frame come together; the file name's address tells files apart.
-        let key = (r.file.as_ptr() as usize, r.frame);
-        let first = self.last_frame != Some(key);
-        self.last_frame = Some(key);
-        self.last_ts = self.last_ts.max(r.packet.ts_ns);
-        let frame_len = u32::try_from(r.data.len()).unwrap_or(u32::MAX);
-        correlator.observe(r.path, frame_len, first, r.packet);
-    }
 }
 
 /// The final `summary` record.
@@ -165,7 +137,7 @@ fn run_json(
         packets: args.packets,
     };
     let mut writer = JsonLinesWriter::new(out, wall_ns(), &header)?;
-    let mut feed = Feed::default();
+    let mut feed = FrameFeed::default();
     let errors = analyzer.run_files(&args.files, &mut |r| {
         feed.observe(correlator, &r);
         if args.packets {
@@ -174,7 +146,7 @@ fn run_json(
         write_engine_records(&mut writer, correlator.engine_mut())
     })?;
     let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    let engine_summary = correlator.engine_mut().finish(feed.last_ts);
+    let engine_summary = correlator.engine_mut().finish(feed.last_ts());
     write_engine_records(&mut writer, correlator.engine_mut())?;
     let kcp = kcp_summary(analyzer);
     let fragments = analyzer.dissector().fragment_stats();
@@ -189,7 +161,7 @@ fn run_json(
         warnings: analyzer.warnings(),
         engine: &engine_summary,
     };
-    writer.write("summary", feed.last_ts, &summary)?;
+    writer.write("summary", feed.last_ts(), &summary)?;
     writer.flush()?;
     for e in &errors {
         eprintln!("tboxscope: {e}");

@@ -35,7 +35,8 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         paused: args.paused,
         ..PlayOptions::default()
     };
-    let (player, mut source) = replay::start(&args.file, options)?;
+    let decode = args.decode.dissect_config()?;
+    let (player, mut source) = replay::start(&args.files, options, decode)?;
     let stats = live::run(
         &mut source,
         LiveOptions {

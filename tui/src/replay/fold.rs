@@ -14,7 +14,7 @@ use tboxscope_engine::snapshot::{
     AmplificationView, EventLine, LatencyKind, LatencyView, PathShare, PathView, Percentiles,
     RedundancyView, SeriesPoint, Severity, Snapshot, TailPoint,
 };
-use tboxscope_engine::Engine;
+use tboxscope_engine::{redundancy_verdict, tail_verdict, Engine};
 
 use super::load::{Item, Timed};
 use crate::view::format;
@@ -24,9 +24,6 @@ const HISTORY: usize = 120;
 const EVENTS: usize = 500;
 /// Rates are over the last second of replay time.
 const RATE_WINDOW_NS: u64 = 1_000_000_000;
-/// A combined tail this many times the independent prediction means the paths fail together.
-const SHARED_CAUSE_RATIO: f64 = 10.0;
-
 fn histogram() -> Histogram<u64> {
     // 1 µs .. 1 h, 3 significant digits; new_with_bounds only fails on invalid bounds.
     #[allow(clippy::expect_used)]
@@ -407,21 +404,23 @@ impl Fold {
                     f.on_all as f64 / f.messages as f64
                 };
                 let winners: u64 = f.paths.values().map(|s| s.wins).sum();
-                let verdict = if f.paths.len() < 2 {
-                    format!("single path: {} messages seen on one path only", f.messages)
-                } else if duplication >= 0.99 {
-                    format!(
-                        "redundancy confirmed: {} of {} messages on all paths",
-                        format::percent(duplication),
-                        f.messages
-                    )
-                } else {
-                    format!(
-                        "redundancy incomplete: only {} of {} messages on all paths",
-                        format::percent(duplication),
-                        f.messages
-                    )
-                };
+                let paths: Vec<PathShare> = f
+                    .paths
+                    .iter()
+                    .map(|(path, s)| PathShare {
+                        path: path.clone(),
+                        carried: s.carried,
+                        only: s.only,
+                        wins: s.wins,
+                        win_rate: if winners == 0 {
+                            0.0
+                        } else {
+                            s.wins as f64 / winners as f64
+                        },
+                    })
+                    .collect();
+                let npaths = u32::try_from(f.paths.len()).unwrap_or(u32::MAX);
+                let verdict = redundancy_verdict(f.messages, duplication, npaths, &paths);
                 RedundancyView {
                     flow: name.clone(),
                     mode: None,
@@ -429,21 +428,7 @@ impl Fold {
                     messages: f.messages,
                     on_all_paths: f.on_all,
                     duplication,
-                    paths: f
-                        .paths
-                        .iter()
-                        .map(|(path, s)| PathShare {
-                            path: path.clone(),
-                            carried: s.carried,
-                            only: s.only,
-                            wins: s.wins,
-                            win_rate: if winners == 0 {
-                                0.0
-                            } else {
-                                s.wins as f64 / winners as f64
-                            },
-                        })
-                        .collect(),
+                    paths,
                     copy_spacing: percentiles(&f.spacing),
                     verdict,
                 }
@@ -456,22 +441,18 @@ impl Fold {
         let mut tail = Vec::new();
         let mut verdict = String::new();
         if self.paths.len() >= 2 && combined.count > 0 {
+            let mut slow = Vec::new();
             for t in [combined.p99_us, combined.p999_us] {
                 let predicted: f64 = self.paths.values().map(|p| above(&p.latency, t)).product();
+                let observed = above(&self.combined, t);
                 tail.push(TailPoint {
                     t_us: t,
                     predicted,
-                    observed: above(&self.combined, t),
+                    observed,
                 });
+                slow.push((observed * combined.count as f64).round() as u64);
             }
-            let together = tail.iter().any(|t| {
-                t.observed > 0.0 && t.observed > SHARED_CAUSE_RATIO * t.predicted.max(1e-12)
-            });
-            verdict = if together {
-                "paths fail together (shared cause): the combined tail is far above the independent-paths prediction".to_owned()
-            } else {
-                "paths look independent: the combined tail matches the prediction".to_owned()
-            };
+            verdict = tail_verdict(&tail, &slow, Config::default().shared_cause_ratio);
         }
         LatencyView {
             kind: self.kind,
@@ -583,6 +564,7 @@ fn retransmit_name(kind: tboxscope_engine::input::RetransmitKind) -> &'static st
         RetransmitKind::Fast => "fast retransmit",
         RetransmitKind::Rto => "timeout",
         RetransmitKind::Tlp => "tail loss probe",
+        RetransmitKind::LossRecovery => "loss recovery after a timeout",
         RetransmitKind::Unknown => "cause unknown",
     }
 }

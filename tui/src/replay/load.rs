@@ -22,16 +22,19 @@ pub enum LoadError {
         /// The cause.
         source: std::io::Error,
     },
-    /// A pcap/pcapng file: it needs the packet decoders.
-    #[error(
-        "{path} is a {format} capture; replaying packet captures needs the `analyze` pipeline, \
-         which this build does not have yet — replay a JSON Lines capture (`tboxscope capture --json`)"
-    )]
-    PacketCapture {
+    /// A packet capture that cannot be read.
+    #[error("cannot replay {path}: {reason}")]
+    Capture {
         /// The file.
         path: String,
-        /// `pcap` or `pcapng`.
-        format: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Several files given, but not all are packet captures.
+    #[error("{path}: only packet captures (.pcap/.pcapng) can be replayed together; a JSON Lines recording is replayed alone")]
+    Mixed {
+        /// The file that is not a packet capture.
+        path: String,
     },
     /// Nothing in the file could be replayed.
     #[error("{path}: no replayable record (skipped: {skipped})")]
@@ -220,7 +223,7 @@ pub fn parse(reader: impl BufRead) -> Recording {
     recording
 }
 
-/// Opens a recording: JSON Lines, or a clear error for packet captures.
+/// Opens a JSON Lines recording (packet captures are replayed by [`super::packets`]).
 pub fn load(path: &Path) -> Result<Recording, LoadError> {
     let name = path.display().to_string();
     let io = |source| LoadError::Io {
@@ -228,17 +231,7 @@ pub fn load(path: &Path) -> Result<Recording, LoadError> {
         source,
     };
     let file = std::fs::File::open(path).map_err(io)?;
-    let mut reader = std::io::BufReader::new(file);
-    let head = reader.fill_buf().map_err(io)?;
-    let format = match head.get(..4) {
-        Some([0xa1, 0xb2, 0xc3, 0xd4] | [0xd4, 0xc3, 0xb2, 0xa1])
-        | Some([0xa1, 0xb2, 0x3c, 0x4d] | [0x4d, 0x3c, 0xb2, 0xa1]) => Some("pcap"),
-        Some([0x0a, 0x0d, 0x0d, 0x0a]) => Some("pcapng"),
-        _ => None,
-    };
-    if let Some(format) = format {
-        return Err(LoadError::PacketCapture { path: name, format });
-    }
+    let reader = std::io::BufReader::new(file);
     let recording = parse(reader);
     if recording.items.is_empty() {
         return Err(LoadError::Empty {

@@ -47,6 +47,7 @@ pub fn cong_state(name: &str) -> Option<CongState> {
 fn retransmit_kind(name: Option<&str>) -> RetransmitKind {
     match name.map(str::to_ascii_lowercase).as_deref() {
         Some("rto" | "timer" | "timeout") => RetransmitKind::Rto,
+        Some("loss_recovery") => RetransmitKind::LossRecovery,
         Some("fast" | "recovery" | "fast_retransmit") => RetransmitKind::Fast,
         Some("tlp" | "loss_probe" | "probe") => RetransmitKind::Tlp,
         _ => RetransmitKind::Unknown,
@@ -98,7 +99,9 @@ pub fn event(kind: &str, ts_ns: u64, map: &Map<String, Value>) -> Result<TcpEven
         srtt_us: uint(map, &["srtt_us"]),
         rto_us,
         backoff: uint(map, &["backoff"]),
-        retransmits: uint(map, &["retransmits", "total_retrans", "retrans"]),
+        // `total_retrans` (the connection's total) wins over `retransmits`, which a capture
+        // file uses for icsk_retransmits (timeouts in a row).
+        retransmits: uint(map, &["total_retrans", "retransmits", "retrans"]),
     })
 }
 

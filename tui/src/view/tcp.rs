@@ -255,12 +255,18 @@ fn render_retransmissions(frame: &mut Frame, area: Rect, socket: &TcpSocketView,
                 RetransmitKind::Fast => "fast",
                 RetransmitKind::Rto => "RTO",
                 RetransmitKind::Tlp => "TLP",
+                RetransmitKind::LossRecovery => "loss",
                 RetransmitKind::Unknown => "?",
             };
+            // The kernel probes do not see the segment (seq 0): no seq then.
+            let seq = if r.seq == 0 {
+                String::new()
+            } else {
+                format!("seq {} ", r.seq)
+            };
             Line::raw(format!(
-                "{} {kind:<4} seq {} backoff {} RTO {}",
+                "{} {kind:<4} {seq}backoff {} RTO {}",
                 format::clock(r.ts_ns),
-                r.seq,
                 r.backoff,
                 format::micros(u64::from(r.rto_us))
             ))

@@ -44,6 +44,8 @@ pub struct NetnsPair {
     pub addr_b: Ipv4Addr,
     /// A port unique to this test (pid-derived).
     pub port: u16,
+    /// The sender's veth interface (inside `a`).
+    pub dev_a: String,
 }
 
 impl NetnsPair {
@@ -62,6 +64,7 @@ impl NetnsPair {
             addr_a: Ipv4Addr::new(10, 201, (n % 250) as u8, 1),
             addr_b: Ipv4Addr::new(10, 201, (n % 250) as u8, 2),
             port: 20_000 + (pid % 20_000) as u16 + (n as u16) * 7,
+            dev_a: va.clone(),
         };
         run(Command::new("ip").args(["netns", "add", &a]));
         run(Command::new("ip").args(["netns", "add", &b]));

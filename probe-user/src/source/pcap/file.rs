@@ -1,14 +1,14 @@
 //! Offline capture files: classic `.pcap` (µs and ns, either byte order) and `.pcapng`
 //! (sections, interfaces, EPB/SPB/OPB packets, Decryption Secrets Blocks), streamed through one
 //! fixed buffer: the file is never loaded whole, and packets are handed out as borrowed slices.
+//! Files are read ahead on a second thread ([`ReadAhead`]) so reading overlaps decoding.
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use tboxscope_decode::net::LinkType;
 
-/// Initial buffer size for files: large reads, few system calls.
-const FILE_BUFFER: usize = 1 << 20;
+use super::readahead::{ReadAhead, HEADROOM};
 /// Largest record or block accepted; bigger means a corrupt length field (tshark's packet limit
 /// is 256 KiB; secrets blocks can be larger).
 pub const MAX_RECORD: usize = 16 << 20;
@@ -215,15 +215,24 @@ impl Endian {
     }
 }
 
+/// Where a reader's bytes come from.
+enum Input<R> {
+    /// Any byte stream, read into the reader's own buffer.
+    Stream(R),
+    /// A file read ahead on another thread; its chunks become the buffer.
+    Chunks(ReadAhead),
+}
+
 /// Streams packets from a pcap or pcapng byte stream.
 pub struct CaptureReader<R: Read> {
     name: String,
     stem: String,
-    input: R,
+    input: Input<R>,
     buf: Vec<u8>,
     pos: usize,
     end: usize,
-    /// File offset of `buf[0]`.
+    /// File offset of `buf[0]`, modulo 2^64: a read-ahead chunk's headroom lies before offset 0
+    /// (so `base` wraps), while `base + pos` is always the true offset.
     base: u64,
     eof: bool,
     format: Format,
@@ -239,20 +248,89 @@ pub struct CaptureReader<R: Read> {
     fresh_secrets: bool,
 }
 
-/// A capture file on disk.
+/// A capture file on disk, read ahead on its own thread.
 pub type CaptureFile = CaptureReader<File>;
 
 impl CaptureReader<File> {
     /// Opens `path` and reads its file header.
     pub fn open(path: &Path) -> Result<Self, FileError> {
         let name = path.display().to_string();
-        let file = File::open(path).map_err(|source| FileError::Open {
+        let open_err = |source| FileError::Open {
             name: name.clone(),
             source,
-        })?;
+        };
+        let file = File::open(path)
+            .and_then(ReadAhead::new)
+            .map_err(open_err)?;
         let stem = stem_of(path);
-        Self::with_capacity(file, name, stem, FILE_BUFFER)
+        Self::with_input(Input::Chunks(file), name, stem, 0)
     }
+}
+
+/// The buffer's cursor: read position, end of the valid bytes, file offset of `buf[0]`, end of
+/// input seen.
+type Cursor<'a> = (&'a mut usize, &'a mut usize, &'a mut u64, &'a mut bool);
+
+/// `fill` for a byte stream: moves the unread bytes to the front, then reads after them.
+fn fill_stream<R: Read>(
+    input: &mut R,
+    buf: &mut Vec<u8>,
+    (pos, end, base, eof): Cursor<'_>,
+    n: usize,
+) -> io::Result<()> {
+    if *pos > 0 {
+        buf.copy_within(*pos..*end, 0);
+        *base += *pos as u64;
+        *end -= *pos;
+        *pos = 0;
+    }
+    if buf.len() < n {
+        buf.resize(n.next_power_of_two(), 0);
+    }
+    while *end < n && !*eof {
+        match input.read(&mut buf[*end..]) {
+            Ok(0) => *eof = true,
+            Ok(k) => *end += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `fill` for read-ahead chunks: the next chunk becomes the buffer, with the unread bytes of the
+/// current one copied into its headroom (a record longer than the headroom is instead assembled
+/// in the current buffer).
+fn fill_chunks(
+    input: &mut ReadAhead,
+    buf: &mut Vec<u8>,
+    (pos, end, base, eof): Cursor<'_>,
+    n: usize,
+) -> io::Result<()> {
+    while *end - *pos < n && !*eof {
+        let Some(mut chunk) = input.next_chunk()? else {
+            *eof = true;
+            break;
+        };
+        let left = *end - *pos;
+        if left <= HEADROOM {
+            let start = HEADROOM - left;
+            chunk[start..HEADROOM].copy_from_slice(&buf[*pos..*end]);
+            *base = base.wrapping_add(*pos as u64).wrapping_sub(start as u64);
+            let spent = std::mem::replace(buf, chunk);
+            input.recycle(spent);
+            *pos = start;
+        } else {
+            buf.copy_within(*pos..*end, 0);
+            *base = base.wrapping_add(*pos as u64);
+            buf.truncate(left);
+            *pos = 0;
+            buf.extend_from_slice(&chunk[HEADROOM..]);
+            input.recycle(chunk);
+        }
+        *end = buf.len();
+    }
+    Ok(())
 }
 
 fn stem_of(path: &Path) -> String {
@@ -265,11 +343,16 @@ impl<R: Read> CaptureReader<R> {
     /// Reads a capture from any byte stream; `name` is used in errors, `stem` as the default path
     /// label.
     pub fn new(input: R, name: &str, stem: &str) -> Result<Self, FileError> {
-        Self::with_capacity(input, name.to_owned(), stem.to_owned(), 64 << 10)
+        Self::with_input(
+            Input::Stream(input),
+            name.to_owned(),
+            stem.to_owned(),
+            64 << 10,
+        )
     }
 
-    fn with_capacity(
-        input: R,
+    fn with_input(
+        input: Input<R>,
         name: String,
         stem: String,
         capacity: usize,
@@ -324,7 +407,7 @@ impl<R: Read> CaptureReader<R> {
     }
 
     fn offset(&self) -> u64 {
-        self.base + self.pos as u64
+        self.base.wrapping_add(self.pos as u64)
     }
 
     fn format_err(&self, offset: u64, why: FormatIssue) -> FileError {
@@ -340,29 +423,25 @@ impl<R: Read> CaptureReader<R> {
         if self.end - self.pos >= n {
             return Ok(true);
         }
-        if self.pos > 0 {
-            self.buf.copy_within(self.pos..self.end, 0);
-            self.base += self.pos as u64;
-            self.end -= self.pos;
-            self.pos = 0;
-        }
-        if self.buf.len() < n {
-            self.buf.resize(n.next_power_of_two(), 0);
-        }
-        while self.end < n && !self.eof {
-            match self.input.read(&mut self.buf[self.end..]) {
-                Ok(0) => self.eof = true,
-                Ok(k) => self.end += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(source) => {
-                    return Err(FileError::Io {
-                        name: self.name.clone(),
-                        offset: self.base + self.end as u64,
-                        source,
-                    })
-                }
-            }
-        }
+        let result = match &mut self.input {
+            Input::Stream(input) => fill_stream(
+                input,
+                &mut self.buf,
+                (&mut self.pos, &mut self.end, &mut self.base, &mut self.eof),
+                n,
+            ),
+            Input::Chunks(input) => fill_chunks(
+                input,
+                &mut self.buf,
+                (&mut self.pos, &mut self.end, &mut self.base, &mut self.eof),
+                n,
+            ),
+        };
+        result.map_err(|source| FileError::Io {
+            name: self.name.clone(),
+            offset: self.base.wrapping_add(self.end as u64),
+            source,
+        })?;
         Ok(self.end - self.pos >= n)
     }
 
@@ -390,7 +469,7 @@ impl<R: Read> CaptureReader<R> {
         if !self.fill(4)? {
             return Err(self.format_err(0, FormatIssue::TooShort(self.end)));
         }
-        let b = &self.buf[..4];
+        let b = &self.buf[self.pos..self.pos + 4];
         let le = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let (format, endian) = match le {
             0xa1b2_c3d4 => (Format::PcapMicro, Endian::Little),

@@ -548,3 +548,14 @@ impl Worker {
         None
     }
 }
+
+/// The IP addresses of interface `name`, as libpcap lists them (empty when it has none or the
+/// list cannot be read): tells which path a local socket address belongs to.
+pub fn interface_addresses(name: &str) -> Vec<std::net::IpAddr> {
+    pcap::Device::list()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|d| d.name == name)
+        .flat_map(|d| d.addresses.into_iter().map(|a| a.addr))
+        .collect()
+}

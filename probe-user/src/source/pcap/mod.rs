@@ -1,6 +1,7 @@
 //! Packets from libpcap (live, several interfaces) or from `.pcap`/`.pcapng` files.
 pub mod file;
 pub mod live;
+pub mod readahead;
 
 pub use file::{
     CaptureFile, CaptureReader, FileError, Format, FormatIssue, Interface, Packet, Secrets,
@@ -9,3 +10,4 @@ pub use file::{
 pub use live::{
     InterfaceSpec, LiveCapture, LiveConfig, LiveError, LiveEvent, LivePacket, PathStats,
 };
+pub use readahead::ReadAhead;

@@ -1,0 +1,266 @@
+//! Replay of packet captures (`.pcap`, `.pcapng`; several files are merged in time order, as
+//! `analyze` does) through the decoders and the engine, at the pace of the replay clock. The
+//! files are streamed, never loaded: a seek forward feeds the packets up to the new position at
+//! once; a seek back starts a fresh engine from the first packet and fast-forwards to it.
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use probe_user::analyze::Analyzer;
+use probe_user::correlate::{Correlator, FrameFeed};
+use probe_user::dissect::DissectConfig;
+use probe_user::engine::Config as EngineConfig;
+use probe_user::source::pcap::file::CaptureFile;
+
+use super::{LoadError, PlayOptions, ReplayClock};
+use crate::app::Request;
+use crate::source::SnapshotFeed;
+
+/// Packet captures to replay, with the span of their timestamps.
+#[derive(Debug, Clone)]
+pub struct PacketRecording {
+    files: Vec<PathBuf>,
+    config: DissectConfig,
+    start_ns: u64,
+    end_ns: u64,
+    packets: u64,
+}
+
+impl PacketRecording {
+    /// Reads every file's timestamps once (no decoding) so the clock knows the recording's
+    /// span; an unreadable or empty file is an error naming it.
+    pub fn scan(files: &[PathBuf], config: DissectConfig) -> Result<Self, LoadError> {
+        let (mut start_ns, mut end_ns, mut packets) = (u64::MAX, 0u64, 0u64);
+        for path in files {
+            let name = path.display().to_string();
+            let broken = |e: &dyn std::fmt::Display| LoadError::Capture {
+                path: name.clone(),
+                reason: e.to_string(),
+            };
+            let mut reader = CaptureFile::open(path).map_err(|e| broken(&e))?;
+            let before = packets;
+            while let Some(p) = reader.next_packet().map_err(|e| broken(&e))? {
+                start_ns = start_ns.min(p.ts_ns);
+                end_ns = end_ns.max(p.ts_ns);
+                packets += 1;
+            }
+            if packets == before {
+                return Err(LoadError::Empty {
+                    path: name,
+                    skipped: "no packets".to_owned(),
+                });
+            }
+        }
+        Ok(Self {
+            files: files.to_vec(),
+            config,
+            start_ns,
+            end_ns,
+            packets,
+        })
+    }
+
+    /// First packet time (Unix epoch ns).
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+
+    /// Last packet time (Unix epoch ns).
+    pub fn end_ns(&self) -> u64 {
+        self.end_ns
+    }
+
+    /// Packets in all files.
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+}
+
+/// Engine settings for the UI: no per-message records (nobody reads them).
+fn ui_engine_config() -> EngineConfig {
+    EngineConfig {
+        emit_messages: false,
+        ..EngineConfig::default()
+    }
+}
+
+/// Why a pass over the files ended early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Interrupt {
+    /// The position moved back before what was fed: start a fresh pass.
+    Restart,
+    /// The UI went away.
+    Quit,
+}
+
+/// Holds each packet until the replay clock reaches it, carries out the UI's requests and
+/// publishes snapshots.
+struct Pacer<'a> {
+    clock: ReplayClock,
+    feed: &'a SnapshotFeed,
+    stop: &'a AtomicBool,
+    period: Duration,
+    last_wall: Instant,
+    next_publish: Instant,
+    /// Newest packet time fed to the engine in this pass (0 before the first).
+    fed_ns: u64,
+    notes: Vec<String>,
+}
+
+impl Pacer<'_> {
+    /// Returns once the clock has reached `ts_ns` (`None`: never, i.e. wait at the end of the
+    /// recording for a seek back or the end of the UI).
+    fn wait_until(
+        &mut self,
+        ts_ns: Option<u64>,
+        correlator: &mut Correlator,
+        done: bool,
+    ) -> Result<(), Interrupt> {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(Interrupt::Quit);
+            }
+            let mut publish = false;
+            for request in self.feed.requests() {
+                publish = true;
+                if request == Request::ResetWindows {
+                    correlator.engine_mut().reset_windows();
+                } else if let Some(target) = self.clock.request(request) {
+                    self.clock.set(target);
+                    if target < self.fed_ns {
+                        return Err(Interrupt::Restart);
+                    }
+                }
+            }
+            let now = Instant::now();
+            let position = self
+                .clock
+                .advance(now.saturating_duration_since(self.last_wall));
+            self.last_wall = now;
+            let due = ts_ns.is_some_and(|t| position >= t);
+            if !due {
+                // Everything before `position` is fed: time passes without packets.
+                correlator.engine_mut().tick(position);
+            }
+            if publish || now >= self.next_publish {
+                self.next_publish = now + self.period;
+                self.publish(correlator, done);
+            }
+            if due {
+                return Ok(());
+            }
+            let until_packet = match ts_ns {
+                Some(t) if self.clock.playing() => {
+                    Duration::from_nanos(t.saturating_sub(position)).div_f64(self.clock.speed())
+                }
+                _ => self.period,
+            };
+            let wait = until_packet
+                .min(self.next_publish.saturating_duration_since(now))
+                .min(self.period)
+                .max(Duration::from_micros(200));
+            std::thread::sleep(wait);
+        }
+    }
+
+    fn publish(&self, correlator: &Correlator, done: bool) {
+        let mut snapshot = correlator.engine().snapshot();
+        snapshot
+            .health
+            .inferences
+            .extend(self.notes.iter().cloned());
+        self.feed.publish(snapshot);
+        self.feed.set_position(Some(self.clock.position(done)));
+    }
+}
+
+/// The player thread: passes over the files until the UI goes away.
+pub(super) fn run(
+    recording: &PacketRecording,
+    options: PlayOptions,
+    feed: &SnapshotFeed,
+    stop: &AtomicBool,
+) {
+    let now = Instant::now();
+    let mut pacer = Pacer {
+        clock: ReplayClock::new(recording.start_ns, recording.end_ns, options),
+        feed,
+        stop,
+        period: Duration::from_millis(1000 / u64::from(options.snapshots_per_s.max(1))),
+        last_wall: now,
+        next_publish: now,
+        fed_ns: 0,
+        notes: vec![format!(
+            "replay: {} packets in {} file(s), decoded as they play",
+            recording.packets,
+            recording.files.len()
+        )],
+    };
+    loop {
+        let mut analyzer = Analyzer::new(recording.config.clone());
+        let mut correlator = Correlator::new(ui_engine_config());
+        let mut frames = FrameFeed::default();
+        pacer.fed_ns = 0;
+        let pass = analyzer.run_files(&recording.files, &mut |r| {
+            pacer.wait_until(Some(r.packet.ts_ns), &mut correlator, false)?;
+            frames.observe(&mut correlator, &r);
+            pacer.fed_ns = pacer.fed_ns.max(r.packet.ts_ns);
+            correlator.engine_mut().drain_records().for_each(drop);
+            Ok::<(), Interrupt>(())
+        });
+        let interrupt = match pass {
+            Err(i) => i,
+            Ok(errors) => {
+                // The recording is over: close what is still open (messages waiting for a
+                // copy, the outage in progress) as `analyze` does.
+                let _ = correlator.engine_mut().finish(recording.end_ns);
+                correlator.engine_mut().drain_records().for_each(drop);
+                pacer
+                    .notes
+                    .extend(errors.iter().map(|e| format!("replay: {e}")));
+                let failures: u64 = analyzer
+                    .dissector()
+                    .quic_stats()
+                    .not_decrypted
+                    .values()
+                    .sum();
+                if failures > 0 {
+                    pacer.notes.push(format!(
+                        "replay: {failures} QUIC packets not decrypted (give --keylog)"
+                    ));
+                }
+                match pacer.wait_until(None, &mut correlator, true) {
+                    Err(i) => i,
+                    Ok(()) => Interrupt::Quit,
+                }
+            }
+        };
+        pacer.notes.truncate(1);
+        if interrupt == Interrupt::Quit {
+            return;
+        }
+    }
+}
+
+/// Whether `path` starts like a pcap or pcapng file.
+pub fn is_packet_capture(path: &Path) -> Result<bool, LoadError> {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    let mut file = std::fs::File::open(path).map_err(|source| LoadError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let n = file.read(&mut head).map_err(|source| LoadError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(n == 4
+        && matches!(
+            head,
+            [0xa1, 0xb2, 0xc3, 0xd4]
+                | [0xd4, 0xc3, 0xb2, 0xa1]
+                | [0xa1, 0xb2, 0x3c, 0x4d]
+                | [0x4d, 0x3c, 0xb2, 0xa1]
+                | [0x0a, 0x0d, 0x0d, 0x0a]
+        ))
+}
