@@ -368,12 +368,23 @@ impl Engine {
             });
             // Where the path's sending end is observed, silence alone is no outage (an idle
             // path is silent too): something must have been sent on it and left unanswered —
-            // no arrival at the far end, no reply — for the threshold.
+            // no arrival at the far end, no reply — for the threshold, or it must have stopped
+            // carrying copies while another path carries new messages (not a lagging path
+            // catching up on old ones).
             let sends_observed = st.last_sent_ns.is_some();
             let sending = st
                 .unanswered_since_ns
                 .is_some_and(|u| now.saturating_sub(u) > threshold);
-            if sends_observed && !sending {
+            let recent = |c: Option<u64>| c.is_some_and(|c| now.saturating_sub(c) <= threshold);
+            let stopped_copies = st.last_copy_ns.is_some()
+                && !recent(st.last_copy_ns)
+                && self
+                    .paths
+                    .paths
+                    .iter()
+                    .enumerate()
+                    .any(|(q, s)| q != p && s.alias_of.is_none() && recent(s.last_new_copy_ns));
+            if sends_observed && !sending && !stopped_copies {
                 continue;
             }
             let evidence = match (other, sending) {
@@ -405,11 +416,24 @@ impl Engine {
     /// counters and closes the message when complete.
     pub(crate) fn sight(&mut self, a: SightArgs) -> SightResult {
         let r = self.msgs.sight(&a);
+        let mut redundant = false;
         if let Some(f) = self.flows.get_mut(a.flow) {
             if a.path < 64 {
                 f.paths_mask |= 1 << a.path;
             }
             f.last_ns = f.last_ns.max(a.ts_ns);
+            redundant = f.paths_mask.count_ones() >= 2;
+        }
+        // Copies of flows sent on several paths: a path that stops carrying them while
+        // another goes on is silent for a reason (single-path flows say nothing about that).
+        if redundant {
+            if let Some(p) = self.paths.get_mut(a.path) {
+                p.last_copy_ns = Some(p.last_copy_ns.map_or(a.ts_ns, |x| x.max(a.ts_ns)));
+                if r.new_message {
+                    p.last_new_copy_ns =
+                        Some(p.last_new_copy_ns.map_or(a.ts_ns, |x| x.max(a.ts_ns)));
+                }
+            }
         }
         if r.late {
             return r;

@@ -52,6 +52,11 @@ pub struct PathState {
     pub last_sent_ns: Option<u64>,
     /// First send since the last arrival: how long the path has left a send unanswered.
     pub unanswered_since_ns: Option<u64>,
+    /// Last time a copy of a message of a multi-path flow was seen on this path.
+    pub last_copy_ns: Option<u64>,
+    /// Last time such a copy was the first sighting of its message (new traffic, not a lagging
+    /// path catching up).
+    pub last_new_copy_ns: Option<u64>,
     /// Open outage id.
     pub outage: Option<u64>,
 }
@@ -77,6 +82,8 @@ impl PathState {
             last_alive_ns: None,
             last_sent_ns: None,
             unanswered_since_ns: None,
+            last_copy_ns: None,
+            last_new_copy_ns: None,
             outage: None,
         }
     }
@@ -168,6 +175,8 @@ impl PathTable {
         t.retransmissions += a.retransmissions;
         t.last_alive_ns = t.last_alive_ns.max(a.last_alive_ns);
         t.last_sent_ns = t.last_sent_ns.max(a.last_sent_ns);
+        t.last_copy_ns = t.last_copy_ns.max(a.last_copy_ns);
+        t.last_new_copy_ns = t.last_new_copy_ns.max(a.last_new_copy_ns);
         t.unanswered_since_ns = match (t.unanswered_since_ns, a.unanswered_since_ns) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),
