@@ -18,6 +18,9 @@ use crate::paths::{PathIdx, PathTable};
 use crate::record::{CopyRecord, MessageRecord, Record, WindowRecord};
 use crate::snapshot::{EventLine, LatencyKind, Severity};
 
+/// Sends left unanswered before silence on a path whose sends are observed is an outage.
+const MIN_UNANSWERED_SENDS: u32 = 3;
+
 /// Accumulators for the current window.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct WindowAcc {
@@ -288,6 +291,7 @@ impl Engine {
                     p.last_sent_ns = Some(p.last_sent_ns.map_or(ts, |x| x.max(ts)));
                     if p.last_alive_ns.is_none_or(|a| a < ts) {
                         p.unanswered_since_ns.get_or_insert(ts);
+                        p.unanswered_sends = p.unanswered_sends.saturating_add(1);
                     }
                 }
                 Dir::In | Dir::Unknown => {}
@@ -322,6 +326,7 @@ impl Engine {
         p.last_alive_ns = Some(p.last_alive_ns.map_or(ts, |x| x.max(ts)));
         if p.unanswered_since_ns.is_some_and(|u| u <= ts) {
             p.unanswered_since_ns = None;
+            p.unanswered_sends = 0;
         }
         if let Some(id) = p.outage.take() {
             let label = p.label.clone();
@@ -372,9 +377,12 @@ impl Engine {
             // carrying copies while another path carries new messages (not a lagging path
             // catching up on old ones).
             let sends_observed = st.last_sent_ns.is_some();
-            let sending = st
-                .unanswered_since_ns
-                .is_some_and(|u| now.saturating_sub(u) > threshold);
+            // (One lost packet on an idle path — a keep-alive — is not an outage: at least
+            // three sends must have gone unanswered.)
+            let sending = st.unanswered_sends >= MIN_UNANSWERED_SENDS
+                && st
+                    .unanswered_since_ns
+                    .is_some_and(|u| now.saturating_sub(u) > threshold);
             let recent = |c: Option<u64>| c.is_some_and(|c| now.saturating_sub(c) <= threshold);
             let stopped_copies = st.last_copy_ns.is_some()
                 && !recent(st.last_copy_ns)

@@ -52,6 +52,8 @@ pub struct PathState {
     pub last_sent_ns: Option<u64>,
     /// First send since the last arrival: how long the path has left a send unanswered.
     pub unanswered_since_ns: Option<u64>,
+    /// Sends since the last arrival.
+    pub unanswered_sends: u32,
     /// Last time a copy of a message of a multi-path flow was seen on this path.
     pub last_copy_ns: Option<u64>,
     /// Last time such a copy was the first sighting of its message (new traffic, not a lagging
@@ -82,6 +84,7 @@ impl PathState {
             last_alive_ns: None,
             last_sent_ns: None,
             unanswered_since_ns: None,
+            unanswered_sends: 0,
             last_copy_ns: None,
             last_new_copy_ns: None,
             outage: None,

@@ -243,8 +243,8 @@ fn kcp_session_per_path_is_matched_by_application_id() {
 fn one_outage_on_the_silent_path_none_on_idle_paths() {
     // 10 s of messages on both sessions; path A loses everything that would arrive from 3 s to
     // 8 s (the T-Box keeps sending; the copies it held arrive right after 8 s); then 6 s of
-    // keep-alives every 1.05 s on both paths, answered: idle paths, silent longer than the
-    // threshold, in no outage.
+    // keep-alives every 1.05 s on both paths, answered but one: idle paths, silent longer than
+    // the threshold, in no outage.
     let start = T0 + 1_000_000_000;
     let (down, up_again) = (start + 3_000_000_000, start + 8_000_000_000);
     let lost = |arrival: u64| (down..up_again).contains(&arrival);
@@ -290,6 +290,11 @@ fn one_outage_on_the_silent_path_none_on_idle_paths() {
     for k in 0..6u64 {
         for p in 0..2usize {
             let t = idle + k * 1_050 * MS + p as u64 * 300 * MS;
+            if k == 2 && p == 1 {
+                // One keep-alive lost: path B silent for 2.1 s, one send unanswered.
+                obs.push(kcp(t, LABELS[1].0, 2, 1, KcpCmd::WindowAsk, 0, None));
+                continue;
+            }
             both_ends(&mut obs, p, t, true, |ts, l, c| {
                 kcp(ts, l, c, p, KcpCmd::WindowAsk, 0, None)
             });

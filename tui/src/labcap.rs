@@ -483,6 +483,10 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
     );
     let _ = writeln!(
         s,
+        "latency: tboxscope first copy on the wire → first arrival on the wire; truth application → application (adds the wait in the sender's queue)"
+    );
+    let _ = writeln!(
+        s,
         "{:<15} {:<9} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7}",
         "transport", "source", "msgs", "P50 ms", "P99 ms", "P999 ms", "dup %", "amplif"
     );
