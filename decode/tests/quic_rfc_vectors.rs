@@ -274,3 +274,51 @@ fn draft29_initial_keys_use_draft29_salt() {
         "175257a31eb09dea9366d8bb79ad80ba"
     );
 }
+
+#[test]
+fn retry_integrity_tags_are_verified_against_the_clients_first_dcid() {
+    let (ca, sa) = addrs();
+    let up = DatagramInfo {
+        src: Some(ca),
+        dst: Some(sa),
+        from_client: None,
+    };
+    let down = DatagramInfo {
+        src: Some(sa),
+        dst: Some(ca),
+        from_client: None,
+    };
+    // RFC 9001 / RFC 9369 Appendix A: the client's Initial (DCID 8394c8f03e515708), then the
+    // server's Retry for it.
+    for (initial, retry) in [
+        (
+            "rfc9001-client-initial.hex",
+            "ff000000010008f067a5502a4262b5746f6b656e04a265ba2eff4d829058fb3f0f2496ba",
+        ),
+        (
+            "rfc9369-client-initial.hex",
+            "cf6b3343cf0008f067a5502a4262b5746f6b656ec8646ce8bfe33952d955543665dcc7b6",
+        ),
+    ] {
+        let retry = unhex(retry);
+        // Untouched; a token byte changed; a tag byte changed.
+        for tamper in [None, Some(16), Some(retry.len() - 1)] {
+            let mut dec = QuicDecoder::new(Default::default(), None);
+            dec.decode(&data(initial), &up);
+            let mut r = retry.clone();
+            if let Some(i) = tamper {
+                r[i] ^= 0x40;
+            }
+            let s = dec.decode(&r, &down);
+            let want = if tamper.is_some() {
+                "retry integrity tag does not verify (the client discards this Retry)"
+            } else {
+                "no encrypted payload"
+            };
+            assert_eq!(s[0].undecrypted_reason.as_deref(), Some(want), "{initial}");
+            assert_eq!(s[0].connection, Some(0), "{initial}");
+            let refused = dec.stats.not_decrypted.get("retry_integrity_failed");
+            assert_eq!(refused, tamper.map(|_| &1), "{initial}");
+        }
+    }
+}

@@ -20,6 +20,10 @@ pub const GLOBAL_CONFIG: &str = "CONFIG";
 
 /// Size in bytes of the event ring buffer.
 pub const RING_BYTES: u32 = 4 << 20;
+/// Frequent events (cwnd samples, socket states) are submitted without waking the reader
+/// (each wakeup is an interrupt, several microseconds in a VM) until this many bytes wait in
+/// the ring; then they force one. User space also drains the ring on a short timer.
+pub const RING_WAKE_BYTES: u64 = 256 << 10;
 /// Entries of the per-socket `tcp_probe` thinning map.
 pub const CWND_LAST_ENTRIES: u32 = 16384;
 /// Entries of each filter map.
@@ -190,8 +194,8 @@ pub struct SockOffsets {
     pub retrans_out: u32,
     /// `sk_buff.cb` + `tcp_skb_cb.tcp_gso_segs` (u16); `u32::MAX` when unknown.
     pub skb_gso_segs: u32,
-    /// Explicit padding.
-    pub _pad: u32,
+    /// `skc_cookie` (u64, the socket cookie `tcp:tcp_probe` reports); `u32::MAX` when unknown.
+    pub cookie: u32,
 }
 
 /// Offsets of the fields the programs take from each tracepoint's record, read from
@@ -207,6 +211,13 @@ pub struct TracepointOffsets {
     pub retrans_err: u32,
     /// tcp_probe: `skaddr`.
     pub probe_skaddr: u32,
+    /// tcp_probe: `snd_cwnd` (u32); `u32::MAX` when absent (then read from the socket).
+    pub probe_snd_cwnd: u32,
+    /// tcp_probe: `srtt` (u32, `srtt_us >> 3`); `u32::MAX` when absent.
+    pub probe_srtt: u32,
+    /// tcp_probe: `sock_cookie` (u64); `u32::MAX` when absent or when the socket's
+    /// `skc_cookie` offset is unknown (then `CWND_LAST` is keyed by socket address).
+    pub probe_cookie: u32,
     /// tcp_cong_state_set: `skaddr`.
     pub cong_skaddr: u32,
     /// tcp_cong_state_set: `cong_state` (u8).
@@ -219,6 +230,8 @@ pub struct TracepointOffsets {
     pub state_new: u32,
     /// inet_sock_set_state: `protocol` (u16).
     pub state_protocol: u32,
+    /// Explicit padding.
+    pub _pad: u32,
 }
 
 /// Everything the programs need from user space, set as one read-only global before load.
@@ -239,27 +252,38 @@ pub struct ProbeConfig {
     pub _pad: [u8; 6],
 }
 
-/// Per-socket memory of the last emitted `tcp_probe` sample (value of `CWND_LAST`).
+/// Per-socket memory of `tcp_probe` (value of `CWND_LAST`): the last emitted sample, the
+/// socket's identity (read once, so a sample that is not due costs no identity reads) and
+/// whether the user's filters exclude it. The key is the socket cookie when the kernel has one
+/// (never reused, so no entry can outlive its socket into another), else the socket address.
+/// `ts_ns` = 0 asks for a sample at the next segment (set on retransmissions and
+/// congestion-state changes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CwndLast {
     /// Time of the last emitted sample.
     pub ts_ns: u64,
+    /// Local address as two words (IPv4 in the first 4 bytes).
+    pub saddr: [u64; 2],
+    /// Remote address as two words.
+    pub daddr: [u64; 2],
     /// cwnd then.
     pub snd_cwnd: u32,
-    /// ssthresh then.
-    pub snd_ssthresh: u32,
-    /// ca_state then.
-    pub ca_state: u8,
-    /// backoff then.
-    pub backoff: u8,
+    /// AF_INET or AF_INET6.
+    pub family: u16,
+    /// Local port, host order.
+    pub sport: u16,
+    /// Remote port, host order.
+    pub dport: u16,
+    /// 1 when the user's filters exclude this socket (nothing is emitted for it).
+    pub excluded: u8,
     /// Explicit padding.
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 13],
 }
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all four are repr(C), Copy, contain only integers and explicit padding fields, so
+    // SAFETY: all of them are repr(C), Copy, contain only integers and explicit padding fields, so
     // every bit pattern is valid and there are no implicit padding bytes.
     unsafe impl aya::Pod for super::TcpEvent {}
     unsafe impl aya::Pod for super::SockOffsets {}
@@ -278,9 +302,9 @@ mod tests {
         assert_eq!(size_of::<TcpEvent>(), 104);
         assert_eq!(align_of::<TcpEvent>(), 8);
         assert_eq!(size_of::<SockOffsets>(), 24 * 4);
-        assert_eq!(size_of::<TracepointOffsets>(), 40);
-        assert_eq!(size_of::<ProbeConfig>(), 96 + 40 + 8 + 8);
-        assert_eq!(size_of::<CwndLast>(), 24);
+        assert_eq!(size_of::<TracepointOffsets>(), 56);
+        assert_eq!(size_of::<ProbeConfig>(), 96 + 56 + 8 + 8);
+        assert_eq!(size_of::<CwndLast>(), 64);
     }
 
     #[test]

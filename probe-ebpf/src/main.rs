@@ -10,16 +10,19 @@ use sock::{Ident, Snap};
 
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
-    macros::{map, tracepoint},
+    macros::{classifier, fentry, kprobe, map, raw_tracepoint, sock_ops, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
-    programs::TracePointContext,
+    programs::{
+        FEntryContext, ProbeContext, RawTracePointContext, SockOpsContext, TcContext,
+        TracePointContext,
+    },
 };
 use probe_common::{
-    CwndLast, ProbeConfig, TcpEvent, CA_CWR, CA_DISORDER, CA_LOSS, CA_RECOVERY,
-    CWND_LAST_ENTRIES, DROP_READ_FAILED, DROP_REASONS, DROP_RING_FULL, FILTER_ENTRIES,
-    FLAG_SEGS_READ, FLAG_SOCK_READ, ICSK_TIME_LOSS_PROBE, KIND_CONG_STATE, KIND_CWND, KIND_RETRANSMIT,
-    KIND_SOCK_STATE, RETRANS_FAST, RETRANS_LOSS_PROBE, RETRANS_LOSS_RECOVERY, RETRANS_OTHER,
-    RETRANS_RTO, RING_BYTES,
+    CwndLast, ProbeConfig, TcpEvent, CA_CWR, CA_DISORDER, CA_LOSS, CA_RECOVERY, CWND_LAST_ENTRIES,
+    DROP_READ_FAILED, DROP_REASONS, DROP_RING_FULL, FILTER_ENTRIES, FLAG_SEGS_READ, FLAG_SOCK_READ,
+    ICSK_TIME_LOSS_PROBE, KIND_CONG_STATE, KIND_CWND, KIND_RETRANSMIT, KIND_SOCK_STATE,
+    RETRANS_FAST, RETRANS_LOSS_PROBE, RETRANS_LOSS_RECOVERY, RETRANS_OTHER, RETRANS_RTO,
+    RING_BYTES, RING_WAKE_BYTES,
 };
 
 /// Offsets and settings from user space (read-only data, set before load).
@@ -64,6 +67,8 @@ fn count_drop(reason: u32) {
 
 /// Kind-specific fields of an event.
 struct Extra {
+    /// `bpf_ktime_get_ns()` at the event.
+    ts_ns: u64,
     kind: u8,
     detail: u8,
     flags: u8,
@@ -71,10 +76,27 @@ struct Extra {
     err: i32,
 }
 
+/// `bpf_ringbuf_submit` flags.
+const RB_NO_WAKEUP: u64 = 1;
+const RB_FORCE_WAKEUP: u64 = 2;
+/// `bpf_ringbuf_query`: bytes not yet consumed.
+const RB_AVAIL_DATA: u64 = 0;
+
+/// How a submitted event wakes the reader.
+#[derive(Clone, Copy)]
+enum Wake {
+    /// Rare events the user waits for (retransmits, congestion states): the kernel's default,
+    /// a wakeup when the reader has caught up.
+    Now,
+    /// Frequent events: no wakeup until `RING_WAKE_BYTES` wait in the ring (the reader also
+    /// drains on a timer).
+    Batched,
+}
+
 /// Writes one event straight into a ring-buffer slot, field by field; counts a drop when the
 /// ring is full.
 #[inline(always)]
-fn emit(sk: u64, id: &Ident, s: &Snap, x: &Extra) {
+fn emit(sk: u64, id: &Ident, s: &Snap, x: &Extra, wake: Wake) {
     let Some(mut entry) = EVENTS.reserve::<TcpEvent>(0) else {
         count_drop(DROP_RING_FULL);
         return;
@@ -83,7 +105,7 @@ fn emit(sk: u64, id: &Ident, s: &Snap, x: &Extra) {
     // SAFETY: `p` points to a reserved, exclusively owned slot of size_of::<TcpEvent>() bytes;
     // every field is written before submit.
     unsafe {
-        (*p).ts_ns = bpf_ktime_get_ns();
+        (*p).ts_ns = x.ts_ns;
         (*p).sock_id = sk;
         let sa = (&raw mut (*p).saddr).cast::<u64>();
         sa.write(id.saddr[0]);
@@ -114,7 +136,22 @@ fn emit(sk: u64, id: &Ident, s: &Snap, x: &Extra) {
         (*p).err = x.err;
         (*p)._pad = 0;
     }
-    entry.submit(0);
+    let flags = match wake {
+        Wake::Now => 0,
+        Wake::Batched => {
+            if EVENTS.query(RB_AVAIL_DATA) >= RING_WAKE_BYTES {
+                RB_FORCE_WAKEUP
+            } else {
+                RB_NO_WAKEUP
+            }
+        }
+    };
+    entry.submit(flags);
+}
+
+#[inline(always)]
+fn now_ns() -> u64 {
+    unsafe { bpf_ktime_get_ns() }
 }
 
 #[inline(always)]
@@ -144,6 +181,7 @@ fn try_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
         return Ok(());
     };
     let s = sock::snap(sk)?;
+    force_sample(sk);
     let err_off = conf!(tp.retrans_err);
     let err: i32 = if err_off != u32::MAX {
         read_tp(ctx, err_off)?
@@ -182,12 +220,14 @@ fn try_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
         &id,
         &s,
         &Extra {
+            ts_ns: now_ns(),
             kind: KIND_RETRANSMIT,
             detail,
             flags,
             segs,
             err,
         },
+        Wake::Now,
     );
     Ok(())
 }
@@ -200,54 +240,151 @@ pub fn tcp_probe(ctx: TracePointContext) -> u32 {
     }
 }
 
+/// Reads an optional tracepoint field (`u32::MAX` offset = absent).
+#[inline(always)]
+fn read_tp_opt<T>(ctx: &TracePointContext, off: u32) -> Result<Option<T>, i32> {
+    if off == u32::MAX {
+        Ok(None)
+    } else {
+        read_tp(ctx, off).map(Some)
+    }
+}
+
+/// Runs on every incoming segment of every TCP socket, so the common case (a sample not due)
+/// must stay cheap: three reads from the record (cookie, cwnd; the clock) and one map lookup.
+/// The socket's entry in `CWND_LAST` caches its identity and the filters' verdict; the socket
+/// itself is read only when a sample is emitted. Due = the interval has passed, cwnd changed,
+/// or another program asked for a sample (`ts_ns` = 0: retransmission, congestion state).
 #[inline(always)]
 fn try_probe(ctx: &TracePointContext) -> Result<(), i32> {
-    let sk: u64 = read_tp(ctx, conf!(tp.probe_skaddr))?;
-    let Some(id) = sock::ident(sk)? else {
-        return Ok(());
-    };
-    let s = sock::snap(sk)?;
-    let now = unsafe { bpf_ktime_get_ns() };
-    let interval = conf!(cwnd_interval_ns);
-    if let Some(last) = CWND_LAST.get_ptr_mut(sk) {
-        // SAFETY: map value pointer from a successful lookup.
-        let last = unsafe { &mut *last };
-        let changed = last.snd_cwnd != s.cwnd
-            || last.snd_ssthresh != s.ssthresh
-            || last.ca_state != s.ca_state
-            || last.backoff != s.backoff;
-        if !changed && now.wrapping_sub(last.ts_ns) < interval {
-            return Ok(());
-        }
-        last.ts_ns = now;
-        last.snd_cwnd = s.cwnd;
-        last.snd_ssthresh = s.ssthresh;
-        last.ca_state = s.ca_state;
-        last.backoff = s.backoff;
+    let cookie_off = conf!(tp.probe_cookie);
+    let key: u64 = if cookie_off != u32::MAX {
+        read_tp(ctx, cookie_off)?
     } else {
-        let last = CwndLast {
-            ts_ns: now,
-            snd_cwnd: s.cwnd,
-            snd_ssthresh: s.ssthresh,
-            ca_state: s.ca_state,
-            backoff: s.backoff,
-            _pad: [0; 6],
-        };
-        // A full LRU evicts the oldest socket; a failed insert only means an extra sample.
-        let _ = CWND_LAST.insert(sk, last, 0);
+        read_tp(ctx, conf!(tp.probe_skaddr))?
+    };
+    let Some(last) = CWND_LAST.get_ptr_mut(key) else {
+        return first_probe(ctx, key);
+    };
+    // SAFETY: map value pointer from a successful lookup; only this socket's softirq path
+    // writes it, apart from `force_sample` (a race costs at worst one extra or missing sample).
+    let last = unsafe { &mut *last };
+    if last.excluded != 0 {
+        return Ok(());
     }
+    let cwnd = probe_cwnd(ctx)?;
+    let now = now_ns();
+    if now.wrapping_sub(last.ts_ns) < conf!(cwnd_interval_ns) && last.snd_cwnd == cwnd {
+        return Ok(());
+    }
+    let sk: u64 = read_tp(ctx, conf!(tp.probe_skaddr))?;
+    let id = Ident {
+        family: last.family,
+        sport: last.sport,
+        dport: last.dport,
+        saddr: last.saddr,
+        daddr: last.daddr,
+    };
+    let s = probe_snap(ctx, sk, cwnd)?;
+    last.ts_ns = now;
+    last.snd_cwnd = s.cwnd;
+    emit_cwnd(sk, &id, &s, now);
+    Ok(())
+}
+
+/// `CWND_LAST`'s key for a socket: its cookie when `tcp_probe` keys by cookie, else its address.
+#[inline(always)]
+fn sample_key(sk: u64) -> Result<u64, i32> {
+    if conf!(tp.probe_cookie) != u32::MAX {
+        sock::read(sk, conf!(sock.cookie))
+    } else {
+        Ok(sk)
+    }
+}
+
+/// Asks `tcp_probe` for a sample at the socket's next segment (its state just changed in a way
+/// cwnd alone may not show: ssthresh, ca_state, backoff).
+#[inline(always)]
+fn force_sample(sk: u64) {
+    if let Ok(key) = sample_key(sk) {
+        if let Some(last) = CWND_LAST.get_ptr_mut(key) {
+            // SAFETY: map value pointer from a successful lookup.
+            unsafe { (*last).ts_ns = 0 };
+        }
+    }
+}
+
+/// cwnd from the tracepoint record, or from the socket on kernels whose record lacks it.
+#[inline(always)]
+fn probe_cwnd(ctx: &TracePointContext) -> Result<u32, i32> {
+    match read_tp_opt(ctx, conf!(tp.probe_snd_cwnd))? {
+        Some(c) => Ok(c),
+        None => {
+            let sk: u64 = read_tp(ctx, conf!(tp.probe_skaddr))?;
+            sock::read(sk, conf!(sock.snd_cwnd))
+        }
+    }
+}
+
+/// The snapshot of a `tcp_probe` event, with cwnd and srtt from the tracepoint record when it
+/// carries them.
+#[inline(always)]
+fn probe_snap(ctx: &TracePointContext, sk: u64, cwnd: u32) -> Result<Snap, i32> {
+    let srtt_us: u32 = match read_tp_opt(ctx, conf!(tp.probe_srtt))? {
+        Some(v) => v,
+        None => sock::read::<u32>(sk, conf!(sock.srtt_us))? >> 3,
+    };
+    sock::snap_with(sk, cwnd, srtt_us)
+}
+
+#[inline(always)]
+fn emit_cwnd(sk: u64, id: &Ident, s: &Snap, now: u64) {
     emit(
         sk,
-        &id,
-        &s,
+        id,
+        s,
         &Extra {
+            ts_ns: now,
             kind: KIND_CWND,
             detail: 0,
             flags: 0,
             segs: 0,
             err: 0,
         },
+        Wake::Batched,
     );
+}
+
+/// First sample of a socket: read and filter its identity once, remember both, and emit.
+#[inline(always)]
+fn first_probe(ctx: &TracePointContext, key: u64) -> Result<(), i32> {
+    let now = now_ns();
+    let sk: u64 = read_tp(ctx, conf!(tp.probe_skaddr))?;
+    let id = sock::ident_any(sk)?;
+    if !(sock::is_inet(&id) && sock::passes_filter(&id)) {
+        let entry = CwndLast {
+            ts_ns: now,
+            excluded: 1,
+            ..CwndLast::default()
+        };
+        // A full LRU evicts the oldest socket; a failed insert only means this is read again.
+        let _ = CWND_LAST.insert(key, entry, 0);
+        return Ok(());
+    }
+    let s = probe_snap(ctx, sk, probe_cwnd(ctx)?)?;
+    let entry = CwndLast {
+        ts_ns: now,
+        saddr: id.saddr,
+        daddr: id.daddr,
+        snd_cwnd: s.cwnd,
+        family: id.family,
+        sport: id.sport,
+        dport: id.dport,
+        excluded: 0,
+        _pad: [0; 13],
+    };
+    let _ = CWND_LAST.insert(key, entry, 0);
+    emit_cwnd(sk, &id, &s, now);
     Ok(())
 }
 
@@ -267,17 +404,20 @@ fn try_cong(ctx: &TracePointContext) -> Result<(), i32> {
     };
     let s = sock::snap(sk)?;
     let new: u8 = read_tp(ctx, conf!(tp.cong_state))?;
+    force_sample(sk);
     emit(
         sk,
         &id,
         &s,
         &Extra {
+            ts_ns: now_ns(),
             kind: KIND_CONG_STATE,
             detail: new,
             flags: 0,
             segs: 0,
             err: 0,
         },
+        Wake::Now,
     );
     Ok(())
 }
@@ -300,7 +440,9 @@ fn try_sock_state(ctx: &TracePointContext) -> Result<(), i32> {
     let old: i32 = read_tp(ctx, conf!(tp.state_old))?;
     let new: i32 = read_tp(ctx, conf!(tp.state_new))?;
     if new as u8 == TCP_CLOSE {
-        let _ = CWND_LAST.remove(sk);
+        if let Ok(key) = sample_key(sk) {
+            let _ = CWND_LAST.remove(key);
+        }
     }
     let Some(id) = sock::ident(sk)? else {
         return Ok(());
@@ -312,14 +454,49 @@ fn try_sock_state(ctx: &TracePointContext) -> Result<(), i32> {
         &id,
         &s,
         &Extra {
+            ts_ns: now_ns(),
             kind: KIND_SOCK_STATE,
             detail: new as u8,
             flags: 0,
             segs: 0,
             err: 0,
         },
+        Wake::Batched,
     );
     Ok(())
+}
+
+// Programs that do nothing: `tboxscope doctor` loads and attaches each (then detaches) to tell
+// which hook types this kernel really offers, beyond the four tracepoints above.
+
+/// Doctor's kprobe check.
+#[kprobe]
+pub fn check_kprobe(_ctx: ProbeContext) -> u32 {
+    0
+}
+
+/// Doctor's raw tracepoint check.
+#[raw_tracepoint(tracepoint = "tcp_probe")]
+pub fn check_raw_tracepoint(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+
+/// Doctor's fentry (BTF tracing) check.
+#[fentry(function = "tcp_sendmsg")]
+pub fn check_fentry(_ctx: FEntryContext) -> u32 {
+    0
+}
+
+/// Doctor's sock_ops check (attached to an empty cgroup of its own).
+#[sock_ops]
+pub fn check_sock_ops(_ctx: SockOpsContext) -> u32 {
+    1
+}
+
+/// Doctor's TC classifier check (loaded only: attaching needs an interface and a qdisc).
+#[classifier]
+pub fn check_classifier(_ctx: TcContext) -> i32 {
+    0
 }
 
 #[cfg(not(test))]

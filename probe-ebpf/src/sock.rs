@@ -42,6 +42,21 @@ pub struct Snap {
 /// Reads identity; `None` when not IPv4/IPv6 or excluded by the user's filters.
 #[inline(always)]
 pub fn ident(sk: u64) -> Result<Option<Ident>, i32> {
+    let id = ident_any(sk)?;
+    Ok((is_inet(&id) && passes_filter(&id)).then_some(id))
+}
+
+/// IPv4 or IPv6 (other families carry zero addresses).
+#[inline(always)]
+pub fn is_inet(id: &Ident) -> bool {
+    id.family == AF_INET || id.family == AF_INET6
+}
+
+/// Reads identity, no filtering. Every field is always set (addresses zero for families other
+/// than IPv4/IPv6): an `Option` here lets LLVM store an undefined payload, which the verifier
+/// rejects as a read of an uninitialised register.
+#[inline(always)]
+pub fn ident_any(sk: u64) -> Result<Ident, i32> {
     let family: u16 = read(sk, conf!(sock.family))?;
     let sport: u16 = read(sk, conf!(sock.num))?;
     let dport = u16::from_be(read(sk, conf!(sock.dport))?);
@@ -54,20 +69,20 @@ pub fn ident(sk: u64) -> Result<Option<Ident>, i32> {
         let d: [u64; 2] = read(sk, conf!(sock.v6_daddr))?;
         (s, d)
     } else {
-        return Ok(None);
+        ([0, 0], [0, 0])
     };
-    let id = Ident {
+    Ok(Ident {
         family,
         sport,
         dport,
         saddr,
         daddr,
-    };
-    Ok(passes_filter(&id).then_some(id))
+    })
 }
 
+/// Whether the user's port/address filters let this socket through.
 #[inline(always)]
-fn passes_filter(id: &Ident) -> bool {
+pub fn passes_filter(id: &Ident) -> bool {
     if conf!(filter_ports) != 0 {
         let hit = unsafe {
             FILTER_PORTS.get(&id.sport).is_some() || FILTER_PORTS.get(&id.dport).is_some()
@@ -104,27 +119,42 @@ fn words_to_bytes(w: [u64; 2]) -> [u8; 16] {
 #[inline(always)]
 fn mapped(v4: u64) -> [u8; 16] {
     let a = (v4 as u32).to_ne_bytes();
-    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3]]
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
+    ]
 }
 
 /// Reads the TCP state snapshot (rto, backoff, cwnd, ...).
 #[inline(always)]
 pub fn snap(sk: u64) -> Result<Snap, i32> {
-    let ca: u8 = read(sk, conf!(sock.ca_state_byte))?;
+    let cwnd: u32 = read(sk, conf!(sock.snd_cwnd))?;
     let srtt8: u32 = read(sk, conf!(sock.srtt_us))?;
+    snap_with(sk, cwnd, srtt8 >> 3)
+}
+
+/// The snapshot, with cwnd and srtt (µs) already known (from a tracepoint record).
+#[inline(always)]
+pub fn snap_with(sk: u64, cwnd: u32, srtt_us: u32) -> Result<Snap, i32> {
     Ok(Snap {
         state: read(sk, conf!(sock.state))?,
         rto: read(sk, conf!(sock.icsk_rto))?,
         backoff: read(sk, conf!(sock.icsk_backoff))?,
         retransmits: read(sk, conf!(sock.icsk_retransmits))?,
         pending: read(sk, conf!(sock.icsk_pending))?,
-        ca_state: (ca >> (conf!(sock.ca_state_shift) & 7)) & (conf!(sock.ca_state_mask) as u8),
+        ca_state: ca_state(sk)?,
         total_retrans: read(sk, conf!(sock.total_retrans))?,
-        cwnd: read(sk, conf!(sock.snd_cwnd))?,
+        cwnd,
         ssthresh: read(sk, conf!(sock.snd_ssthresh))?,
-        srtt_us: srtt8 >> 3,
+        srtt_us,
         packets_out: read(sk, conf!(sock.packets_out))?,
         lost_out: read(sk, conf!(sock.lost_out))?,
         retrans_out: read(sk, conf!(sock.retrans_out))?,
     })
+}
+
+/// `icsk_ca_state` (a bitfield).
+#[inline(always)]
+pub fn ca_state(sk: u64) -> Result<u8, i32> {
+    let ca: u8 = read(sk, conf!(sock.ca_state_byte))?;
+    Ok((ca >> (conf!(sock.ca_state_shift) & 7)) & (conf!(sock.ca_state_mask) as u8))
 }

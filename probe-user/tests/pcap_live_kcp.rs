@@ -148,9 +148,11 @@ fn kcp_crate_peers_captured_live_decode_to_the_sent_messages() {
     let mut drops = None;
     for ev in &events {
         match ev {
-            LiveEvent::Packet(p) => {
-                assert_eq!(p.link.linktype(), 1);
-                ng.epb(0, p.ts_ns, p.orig_len, &p.data);
+            LiveEvent::Packets(batch) => {
+                for p in batch {
+                    assert_eq!(p.link.linktype(), 1);
+                    ng.epb(0, p.ts_ns, p.orig_len, &p.data);
+                }
             }
             LiveEvent::Stats { stats, .. } => drops = Some(stats.dropped + stats.if_dropped),
             _ => {}

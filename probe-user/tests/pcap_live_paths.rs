@@ -57,15 +57,15 @@ fn path_goes_down_and_up_while_the_other_path_keeps_capturing() {
         .unwrap();
     let mut events = Vec::new();
     for path in 0..2 {
-        assert!(wait_for(
-            &cap,
-            &mut events,
-            Duration::from_secs(5),
-            |e| matches!(
+        let up = |e: &LiveEvent| {
+            matches!(
                 e,
                 LiveEvent::PathUp { path: p, reopened: false, nanosecond: true, .. } if *p == path
             )
-        ));
+        };
+        // The paths' threads start in any order: path 1 may have been seen while waiting for 0.
+        let seen = events.iter().any(up);
+        assert!(seen || wait_for(&cap, &mut events, Duration::from_secs(5), up));
     }
 
     // Senders: one datagram per path every millisecond, numbered; bounded by count and time.
@@ -140,12 +140,14 @@ fn path_goes_down_and_up_while_the_other_path_keeps_capturing() {
     let mut final_stats = [None, None];
     for ev in &events {
         match ev {
-            LiveEvent::Packet(p) => {
-                let udp = net.udp(p.link, &p.data, p.ts_ns).unwrap();
-                let text = std::str::from_utf8(udp.payload).unwrap();
-                let (tag, seq) = text.split_once(" seq").unwrap();
-                assert_eq!(tag, format!("path{}", p.path), "packet on the wrong path");
-                seqs[p.path].insert(seq.parse().unwrap());
+            LiveEvent::Packets(batch) => {
+                for p in batch {
+                    let udp = net.udp(p.link, &p.data, p.ts_ns).unwrap();
+                    let text = std::str::from_utf8(udp.payload).unwrap();
+                    let (tag, seq) = text.split_once(" seq").unwrap();
+                    assert_eq!(tag, format!("path{}", p.path), "packet on the wrong path");
+                    seqs[p.path].insert(seq.parse().unwrap());
+                }
             }
             LiveEvent::Stats { path, stats, .. } => final_stats[*path] = Some(*stats),
             _ => {}

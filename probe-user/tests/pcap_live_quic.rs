@@ -176,9 +176,11 @@ fn quinn_peers_captured_live_decode_to_the_sent_streams() {
     ng.idb(1, 65535, Some("5G"), Some(9));
     let mut frames = Vec::new();
     for ev in &events {
-        if let LiveEvent::Packet(p) = ev {
-            ng.epb(0, p.ts_ns, p.orig_len, &p.data);
-            frames.push(p.clone());
+        if let LiveEvent::Packets(batch) = ev {
+            for p in batch {
+                ng.epb(0, p.ts_ns, p.orig_len, &p.data);
+                frames.push(p.clone());
+            }
         }
     }
     let file = dir.path().join("quic-live.pcapng");

@@ -39,6 +39,26 @@ fn doctor_reports_every_hook_and_a_denied_one() {
         .map(|d| d.as_str().unwrap().to_owned())
         .collect();
     assert!(degraded.iter().any(|d| d.contains("cwnd")), "{degraded:?}");
+    // Hook types are called available only after a real attach; kprobes need the kernel's
+    // kprobe PMU or kprobe_events, so without both doctor must not claim them.
+    let types = r["program_types"].as_array().unwrap();
+    for t in types {
+        if t["available"] == true {
+            assert_eq!(t["attached"], true, "{t}");
+        }
+    }
+    let kprobe = types.iter().find(|t| t["hook"] == "kprobe").unwrap();
+    let kprobes_in_kernel = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
+        || std::path::Path::new("/sys/kernel/tracing/kprobe_events").exists()
+        || std::path::Path::new("/sys/kernel/debug/tracing/kprobe_events").exists();
+    if !kprobes_in_kernel {
+        assert_eq!(kprobe["available"], false, "{kprobe}");
+    }
+    let raw = types
+        .iter()
+        .find(|t| t["hook"] == "raw_tracepoint")
+        .unwrap();
+    assert_eq!(raw["available"], true, "{raw}");
     assert!(r["privileges"]["missing"].as_array().unwrap().is_empty());
     // Plain report too.
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
@@ -46,7 +66,9 @@ fn doctor_reports_every_hook_and_a_denied_one() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("live mode: can run"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("live mode: can run"), "{text}");
+    assert!(text.contains("kprobe"), "{text}");
 }
 
 #[test]

@@ -48,6 +48,9 @@ pub enum Undecrypted {
     Authentication,
     /// A keylog secret does not fit the negotiated cipher suite.
     BadSecret,
+    /// A Retry whose integrity tag does not verify against the client's original Destination
+    /// Connection ID (RFC 9001 §5.8): the client discards it, and so does the decoder.
+    RetryIntegrity,
 }
 
 impl Undecrypted {
@@ -64,6 +67,7 @@ impl Undecrypted {
             Self::Truncated => "truncated_in_capture",
             Self::Authentication => "authentication_failed",
             Self::BadSecret => "secret_suite_mismatch",
+            Self::RetryIntegrity => "retry_integrity_failed",
         }
     }
 }
@@ -95,6 +99,9 @@ impl fmt::Display for Undecrypted {
             }
             Self::BadSecret => {
                 f.write_str("not decrypted: keylog secret does not fit the cipher suite")
+            }
+            Self::RetryIntegrity => {
+                f.write_str("retry integrity tag does not verify (the client discards this Retry)")
             }
         }
     }

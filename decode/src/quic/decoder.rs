@@ -9,6 +9,7 @@ use super::keylog::Keylog;
 use super::keys::{CipherSuite, CryptoError, PacketKeys};
 use super::multipath::{self, MultipathMode};
 use super::protection::{decode_packet_number, decrypt_into, unprotect_header, Unprotected};
+use super::retry;
 use super::summary::{hex, summarize_frames, PacketSummary, QuicStats};
 use super::tls::{parse_hello, HandshakeMessage};
 use std::collections::{HashMap, VecDeque};
@@ -391,6 +392,18 @@ impl QuicDecoder {
             }
             PacketType::Retry => {
                 let found = self.find_long(h, info);
+                // A client discards a Retry whose integrity tag does not verify against the DCID
+                // of its first Initial (RFC 9001 §5.8): so does the decoder.
+                let conn = found.and_then(|(id, _)| self.conns.get(&id));
+                if let (Some(c), Some(version)) = (conn, h.version_family()) {
+                    if !retry::verify(version, &c.original_dcid, h.packet) {
+                        return Outcome::fail(
+                            found.map(|f| f.0),
+                            Some(SERVER),
+                            Undecrypted::RetryIntegrity,
+                        );
+                    }
+                }
                 if let (Some((id, _)), false) = (found, h.scid.is_empty()) {
                     if let Some(c) = self.conns.get_mut(&id) {
                         c.retry_scid = Some(h.scid.to_vec());

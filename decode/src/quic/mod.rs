@@ -6,6 +6,7 @@
 //! - [`header`]: validated zero-copy header views ([`header::parse_header`],
 //!   [`header::CoalescedPackets`]).
 //! - [`keys`], [`protection`]: key derivation, header protection, packet numbers, AEAD.
+//! - [`retry`]: Retry Integrity Tag verification (v1, v2, draft-29).
 //! - [`frame`]: zero-copy frame iterator.
 //! - [`keylog`], [`tls`]: secrets and the ClientHello/ServerHello fields that select them.
 //! - [`decoder::QuicDecoder`]: the stateful sans-IO decoder tying it together.
@@ -18,6 +19,7 @@ pub mod keylog;
 pub mod keys;
 pub mod multipath;
 pub mod protection;
+pub mod retry;
 pub mod summary;
 pub mod tls;
 pub mod varint;

@@ -11,6 +11,7 @@ pub mod watch;
 use std::io::Write;
 use std::time::Duration;
 
+use aya::maps::{MapData, RingBuf};
 use serde::Serialize;
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{signal, SignalKind};
@@ -24,6 +25,11 @@ use crate::source::ebpf::{
 use clock::WallClock;
 use records::DropsRecord;
 use tracker::{ConnTotals, Tracker};
+
+/// How often the ring buffer is read without a wakeup from the kernel.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(10);
+/// Records read from the ring buffer before the loop looks at signals and timers again.
+const DRAIN_BATCH: usize = 16_384;
 
 /// An observation from any source.
 #[derive(Debug, Clone)]
@@ -47,6 +53,8 @@ pub struct CaptureOptions {
     pub max_closed: usize,
     /// Extra sources (e.g. packet capture) feeding the same output.
     pub extra: Option<mpsc::Receiver<CaptureEvent>>,
+    /// Ends the capture when it fires or its sender is dropped (embedding callers, benches).
+    pub stop: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Default for CaptureOptions {
@@ -58,6 +66,7 @@ impl Default for CaptureOptions {
             max_connections: 4096,
             max_closed: 4096,
             extra: None,
+            stop: None,
         }
     }
 }
@@ -86,6 +95,8 @@ pub enum StopReason {
     Sigint,
     /// SIGTERM.
     Sigterm,
+    /// The caller's stop channel ([`CaptureOptions::stop`]).
+    Requested,
 }
 
 /// The final `summary` record.
@@ -119,14 +130,18 @@ struct Sink<W: Write> {
     clock: WallClock,
     events: u64,
     decode: DecodeStats,
+    /// Records of the current event (reused).
+    records: Vec<records::Record>,
 }
 
 impl<W: Write> Sink<W> {
     fn tcp(&mut self, o: &TcpObservation) -> Result<(), OutputError> {
         self.events += 1;
         let ts = self.clock.to_unix_ns(o.mono_ns);
-        for r in self.tracker.handle(o) {
-            self.out.write(r.type_name(), ts, &r)?;
+        self.records.clear();
+        self.tracker.handle_into(o, &mut self.records);
+        for r in &self.records {
+            self.out.write(r.type_name(), ts, r)?;
         }
         Ok(())
     }
@@ -139,6 +154,18 @@ impl<W: Write> Sink<W> {
                 Ok(())
             }
         }
+    }
+
+    /// Reads the records waiting in the ring buffer, at most `limit` (so a flood cannot starve
+    /// signals and timers); true when the ring was emptied.
+    fn drain(&mut self, rb: &mut RingBuf<MapData>, limit: usize) -> Result<bool, OutputError> {
+        for _ in 0..limit {
+            match rb.next() {
+                Some(item) => self.raw(&item)?,
+                None => return Ok(true),
+            }
+        }
+        Ok(false)
     }
 
     fn drops_record(&self, kernel: KernelDrops) -> DropsRecord {
@@ -198,6 +225,7 @@ pub async fn run_async<W: Write, H: Serialize>(
         clock,
         events: 0,
         decode: DecodeStats::default(),
+        records: Vec::with_capacity(4),
     };
     let ring = probes.take_events()?;
     // SAFETY: RingBuf and EbpfLogger own their map fd (aya's MapData); it stays open and the
@@ -218,6 +246,20 @@ pub async fn run_async<W: Write, H: Serialize>(
         }
     };
     tokio::pin!(deadline);
+    let stop = opts.stop.take();
+    let stop = async {
+        match stop {
+            Some(rx) => {
+                let _ = rx.await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(stop);
+    // Frequent events are submitted without a wakeup (probe-common RING_WAKE_BYTES): read
+    // what has queued up at this pace even when the kernel does not wake us.
+    let mut drain = tokio::time::interval(DRAIN_EVERY);
+    drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tick = tokio::time::interval(opts.drops_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_drops = KernelDrops::default();
@@ -228,13 +270,15 @@ pub async fn run_async<W: Write, H: Serialize>(
             _ = sigint.recv() => break StopReason::Sigint,
             _ = sigterm.recv() => break StopReason::Sigterm,
             _ = &mut deadline => break StopReason::Duration,
+            _ = &mut stop => break StopReason::Requested,
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                let rb = guard.get_inner_mut();
-                while let Some(item) = rb.next() {
-                    sink.raw(&item)?;
+                if sink.drain(guard.get_inner_mut(), DRAIN_BATCH)? {
+                    guard.clear_ready();
                 }
-                guard.clear_ready();
+            }
+            _ = drain.tick() => {
+                sink.drain(ring.get_mut(), DRAIN_BATCH)?;
             }
             guard = async {
                 match logger.as_mut() {
@@ -273,12 +317,7 @@ pub async fn run_async<W: Write, H: Serialize>(
         }
     };
     // Drain what the kernel already queued.
-    {
-        let rb = ring.get_mut();
-        while let Some(item) = rb.next() {
-            sink.raw(&item)?;
-        }
-    }
+    sink.drain(ring.get_mut(), usize::MAX)?;
     if let Some(l) = logger.as_mut() {
         l.get_mut().flush();
     }

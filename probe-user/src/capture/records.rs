@@ -1,18 +1,20 @@
 //! The JSON Lines records of `capture` (field names are part of the schema `tboxscope/1`).
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use crate::source::ebpf::event::{ca_state_name, jiffies_to_ms, tcp_state_name, TcpSnapshot};
 use crate::source::ebpf::{KernelDrops, RetransmitKind};
 
-/// Identity of a connection in every TCP record.
+/// Identity of a connection in every TCP record (shared text: a record costs no copy of it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Endpoints {
     /// Connection number in this capture (stable while the socket lives).
     pub conn: u64,
     /// Local endpoint `addr:port`.
-    pub src: String,
+    pub src: Arc<str>,
     /// Remote endpoint `addr:port`.
-    pub dst: String,
+    pub dst: Arc<str>,
 }
 
 /// The socket's TCP state as the kernel had it when the event happened.

@@ -115,8 +115,8 @@ impl Tracker {
                 totals: ConnTotals {
                     ends: Endpoints {
                         conn: id,
-                        src: o.src.to_string(),
-                        dst: o.dst.to_string(),
+                        src: o.src.to_string().into(),
+                        dst: o.dst.to_string().into(),
                     },
                     retransmits: 0,
                     retrans_segs: 0,
@@ -137,8 +137,8 @@ impl Tracker {
         c.last_ns = o.mono_ns;
         // A socket seen before its port was bound/connected (SYN_SENT with port 0): refresh.
         if c.totals.ends.src.ends_with(":0") || c.totals.ends.dst.ends_with(":0") {
-            c.totals.ends.src = o.src.to_string();
-            c.totals.ends.dst = o.dst.to_string();
+            c.totals.ends.src = o.src.to_string().into();
+            c.totals.ends.dst = o.dst.to_string().into();
         }
         c
     }
@@ -178,9 +178,17 @@ impl Tracker {
 
     /// Takes one observation; returns the records it produces, in order.
     pub fn handle(&mut self, o: &TcpObservation) -> Vec<Record> {
+        let mut out = Vec::with_capacity(2);
+        self.handle_into(o, &mut out);
+        out
+    }
+
+    /// [`Tracker::handle`] appending to `out` (a buffer the caller reuses: no allocation per
+    /// event).
+    pub fn handle_into(&mut self, o: &TcpObservation, out: &mut Vec<Record>) {
         let hz = self.hz;
         let sock = SockFields::new(&o.snap, hz);
-        let mut out = Vec::with_capacity(2);
+        let start = out.len();
         let c = self.conn(o);
         let ends = c.totals.ends.clone();
         if o.snap.valid {
@@ -242,7 +250,7 @@ impl Tracker {
                         )));
                     }
                 }
-                out.insert(0, Record::Cwnd(CwndRecord { ends, sock }));
+                out.insert(start, Record::Cwnd(CwndRecord { ends, sock }));
             }
             TcpEventKind::CongState { new } => {
                 let from = crate::source::ebpf::event::ca_state_name(o.snap.ca_state);
@@ -280,7 +288,6 @@ impl Tracker {
                 }
             }
         }
-        out
     }
 
     /// Every connection's totals (finished first, then open), for the summary.

@@ -21,6 +21,8 @@ pub struct TcpWatch {
     clock: WallClock,
     decode: DecodeStats,
     events: u64,
+    /// Records of the current event (reused).
+    records: Vec<Record>,
     // Dropped last: the programs stay attached while the maps above are read.
     probes: TcpProbes,
 }
@@ -39,6 +41,7 @@ impl TcpWatch {
             clock: WallClock::measure(),
             decode: DecodeStats::default(),
             events: 0,
+            records: Vec::with_capacity(4),
             probes,
         })
     }
@@ -64,7 +67,9 @@ impl TcpWatch {
     }
 
     /// Waits at most `timeout` for kernel events, then hands every record they produce, with
-    /// its Unix time in ns, to `emit`. Returns how many kernel events were read.
+    /// its Unix time in ns, to `emit`. Returns how many kernel events were read. Frequent
+    /// events (cwnd samples, socket states) do not wake the poll until many wait
+    /// (`probe_common::RING_WAKE_BYTES`), so they arrive at the latest after `timeout`.
     pub fn poll(
         &mut self,
         timeout: Duration,
@@ -102,8 +107,10 @@ impl TcpWatch {
                 Ok(o) => {
                     self.events += 1;
                     let ts = self.clock.to_unix_ns(o.mono_ns);
-                    for r in self.tracker.handle(&o) {
-                        emit(ts, &r);
+                    self.records.clear();
+                    self.tracker.handle_into(&o, &mut self.records);
+                    for r in &self.records {
+                        emit(ts, r);
                     }
                 }
                 Err(e) => self.decode.count(e),

@@ -38,11 +38,41 @@ pub fn format_ts(ts_ns: u64) -> String {
     }
 }
 
+/// Appends [`format_ts`]'s text to `buf`, formatting the date and time only when the second
+/// differs from the one in `cache` (records come many per second: no allocation, no calendar
+/// arithmetic per record).
+fn push_ts(buf: &mut Vec<u8>, ts_ns: u64, cache: &mut Option<(u64, String)>) {
+    let secs = ts_ns / 1_000_000_000;
+    let nanos = (ts_ns % 1_000_000_000) as u32;
+    let prefix = match cache {
+        Some((s, p)) if *s == secs => p,
+        _ => {
+            let full = format_ts(secs * 1_000_000_000);
+            // "YYYY-MM-DDTHH:MM:SS" + ".000000000Z": keep the part before the fraction.
+            let head = full
+                .split_once('.')
+                .map_or(full.as_str(), |(h, _)| h)
+                .to_owned();
+            &mut cache.insert((secs, head)).1
+        }
+    };
+    buf.extend_from_slice(prefix.as_bytes());
+    let mut frac = *b".000000000Z";
+    let mut n = nanos;
+    for d in frac[1..10].iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    buf.extend_from_slice(&frac);
+}
+
 /// Writes schema-versioned JSON Lines records.
 pub struct JsonLinesWriter<W: Write> {
     out: W,
     line: Vec<u8>,
     records: u64,
+    /// The formatted date and time of the last second written.
+    ts_cache: Option<(u64, String)>,
 }
 
 impl<W: Write> JsonLinesWriter<W> {
@@ -53,6 +83,7 @@ impl<W: Write> JsonLinesWriter<W> {
             out,
             line: Vec::with_capacity(512),
             records: 0,
+            ts_cache: None,
         };
         #[derive(Serialize)]
         struct Header<'a, T: Serialize> {
@@ -86,7 +117,7 @@ impl<W: Write> JsonLinesWriter<W> {
         self.line.extend_from_slice(b"{\"type\":");
         serde_json::to_writer(&mut self.line, record_type)?;
         self.line.extend_from_slice(b",\"ts\":\"");
-        self.line.extend_from_slice(format_ts(ts_ns).as_bytes());
+        push_ts(&mut self.line, ts_ns, &mut self.ts_cache);
         self.line.push(b'"');
         let start = self.line.len();
         serde_json::to_writer(&mut self.line, fields)?;
@@ -139,6 +170,23 @@ mod tests {
             format_ts(1_796_000_523_000_000_004),
             "2026-11-30T01:02:03.000000004Z"
         );
+    }
+
+    #[test]
+    fn cached_ts_matches_format_ts() {
+        let mut cache = None;
+        for ts in [
+            0,
+            1_796_000_523_000_000_004,
+            1_796_000_523_999_999_999,
+            1_796_000_524_000_000_000,
+            1_796_000_524_123_456_789,
+            1_796_000_523_500_000_000,
+        ] {
+            let mut buf = Vec::new();
+            push_ts(&mut buf, ts, &mut cache);
+            assert_eq!(String::from_utf8(buf).unwrap(), format_ts(ts), "{ts}");
+        }
     }
 
     #[test]

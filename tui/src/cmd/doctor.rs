@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use probe_user::source::ebpf::{
     self, denied_hooks, privileges::Capabilities, tracefs::Tracefs, HookState, HookStatus,
-    ProbeOptions, TcpProbes,
+    HookTypeCheck, ProbeOptions, TcpProbes,
 };
 use serde::Serialize;
 
@@ -29,7 +29,9 @@ struct Report {
     tracefs: Check<serde_json::Value>,
     cgroup_v2: Check<serde_json::Value>,
     privileges: Check<serde_json::Value>,
-    program_types: serde_json::Value,
+    /// Hook types beyond the four tracepoints, each really loaded and attached when possible.
+    program_types: Vec<HookTypeCheck>,
+    ringbuf: Check<serde_json::Value>,
     hooks: Vec<HookStatus>,
     hooks_error: Option<String>,
     libpcap: Check<serde_json::Value>,
@@ -107,12 +109,19 @@ fn build(args: &DoctorArgs) -> anyhow::Result<Report> {
     let btf_present = Path::new("/sys/kernel/btf/vmlinux").exists();
     let tracefs = Tracefs::find_or_mount();
     let cg = cgroup2_mount();
-    let (hooks, hooks_error) = match TcpProbes::load(&ProbeOptions {
+    let (hooks, hooks_error, program_types) = match TcpProbes::load(&ProbeOptions {
         deny,
         ..ProbeOptions::default()
     }) {
-        Ok(p) => (p.hooks().to_vec(), None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
+        Ok(mut p) => {
+            let types = p.check_hook_types(cg.as_deref().map(Path::new));
+            (p.hooks().to_vec(), None, types)
+        }
+        Err(e) => (
+            Vec::new(),
+            Some(e.to_string()),
+            ebpf::program_type_support(),
+        ),
     };
     for h in &hooks {
         match &h.state {
@@ -142,16 +151,7 @@ fn build(args: &DoctorArgs) -> anyhow::Result<Report> {
             if eth1 { "present" } else { "missing" }
         ));
     }
-    let program_types: serde_json::Map<String, serde_json::Value> = ebpf::program_type_support()
-        .into_iter()
-        .map(|(n, r)| {
-            let v = match r {
-                Ok(b) => serde_json::json!(b),
-                Err(e) => serde_json::json!({"error": e}),
-            };
-            (n.to_owned(), v)
-        })
-        .collect();
+    let ringbuf = ebpf::ringbuf_support();
     if cg.is_none() {
         degraded.push("no cgroup v2 mount: sock_ops hooks unavailable".into());
     }
@@ -187,7 +187,14 @@ fn build(args: &DoctorArgs) -> anyhow::Result<Report> {
                 "advice": ebpf_refusal,
             }),
         },
-        program_types: serde_json::Value::Object(program_types),
+        program_types,
+        ringbuf: Check {
+            ok: matches!(ringbuf, Ok(true)),
+            detail: match &ringbuf {
+                Ok(_) => serde_json::json!({}),
+                Err(e) => serde_json::json!({"error": e}),
+            },
+        },
         hooks,
         hooks_error,
         libpcap: Check {
@@ -238,7 +245,23 @@ fn print_text(r: &Report) {
     if let Some(a) = r.privileges.detail["advice"].as_str() {
         println!("         {a}");
     }
-    println!("  program types: {}", r.program_types);
+    println!("  [{}] BPF ring buffer", mark(r.ringbuf.ok));
+    println!("  hook types:");
+    for t in &r.program_types {
+        let state = match (t.available, &t.error) {
+            (Some(true), _) => "available".to_owned(),
+            (None, _) => "loads; attach not tried".to_owned(),
+            (Some(false), Some(e)) if t.loaded => format!("loads, but attach fails: {e}"),
+            (Some(false), Some(e)) => format!("refused: {e}"),
+            (Some(false), None) => "refused".to_owned(),
+        };
+        let m = match t.available {
+            Some(true) => "ok  ",
+            Some(false) => "no  ",
+            None => " ?  ",
+        };
+        println!("    [{m}] {:<15} {state} ({})", t.hook, t.test);
+    }
     println!("  hooks:");
     for h in &r.hooks {
         let (ok, why) = match &h.state {

@@ -234,7 +234,7 @@ fn capture_loop(
         let deadline = next_publish.saturating_duration_since(Instant::now());
         crossbeam_channel::select! {
             recv(packets) -> event => match event {
-                Ok(LiveEvent::Packet(p)) => {
+                Ok(LiveEvent::Packets(batch)) => for p in &batch {
                     decoded.clear();
                     dissector.dissect(Some(p.link), &p.data, p.ts_ns, &mut decoded);
                     let label = labels.get(p.path).map_or("?", String::as_str);

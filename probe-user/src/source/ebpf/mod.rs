@@ -197,7 +197,13 @@ fn tracepoint_config(
                 tp.retrans_skbaddr = f.offset_of("skbaddr", 8)?;
                 tp.retrans_err = f.offset_of("err", 4).unwrap_or(u32::MAX);
             }
-            "tcp_probe" => tp.probe_skaddr = f.offset_of("skaddr", 8)?,
+            "tcp_probe" => {
+                tp.probe_skaddr = f.offset_of("skaddr", 8)?;
+                // Optional: without them the program reads the socket instead.
+                tp.probe_snd_cwnd = f.offset_of("snd_cwnd", 4).unwrap_or(u32::MAX);
+                tp.probe_srtt = f.offset_of("srtt", 4).unwrap_or(u32::MAX);
+                tp.probe_cookie = f.offset_of("sock_cookie", 8).unwrap_or(u32::MAX);
+            }
             "tcp_cong_state_set" => {
                 tp.cong_skaddr = f.offset_of("skaddr", 8)?;
                 tp.cong_state = f.offset_of("cong_state", 1)?;
@@ -239,6 +245,10 @@ impl TcpProbes {
                     .err()
                     .map(HookState::Unavailable)
             });
+        }
+        if sock.cookie == u32::MAX {
+            // The other programs could not find a socket's entry by cookie.
+            tp.probe_cookie = u32::MAX;
         }
         let config = ProbeConfig {
             sock,
@@ -410,23 +420,216 @@ fn attach(ebpf: &mut Ebpf, hook: &HookSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether the kernel accepts each program/map type tboxscope can use (a cheap load test of a
-/// trivial program per type; no attach).
-pub fn program_type_support() -> Vec<(&'static str, Result<bool, String>)> {
-    use aya::maps::MapType;
+/// How far one kind of kernel hook gets on this kernel (`tboxscope doctor`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HookTypeCheck {
+    /// Program type: kprobe, raw_tracepoint, fentry, sock_ops, tc_classifier, ...
+    pub hook: &'static str,
+    /// What was tried, e.g. "load + attach to tcp_sendmsg".
+    pub test: String,
+    /// The kernel accepted the program.
+    pub loaded: bool,
+    /// Attached (and detached again); `None` when attaching was not tried.
+    pub attached: Option<bool>,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Usable on this kernel: true only when attached; false when loading or attaching
+    /// failed; `None` (unknown) when attaching was not tried.
+    pub available: Option<bool>,
+}
+
+impl HookTypeCheck {
+    fn new(
+        hook: &'static str,
+        test: String,
+        loaded: bool,
+        attached: Option<bool>,
+        error: Option<String>,
+    ) -> Self {
+        let available = if !loaded { Some(false) } else { attached };
+        Self {
+            hook,
+            test,
+            loaded,
+            attached,
+            error,
+            available,
+        }
+    }
+
+    fn outcome(hook: &'static str, test: String, r: Result<(), (bool, String)>) -> Self {
+        match r {
+            Ok(()) => Self::new(hook, test, true, Some(true), None),
+            Err((loaded, e)) => Self::new(hook, test, loaded, loaded.then_some(false), Some(e)),
+        }
+    }
+}
+
+/// An error with its causes ("a: b: c"), without an empty trailing verifier log.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    let trimmed = s.trim_end();
+    trimmed
+        .strip_suffix("Verifier output:")
+        .map_or(trimmed, |t| t.trim_end_matches(['.', ' ']))
+        .to_owned()
+}
+
+/// The function the kprobe and fentry checks attach to.
+const CHECK_FUNCTION: &str = "tcp_sendmsg";
+
+impl TcpProbes {
+    /// Loads and attaches one do-nothing program per hook type beyond the tracepoints (kprobe,
+    /// raw tracepoint, fentry, sock_ops on an empty cgroup of its own under `cgroup2`), then
+    /// detaches and unloads it: what the kernel really allows, not what its headers declare.
+    /// TC classifiers are only loaded (attaching needs an interface and a qdisc).
+    pub fn check_hook_types(&mut self, cgroup2: Option<&std::path::Path>) -> Vec<HookTypeCheck> {
+        use aya::programs::{
+            CgroupAttachMode, FEntry, KProbe, RawTracePoint, SchedClassifier, SockOps,
+        };
+        let e = |x: &dyn std::error::Error| error_chain(x);
+        let mut out = Vec::new();
+        let r = (|| -> Result<(), (bool, String)> {
+            let p: &mut KProbe = self.check_program("check_kprobe")?;
+            p.load().map_err(|x| (false, e(&x)))?;
+            let link = p.attach(CHECK_FUNCTION, 0).map_err(|x| (true, e(&x)))?;
+            p.detach(link).map_err(|x| (true, e(&x)))
+        })();
+        out.push(HookTypeCheck::outcome(
+            "kprobe",
+            format!("load + attach to {CHECK_FUNCTION}"),
+            r,
+        ));
+        let r = (|| -> Result<(), (bool, String)> {
+            let p: &mut RawTracePoint = self.check_program("check_raw_tracepoint")?;
+            p.load().map_err(|x| (false, e(&x)))?;
+            let link = p.attach("tcp_probe").map_err(|x| (true, e(&x)))?;
+            p.detach(link).map_err(|x| (true, e(&x)))
+        })();
+        out.push(HookTypeCheck::outcome(
+            "raw_tracepoint",
+            "load + attach to tcp_probe".into(),
+            r,
+        ));
+        let r = (|| -> Result<(), (bool, String)> {
+            let btf = aya::Btf::from_sys_fs().map_err(|x| (false, format!("BTF: {x}")))?;
+            let p: &mut FEntry = self.check_program("check_fentry")?;
+            p.load(CHECK_FUNCTION, &btf).map_err(|x| (false, e(&x)))?;
+            let link = p.attach().map_err(|x| (true, e(&x)))?;
+            p.detach(link).map_err(|x| (true, e(&x)))
+        })();
+        out.push(HookTypeCheck::outcome(
+            "fentry",
+            format!("load + attach to {CHECK_FUNCTION} (BTF tracing; fexit/tp_btf/LSM are the same type)"),
+            r,
+        ));
+        let r = (|| -> Result<(), (bool, String)> {
+            let root = cgroup2.ok_or((false, "no cgroup v2 mount".to_owned()))?;
+            let p: &mut SockOps = self.check_program("check_sock_ops")?;
+            p.load().map_err(|x| (false, e(&x)))?;
+            // A cgroup of its own with no process in it: attaching there affects nobody.
+            let dir = root.join(format!("tboxscope-doctor-{}", std::process::id()));
+            std::fs::create_dir(&dir).map_err(|x| (true, format!("{}: {x}", dir.display())))?;
+            let r = std::fs::File::open(&dir)
+                .map_err(|x| (true, format!("{}: {x}", dir.display())))
+                .and_then(|cg| {
+                    let link = p
+                        .attach(&cg, CgroupAttachMode::Single)
+                        .map_err(|x| (true, e(&x)))?;
+                    p.detach(link).map_err(|x| (true, e(&x)))
+                });
+            let _ = std::fs::remove_dir(&dir);
+            r
+        })();
+        out.push(HookTypeCheck::outcome(
+            "sock_ops",
+            "load + attach to an empty cgroup v2 of its own".into(),
+            r,
+        ));
+        let r = (|| -> Result<(), (bool, String)> {
+            let p: &mut SchedClassifier = self.check_program("check_classifier")?;
+            p.load().map_err(|x| (false, e(&x)))
+        })();
+        let test = "load only (attaching needs an interface and a qdisc)".to_owned();
+        out.push(match r {
+            Ok(()) => HookTypeCheck::new("tc_classifier", test, true, None, None),
+            Err((_, e)) => HookTypeCheck::new("tc_classifier", test, false, None, Some(e)),
+        });
+        for name in [
+            "check_kprobe",
+            "check_raw_tracepoint",
+            "check_fentry",
+            "check_sock_ops",
+            "check_classifier",
+        ] {
+            use aya::programs::Program;
+            // Unloading a program that was never loaded only returns an error.
+            let _ = match self.ebpf.program_mut(name) {
+                Some(Program::KProbe(p)) => p.unload(),
+                Some(Program::RawTracePoint(p)) => p.unload(),
+                Some(Program::FEntry(p)) => p.unload(),
+                Some(Program::SockOps(p)) => p.unload(),
+                Some(Program::SchedClassifier(p)) => p.unload(),
+                _ => Ok(()),
+            };
+        }
+        out
+    }
+
+    fn check_program<'a, T>(&'a mut self, name: &str) -> Result<&'a mut T, (bool, String)>
+    where
+        &'a mut T: TryFrom<&'a mut aya::programs::Program>,
+        <&'a mut T as TryFrom<&'a mut aya::programs::Program>>::Error: std::fmt::Display,
+    {
+        let p = self
+            .ebpf
+            .program_mut(name)
+            .ok_or_else(|| (false, format!("program {name} missing from the object")))?;
+        p.try_into().map_err(|x| (false, format!("{x}")))
+    }
+}
+
+/// When the probes cannot be loaded at all: whether the kernel accepts a trivial program of
+/// each type (load only, nothing attached, so "loaded" does not mean the hook can be used).
+pub fn program_type_support() -> Vec<HookTypeCheck> {
     use aya::programs::ProgramType;
-    let prog = |t: ProgramType| aya::sys::is_program_supported(t).map_err(|e| e.to_string());
-    vec![
-        ("tracepoint", prog(ProgramType::TracePoint)),
-        ("raw_tracepoint", prog(ProgramType::RawTracePoint)),
-        ("sock_ops", prog(ProgramType::SockOps)),
-        ("tc_classifier", prog(ProgramType::SchedClassifier)),
-        ("kprobe", prog(ProgramType::KProbe)),
-        (
-            "ringbuf_map",
-            aya::sys::is_map_supported(MapType::RingBuf).map_err(|e| e.to_string()),
-        ),
+    [
+        ("tracepoint", ProgramType::TracePoint),
+        ("raw_tracepoint", ProgramType::RawTracePoint),
+        ("sock_ops", ProgramType::SockOps),
+        ("tc_classifier", ProgramType::SchedClassifier),
+        ("kprobe", ProgramType::KProbe),
     ]
+    .into_iter()
+    .map(|(hook, t)| {
+        let (loaded, error) = match aya::sys::is_program_supported(t) {
+            Ok(b) => (b, (!b).then(|| "program type refused".to_owned())),
+            Err(e) => (false, Some(e.to_string())),
+        };
+        HookTypeCheck::new(
+            hook,
+            "load of a trivial program only (attach not tried)".into(),
+            loaded,
+            None,
+            error,
+        )
+    })
+    .collect()
+}
+
+/// Whether the kernel offers BPF ring buffers.
+pub fn ringbuf_support() -> Result<bool, String> {
+    aya::sys::is_map_supported(aya::maps::MapType::RingBuf).map_err(|e| e.to_string())
 }
 
 /// Keeps a verifier rejection readable: the message and the last lines of the log.

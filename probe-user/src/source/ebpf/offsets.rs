@@ -1,9 +1,9 @@
-//! Resolves what the programs need from the running kernel: struct field offsets from BTF,
-//! tracepoint record offsets from tracefs, and CONFIG_HZ (to turn `icsk_rto` jiffies into ms).
-use probe_common::{SockOffsets, TracepointOffsets};
+//! Resolves what the programs need from the running kernel: struct field offsets from BTF and
+//! CONFIG_HZ (to turn `icsk_rto` jiffies into ms). Tracepoint record offsets come from tracefs,
+//! per hook, in `super::tracepoint_config`.
+use probe_common::SockOffsets;
 
 use super::btf::{Btf, BtfError, FieldLocation};
-use super::tracefs::{Tracefs, TracefsError};
 
 /// Why the offsets could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -21,9 +21,6 @@ pub enum OffsetError {
         /// Size expected.
         expected: u32,
     },
-    /// A tracepoint's format could not be read or lacks a field.
-    #[error(transparent)]
-    Tracefs(#[from] TracefsError),
 }
 
 fn sized(btf: &Btf, owner: &str, path: &[&str], size: u32) -> Result<FieldLocation, OffsetError> {
@@ -96,27 +93,8 @@ pub fn sock_offsets(btf: &Btf) -> Result<SockOffsets, OffsetError> {
         lost_out: tp(&["lost_out"], 4)?,
         retrans_out: tp(&["retrans_out"], 4)?,
         skb_gso_segs: gso_segs,
-        _pad: 0,
-    })
-}
-
-/// Reads the record offsets of the four tracepoints from tracefs.
-pub fn tracepoint_offsets(tfs: &Tracefs) -> Result<TracepointOffsets, OffsetError> {
-    let retrans = tfs.format("tcp", "tcp_retransmit_skb")?;
-    let probe = tfs.format("tcp", "tcp_probe")?;
-    let cong = tfs.format("tcp", "tcp_cong_state_set")?;
-    let state = tfs.format("sock", "inet_sock_set_state")?;
-    Ok(TracepointOffsets {
-        retrans_skaddr: retrans.offset_of("skaddr", 8)?,
-        retrans_skbaddr: retrans.offset_of("skbaddr", 8)?,
-        retrans_err: retrans.offset_of("err", 4).unwrap_or(u32::MAX),
-        probe_skaddr: probe.offset_of("skaddr", 8)?,
-        cong_skaddr: cong.offset_of("skaddr", 8)?,
-        cong_state: cong.offset_of("cong_state", 1)?,
-        state_skaddr: state.offset_of("skaddr", 8)?,
-        state_old: state.offset_of("oldstate", 4)?,
-        state_new: state.offset_of("newstate", 4)?,
-        state_protocol: state.offset_of("protocol", 2)?,
+        // Optional: without it `tcp_probe` keys its per-socket state by address.
+        cookie: sk("skc_cookie", 8).map_or(u32::MAX, |o| sock_in_tcp + o),
     })
 }
 

@@ -68,16 +68,24 @@ pub struct LiveConfig {
     pub snaplen: i32,
     /// Kernel buffer per interface, bytes.
     pub buffer_size: i32,
-    /// Deliver packets as they arrive instead of in batches.
+    /// Deliver packets as they arrive instead of in blocks the kernel hands over when full or
+    /// after the read timeout (off by default: one wake-up per packet cannot keep up with
+    /// 100k packets/s and more).
     pub immediate: bool,
+    /// Most packets per [`LiveEvent::Packets`] batch.
+    pub batch: usize,
     /// How often libpcap's drop counters are reported.
     pub stats_interval: Duration,
     /// How often a lost interface is tried again.
     pub reopen_interval: Duration,
-    /// Events that may wait in the channel before capture threads block (the kernel buffer then
-    /// fills and libpcap counts drops, which are reported).
+    /// Events (batches) that may wait in the channel before capture threads block (the kernel
+    /// buffer then fills and libpcap counts drops, which are reported).
     pub channel_capacity: usize,
 }
+
+/// How long a block of packets may wait in the kernel before libpcap hands it over when
+/// immediate mode is off (`pcap_set_timeout`): the added latency bound.
+pub const READ_TIMEOUT_MS: i32 = 50;
 
 impl Default for LiveConfig {
     fn default() -> Self {
@@ -85,11 +93,12 @@ impl Default for LiveConfig {
             interfaces: InterfaceSpec::defaults(),
             filter: None,
             snaplen: 65_535,
-            buffer_size: 16 << 20,
-            immediate: true,
+            buffer_size: 32 << 20,
+            immediate: false,
+            batch: 256,
             stats_interval: Duration::from_secs(1),
             reopen_interval: Duration::from_millis(200),
-            channel_capacity: 1 << 16,
+            channel_capacity: 1 << 10,
         }
     }
 }
@@ -170,8 +179,9 @@ pub struct PathStats {
 /// What the capture threads report.
 #[derive(Debug, Clone)]
 pub enum LiveEvent {
-    /// A packet.
-    Packet(LivePacket),
+    /// Packets of one path, in capture order (up to [`LiveConfig::batch`]; one channel message
+    /// for many packets).
+    Packets(Vec<LivePacket>),
     /// The path's interface is open: at start, and again after it came back.
     PathUp {
         /// Path index.
@@ -300,7 +310,7 @@ fn open_here(
         .snaplen(cfg.snaplen)
         .buffer_size(cfg.buffer_size)
         .immediate_mode(cfg.immediate)
-        .timeout(100)
+        .timeout(READ_TIMEOUT_MS)
         .open()
         .map_err(open_err)?
         // Non-blocking, waited on with our own poll(2): libpcap's blocking read may sleep
@@ -485,41 +495,54 @@ impl Worker {
 
     fn capture(&mut self, cap: &mut Active, link: LinkType, nano: bool) -> Ended {
         let mut next_stats = Instant::now() + self.cfg.stats_interval;
-        // True after a read found nothing: the next empty read waits in poll(2) first.
-        let mut idle = false;
+        let batch_max = self.cfg.batch.max(1);
+        let mut batch = Vec::with_capacity(batch_max);
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Ended::Stopped;
             }
-            match cap.next_packet() {
-                Ok(p) => {
-                    idle = false;
-                    let ts = p.header.ts;
-                    let sub = u64::try_from(ts.tv_usec).unwrap_or(0);
-                    let ts_ns = u64::try_from(ts.tv_sec)
-                        .unwrap_or(0)
-                        .saturating_mul(1_000_000_000)
-                        .saturating_add(if nano { sub } else { sub * 1_000 });
-                    let packet = LivePacket {
-                        path: self.path,
-                        ts_ns,
-                        orig_len: p.header.len,
-                        link,
-                        data: p.data.to_vec(),
-                    };
-                    if !self.emit(LiveEvent::Packet(packet)) {
-                        return Ended::Stopped;
+            // Take what libpcap has (a kernel block at a time) up to one batch, then send it.
+            let mut empty = false;
+            while batch.len() < batch_max {
+                match cap.next_packet() {
+                    Ok(p) => {
+                        let ts = p.header.ts;
+                        let sub = u64::try_from(ts.tv_usec).unwrap_or(0);
+                        let ts_ns = u64::try_from(ts.tv_sec)
+                            .unwrap_or(0)
+                            .saturating_mul(1_000_000_000)
+                            .saturating_add(if nano { sub } else { sub * 1_000 });
+                        batch.push(LivePacket {
+                            path: self.path,
+                            ts_ns,
+                            orig_len: p.header.len,
+                            link,
+                            data: p.data.to_vec(),
+                        });
                     }
-                }
-                Err(pcap::Error::TimeoutExpired) => {
-                    if idle {
-                        if let Err(e) = wait_readable(cap.as_raw_fd(), WAIT_MS) {
-                            return Ended::Failed(format!("waiting for packets: {e}"));
+                    Err(pcap::Error::TimeoutExpired) => {
+                        empty = true;
+                        break;
+                    }
+                    Err(e) => {
+                        // Deliver what was captured before the failure.
+                        if !batch.is_empty() {
+                            self.emit(LiveEvent::Packets(std::mem::take(&mut batch)));
                         }
+                        return Ended::Failed(e.to_string());
                     }
-                    idle = true;
                 }
-                Err(e) => return Ended::Failed(e.to_string()),
+            }
+            if !batch.is_empty() {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_max));
+                if !self.emit(LiveEvent::Packets(full)) {
+                    return Ended::Stopped;
+                }
+            }
+            if empty {
+                if let Err(e) = wait_readable(cap.as_raw_fd(), WAIT_MS) {
+                    return Ended::Failed(format!("waiting for packets: {e}"));
+                }
             }
             if Instant::now() >= next_stats {
                 next_stats += self.cfg.stats_interval;
