@@ -188,13 +188,15 @@ impl RunObserver for LabCapture {
                 // Ends when every capture thread has ended (the channel disconnects).
                 while let Ok(ev) = events.recv() {
                     match ev {
-                        LiveEvent::Packet(p) => c.frames.push(Frame {
-                            point: p.path,
-                            ts_ns: p.ts_ns,
-                            orig_len: p.orig_len,
-                            link: p.link,
-                            data: p.data,
-                        }),
+                        LiveEvent::Packets(batch) => {
+                            c.frames.extend(batch.into_iter().map(|p| Frame {
+                                point: p.path,
+                                ts_ns: p.ts_ns,
+                                orig_len: p.orig_len,
+                                link: p.link,
+                                data: p.data,
+                            }))
+                        }
                         LiveEvent::Stats { path, stats, .. } => {
                             if let Some(s) = c.stats.get_mut(path) {
                                 *s = stats;
