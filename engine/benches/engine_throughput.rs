@@ -78,6 +78,7 @@ fn kcp_trace(n: u64) -> Vec<Observation> {
                     sn: i as u32,
                     una: 0,
                     len: 600,
+                    app_msg_id: None,
                 })
             };
             v.push(s(base, KcpCmd::Push, true));

@@ -18,6 +18,9 @@ use crate::paths::{PathIdx, PathTable};
 use crate::record::{CopyRecord, MessageRecord, Record, WindowRecord};
 use crate::snapshot::{EventLine, LatencyKind, Severity};
 
+/// Sends left unanswered before silence on a path whose sends are observed is an outage.
+const MIN_UNANSWERED_SENDS: u32 = 3;
+
 /// Accumulators for the current window.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct WindowAcc {
@@ -79,8 +82,11 @@ pub struct Engine {
     pub(crate) evicted_unacked: u64,
     /// Address pair → flow, to attribute overhead packets (bounded).
     pub(crate) tuple_flows: HashMap<(SocketAddr, SocketAddr), FlowKey>,
-    /// Server port → QUIC connections seen (label, path), to detect per-path connections.
-    pub(crate) quic_conns: HashMap<u16, Vec<(String, PathIdx)>>,
+    /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
+    /// connections.
+    pub(crate) quic_conns: HashMap<u16, Vec<(String, PathIdx, u64)>>,
+    /// QUIC connections that joined a group of per-path connections, with the group's mode.
+    pub(crate) quic_conn_modes: HashMap<String, crate::config::MatchMode>,
 }
 
 impl Engine {
@@ -113,6 +119,7 @@ impl Engine {
             evicted_unacked: 0,
             tuple_flows: HashMap::new(),
             quic_conns: HashMap::new(),
+            quic_conn_modes: HashMap::new(),
             cfg,
         }
     }
@@ -280,7 +287,13 @@ impl Engine {
                 p.win_bytes += wire;
             }
             match dir {
-                Dir::Out => p.last_sent_ns = Some(p.last_sent_ns.map_or(ts, |x| x.max(ts))),
+                Dir::Out => {
+                    p.last_sent_ns = Some(p.last_sent_ns.map_or(ts, |x| x.max(ts)));
+                    if p.last_alive_ns.is_none_or(|a| a < ts) {
+                        p.unanswered_since_ns.get_or_insert(ts);
+                        p.unanswered_sends = p.unanswered_sends.saturating_add(1);
+                    }
+                }
                 Dir::In | Dir::Unknown => {}
             }
         }
@@ -311,6 +324,10 @@ impl Engine {
             return;
         };
         p.last_alive_ns = Some(p.last_alive_ns.map_or(ts, |x| x.max(ts)));
+        if p.unanswered_since_ns.is_some_and(|u| u <= ts) {
+            p.unanswered_since_ns = None;
+            p.unanswered_sends = 0;
+        }
         if let Some(id) = p.outage.take() {
             let label = p.label.clone();
             self.outages.close(id, ts);
@@ -354,7 +371,30 @@ impl Engine {
                         .is_some_and(|a| now.saturating_sub(a) <= threshold);
                 ok.then_some(q)
             });
-            let sending = st.last_sent_ns.is_some_and(|s| s > alive);
+            // Where the path's sending end is observed, silence alone is no outage (an idle
+            // path is silent too): something must have been sent on it and left unanswered —
+            // no arrival at the far end, no reply — for the threshold, or it must have stopped
+            // carrying copies while another path carries new messages (not a lagging path
+            // catching up on old ones).
+            let sends_observed = st.last_sent_ns.is_some();
+            // (One lost packet on an idle path — a keep-alive — is not an outage: at least
+            // three sends must have gone unanswered.)
+            let sending = st.unanswered_sends >= MIN_UNANSWERED_SENDS
+                && st
+                    .unanswered_since_ns
+                    .is_some_and(|u| now.saturating_sub(u) > threshold);
+            let recent = |c: Option<u64>| c.is_some_and(|c| now.saturating_sub(c) <= threshold);
+            let stopped_copies = st.last_copy_ns.is_some()
+                && !recent(st.last_copy_ns)
+                && self
+                    .paths
+                    .paths
+                    .iter()
+                    .enumerate()
+                    .any(|(q, s)| q != p && s.alias_of.is_none() && recent(s.last_new_copy_ns));
+            if sends_observed && !sending && !stopped_copies {
+                continue;
+            }
             let evidence = match (other, sending) {
                 (Some(q), _) => format!(
                     "nothing arrived over {} while {} delivered",
@@ -384,11 +424,24 @@ impl Engine {
     /// counters and closes the message when complete.
     pub(crate) fn sight(&mut self, a: SightArgs) -> SightResult {
         let r = self.msgs.sight(&a);
+        let mut redundant = false;
         if let Some(f) = self.flows.get_mut(a.flow) {
             if a.path < 64 {
                 f.paths_mask |= 1 << a.path;
             }
             f.last_ns = f.last_ns.max(a.ts_ns);
+            redundant = f.paths_mask.count_ones() >= 2;
+        }
+        // Copies of flows sent on several paths: a path that stops carrying them while
+        // another goes on is silent for a reason (single-path flows say nothing about that).
+        if redundant {
+            if let Some(p) = self.paths.get_mut(a.path) {
+                p.last_copy_ns = Some(p.last_copy_ns.map_or(a.ts_ns, |x| x.max(a.ts_ns)));
+                if r.new_message {
+                    p.last_new_copy_ns =
+                        Some(p.last_new_copy_ns.map_or(a.ts_ns, |x| x.max(a.ts_ns)));
+                }
+            }
         }
         if r.late {
             return r;
@@ -546,12 +599,19 @@ impl Engine {
                     }
                 }
             }
-            if !got {
+            // A message that came up while this path was out, and that it did not carry or
+            // carried only after it came back (a copy held through the outage), was carried by
+            // the other paths meanwhile, or lost.
+            let arrived = copy.and_then(|c| c.arrived);
+            if winner != Some(p) && (delivered || !got) {
                 if let Some(o) = self.outages.covering(p, m.first_ns) {
-                    if delivered {
-                        o.carried_by_others += 1;
-                    } else {
-                        o.lost += 1;
+                    let after = arrived.is_some_and(|a| o.end_ns.is_some_and(|e| a > e));
+                    if !got || after {
+                        if delivered {
+                            o.carried_by_others += 1;
+                        } else {
+                            o.lost += 1;
+                        }
                     }
                 }
             }

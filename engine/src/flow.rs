@@ -25,6 +25,11 @@ pub enum FlowKey {
         /// conv.
         conv: u32,
     },
+    /// Separate KCP sessions (one per path) to one server port, matched by application id.
+    KcpGroup {
+        /// Server port.
+        server_port: u16,
+    },
     /// One (possibly multipath) QUIC connection.
     Quic {
         /// Connection label.
@@ -49,7 +54,7 @@ impl FlowKey {
     pub fn protocol(&self) -> &'static str {
         match self {
             FlowKey::Datagram { .. } => "udp",
-            FlowKey::Kcp { .. } => "kcp",
+            FlowKey::Kcp { .. } | FlowKey::KcpGroup { .. } => "kcp",
             FlowKey::Quic { .. } | FlowKey::QuicGroup { .. } => "quic",
             FlowKey::Tcp { .. } => "tcp",
         }
@@ -60,6 +65,9 @@ impl FlowKey {
         match self {
             FlowKey::Datagram { server_port } => format!("udp :{server_port}"),
             FlowKey::Kcp { conv } => format!("kcp conv {conv}"),
+            FlowKey::KcpGroup { server_port } => {
+                format!("kcp :{server_port} (per-path sessions)")
+            }
             FlowKey::Quic { conn } => format!("quic {conn}"),
             FlowKey::QuicGroup { server_port } => {
                 format!("quic :{server_port} (per-path connections)")

@@ -164,6 +164,10 @@ pub struct KcpSegment {
     pub una: u32,
     /// Data length.
     pub len: u32,
+    /// Application message id in the data (with [`crate::Config::app_id`]): copies sent on
+    /// separate KCP sessions (one per path) are matched by it.
+    #[serde(default)]
+    pub app_msg_id: Option<u64>,
 }
 
 /// A byte range of one QUIC stream carried in a packet.
@@ -340,13 +344,17 @@ pub struct Overhead {
     pub kind: OverheadKind,
 }
 
-/// Where an application message id sits in a payload (big-endian unsigned integer).
+/// Where an application message id sits in a payload (unsigned integer, big-endian unless
+/// `little_endian`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppIdRule {
     /// Byte offset in the payload.
     pub offset: usize,
     /// Width in bytes, 1..=8.
     pub width: usize,
+    /// The id is stored least significant byte first.
+    #[serde(default)]
+    pub little_endian: bool,
 }
 
 impl AppIdRule {
@@ -357,7 +365,12 @@ impl AppIdRule {
         }
         let end = self.offset.checked_add(self.width)?;
         let bytes = payload.get(self.offset..end)?;
-        Some(bytes.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+        let fold = |acc: u64, b: &u8| (acc << 8) | u64::from(*b);
+        Some(if self.little_endian {
+            bytes.iter().rev().fold(0, fold)
+        } else {
+            bytes.iter().fold(0, fold)
+        })
     }
 }
 
@@ -381,12 +394,19 @@ mod tests {
         let rule = AppIdRule {
             offset: 2,
             width: 4,
+            little_endian: false,
         };
         assert_eq!(rule.extract(&[9, 9, 0, 0, 1, 2, 7]), Some(0x0102));
         assert_eq!(rule.extract(&[9, 9, 0, 0, 1]), None);
+        let le = AppIdRule {
+            little_endian: true,
+            ..rule
+        };
+        assert_eq!(le.extract(&[9, 9, 2, 1, 0, 0, 7]), Some(0x0102));
         let bad = AppIdRule {
             offset: usize::MAX,
             width: 4,
+            little_endian: false,
         };
         assert_eq!(bad.extract(&[0; 16]), None);
     }

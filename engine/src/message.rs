@@ -424,6 +424,14 @@ impl MessageStore {
         }
     }
 
+    /// A later piece of an open message's data reaches `end` bytes into it (pieces that carry
+    /// no name of their own); the message's size is the furthest end seen on any path.
+    pub fn extend_to(&mut self, flow_uid: u64, key: u64, end: u64) {
+        if let Some(m) = self.open.get_mut(&(flow_uid, key)) {
+            m.bytes = m.bytes.max(end);
+        }
+    }
+
     /// The open message.
     pub fn get(&self, flow_uid: u64, key: u64) -> Option<&OpenMessage> {
         self.open.get(&(flow_uid, key))

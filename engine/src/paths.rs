@@ -50,6 +50,15 @@ pub struct PathState {
     pub last_alive_ns: Option<u64>,
     /// Last time something was sent on this path.
     pub last_sent_ns: Option<u64>,
+    /// First send since the last arrival: how long the path has left a send unanswered.
+    pub unanswered_since_ns: Option<u64>,
+    /// Sends since the last arrival.
+    pub unanswered_sends: u32,
+    /// Last time a copy of a message of a multi-path flow was seen on this path.
+    pub last_copy_ns: Option<u64>,
+    /// Last time such a copy was the first sighting of its message (new traffic, not a lagging
+    /// path catching up).
+    pub last_new_copy_ns: Option<u64>,
     /// Open outage id.
     pub outage: Option<u64>,
 }
@@ -74,6 +83,10 @@ impl PathState {
             ack_samples: 0,
             last_alive_ns: None,
             last_sent_ns: None,
+            unanswered_since_ns: None,
+            unanswered_sends: 0,
+            last_copy_ns: None,
+            last_new_copy_ns: None,
             outage: None,
         }
     }
@@ -165,6 +178,18 @@ impl PathTable {
         t.retransmissions += a.retransmissions;
         t.last_alive_ns = t.last_alive_ns.max(a.last_alive_ns);
         t.last_sent_ns = t.last_sent_ns.max(a.last_sent_ns);
+        t.last_copy_ns = t.last_copy_ns.max(a.last_copy_ns);
+        t.last_new_copy_ns = t.last_new_copy_ns.max(a.last_new_copy_ns);
+        t.unanswered_since_ns = match (t.unanswered_since_ns, a.unanswered_since_ns) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        if t.last_alive_ns
+            .zip(t.unanswered_since_ns)
+            .is_some_and(|(l, u)| u <= l)
+        {
+            t.unanswered_since_ns = None;
+        }
         self.paths[alias].alias_of = Some(target);
     }
 

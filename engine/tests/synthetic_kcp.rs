@@ -34,6 +34,7 @@ fn seg(
         sn,
         una: 0,
         len,
+        app_msg_id: None,
     })
 }
 

@@ -85,6 +85,8 @@ pub struct CapturePlan {
     pub scenario: Scenario,
     /// The run length (generation).
     pub duration_s: f64,
+    /// How long the connections stay open after the last message.
+    pub drain_s: f64,
 }
 
 /// Hooks around the traffic of a run (tboxscope's capture attaches here).
@@ -230,6 +232,7 @@ pub fn run(
         keylog: opts.keylog.clone(),
         scenario: scenario.clone(),
         duration_s: opts.duration.as_secs_f64(),
+        drain_s: opts.drain.as_secs_f64(),
     };
     observer.before_traffic(&plan)?;
 

@@ -6,7 +6,7 @@
 //! [path.a]            # 4G, eth0
 //! delay_ms = 40.0     # mean one-way delay, each direction
 //! jitter_ms = 10.0    # standard deviation of a normal distribution
-//! loss_pct = 2.0      # random loss, each direction, applied at the receiver
+//! loss_pct = 2.0      # random loss, each direction, dropped at the far end of the line
 //! rate_kbit = 2000    # optional rate limit, each direction
 //! reorder = true      # optional: frames may overtake each other (netem's behaviour, default)
 //! [[path.a.outage]]

@@ -20,9 +20,9 @@ pub struct PathStatus {
     pub delay: String,
     /// Whether the outage drop rule is switched on.
     pub outage_on: bool,
-    /// Packets dropped by the random-loss rules (both receivers).
+    /// Packets dropped by the path's random-loss rule (both directions, in its line namespace).
     pub loss_drops: u64,
-    /// Packets dropped by the outage rules (both receivers).
+    /// Packets dropped by the path's outage rule (both directions, in its line namespace).
     pub outage_drops: u64,
 }
 
@@ -51,7 +51,7 @@ fn iface_up(ns: &str, iface: &str) -> bool {
 }
 
 fn counter(ns: &str, name: &str) -> u64 {
-    let Ok(out) = sys::run_in(ns, "nft", &["list", "counter", "inet", NFT_TABLE, name]) else {
+    let Ok(out) = sys::run_in(ns, "nft", &["list", "counter", "netdev", NFT_TABLE, name]) else {
         return 0;
     };
     out.split_whitespace()
@@ -77,12 +77,11 @@ pub fn status(names: &LabNames) -> Result<LabStatus> {
             } else {
                 "delay line in the running lab process, or none".to_string()
             };
-            let l = p.letter();
             let (g, t) = (names.gateway_ns(), names.tbox_ns());
             let outage_on = sys::run_in(
-                &g,
+                &line,
                 "nft",
-                &["list", "chain", "inet", NFT_TABLE, &format!("outage_{l}")],
+                &["list", "chain", "netdev", NFT_TABLE, "outage"],
             )
             .map(|o| o.contains("drop"))
             .unwrap_or(false);
@@ -92,9 +91,8 @@ pub fn status(names: &LabNames) -> Result<LabStatus> {
                 gateway_iface_up: iface_up(&g, p.gateway_iface()),
                 delay,
                 outage_on,
-                loss_drops: counter(&g, &format!("loss_{l}")) + counter(&t, &format!("loss_{l}")),
-                outage_drops: counter(&g, &format!("outage_{l}"))
-                    + counter(&t, &format!("outage_{l}")),
+                loss_drops: counter(&line, "loss"),
+                outage_drops: counter(&line, "outage"),
             });
         }
     }

@@ -7,9 +7,10 @@
 //!  eth1 10.50.0.2/24 ── to-tbox [   ns <p>pathb           ] to-gw ── g1 10.50.0.1/24
 //! ```
 //!
-//! Loss and outages are nftables rules in the *receiving* namespace of each direction (gateway
-//! for uplink, T-Box for downlink), so the sender's capture shows every packet and TCP sees real
-//! loss. Rate limits are TBF qdiscs on the line namespace's egress interfaces.
+//! Loss and outages are nftables rules in each path's line namespace, at the egress toward the
+//! receiver (`netdev` egress hook, after the delay): the sender's capture shows every packet
+//! and TCP sees real loss, and a capture at the receiver shows only what arrived (libpcap sees
+//! a frame before the receiver's own netfilter, so a drop there would look delivered). Rate limits are TBF qdiscs on the line namespace's egress interfaces.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -310,47 +311,46 @@ impl Testbed {
         Ok(())
     }
 
-    /// Writes the lab's nftables table in the two end namespaces: per path, an outage chain
-    /// (empty = path up) and the random-loss rule, both on the receiving side; plus an
-    /// accounting chain on the sending side for per-transport byte counters.
+    /// Writes the lab's nftables tables. Loss and outages are dropped in each path's line
+    /// namespace, at the egress of the veth toward the receiver (a `netdev` egress hook, after
+    /// the delay): the sender's capture still shows a lost packet and TCP sees a real network
+    /// loss, while the receiver's capture — which sees a frame before its own netfilter could
+    /// drop it — shows only what the network delivered. The end namespaces get an accounting
+    /// chain on the sending side for per-transport byte counters.
     fn install_nft(&self) -> Result<()> {
-        for (ns, ends_tbox) in [
-            (self.names.gateway_ns(), false),
-            (self.names.tbox_ns(), true),
-        ] {
-            let mut s = format!("table inet {NFT_TABLE} {{\n");
-            for p in PathId::BOTH {
-                let l = p.letter();
-                s.push_str(&format!(
-                    "  counter loss_{l} {{ }}\n  counter outage_{l} {{ }}\n  chain outage_{l} {{ }}\n"
-                ));
-            }
-            s.push_str(
-                "  chain receive {\n    type filter hook prerouting priority raw; policy accept;\n",
+        for ns in [self.names.gateway_ns(), self.names.tbox_ns()] {
+            let s = format!(
+                "table inet {NFT_TABLE} {{\n  chain account {{\n    type filter hook postrouting priority 0; policy accept;\n  }}\n}}\n"
             );
-            for p in PathId::BOTH {
-                let l = p.letter();
-                let iface = if ends_tbox {
-                    p.tbox_iface()
-                } else {
-                    p.gateway_iface()
-                };
-                s.push_str(&format!("    iifname \"{iface}\" jump outage_{l}\n"));
-                let pm = self.scenario.path(p).loss_per_mille();
+            sys::nft_script(&ns, &s)?;
+        }
+        for p in PathId::BOTH {
+            let pm = self.scenario.path(p).loss_per_mille();
+            let mut s = format!(
+                "table netdev {NFT_TABLE} {{\n  counter loss {{ }}\n  counter outage {{ }}\n  chain outage {{ }}\n"
+            );
+            for (chain, dev) in [
+                ("to_gateway", LINE_GATEWAY_SIDE),
+                ("to_tbox", LINE_TBOX_SIDE),
+            ] {
+                s.push_str(&format!(
+                    "  chain {chain} {{\n    type filter hook egress device \"{dev}\" priority 0; policy accept;\n    jump outage\n"
+                ));
                 if pm > 0 {
                     s.push_str(&format!(
-                        "    iifname \"{iface}\" numgen random mod 1000 < {pm} counter name \"loss_{l}\" drop\n"
+                        "    meta protocol {{ ip, ip6 }} numgen random mod 1000 < {pm} counter name \"loss\" drop\n"
                     ));
                 }
+                s.push_str("  }\n");
             }
-            s.push_str("  }\n  chain account {\n    type filter hook postrouting priority 0; policy accept;\n  }\n}\n");
-            sys::nft_script(&ns, &s)?;
+            s.push_str("}\n");
+            sys::nft_script(&self.names.line_ns(p), &s)?;
         }
         Ok(())
     }
 
-    /// Switches the outage of `path` on (drop everything, both directions, at the receivers)
-    /// or off.
+    /// Switches the outage of `path` on (drop everything, both directions, at the far ends of
+    /// the path's line) or off.
     pub fn set_outage(&self, path: PathId, down: bool) -> Result<()> {
         set_outage(&self.names, path, down)
     }
@@ -411,16 +411,13 @@ impl Drop for Testbed {
 
 /// Switches the outage of `path` of the instance `names` on or off.
 pub fn set_outage(names: &LabNames, path: PathId, down: bool) -> Result<()> {
-    let l = path.letter();
-    for ns in [names.gateway_ns(), names.tbox_ns()] {
-        let script = if down {
-            format!("flush chain inet {NFT_TABLE} outage_{l}\nadd rule inet {NFT_TABLE} outage_{l} counter name \"outage_{l}\" drop\n")
-        } else {
-            format!("flush chain inet {NFT_TABLE} outage_{l}\n")
-        };
-        sys::nft_script(&ns, &script)?;
-    }
-    Ok(())
+    // The path's line namespace drops everything toward both ends (see `install_nft`).
+    let script = if down {
+        format!("flush chain netdev {NFT_TABLE} outage\nadd rule netdev {NFT_TABLE} outage counter name \"outage\" drop\n")
+    } else {
+        format!("flush chain netdev {NFT_TABLE} outage\n")
+    };
+    sys::nft_script(&names.line_ns(path), &script)
 }
 
 /// Whether `sch_netem` can be used (tried on a dummy interface inside namespace `ns`).

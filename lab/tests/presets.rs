@@ -45,11 +45,15 @@ fn s1_s2_s3_deliver_everything_and_redundant_transports_duplicate() {
                 assert!(t.first_on_b_pct > 50.0 && t.first_on_b_pct < 100.0, "{t:?}");
             }
         }
-        // Every delay line carried frames and none was refused by the kernel.
+        // Every delay line carried frames, and the kernel refused none beyond the path's random
+        // loss (dropped at the line's egress, which the line sees as a refused send): at most
+        // three times the expected loss, plus a few.
         assert_eq!(r.lines.len(), 2);
-        for (_, s) in &r.lines {
+        for (p, s) in &r.lines {
             assert!(s.up_frames > 250 && s.down_frames > 0, "{s:?}");
-            assert_eq!(s.send_failures, 0, "{s:?}");
+            let frames = (s.up_frames + s.down_frames + s.send_failures) as f64;
+            let loss = r.scenario.path(*p).loss_pct / 100.0;
+            assert!(s.send_failures as f64 <= frames * loss * 3.0 + 5.0, "{s:?}");
         }
         assert!(existing_namespaces(names.prefix()).unwrap().is_empty());
     }

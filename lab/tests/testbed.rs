@@ -65,7 +65,7 @@ fn up_down_is_idempotent_and_leaves_nothing() {
 }
 
 #[test]
-fn random_loss_happens_at_the_receiver() {
+fn random_loss_happens_before_the_receiver() {
     let names = LabNames::for_test("loss").unwrap();
     let mut sc = Scenario::preset("S1").unwrap();
     sc.path.a.loss_pct = 20.0;
@@ -90,11 +90,16 @@ fn random_loss_happens_at_the_receiver() {
     let lost = n as f64 - got.delays_ns.len() as f64;
     // 20 % of 1000: binomial sd ≈ 12.6; allow 5 sd.
     assert!((lost - 200.0).abs() < 65.0, "lost {lost}");
-    // The drops are counted by the receiver's rule, and every probe crossed the delay line.
+    // The drops are counted by the path's loss rule at the line's egress toward the receiver,
+    // after every probe crossed the delay line (the line sees each drop as a refused send).
+    // A probe may also be refused by the line's full queue or come after the wait: at most 2.
     let st = status::status(&names).unwrap();
-    assert_eq!(st.paths[0].loss_drops as f64, lost, "{st}");
+    let drops = st.paths[0].loss_drops as f64;
+    assert!(drops <= lost && lost - drops <= 2.0, "lost {lost}: {st}");
     let lines = bed.line_stats();
-    assert!(lines[0].1.up_frames >= n, "{lines:?}");
+    let s = lines[0].1;
+    assert!(s.up_frames + s.send_failures >= n, "{lines:?}");
+    assert!(s.send_failures >= st.paths[0].loss_drops, "{lines:?}");
 }
 
 #[test]

@@ -68,7 +68,29 @@ impl Correlator {
             dst: packet.dst,
             wire_len: if first_in_frame { frame_len } else { 0 },
         };
-        self.engine.handle(observation(meta, &packet.decoded));
+        self.engine.handle(observation(meta, packet));
+    }
+
+    /// Feeds one decoded unit seen by capture `capture` (declared with [`Correlator::declare`]),
+    /// whose path label is `path`; for several captures that share a label (both ends of a
+    /// path).
+    pub fn observe_capture(
+        &mut self,
+        capture: CaptureId,
+        path: &str,
+        frame_len: u32,
+        first_in_frame: bool,
+        packet: &DecodedPacket,
+    ) {
+        let meta = PacketMeta {
+            ts_ns: packet.ts_ns,
+            path: path.to_owned(),
+            capture,
+            src: packet.src,
+            dst: packet.dst,
+            wire_len: if first_in_frame { frame_len } else { 0 },
+        };
+        self.engine.handle(observation(meta, packet));
     }
 
     fn capture_id(&mut self, path: &str, ts_ns: u64) -> CaptureId {
@@ -117,10 +139,24 @@ impl FrameFeed {
 }
 
 /// The engine observation for one decoded unit.
-pub fn observation(meta: PacketMeta, decoded: &Decoded) -> Observation {
-    match decoded {
-        Decoded::KcpSegment(seg) => Observation::Kcp(kcp_segment(meta, seg)),
-        Decoded::QuicPacket(p) if p.decrypted => Observation::Quic(quic_packet(meta, p)),
+pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
+    match &packet.decoded {
+        Decoded::KcpSegment(seg) => {
+            let mut k = kcp_segment(meta, seg);
+            k.app_msg_id = packet.app_msg_id;
+            Observation::Kcp(k)
+        }
+        Decoded::QuicPacket(p) if p.decrypted => {
+            let mut q = quic_packet(meta, p);
+            for s in &mut q.streams {
+                s.app_msg_id = packet
+                    .stream_app_ids
+                    .iter()
+                    .find(|(id, off, _)| *id == s.stream_id && *off == s.offset)
+                    .map(|x| x.2);
+            }
+            Observation::Quic(q)
+        }
         // Without keys the packet still costs bandwidth but carries no matchable message.
         Decoded::QuicPacket(_) => Observation::Overhead(Overhead {
             meta,
@@ -130,7 +166,7 @@ pub fn observation(meta: PacketMeta, decoded: &Decoded) -> Observation {
             meta,
             payload_hash: d.payload_hash,
             payload_len: u32::try_from(d.len).unwrap_or(u32::MAX),
-            app_msg_id: None,
+            app_msg_id: packet.app_msg_id,
         }),
     }
 }
@@ -152,6 +188,7 @@ fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
         sn: seg.sn,
         una: seg.una,
         len: seg.len,
+        app_msg_id: None,
     }
 }
 

@@ -7,9 +7,10 @@ use serde::Serialize;
 use tboxscope_decode::kcp::{Detection, Detector, DetectorConfig, DetectorStats};
 use tboxscope_decode::net::{FragmentStats, LinkType, NetParser, NetReject};
 use tboxscope_decode::quic::{
-    DatagramInfo, DecoderConfig, Keylog, KeylogError, PacketSummary, ParseOptions, QuicDecoder,
-    QuicStats, Undecrypted,
+    DatagramInfo, DecoderConfig, Frame, Keylog, KeylogError, PacketSummary, ParseOptions,
+    QuicDecoder, QuicStats, Undecrypted,
 };
+use tboxscope_engine::AppIdRule;
 
 /// What the dissector looks for.
 #[derive(Debug, Clone, Default)]
@@ -21,6 +22,9 @@ pub struct DissectConfig {
     pub unknown_udp: bool,
     /// TLS secrets for QUIC (from `--keylog`); embedded pcapng secrets are added as found.
     pub keylog: Option<Keylog>,
+    /// Where an application message id sits in each message (KCP segment payload, QUIC stream
+    /// data from offset 0, UDP payload), to match copies sent on separate sessions per path.
+    pub app_id: Option<AppIdRule>,
 }
 
 /// How a KCP segment was carried.
@@ -106,6 +110,12 @@ pub struct DecodedPacket {
     pub dst: SocketAddr,
     /// The decoded content.
     pub decoded: Decoded,
+    /// Application message id read with [`DissectConfig::app_id`] from a KCP segment's or UDP
+    /// datagram's payload.
+    pub app_msg_id: Option<u64>,
+    /// For a QUIC packet: `(stream id, frame offset, application message id)` of each STREAM
+    /// frame whose data holds the id (with [`DissectConfig::app_id`]).
+    pub stream_app_ids: Vec<(u64, u64, u64)>,
 }
 
 /// Counters: every frame lands in exactly one of `unsupported_link`, `net_rejected`, or `udp`;
@@ -290,10 +300,16 @@ impl Dissector {
                 let payload_at = (at >= frame_start && at + seg.payload().len() <= frame_end)
                     .then(|| u32::try_from(at - frame_start).ok())
                     .flatten();
+                let app_msg_id = match self.config.app_id {
+                    Some(rule) => rule.extract(seg.payload()),
+                    _ => None,
+                };
                 out.push(DecodedPacket {
                     ts_ns,
                     src,
                     dst,
+                    app_msg_id,
+                    stream_app_ids: Vec::new(),
                     decoded: Decoded::KcpSegment(KcpSegmentRecord {
                         framing,
                         index: u16::try_from(i).unwrap_or(u16::MAX),
@@ -324,6 +340,7 @@ impl Dissector {
         };
         let mut unknown_version = 0u64;
         let mut unknown_short = 0u64;
+        let app_rule = self.config.app_id;
         // A capture taken on the sending host sees a UDP GSO batch before the NIC splits it:
         // one "datagram" holding several equal-sized QUIC datagrams. Decode them one by one.
         let segment = gso_segment_size(udp.payload);
@@ -345,10 +362,16 @@ impl Dissector {
                     unknown_short += 1;
                     return;
                 }
+                let stream_app_ids = match app_rule {
+                    Some(rule) => stream_app_ids(p, rule),
+                    None => Vec::new(),
+                };
                 out.push(DecodedPacket {
                     ts_ns,
                     src,
                     dst,
+                    app_msg_id: None,
+                    stream_app_ids,
                     decoded: Decoded::QuicPacket(Box::new(p.summary())),
                 })
             });
@@ -366,6 +389,8 @@ impl Dissector {
                 ts_ns,
                 src,
                 dst,
+                app_msg_id: self.config.app_id.and_then(|r| r.extract(udp.payload)),
+                stream_app_ids: Vec::new(),
                 decoded: Decoded::UdpDatagram(UdpRecord {
                     len: udp.payload.len(),
                     payload_hash: tboxscope_engine::payload_hash(udp.payload),
@@ -374,6 +399,39 @@ impl Dissector {
         }
         out.len() - before
     }
+}
+
+/// The application ids in a decrypted QUIC packet's STREAM frames: the id is read from the
+/// message's first bytes, so only frames whose data covers `[offset, offset + width)` of the
+/// stream give one.
+fn stream_app_ids(
+    p: &tboxscope_decode::quic::DecodedPacket<'_>,
+    rule: AppIdRule,
+) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    for frame in p.frames() {
+        let Ok(Frame::Stream {
+            stream_id,
+            offset,
+            data,
+            ..
+        }) = frame
+        else {
+            continue;
+        };
+        let Ok(skip) = usize::try_from(offset) else {
+            continue;
+        };
+        // The id's position within this frame's data (only a frame from the stream start).
+        let Some(at) = rule.offset.checked_sub(skip) else {
+            continue;
+        };
+        let shifted = AppIdRule { offset: at, ..rule };
+        if let Some(id) = shifted.extract(data) {
+            out.push((stream_id, offset, id));
+        }
+    }
+    out
 }
 
 /// Payloads up to this size are single datagrams on a 1500-byte MTU (IPv4 header and UDP).

@@ -167,6 +167,13 @@ pub struct LabRunArgs {
     /// How packets are delayed.
     #[arg(long, value_enum, default_value = "auto")]
     pub delay: LabDelay,
+    /// Also write tboxscope's four captures (both ends of both paths) as pcap files here, with
+    /// the QUIC key log, for `tboxscope analyze`.
+    #[arg(long, value_name = "DIR")]
+    pub pcap: Option<PathBuf>,
+    /// Do not capture with tboxscope (the table then shows the peers' ground truth only).
+    #[arg(long)]
+    pub no_capture: bool,
 }
 
 /// `tboxscope doctor`.
@@ -223,6 +230,11 @@ pub struct DecodeArgs {
     /// without it. Needed for encrypted kcp-go, which is otherwise indistinguishable from noise.
     #[arg(long = "kcp-port", value_name = "N")]
     pub kcp_ports: Vec<u16>,
+    /// Where each message carries an application id, `OFFSET:WIDTH[:le]` (bytes; big-endian
+    /// unless `le`): copies sent on separate sessions per path are matched by it (the lab's
+    /// messages: `8:8:le`).
+    #[arg(long = "app-id", value_name = "OFFSET:WIDTH[:le]", value_parser = parse_app_id)]
+    pub app_id: Option<probe_user::engine::AppIdRule>,
 }
 
 impl DecodeArgs {
@@ -236,6 +248,7 @@ impl DecodeArgs {
             kcp_ports: self.kcp_ports.clone(),
             unknown_udp: false,
             keylog,
+            app_id: self.app_id,
         })
     }
 }
@@ -257,6 +270,14 @@ pub struct AnalyzeArgs {
     /// With --packets, also emit a `udp_datagram` line for UDP that no decoder recognised.
     #[arg(long)]
     pub unknown_udp: bool,
+    /// Seconds a message waits for its copies on other paths before it is closed (a copy held
+    /// back through an outage longer than this counts as not carried).
+    #[arg(
+        long = "message-timeout",
+        value_name = "SECONDS",
+        default_value_t = 5.0
+    )]
+    pub message_timeout_s: f64,
 }
 
 /// `tboxscope replay`.
@@ -277,4 +298,25 @@ pub struct ReplayArgs {
     /// On exit, write the UI's cost (frames, wall time, UI-thread and process CPU) as JSON here.
     #[arg(long, value_name = "PATH", hide = true)]
     pub stats: Option<PathBuf>,
+}
+
+/// Parses `OFFSET:WIDTH[:le]`.
+fn parse_app_id(s: &str) -> Result<probe_user::engine::AppIdRule, String> {
+    let mut parts = s.split(':');
+    let bad = || format!("expected OFFSET:WIDTH[:le], got {s:?}");
+    let offset: usize = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let width: usize = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let little_endian = match parts.next() {
+        None | Some("be") => false,
+        Some("le") => true,
+        Some(_) => return Err(bad()),
+    };
+    if !(1..=8).contains(&width) || parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok(probe_user::engine::AppIdRule {
+        offset,
+        width,
+        little_endian,
+    })
 }

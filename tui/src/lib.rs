@@ -3,6 +3,7 @@
 //! binary (`main.rs`) adds the command line.
 pub mod app;
 pub mod input;
+pub mod labcap;
 pub mod replay;
 pub mod source;
 pub mod terminal;

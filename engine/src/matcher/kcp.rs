@@ -2,6 +2,10 @@
 //! fragment; copies on two paths match by conv + sn even when they travel in different
 //! datagrams. One end observed: ACK segments (which echo sn) give the time to first
 //! acknowledgment. The receiver's in-order delivery (sn gaps) gives HOL incidents.
+//! Separate sessions, one per path, that carry the same messages (application-level
+//! duplication, each session with its own conv) are matched by an application message id
+//! ([`crate::KcpSegment::app_msg_id`]): their messages go to one group flow per server port,
+//! while each session keeps its own sn state (ACKs, HOL incidents).
 
 use std::collections::BTreeMap;
 
@@ -12,7 +16,7 @@ use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::GapTracker;
 use crate::input::{KcpCmd, KcpSegment};
 use crate::matcher::gaps::GapSel;
-use crate::matcher::mix;
+use crate::matcher::{forced_mode, mix, server_port};
 use crate::message::{MsgId, SightArgs};
 use crate::paths::PathIdx;
 
@@ -35,6 +39,9 @@ pub struct KcpState {
     pub rx: [GapTracker; 2],
     /// Newest KCP `ts` seen on data per direction (receiver-side retransmission heuristic).
     pub newest_ts: [Option<u32>; 2],
+    /// The flow this conversation's messages belong to when it is one of several per-path
+    /// sessions matched by application id (`None`: its own).
+    pub group: Option<FlowRef>,
 }
 
 impl Engine {
@@ -43,17 +50,66 @@ impl Engine {
             return;
         };
         let key = FlowKey::Kcp { conv: k.conv };
-        self.remember_tuple(pkt.src, pkt.dst, &key);
         let fr = self
             .flows
             .get_or_insert(&key, pkt.ts_ns, || Proto::Kcp(Box::default()));
         let up = pkt.up.unwrap_or(true);
+        // Separate sessions per path (application-level duplication): a segment carrying an
+        // application id, or an app-id override, puts the conversation's messages into the
+        // group of its server port, where copies on other sessions match by that id.
+        let forced = forced_mode(
+            &self.cfg,
+            (pkt.src.port(), pkt.dst.port()),
+            Some(k.conv),
+            None,
+        );
+        let wants_group = match forced {
+            Some(m) => m == MatchMode::AppId,
+            None => k.app_msg_id.is_some(),
+        };
+        let known_group = match self.flows.get_mut(fr).map(|f| &f.proto) {
+            Some(Proto::Kcp(s)) => s.group,
+            _ => None,
+        };
+        let group = match known_group {
+            Some(g) if self.flows.get_mut(g).is_some() => Some(g),
+            _ if wants_group => {
+                let gkey = FlowKey::KcpGroup {
+                    server_port: server_port(&pkt.src, &pkt.dst),
+                };
+                let g = self
+                    .flows
+                    .get_or_insert(&gkey, pkt.ts_ns, || Proto::Kcp(Box::default()));
+                if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                    s.group = Some(g);
+                }
+                Some(g)
+            }
+            _ => None,
+        };
+        let mfr = group.unwrap_or(fr);
+        self.remember_tuple(pkt.src, pkt.dst, &key);
         if let Some(f) = self.flows.get_mut(fr) {
-            f.mode = Some(MatchMode::KcpSn);
+            f.mode = Some(if group.is_some() {
+                MatchMode::AppId
+            } else {
+                MatchMode::KcpSn
+            });
+            f.forced = forced.is_some();
+            if pkt.path < 64 {
+                f.paths_mask |= 1 << pkt.path;
+            }
             if let Proto::Kcp(s) = &mut f.proto {
                 s.wnd = k.wnd;
                 s.una = k.una;
             }
+        }
+        if let Some(f) = self.flows.get_mut(mfr) {
+            f.mode = Some(if group.is_some() {
+                MatchMode::AppId
+            } else {
+                MatchMode::KcpSn
+            });
             if pkt.count_wire {
                 f.amp.wire += pkt.wire;
                 match k.cmd {
@@ -64,7 +120,7 @@ impl Engine {
             }
         }
         match k.cmd {
-            KcpCmd::Push => self.kcp_push(fr, k, &pkt, up),
+            KcpCmd::Push => self.kcp_push(fr, mfr, k, &pkt, up),
             KcpCmd::Ack => {
                 if pkt.dir == Dir::In {
                     let data_up = !up;
@@ -86,13 +142,39 @@ impl Engine {
         }
     }
 
-    fn kcp_push(&mut self, fr: FlowRef, k: &KcpSegment, pkt: &crate::engine::Pkt, up: bool) {
+    /// The flow holding the messages of conversation flow `fr` (its group, or itself).
+    fn kcp_message_flow(&mut self, fr: FlowRef) -> FlowRef {
+        match self.flows.get_mut(fr).map(|f| &f.proto) {
+            Some(Proto::Kcp(s)) => s.group.unwrap_or(fr),
+            _ => fr,
+        }
+    }
+
+    fn kcp_push(
+        &mut self,
+        fr: FlowRef,
+        mfr: FlowRef,
+        k: &KcpSegment,
+        pkt: &crate::engine::Pkt,
+        up: bool,
+    ) {
         let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
-        let mkey = mix(&[3, u64::from(up), u64::from(msg_sn)]);
+        let (mkey, id) = match k.app_msg_id {
+            Some(app) if mfr != fr => (mix(&[6, u64::from(up), app]), MsgId::App(app)),
+            // In a group, a segment without the id (a later fragment) stays within its session.
+            _ if mfr != fr => (
+                mix(&[3, u64::from(k.conv), u64::from(up), u64::from(msg_sn)]),
+                MsgId::Kcp { up, sn: msg_sn },
+            ),
+            _ => (
+                mix(&[3, u64::from(up), u64::from(msg_sn)]),
+                MsgId::Kcp { up, sn: msg_sn },
+            ),
+        };
         let r = self.sight(SightArgs {
-            flow: fr,
+            flow: mfr,
             key: mkey,
-            id: MsgId::Kcp { up, sn: msg_sn },
+            id,
             path: pkt.path,
             capture: pkt.capture,
             dir: pkt.dir,
@@ -105,11 +187,13 @@ impl Engine {
         });
         let max_unacked = self.cfg.max_unacked_per_flow;
         let mut evicted = 0u64;
-        if let Some(f) = self.flows.get_mut(fr) {
-            let retrans = (r.repeat || r.late) && pkt.dir != Dir::In;
+        let retrans = (r.repeat || r.late) && pkt.dir != Dir::In;
+        if let Some(f) = self.flows.get_mut(mfr) {
             if retrans && pkt.count_wire {
                 f.amp.retransmit += pkt.wire;
             }
+        }
+        if let Some(f) = self.flows.get_mut(fr) {
             if let Proto::Kcp(s) = &mut f.proto {
                 s.segments += 1;
                 s.max_sn = s.max_sn.max(k.sn);
@@ -189,8 +273,9 @@ impl Engine {
             None => None,
         };
         if let Some((_, mkey)) = hit {
-            if self.msgs.ack(fr.uid, mkey, path, ts) {
-                self.maybe_complete(fr, mkey);
+            let mfr = self.kcp_message_flow(fr);
+            if self.msgs.ack(mfr.uid, mkey, path, ts) {
+                self.maybe_complete(mfr, mkey);
             }
         }
     }
@@ -212,9 +297,10 @@ impl Engine {
             },
             None => Vec::new(),
         };
+        let mfr = self.kcp_message_flow(fr);
         for mkey in done {
-            if self.msgs.ack(fr.uid, mkey, path, ts) {
-                self.maybe_complete(fr, mkey);
+            if self.msgs.ack(mfr.uid, mkey, path, ts) {
+                self.maybe_complete(mfr, mkey);
             }
         }
     }

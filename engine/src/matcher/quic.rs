@@ -49,9 +49,35 @@ pub struct QuicState {
     pub unacked: BTreeMap<(bool, u64, u64), Unacked>,
     /// (up, stream) → receive tracker and last delivery time.
     pub rx: HashMap<(bool, u64), (GapTracker, u64)>,
+    /// In a group of per-path connections: (connection tag, up, stream) → the message its
+    /// id-carrying frame named (bounded, recent streams only).
+    pub stream_msgs: HashMap<(u64, bool, u64), u64>,
+    /// Frames of grouped connections whose stream's message was never named (head not seen).
+    pub unmatched_frames: u64,
+}
+
+/// Streams remembered per group for frames that continue a message.
+const MAX_STREAM_MSGS: usize = 8192;
+
+/// A stable tag of a connection label (keeps connections of a group apart).
+fn conn_hash(conn: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in conn.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix(&[7, h])
 }
 
 impl QuicState {
+    /// Remembers which message a grouped connection's stream carries.
+    fn remember_stream(&mut self, key: (u64, bool, u64), msg: u64) {
+        if self.stream_msgs.len() >= MAX_STREAM_MSGS && !self.stream_msgs.contains_key(&key) {
+            self.stream_msgs.clear();
+        }
+        self.stream_msgs.insert(key, msg);
+    }
+
     /// The receive tracker of a stream (created; `None` past the stream bound).
     pub fn stream_rx(&mut self, up: bool, stream: u64) -> Option<&mut GapTracker> {
         if !self.rx.contains_key(&(up, stream)) && self.rx.len() >= MAX_STREAMS {
@@ -156,15 +182,31 @@ impl Engine {
         };
         let up = pkt.up.unwrap_or(true);
         let server = server_port(&pkt.src, &pkt.dst);
+        let paths = &self.paths;
+        // The address pair regardless of direction: the two ends of one path see the same.
+        let (lo, hi) = if pkt.src <= pkt.dst {
+            (pkt.src, pkt.dst)
+        } else {
+            (pkt.dst, pkt.src)
+        };
+        let addrs = crate::matcher::tuple_hash(&lo, &hi);
         let conns = self.quic_conns.entry(server).or_default();
-        if !conns.iter().any(|(c, p)| *c == q.conn && *p == pkt.path)
+        if !conns
+            .iter()
+            .any(|(c, p, a)| *c == q.conn && *p == pkt.path && *a == addrs)
             && conns.len() < MAX_CONNS_PER_PORT
         {
-            conns.push((q.conn.clone(), pkt.path));
+            conns.push((q.conn.clone(), pkt.path, addrs));
         }
-        let multipath = conns
-            .iter()
-            .any(|(c, p)| conns.iter().any(|(c2, p2)| c == c2 && p != p2));
+        // One connection on two paths (multipath QUIC) uses other addresses on each path.
+        // The same addresses under two path labels are the two ends of one path (their
+        // captures are paired later), and paths are compared as they are now (once paired,
+        // the far end's label is an alias).
+        let multipath = conns.iter().any(|(c, p, a)| {
+            conns.iter().any(|(c2, p2, a2)| {
+                c == c2 && a != a2 && paths.canonical(*p) != paths.canonical(*p2)
+            })
+        });
         // Separate per-path connections are matched by content (or app id) across the group;
         // a connection not (yet) seen on two paths whose frames carry hashes is treated so.
         let separate = !multipath;
@@ -176,12 +218,27 @@ impl Engine {
         );
         let has_app = q.streams.iter().any(|s| s.app_msg_id.is_some());
         let has_hash = q.streams.iter().any(|s| s.data_hash.is_some());
+        // Once a connection joined a group, all its packets stay there (ACK-only packets and
+        // frames without the id carry no id of their own).
+        let joined = self.quic_conn_modes.get(&q.conn).copied();
         let mode = match forced {
             Some(m) => m,
-            None if separate && has_app => MatchMode::AppId,
-            None if separate && has_hash => MatchMode::Content,
-            None => MatchMode::QuicStream,
+            None => match joined {
+                Some(m) if separate => m,
+                _ if separate && has_app => MatchMode::AppId,
+                _ if separate && has_hash => MatchMode::Content,
+                _ => MatchMode::QuicStream,
+            },
         };
+        let grouped = matches!(mode, MatchMode::Content | MatchMode::AppId);
+        if grouped && forced.is_none() && joined != Some(mode) {
+            if self.quic_conn_modes.len() >= self.cfg.max_flows.saturating_mul(4).max(16) {
+                self.quic_conn_modes.clear();
+            }
+            self.quic_conn_modes.insert(q.conn.clone(), mode);
+        }
+        // In a group, packet numbers and stream ids repeat across its connections.
+        let conn_tag = if grouped { conn_hash(&q.conn) } else { 0 };
         let key = match mode {
             MatchMode::Content | MatchMode::AppId => FlowKey::QuicGroup {
                 server_port: server,
@@ -209,18 +266,44 @@ impl Engine {
         }
         let mut items = Vec::new();
         for sr in &q.streams {
-            let parts: Vec<(u64, MsgId, u64)> = match (mode, sr.data_hash, sr.app_msg_id) {
+            let head = match (mode, sr.data_hash, sr.app_msg_id) {
                 (MatchMode::AppId, _, Some(app)) => {
-                    vec![(mix(&[6, u64::from(up), app]), MsgId::App(app), sr.len)]
+                    Some((mix(&[6, u64::from(up), app]), MsgId::App(app)))
                 }
                 (MatchMode::Content, Some(h), _) => {
-                    vec![(mix(&[5, u64::from(up), h]), MsgId::Hash(h), sr.len)]
+                    Some((mix(&[5, u64::from(up), h]), MsgId::Hash(h)))
                 }
-                _ => match self.flows.get_mut(fr).map(|f| &mut f.proto) {
-                    Some(Proto::Quic(s)) => s.split(up, sr.stream_id, sr.offset, sr.len),
-                    _ => Vec::new(),
-                },
+                _ => None,
             };
+            let stream_key = (conn_tag, up, sr.stream_id);
+            let mut continued = None;
+            let parts: Vec<(u64, MsgId, u64)> =
+                match (head, &mut self.flows.get_mut(fr).map(|f| &mut f.proto)) {
+                    (Some((k, id)), Some(Proto::Quic(s))) => {
+                        s.remember_stream(stream_key, k);
+                        vec![(k, id, sr.len)]
+                    }
+                    (Some((k, id)), _) => vec![(k, id, sr.len)],
+                    // In a group, a frame without the id continues the message its stream started:
+                    // it is no copy of its own (the head frame's sighting stands for the message).
+                    (None, Some(Proto::Quic(s))) if grouped => {
+                        if let Some(k) = s.stream_msgs.get(&stream_key) {
+                            continued = Some(*k);
+                            if pkt.dir == Dir::Out {
+                                items.push((*k, sr.stream_id, sr.offset, sr.len));
+                            }
+                        } else {
+                            s.unmatched_frames += 1;
+                        }
+                        Vec::new()
+                    }
+                    (None, Some(Proto::Quic(s))) => s.split(up, sr.stream_id, sr.offset, sr.len),
+                    (None, _) => Vec::new(),
+                };
+            if let Some(k) = continued {
+                self.msgs
+                    .extend_to(fr.uid, k, sr.offset.saturating_add(sr.len));
+            }
             let mut repeated = 0u64;
             for (mkey, id, bytes) in parts {
                 let r = self.sight(SightArgs {
@@ -291,7 +374,7 @@ impl Engine {
             if let Some(f) = self.flows.get_mut(fr) {
                 if let Proto::Quic(s) = &mut f.proto {
                     s.unacked.insert(
-                        (up, q.path_id, q.pn),
+                        (up, conn_tag ^ q.path_id, q.pn),
                         Unacked {
                             ts_ns: pkt.ts_ns,
                             path: pkt.path,
@@ -307,7 +390,14 @@ impl Engine {
             self.evicted_unacked += evicted;
         }
         if pkt.dir == Dir::In && !q.acks.is_empty() {
-            self.quic_acks(fr, q, !up, pkt.ts_ns, mode == MatchMode::QuicStream);
+            self.quic_acks(
+                fr,
+                q,
+                !up,
+                conn_tag,
+                pkt.ts_ns,
+                mode == MatchMode::QuicStream,
+            );
         }
     }
 
@@ -316,6 +406,7 @@ impl Engine {
         fr: crate::flow::FlowRef,
         q: &QuicPacket,
         data_up: bool,
+        conn_tag: u64,
         ts: u64,
         stream_mode: bool,
     ) {
@@ -328,9 +419,10 @@ impl Engine {
                         if lo > hi {
                             continue;
                         }
+                        let space = conn_tag ^ a.path_id;
                         let keys: Vec<(bool, u64, u64)> = s
                             .unacked
-                            .range((data_up, a.path_id, lo)..=(data_up, a.path_id, hi))
+                            .range((data_up, space, lo)..=(data_up, space, hi))
                             .map(|(k, _)| *k)
                             .collect();
                         for k in keys {

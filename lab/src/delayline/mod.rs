@@ -82,7 +82,8 @@ pub struct LineCounters {
     pub up_frames: AtomicU64,
     /// Frames forwarded toward the T-Box.
     pub down_frames: AtomicU64,
-    /// Frames the kernel refused to send (queue full).
+    /// Frames the kernel refused to send (queue full, or dropped by the path's loss or outage
+    /// rule at the line's egress).
     pub send_failures: AtomicU64,
     /// Frames released later than their due time by more than 1 ms.
     pub late_frames: AtomicU64,
@@ -99,7 +100,7 @@ pub struct LineStats {
     pub up_frames: u64,
     /// Frames forwarded toward the T-Box.
     pub down_frames: u64,
-    /// Frames the kernel refused to send.
+    /// Frames the kernel refused to send (including the path's loss and outage drops).
     pub send_failures: u64,
     /// Frames released more than 1 ms late.
     pub late_frames: u64,

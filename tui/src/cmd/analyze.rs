@@ -19,7 +19,14 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.decode.dissect_config()?;
     config.unknown_udp = args.unknown_udp;
     let mut analyzer = Analyzer::new(config);
-    let mut correlator = Correlator::new(EngineConfig::default());
+    if !(args.message_timeout_s > 0.0 && args.message_timeout_s <= 3600.0) {
+        anyhow::bail!("--message-timeout must be within (0, 3600] seconds");
+    }
+    let mut correlator = Correlator::new(EngineConfig {
+        app_id: args.decode.app_id,
+        message_timeout_ns: (args.message_timeout_s * 1e9) as u64,
+        ..EngineConfig::default()
+    });
     let json_target = match (&args.json, args.packets) {
         (Some(t), _) => Some(t.clone()),
         (None, true) => Some("-".to_owned()),

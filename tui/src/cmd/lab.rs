@@ -11,6 +11,7 @@ use tboxscope_lab::{
 };
 
 use crate::cli::{LabAction, LabArgs, LabDelay, LabRunArgs};
+use tboxscope::labcap::{self, LabCapture, Measured};
 
 /// Runs `tboxscope lab …`.
 pub fn run(args: LabArgs) -> anyhow::Result<ExitCode> {
@@ -155,16 +156,50 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
         opts.drain.as_secs_f64(),
         a.transports.join(", ")
     );
-    let report = tboxscope_lab::run::run(&scenario, &opts, &mut NoObserver)?;
+    let (report, measured) = if a.no_capture {
+        (
+            tboxscope_lab::run::run(&scenario, &opts, &mut NoObserver)?,
+            None,
+        )
+    } else {
+        let mut capture = LabCapture::new(a.pcap.clone());
+        let report = tboxscope_lab::run::run(&scenario, &opts, &mut capture)?;
+        (report, capture.take_measured())
+    };
     print!("{report}");
+    if let Some(m) = &measured {
+        println!();
+        print!("{}", labcap::render_comparison(&report, m));
+    }
     println!("QUIC key log: {}", opts.keylog.display());
+    if let Some(dir) = &a.pcap {
+        let files: Vec<String> = PathId::BOTH
+            .iter()
+            .flat_map(|p| {
+                [
+                    format!("tbox-{}.pcap", p.tbox_iface()),
+                    format!("gateway-{}.pcap", p.gateway_iface()),
+                ]
+            })
+            .map(|f| dir.join(f).display().to_string())
+            .collect();
+        println!(
+            "captures: tboxscope analyze --keylog {} {}",
+            dir.join("quic-keylog.txt").display(),
+            files.join(" ")
+        );
+    }
     if let Some(path) = a.json {
-        write_json(&path, &report)?;
+        write_json(&path, &report, measured.as_ref())?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn write_json(path: &str, report: &tboxscope_lab::run::RunReport) -> anyhow::Result<()> {
+fn write_json(
+    path: &str,
+    report: &tboxscope_lab::run::RunReport,
+    measured: Option<&Measured>,
+) -> anyhow::Result<()> {
     use probe_user::output::JsonLinesWriter;
     let out: Box<dyn std::io::Write> = if path == "-" {
         Box::new(std::io::stdout().lock())
@@ -192,6 +227,9 @@ fn write_json(path: &str, report: &tboxscope_lab::run::RunReport) -> anyhow::Res
         w.write("lab_transport", ts, t)?;
     }
     w.write("lab_run", ts, report)?;
+    if let Some(m) = measured {
+        w.write("lab_measured", ts, m)?;
+    }
     w.flush()?;
     Ok(())
 }

@@ -17,6 +17,8 @@ pub struct InterfaceSpec {
     pub name: String,
     /// The path label used in every output (`4G`); the interface name when not given.
     pub label: String,
+    /// Network namespace the interface lives in (`/run/netns/NAME`); `None`: the caller's.
+    pub namespace: Option<String>,
 }
 
 impl InterfaceSpec {
@@ -32,7 +34,14 @@ impl InterfaceSpec {
         Ok(Self {
             name: name.to_owned(),
             label: label.to_owned(),
+            namespace: None,
         })
+    }
+
+    /// The same interface inside network namespace `ns` (`/run/netns/NS`).
+    pub fn in_namespace(mut self, ns: &str) -> Self {
+        self.namespace = Some(ns.to_owned());
+        self
     }
 
     /// The default: `eth0` and `eth1` (4G and 5G on the T-Box).
@@ -42,6 +51,7 @@ impl InterfaceSpec {
             .map(|n| Self {
                 name: (*n).to_owned(),
                 label: (*n).to_owned(),
+                namespace: None,
             })
             .collect()
     }
@@ -128,6 +138,16 @@ pub enum LiveError {
     /// The OS refused a thread.
     #[error("starting capture thread: {0}")]
     Thread(std::io::Error),
+    /// The interface's network namespace could not be entered.
+    #[error("interface {interface}: network namespace {namespace}: {source}")]
+    Namespace {
+        /// The interface.
+        interface: String,
+        /// The namespace name.
+        namespace: String,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// A packet captured live (owned: it crosses threads).
@@ -236,8 +256,50 @@ fn wall_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// Opens one interface with the configured settings.
+/// Opens one interface with the configured settings. An interface in another network
+/// namespace is opened from a short-lived thread that has entered that namespace: a packet
+/// socket belongs to the namespace it was created in, so the handle then captures there from
+/// any thread, while this process's other threads stay where they are.
 fn open(spec: &InterfaceSpec, cfg: &LiveConfig) -> Result<(Active, LinkType, bool), LiveError> {
+    let Some(ns) = spec.namespace.clone() else {
+        return open_here(spec, cfg);
+    };
+    let (spec2, cfg2) = (spec.clone(), cfg.clone());
+    std::thread::Builder::new()
+        .name(format!("pcap-open-{}", spec.name))
+        .spawn(move || {
+            enter_netns(&ns).map_err(|source| LiveError::Namespace {
+                interface: spec2.name.clone(),
+                namespace: ns.clone(),
+                source,
+            })?;
+            open_here(&spec2, &cfg2)
+        })
+        .map_err(LiveError::Thread)?
+        .join()
+        .unwrap_or_else(|_| {
+            Err(LiveError::Thread(std::io::Error::other(
+                "capture open thread panicked",
+            )))
+        })
+}
+
+/// Moves the calling thread into network namespace `name` (`/run/netns/NAME`).
+fn enter_netns(name: &str) -> std::io::Result<()> {
+    let file = std::fs::File::open(format!("/run/netns/{name}"))?;
+    // SAFETY: setns on a valid namespace fd we own; it changes only this thread's namespace.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Opens one interface in the calling thread's network namespace.
+fn open_here(
+    spec: &InterfaceSpec,
+    cfg: &LiveConfig,
+) -> Result<(Active, LinkType, bool), LiveError> {
     let open_err = |e: pcap::Error| LiveError::Open {
         interface: spec.name.clone(),
         message: e.to_string(),

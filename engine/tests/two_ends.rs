@@ -1,0 +1,333 @@
+//! Both ends of both paths captured (the lab's shape: `tbox-eth0`, `gateway-g0`, `tbox-eth1`,
+//! `gateway-g1`), declared as `lab run` does or (QUIC, outage) not at all, the engine pairing
+//! the captures itself. Each test reproduces a way tboxscope's own capture of `lab run` once
+//! came out wrong:
+//! - redundant QUIC as one connection per path, a message's STREAM frame split over two
+//!   packets and ACK-only packets: extra messages (767 instead of 600) and split flows;
+//! - redundant KCP as one session (conv) per path: no duplication seen at all;
+//! - idle paths after the traffic (keep-alives only): outages that did not happen, and copies
+//!   held through a real outage not counted as carried by the other path.
+
+#![allow(clippy::needless_range_loop)]
+
+mod common;
+
+use common::*;
+use tboxscope_engine::{
+    Config, Engine, Host, KcpCmd, KcpSegment, MatchMode, Observation, QuicPacket, StreamRange,
+    Summary,
+};
+
+const N: u64 = 300;
+const GAP: u64 = 20_000_000;
+const MS: u64 = 1_000_000;
+/// One-way delay per path (A, B), constant so the expected latency is exact.
+const DELAY: [u64; 2] = [40 * MS, 25 * MS];
+const LABELS: [(&str, &str); 2] = [("eth0", "g0"), ("eth1", "g1")];
+const TBOX: [&str; 2] = ["10.40.0.2:50000", "10.50.0.2:50001"];
+const GW: [&str; 2] = ["10.40.0.1:7401", "10.50.0.1:7401"];
+
+fn run(obs: Vec<Observation>, cfg: Config) -> Summary {
+    let mut e = Engine::new(cfg);
+    let end = obs.iter().map(Observation::ts_ns).max().unwrap_or(T0);
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    e.finish(end + 1)
+}
+
+/// A packet seen at the T-Box when sent and at the gateway `DELAY[p]` later (or, for the
+/// gateway's packets, the reverse); captures 2p (T-Box) and 2p+1 (gateway).
+fn both_ends(
+    obs: &mut Vec<Observation>,
+    p: usize,
+    sent: u64,
+    up: bool,
+    make: impl Fn(u64, &str, u16) -> Observation,
+) {
+    let arrive = sent + DELAY[p];
+    let (t, g) = if up { (sent, arrive) } else { (arrive, sent) };
+    obs.push(make(t, LABELS[p].0, (2 * p) as u16));
+    obs.push(make(g, LABELS[p].1, (2 * p + 1) as u16));
+}
+
+/// The four captures as `lab run` declares them: hosts, and each T-Box capture paired with the
+/// gateway capture of its path.
+fn declared() -> Vec<Observation> {
+    (0..4u16)
+        .map(|c| {
+            let p = usize::from(c / 2);
+            let tbox = c % 2 == 0;
+            Observation::Capture(tboxscope_engine::CapturePoint {
+                ts_ns: T0,
+                capture: c,
+                name: format!("capture {c}"),
+                path: (if tbox { LABELS[p].0 } else { LABELS[p].1 }).to_owned(),
+                host: if tbox { Host::Tbox } else { Host::Gateway },
+                local_addrs: Vec::new(),
+                clock_offset_ns: Some(0),
+                pair_with: Some(c ^ 1),
+            })
+        })
+        .collect()
+}
+
+fn quic(ts: u64, label: &str, cap: u16, p: usize, up: bool, pn: u64) -> QuicPacket {
+    let (src, dst) = if up {
+        (TBOX[p], GW[p])
+    } else {
+        (GW[p], TBOX[p])
+    };
+    QuicPacket {
+        meta: meta(ts, label, cap, addr(src), addr(dst), 100),
+        conn: format!("quic#{p}"),
+        path_id: 0,
+        pn,
+        streams: Vec::new(),
+        acks: Vec::new(),
+    }
+}
+
+#[test]
+fn quic_connection_per_path_split_frames_and_acks_give_one_message_each() {
+    let mut obs = Vec::new();
+    for i in 0..N {
+        let t = T0 + 1_000_000_000 + i * GAP;
+        for p in 0..2usize {
+            // Message i is stream 4i+2 of each connection: the head frame (with the id) in one
+            // packet, the rest of the message in the next.
+            let stream = 4 * i + 2;
+            both_ends(&mut obs, p, t, true, |ts, l, c| {
+                let mut q = quic(ts, l, c, p, true, 2 * i);
+                q.meta.wire_len = 460;
+                q.streams.push(StreamRange {
+                    stream_id: stream,
+                    offset: 0,
+                    len: 400,
+                    fin: false,
+                    data_hash: None,
+                    app_msg_id: Some(i),
+                });
+                Observation::Quic(q)
+            });
+            both_ends(&mut obs, p, t + MS, true, |ts, l, c| {
+                let mut q = quic(ts, l, c, p, true, 2 * i + 1);
+                q.meta.wire_len = 260;
+                q.streams.push(StreamRange {
+                    stream_id: stream,
+                    offset: 400,
+                    len: 200,
+                    fin: true,
+                    data_hash: None,
+                    app_msg_id: None,
+                });
+                Observation::Quic(q)
+            });
+            // The gateway acknowledges both packets in an ACK-only packet.
+            both_ends(&mut obs, p, t + DELAY[p] + 2 * MS, false, |ts, l, c| {
+                let mut q = quic(ts, l, c, p, false, i);
+                q.meta.wire_len = 80;
+                q.acks.push(tboxscope_engine::QuicAck {
+                    path_id: 0,
+                    ranges: vec![(2 * i, 2 * i + 1)],
+                    ack_delay_us: 0,
+                });
+                Observation::Quic(q)
+            });
+        }
+    }
+    let s = run(
+        obs,
+        Config {
+            emit_messages: false,
+            ..Config::default()
+        },
+    );
+    let with_messages: Vec<_> = s.flows.iter().filter(|f| f.messages > 0).collect();
+    assert_eq!(with_messages.len(), 1, "{:#?}", s.flows);
+    let f = with_messages[0];
+    assert_eq!(f.mode, Some(MatchMode::AppId), "{f:?}");
+    assert_eq!(f.messages, N);
+    assert_eq!(f.duplication, 1.0);
+    // First send → first arrival: path B's delay, exactly (2 significant digits per flow).
+    let q = tboxscope_engine::latency::LatencyHist::new(60_000_000, 2).quantized(DELAY[1] / 1000);
+    assert_eq!((f.latency.p50_us, f.latency.max_us), (q, DELAY[1] / 1000));
+    // Every packet is counted once (at its sender) once the captures are paired: the few
+    // before the third matching copy count at both ends. Unique bytes are 600 per message.
+    let wire = N * 2 * (460 + 260 + 80);
+    let expect = wire as f64 / (N * 600) as f64;
+    let rel = (f.amplification - expect) / expect;
+    assert!(
+        (0.0..0.02).contains(&rel),
+        "{} vs {expect}",
+        f.amplification
+    );
+}
+
+fn kcp(
+    ts: u64,
+    label: &str,
+    cap: u16,
+    p: usize,
+    cmd: KcpCmd,
+    sn: u32,
+    app: Option<u64>,
+) -> Observation {
+    let up = matches!(cmd, KcpCmd::Push | KcpCmd::WindowAsk);
+    let (src, dst) = if up {
+        (TBOX[p], GW[p])
+    } else {
+        (GW[p], TBOX[p])
+    };
+    Observation::Kcp(KcpSegment {
+        meta: meta(
+            ts,
+            label,
+            cap,
+            addr(src),
+            addr(dst),
+            if cmd == KcpCmd::Push { 652 } else { 52 },
+        ),
+        conv: 0x1000 + p as u32,
+        cmd,
+        frg: 0,
+        wnd: 128,
+        ts: (ts / MS) as u32,
+        sn,
+        una: if up { 0 } else { sn + 1 },
+        len: if cmd == KcpCmd::Push { 600 } else { 0 },
+        app_msg_id: app,
+    })
+}
+
+#[test]
+fn kcp_session_per_path_is_matched_by_application_id() {
+    let mut obs = declared();
+    for i in 0..N {
+        let t = T0 + 1_000_000_000 + i * GAP;
+        for p in 0..2usize {
+            // Each session numbers its segments itself; path B's started 7 messages later.
+            let sn = (i + 7 * p as u64) as u32;
+            both_ends(&mut obs, p, t, true, |ts, l, c| {
+                kcp(ts, l, c, p, KcpCmd::Push, sn, Some(i))
+            });
+            both_ends(&mut obs, p, t + DELAY[p] + MS, false, |ts, l, c| {
+                kcp(ts, l, c, p, KcpCmd::Ack, sn, None)
+            });
+        }
+    }
+    let s = run(
+        obs,
+        Config {
+            emit_messages: false,
+            ..Config::default()
+        },
+    );
+    let with_messages: Vec<_> = s.flows.iter().filter(|f| f.messages > 0).collect();
+    assert_eq!(with_messages.len(), 1, "{:#?}", s.flows);
+    let f = with_messages[0];
+    assert_eq!(f.mode, Some(MatchMode::AppId));
+    assert_eq!(f.messages, N);
+    assert_eq!(f.duplication, 1.0);
+    let q = tboxscope_engine::latency::LatencyHist::new(60_000_000, 2).quantized(DELAY[1] / 1000);
+    assert_eq!((f.latency.p50_us, f.latency.max_us), (q, DELAY[1] / 1000));
+    let expect = (N * 2 * (652 + 52)) as f64 / (N * 600) as f64;
+    assert!(
+        (f.amplification - expect).abs() < 1e-9,
+        "{} vs {expect}",
+        f.amplification
+    );
+}
+
+#[test]
+fn one_outage_on_the_silent_path_none_on_idle_paths() {
+    // 10 s of messages on both sessions; path A loses everything that would arrive from 3 s to
+    // 8 s (the T-Box keeps sending; the copies it held arrive right after 8 s); then 6 s of
+    // keep-alives every 1.05 s on both paths, answered but one: idle paths, silent longer than
+    // the threshold, in no outage.
+    let start = T0 + 1_000_000_000;
+    let (down, up_again) = (start + 3_000_000_000, start + 8_000_000_000);
+    let lost = |arrival: u64| (down..up_again).contains(&arrival);
+    let mut obs = Vec::new();
+    let msgs = 500u64;
+    // (first send, arrival over path A) of each message.
+    let mut a_copies: Vec<(u64, u64)> = Vec::new();
+    let mut last_alive_a = 0;
+    for i in 0..msgs {
+        let t = start + i * GAP;
+        for p in 0..2usize {
+            let sn = i as u32;
+            if p == 0 && lost(t + DELAY[0]) {
+                a_copies.push((t, up_again + (i % 10) * MS + DELAY[0]));
+                // Seen leaving the T-Box, lost; sent again and delivered after the outage.
+                obs.push(kcp(t, LABELS[0].0, 0, 0, KcpCmd::Push, sn, Some(i)));
+                let again = up_again + (i % 10) * MS;
+                both_ends(&mut obs, 0, again, true, |ts, l, c| {
+                    kcp(ts, l, c, 0, KcpCmd::Push, sn, Some(i))
+                });
+                continue;
+            }
+            both_ends(&mut obs, p, t, true, |ts, l, c| {
+                kcp(ts, l, c, p, KcpCmd::Push, sn, Some(i))
+            });
+            let ack = t + DELAY[p] + MS;
+            if p == 0 {
+                a_copies.push((t, t + DELAY[0]));
+                let before = |a: u64| if a < down { a } else { 0 };
+                last_alive_a = last_alive_a.max(before(t + DELAY[0]));
+                if lost(ack + DELAY[0]) {
+                    obs.push(kcp(ack, LABELS[0].1, 1, 0, KcpCmd::Ack, sn, None));
+                    continue;
+                }
+                last_alive_a = last_alive_a.max(before(ack + DELAY[0]));
+            }
+            both_ends(&mut obs, p, ack, false, |ts, l, c| {
+                kcp(ts, l, c, p, KcpCmd::Ack, sn, None)
+            });
+        }
+    }
+    let idle = start + msgs * GAP + 500 * MS;
+    for k in 0..6u64 {
+        for p in 0..2usize {
+            let t = idle + k * 1_050 * MS + p as u64 * 300 * MS;
+            if k == 2 && p == 1 {
+                // One keep-alive lost: path B silent for 2.1 s, one send unanswered.
+                obs.push(kcp(t, LABELS[1].0, 2, 1, KcpCmd::WindowAsk, 0, None));
+                continue;
+            }
+            both_ends(&mut obs, p, t, true, |ts, l, c| {
+                kcp(ts, l, c, p, KcpCmd::WindowAsk, 0, None)
+            });
+            both_ends(&mut obs, p, t + DELAY[p] + MS, false, |ts, l, c| {
+                kcp(ts, l, c, p, KcpCmd::WindowTell, 0, None)
+            });
+        }
+    }
+    let s = run(
+        obs,
+        Config {
+            emit_messages: false,
+            message_timeout_ns: 14_000_000_000,
+            ..Config::default()
+        },
+    );
+    assert_eq!(s.outages.len(), 1, "{:#?}", s.outages);
+    let o = &s.outages[0];
+    assert_eq!(o.path, "eth0");
+    // From the last arrival before the outage to the first after it.
+    assert_eq!(o.start_ns, last_alive_a);
+    // The copy sent 40 ms before the path came back is the first to arrive.
+    assert_eq!(o.end_ns, Some(up_again));
+    // Every message that came up meanwhile was carried by path B only: path A's copy came
+    // after the outage (held through it, or sent just before the path came back).
+    let end = up_again;
+    let during = a_copies
+        .iter()
+        .filter(|(t, a)| (o.start_ns..=end).contains(t) && *a > end)
+        .count() as u64;
+    assert!(during >= 245, "{during}");
+    assert_eq!(o.carried_by_others, during);
+    assert_eq!(o.lost, 0);
+    let f = s.flows.iter().find(|f| f.messages > 0).unwrap();
+    assert_eq!((f.messages, f.duplication), (msgs, 1.0));
+}
