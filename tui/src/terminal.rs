@@ -67,9 +67,10 @@ impl TerminalGuard {
         Ok((guard, tty))
     }
 
-    /// True once a stop signal arrived.
+    /// True once a stop signal arrived, or the terminal went away (its window closed, the
+    /// tmux pane or SSH session killed) without one reaching us.
     pub fn stopped(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
+        self.stop.load(Ordering::SeqCst) || hung_up()
     }
 }
 
@@ -80,6 +81,40 @@ impl Drop for TerminalGuard {
             signal_hook::low_level::unregister(id);
         }
     }
+}
+
+/// Waits at most `timeout` for input on the terminal (or its hang-up).
+pub fn wait_for_input(timeout: std::time::Duration) {
+    // SAFETY: isatty only inspects the descriptor.
+    if unsafe { libc::isatty(libc::STDIN_FILENO) } != 1 {
+        // Keys come from /dev/tty, not standard input: wait a little, then look again.
+        std::thread::sleep(timeout.min(std::time::Duration::from_millis(20)));
+        return;
+    }
+    let mut fd = libc::pollfd {
+        fd: libc::STDIN_FILENO,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid, initialised pollfd; poll only writes its revents.
+    let _ = unsafe { libc::poll(&mut fd, 1, ms) };
+}
+
+/// Whether the terminal on standard input has been hung up (or closed).
+fn hung_up() -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    if unsafe { libc::isatty(libc::STDIN_FILENO) } != 1 {
+        return false;
+    }
+    let mut fd = libc::pollfd {
+        fd: libc::STDIN_FILENO,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid, initialised pollfd; a zero timeout only reports the current state.
+    let rc = unsafe { libc::poll(&mut fd, 1, 0) };
+    rc > 0 && fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
 }
 
 fn install_panic_hook() {

@@ -339,3 +339,29 @@ fn live_ui_shows_the_kernel_rto_backoff_of_a_tcp_socket_on_its_path() {
     drop(s);
     let _ = receiver.join();
 }
+
+#[test]
+fn a_closed_terminal_ends_the_ui() {
+    let tmux = Tmux::start("hup");
+    tmux.type_line(&format!("{BIN} replay {}", fixture().display()));
+    tmux.wait_for(|s| s.contains("1 Overview"), "the Overview");
+    let pid = tmux.child_pid().expect("the UI's process");
+    // Killing the session closes the terminal under the running UI.
+    drop(tmux);
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(')').next().map(|r| r.trim_start().to_owned()))
+            .is_some_and(|r| !r.starts_with('Z'))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let still = alive();
+    if still {
+        // Do not leave it spinning.
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+    assert!(!still, "the UI (pid {pid}) outlived its terminal");
+}

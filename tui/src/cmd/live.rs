@@ -94,8 +94,17 @@ pub fn run(source: &mut dyn SnapshotSource, options: LiveOptions) -> anyhow::Res
             // Redraw at least at the tick rate: timers (outage for …) move on their own.
             dirty = true;
         }
-        let wait = next_tick.saturating_duration_since(Instant::now());
-        if event::poll(wait).context("reading the terminal")? {
+        if guard.stopped() {
+            break;
+        }
+        // Wait in our own poll, not crossterm's: on a hung-up terminal crossterm's poll spins
+        // without returning, and the hang-up must end the UI.
+        if !event::poll(Duration::ZERO).context("reading the terminal")? {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            tboxscope::terminal::wait_for_input(wait);
+            continue;
+        }
+        {
             match event::read().context("reading the terminal")? {
                 Event::Key(key) => {
                     if let Some(action) = input::action_for(&key, app.editing_filter, app.replay) {
