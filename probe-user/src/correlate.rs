@@ -60,15 +60,7 @@ impl Correlator {
         packet: &DecodedPacket,
     ) {
         let capture = self.capture_id(path, packet.ts_ns);
-        let meta = PacketMeta {
-            ts_ns: packet.ts_ns,
-            path: path.to_owned(),
-            capture,
-            src: packet.src,
-            dst: packet.dst,
-            wire_len: if first_in_frame { frame_len } else { 0 },
-        };
-        self.engine.handle(observation(meta, packet));
+        self.observe_capture(capture, path, frame_len, first_in_frame, packet);
     }
 
     /// Feeds one decoded unit seen by capture `capture` (declared with [`Correlator::declare`]),
