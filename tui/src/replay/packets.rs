@@ -10,7 +10,7 @@ use probe_user::analyze::Analyzer;
 use probe_user::correlate::{Correlator, FrameFeed};
 use probe_user::dissect::DissectConfig;
 use probe_user::engine::Config as EngineConfig;
-use probe_user::source::pcap::file::CaptureFile;
+use probe_user::source::pcap::file::{format_of_magic, CaptureFile};
 
 use super::{LoadError, PlayOptions, ReplayClock};
 use crate::app::Request;
@@ -104,7 +104,10 @@ struct Pacer<'a> {
     next_publish: Instant,
     /// Newest packet time fed to the engine in this pass (0 before the first).
     fed_ns: u64,
-    notes: Vec<String>,
+    /// What the health panel says about the recording.
+    note: String,
+    /// What it says about the pass that reached the end (file errors, undecrypted packets).
+    pass_notes: Vec<String>,
 }
 
 impl Pacer<'_> {
@@ -120,9 +123,20 @@ impl Pacer<'_> {
             if self.stop.load(Ordering::Relaxed) {
                 return Err(Interrupt::Quit);
             }
-            let mut publish = false;
+            let now = Instant::now();
+            let position = self
+                .clock
+                .advance(now.saturating_duration_since(self.last_wall));
+            self.last_wall = now;
+            let due = ts_ns.is_some_and(|t| position >= t);
+            if due && now < self.next_publish {
+                // Per packet while the clock is ahead (playing, fast-forward): straight on;
+                // requests and snapshots wait for the next publish time.
+                return Ok(());
+            }
+            let mut requested = false;
             for request in self.feed.requests() {
-                publish = true;
+                requested = true;
                 if request == Request::ResetWindows {
                     correlator.engine_mut().reset_windows();
                 } else if let Some(target) = self.clock.request(request) {
@@ -132,17 +146,16 @@ impl Pacer<'_> {
                     }
                 }
             }
-            let now = Instant::now();
-            let position = self
-                .clock
-                .advance(now.saturating_duration_since(self.last_wall));
-            self.last_wall = now;
-            let due = ts_ns.is_some_and(|t| position >= t);
+            if requested {
+                self.next_publish = now + self.period;
+                self.publish(correlator, done);
+                continue;
+            }
             if !due {
                 // Everything before `position` is fed: time passes without packets.
                 correlator.engine_mut().tick(position);
             }
-            if publish || now >= self.next_publish {
+            if now >= self.next_publish {
                 self.next_publish = now + self.period;
                 self.publish(correlator, done);
             }
@@ -168,7 +181,7 @@ impl Pacer<'_> {
         snapshot
             .health
             .inferences
-            .extend(self.notes.iter().cloned());
+            .extend(std::iter::once(&self.note).chain(&self.pass_notes).cloned());
         self.feed.publish(snapshot);
         self.feed.set_position(Some(self.clock.position(done)));
     }
@@ -190,17 +203,19 @@ pub(super) fn run(
         last_wall: now,
         next_publish: now,
         fed_ns: 0,
-        notes: vec![format!(
+        note: format!(
             "replay: {} packets in {} file(s), decoded as they play",
             recording.packets,
             recording.files.len()
-        )],
+        ),
+        pass_notes: Vec::new(),
     };
     loop {
         let mut analyzer = Analyzer::new(recording.config.clone());
         let mut correlator = Correlator::new(ui_engine_config());
         let mut frames = FrameFeed::default();
         pacer.fed_ns = 0;
+        pacer.pass_notes.clear();
         let pass = analyzer.run_files(&recording.files, &mut |r| {
             pacer.wait_until(Some(r.packet.ts_ns), &mut correlator, false)?;
             frames.observe(&mut correlator, &r);
@@ -216,7 +231,7 @@ pub(super) fn run(
                 let _ = correlator.engine_mut().finish(recording.end_ns);
                 correlator.engine_mut().drain_records().for_each(drop);
                 pacer
-                    .notes
+                    .pass_notes
                     .extend(errors.iter().map(|e| format!("replay: {e}")));
                 let failures: u64 = analyzer
                     .dissector()
@@ -225,7 +240,7 @@ pub(super) fn run(
                     .values()
                     .sum();
                 if failures > 0 {
-                    pacer.notes.push(format!(
+                    pacer.pass_notes.push(format!(
                         "replay: {failures} QUIC packets not decrypted (give --keylog)"
                     ));
                 }
@@ -235,7 +250,6 @@ pub(super) fn run(
                 }
             }
         };
-        pacer.notes.truncate(1);
         if interrupt == Interrupt::Quit {
             return;
         }
@@ -245,22 +259,13 @@ pub(super) fn run(
 /// Whether `path` starts like a pcap or pcapng file.
 pub fn is_packet_capture(path: &Path) -> Result<bool, LoadError> {
     use std::io::Read;
+    let io = |source| LoadError::Io {
+        path: path.display().to_string(),
+        source,
+    };
     let mut head = [0u8; 4];
-    let mut file = std::fs::File::open(path).map_err(|source| LoadError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let n = file.read(&mut head).map_err(|source| LoadError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    Ok(n == 4
-        && matches!(
-            head,
-            [0xa1, 0xb2, 0xc3, 0xd4]
-                | [0xd4, 0xc3, 0xb2, 0xa1]
-                | [0xa1, 0xb2, 0x3c, 0x4d]
-                | [0x4d, 0x3c, 0xb2, 0xa1]
-                | [0x0a, 0x0d, 0x0d, 0x0a]
-        ))
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(io)?;
+    Ok(n == 4 && format_of_magic(head).is_some())
 }

@@ -135,6 +135,24 @@ pub enum Format {
     Pcapng,
 }
 
+/// The capture format a file starting with `magic` has (`None`: not a pcap or pcapng file).
+pub fn format_of_magic(magic: [u8; 4]) -> Option<Format> {
+    format_and_endian(magic).map(|(format, _)| format)
+}
+
+fn format_and_endian(magic: [u8; 4]) -> Option<(Format, Endian)> {
+    // pcapng's section header type reads the same in both byte orders; its byte-order magic
+    // comes later in the block.
+    match u32::from_le_bytes(magic) {
+        0xa1b2_c3d4 => Some((Format::PcapMicro, Endian::Little)),
+        0xd4c3_b2a1 => Some((Format::PcapMicro, Endian::Big)),
+        0xa1b2_3c4d => Some((Format::PcapNano, Endian::Little)),
+        0x4d3c_b2a1 => Some((Format::PcapNano, Endian::Big)),
+        0x0a0d_0d0a => Some((Format::Pcapng, Endian::Little)),
+        _ => None,
+    }
+}
+
 /// One capture interface of a file (for classic pcap: the only one).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Interface {
@@ -470,14 +488,10 @@ impl<R: Read> CaptureReader<R> {
             return Err(self.format_err(0, FormatIssue::TooShort(self.end)));
         }
         let b = &self.buf[self.pos..self.pos + 4];
-        let le = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let (format, endian) = match le {
-            0xa1b2_c3d4 => (Format::PcapMicro, Endian::Little),
-            0xd4c3_b2a1 => (Format::PcapMicro, Endian::Big),
-            0xa1b2_3c4d => (Format::PcapNano, Endian::Little),
-            0x4d3c_b2a1 => (Format::PcapNano, Endian::Big),
-            0x0a0d_0d0a => (Format::Pcapng, Endian::Little),
-            other => return Err(self.format_err(0, FormatIssue::UnknownMagic(other))),
+        let magic = [b[0], b[1], b[2], b[3]];
+        let Some((format, endian)) = format_and_endian(magic) else {
+            let other = u32::from_le_bytes(magic);
+            return Err(self.format_err(0, FormatIssue::UnknownMagic(other)));
         };
         self.format = format;
         self.endian = endian;
