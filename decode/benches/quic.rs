@@ -8,26 +8,16 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{seal_short, unhex};
+use common::{rfc9001_keylog, unhex, v1_keys, OneRttMix, RFC9001_SERVER_CID};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use std::net::SocketAddr;
-use tboxscope_decode::quic::keys::{CipherSuite, PacketKeys, Secret};
-use tboxscope_decode::quic::varint::encode_varint;
-use tboxscope_decode::quic::{DatagramInfo, Frame, Keylog, QuicDecoder, Version};
+use tboxscope_decode::quic::{DatagramInfo, Frame, Keylog, QuicDecoder};
 
-const RANDOM: &str = "ebf8fa56f12939b9584a3896472ec40bb863cfd3e86804fe3a47f06a2b69484c";
 const PACKETS: usize = 4096;
 
 fn data(name: &str) -> Vec<u8> {
     let p = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
     unhex(&std::fs::read_to_string(p).unwrap())
-}
-
-fn keys(secret: &[u8]) -> PacketKeys {
-    Secret::new(CipherSuite::Aes128GcmSha256, Version::V1, secret)
-        .unwrap()
-        .keys()
-        .unwrap()
 }
 
 struct Setup {
@@ -51,52 +41,19 @@ fn setup() -> Setup {
         dst: Some(ca),
         from_client: None,
     };
-    let log = format!(
-        "CLIENT_TRAFFIC_SECRET_0 {RANDOM} {}\nSERVER_TRAFFIC_SECRET_0 {RANDOM} {}\n",
-        "11".repeat(32),
-        "22".repeat(32)
-    );
     let mut dec = QuicDecoder::new(
         Default::default(),
-        Some(Keylog::parse(log.as_bytes()).unwrap()),
+        Some(Keylog::parse(rfc9001_keylog().as_bytes()).unwrap()),
     );
     dec.decode(&data("rfc9001-client-initial.hex"), &up);
     dec.decode(&data("rfc9001-server-initial.hex"), &down);
-    let (ck, sk) = (keys(&[0x11; 32]), keys(&[0x22; 32]));
-    let dcid = unhex("f067a5502a4262b5");
-    let mut packets = Vec::with_capacity(PACKETS);
-    let (mut cpn, mut spn, mut off) = (0u64, 0u64, 0u64);
-    for i in 0..PACKETS {
-        let kind = i % 20;
-        if kind < 11 {
-            let mut f = vec![0x0e];
-            encode_varint(4, &mut f);
-            encode_varint(off, &mut f);
-            encode_varint(1150, &mut f);
-            f.extend(std::iter::repeat_n(0x5a, 1150));
-            off += 1150;
-            packets.push((seal_short(&ck, &ck, &dcid, cpn, 2, false, 0, &f), up));
-            cpn += 1;
-        } else if kind < 18 {
-            let mut f = vec![0x02];
-            encode_varint(cpn.saturating_sub(1), &mut f);
-            f.extend([0x19, 0x01, 0x00, 0x02]); // delay, 1 range, first range, gap
-            f.push(0x03);
-            packets.push((seal_short(&sk, &sk, &[], spn, 2, false, 0, &f), down));
-            spn += 1;
-        } else {
-            let mut f = vec![0x02, 0x05, 0x10, 0x00, 0x03];
-            for sid in [8u64, 12] {
-                f.push(0x0e);
-                encode_varint(sid, &mut f);
-                encode_varint(off, &mut f);
-                encode_varint(120, &mut f);
-                f.extend(std::iter::repeat_n(0x33, 120));
-            }
-            packets.push((seal_short(&ck, &ck, &dcid, cpn, 2, false, 0, &f), up));
-            cpn += 1;
-        }
-    }
+    let mut mix = OneRttMix::new();
+    let packets = (0..PACKETS as u64)
+        .map(|i| match mix.packet(i) {
+            (true, p) => (p, up),
+            (false, p) => (p, down),
+        })
+        .collect();
     Setup { dec, packets }
 }
 
@@ -120,19 +77,18 @@ fn bench(c: &mut Criterion) {
 
     // The AEAD alone on the same bytes (headers left protected: the tag fails, but `ring` does
     // the full GHASH + AES-CTR work before comparing; this is the crypto floor per packet).
-    let k = keys(&[0x11; 32]);
+    let k = v1_keys(&[0x11; 32]);
     g.bench_function("baseline_aead_open", |b| {
         let mut buf = Vec::with_capacity(1500);
         b.iter(|| {
             for (p, _) in &s.packets {
                 buf.clear();
                 buf.extend_from_slice(p);
-                let hdr =
-                    if p.len() > 9 && p[1..9] == [0xf0, 0x67, 0xa5, 0x50, 0x2a, 0x42, 0x62, 0xb5] {
-                        11
-                    } else {
-                        3
-                    };
+                let hdr = if p.len() > 9 && p[1..9] == RFC9001_SERVER_CID {
+                    11
+                } else {
+                    3
+                };
                 let (aad, body) = buf.split_at_mut(hdr);
                 let _ = black_box(k.open([0; 12], aad, body));
             }

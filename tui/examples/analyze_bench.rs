@@ -45,9 +45,7 @@ use probe_user::engine::Config as EngineConfig;
 use probe_user::source::pcap::{
     CaptureFile, CaptureReader, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
 };
-use tboxscope_decode::quic::keys::{CipherSuite, PacketKeys, Secret};
-use tboxscope_decode::quic::varint::encode_varint;
-use tboxscope_decode::quic::{Keylog, Version as QuicVersion};
+use tboxscope_decode::quic::Keylog;
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter()
@@ -341,24 +339,11 @@ fn offline(args: &[String]) {
     ratio(tcpdump, "tcpdump");
 }
 
-/// The client random of the RFC 9001 Appendix A ClientHello (the key log's lookup key).
-const RFC9001_CLIENT_RANDOM: &str =
-    "ebf8fa56f12939b9584a3896472ec40bb863cfd3e86804fe3a47f06a2b69484c";
-/// The server's connection ID in the RFC 9001 Appendix A exchange: the client's 1-RTT DCID.
-const RFC9001_SERVER_CID: [u8; 8] = [0xf0, 0x67, 0xa5, 0x50, 0x2a, 0x42, 0x62, 0xb5];
-
 fn rfc9001_packet(name: &str) -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../decode/tests/data")
         .join(name);
     quic_common::unhex(&std::fs::read_to_string(p).unwrap())
-}
-
-fn quic_keys(secret: &[u8]) -> PacketKeys {
-    Secret::new(CipherSuite::Aes128GcmSha256, QuicVersion::V1, secret)
-        .unwrap()
-        .keys()
-        .unwrap()
 }
 
 /// Writes a QUIC capture of `n` frames and its key log: the RFC 9001 Appendix A client and
@@ -367,15 +352,7 @@ fn quic_keys(secret: &[u8]) -> PacketKeys {
 /// full-size STREAM data client → server, 35 % ACK-only server → client (zero-length DCID), 10 %
 /// ACK + two STREAM frames. Returns the capture's size.
 fn write_quic_capture(path: &Path, keylog: &Path, n: u64) -> u64 {
-    std::fs::write(
-        keylog,
-        format!(
-            "CLIENT_TRAFFIC_SECRET_0 {RFC9001_CLIENT_RANDOM} {}\nSERVER_TRAFFIC_SECRET_0 {RFC9001_CLIENT_RANDOM} {}\n",
-            "11".repeat(32),
-            "22".repeat(32)
-        ),
-    )
-    .unwrap();
+    std::fs::write(keylog, quic_common::rfc9001_keylog()).unwrap();
     let client = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 50000);
     let server = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 443);
     let mut w = PcapWriter::create(path);
@@ -396,45 +373,11 @@ fn write_quic_capture(path: &Path, keylog: &Path, n: u64) -> u64 {
             &rfc9001_packet("rfc9001-server-initial.hex"),
         ),
     );
-    let (ck, sk) = (quic_keys(&[0x11; 32]), quic_keys(&[0x22; 32]));
-    let (mut cpn, mut spn, mut off) = (0u64, 0u64, 0u64);
+    let mut mix = quic_common::OneRttMix::new();
     for i in 2..n {
-        let kind = i % 20;
-        let (from, to, packet) = if kind < 11 {
-            let mut f = vec![0x0e];
-            encode_varint(4, &mut f);
-            encode_varint(off, &mut f);
-            encode_varint(1150, &mut f);
-            f.extend(std::iter::repeat_n(0x5a, 1150));
-            off += 1150;
-            cpn += 1;
-            let p =
-                quic_common::seal_short(&ck, &ck, &RFC9001_SERVER_CID, cpn - 1, 2, false, 0, &f);
-            (client, server, p)
-        } else if kind < 18 {
-            let mut f = vec![0x02];
-            encode_varint(cpn.saturating_sub(1), &mut f);
-            f.extend([0x19, 0x01, 0x00, 0x02]); // delay, 1 range, first range, gap
-            f.push(0x03);
-            spn += 1;
-            (
-                server,
-                client,
-                quic_common::seal_short(&sk, &sk, &[], spn - 1, 2, false, 0, &f),
-            )
-        } else {
-            let mut f = vec![0x02, 0x05, 0x10, 0x00, 0x03];
-            for sid in [8u64, 12] {
-                f.push(0x0e);
-                encode_varint(sid, &mut f);
-                encode_varint(off, &mut f);
-                encode_varint(120, &mut f);
-                f.extend(std::iter::repeat_n(0x33, 120));
-            }
-            cpn += 1;
-            let p =
-                quic_common::seal_short(&ck, &ck, &RFC9001_SERVER_CID, cpn - 1, 2, false, 0, &f);
-            (client, server, p)
+        let (from, to, packet) = match mix.packet(i) {
+            (true, p) => (client, server, p),
+            (false, p) => (server, client, p),
         };
         w.packet(t0 + i * 10, &frame(from, to, &packet));
     }
