@@ -14,8 +14,8 @@ mod common;
 
 use common::*;
 use tboxscope_engine::{
-    Config, Engine, Host, KcpCmd, KcpSegment, MatchMode, Observation, QuicPacket, StreamRange,
-    Summary,
+    Config, Engine, FlowSummary, Host, KcpCmd, KcpSegment, MatchMode, Observation, QuicPacket,
+    StreamRange, Summary,
 };
 
 const N: u64 = 300;
@@ -34,6 +34,29 @@ fn run(obs: Vec<Observation>, cfg: Config) -> Summary {
         e.handle(o);
     }
     e.finish(end + 1)
+}
+
+/// Runs a trace of one session per path and checks what such traces must give: one flow with
+/// messages, matched by application id, all N on both paths, and first send → first arrival =
+/// path B's delay exactly (2 significant digits per flow).
+fn one_app_id_flow(obs: Vec<Observation>) -> FlowSummary {
+    let s = run(
+        obs,
+        Config {
+            emit_messages: false,
+            ..Config::default()
+        },
+    );
+    let mut with_messages: Vec<FlowSummary> =
+        s.flows.iter().filter(|f| f.messages > 0).cloned().collect();
+    assert_eq!(with_messages.len(), 1, "{:#?}", s.flows);
+    let f = with_messages.remove(0);
+    assert_eq!(f.mode, Some(MatchMode::AppId), "{f:?}");
+    assert_eq!(f.messages, N);
+    assert_eq!(f.duplication, 1.0);
+    let q = tboxscope_engine::latency::LatencyHist::new(60_000_000, 2).quantized(DELAY[1] / 1000);
+    assert_eq!((f.latency.p50_us, f.latency.max_us), (q, DELAY[1] / 1000));
+    f
 }
 
 /// A packet seen at the T-Box when sent and at the gateway `DELAY[p]` later (or, for the
@@ -136,22 +159,7 @@ fn quic_connection_per_path_split_frames_and_acks_give_one_message_each() {
             });
         }
     }
-    let s = run(
-        obs,
-        Config {
-            emit_messages: false,
-            ..Config::default()
-        },
-    );
-    let with_messages: Vec<_> = s.flows.iter().filter(|f| f.messages > 0).collect();
-    assert_eq!(with_messages.len(), 1, "{:#?}", s.flows);
-    let f = with_messages[0];
-    assert_eq!(f.mode, Some(MatchMode::AppId), "{f:?}");
-    assert_eq!(f.messages, N);
-    assert_eq!(f.duplication, 1.0);
-    // First send → first arrival: path B's delay, exactly (2 significant digits per flow).
-    let q = tboxscope_engine::latency::LatencyHist::new(60_000_000, 2).quantized(DELAY[1] / 1000);
-    assert_eq!((f.latency.p50_us, f.latency.max_us), (q, DELAY[1] / 1000));
+    let f = one_app_id_flow(obs);
     // Every packet is counted once (at its sender) once the captures are paired: the few
     // before the third matching copy count at both ends. Unique bytes are 600 per message.
     let wire = N * 2 * (460 + 260 + 80);
@@ -216,21 +224,7 @@ fn kcp_session_per_path_is_matched_by_application_id() {
             });
         }
     }
-    let s = run(
-        obs,
-        Config {
-            emit_messages: false,
-            ..Config::default()
-        },
-    );
-    let with_messages: Vec<_> = s.flows.iter().filter(|f| f.messages > 0).collect();
-    assert_eq!(with_messages.len(), 1, "{:#?}", s.flows);
-    let f = with_messages[0];
-    assert_eq!(f.mode, Some(MatchMode::AppId));
-    assert_eq!(f.messages, N);
-    assert_eq!(f.duplication, 1.0);
-    let q = tboxscope_engine::latency::LatencyHist::new(60_000_000, 2).quantized(DELAY[1] / 1000);
-    assert_eq!((f.latency.p50_us, f.latency.max_us), (q, DELAY[1] / 1000));
+    let f = one_app_id_flow(obs);
     let expect = (N * 2 * (652 + 52)) as f64 / (N * 600) as f64;
     assert!(
         (f.amplification - expect).abs() < 1e-9,
