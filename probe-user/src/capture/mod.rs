@@ -124,36 +124,89 @@ pub struct Summary {
     pub hooks: Vec<HookStatus>,
 }
 
-struct Sink<W: Write> {
-    out: JsonLinesWriter<W>,
+/// Kernel ring-buffer items → capture records: each item is decoded (rejections counted by
+/// reason), goes through the connection table, and its records are stamped with Unix time.
+/// The headless capture and the live UI ([`watch::TcpWatch`]) both read the kernel through it.
+pub struct KernelRecords {
     tracker: Tracker,
     clock: WallClock,
-    events: u64,
     decode: DecodeStats,
+    events: u64,
     /// Records of the current event (reused).
     records: Vec<records::Record>,
 }
 
-impl<W: Write> Sink<W> {
-    fn tcp(&mut self, o: &TcpObservation) -> Result<(), OutputError> {
-        self.events += 1;
-        let ts = self.clock.to_unix_ns(o.mono_ns);
-        self.records.clear();
-        self.tracker.handle_into(o, &mut self.records);
-        for r in &self.records {
-            self.out.write(r.type_name(), ts, r)?;
+impl KernelRecords {
+    /// Empty, with `tracker`'s bounds and `clock`'s conversion to Unix time.
+    pub fn new(tracker: Tracker, clock: WallClock) -> Self {
+        Self {
+            tracker,
+            clock,
+            decode: DecodeStats::default(),
+            events: 0,
+            records: Vec::with_capacity(4),
         }
-        Ok(())
     }
 
-    fn raw(&mut self, bytes: &[u8]) -> Result<(), OutputError> {
+    /// Decodes one ring-buffer item and hands each record it produces, with its Unix time in
+    /// ns, to `emit`; an item that does not decode is counted, not an error.
+    pub fn item<E>(
+        &mut self,
+        bytes: &[u8],
+        emit: &mut dyn FnMut(u64, &records::Record) -> Result<(), E>,
+    ) -> Result<(), E> {
         match decode(bytes) {
-            Ok(o) => self.tcp(&o),
+            Ok(o) => self.observation(&o, emit),
             Err(e) => {
                 self.decode.count(e);
                 Ok(())
             }
         }
+    }
+
+    /// [`KernelRecords::item`] for an observation already decoded (another source).
+    pub fn observation<E>(
+        &mut self,
+        o: &TcpObservation,
+        emit: &mut dyn FnMut(u64, &records::Record) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.events += 1;
+        let ts = self.clock.to_unix_ns(o.mono_ns);
+        self.records.clear();
+        self.tracker.handle_into(o, &mut self.records);
+        for r in &self.records {
+            emit(ts, r)?;
+        }
+        Ok(())
+    }
+
+    /// Kernel events decoded so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Items the decoder refused, by reason.
+    pub fn rejected(&self) -> DecodeStats {
+        self.decode
+    }
+}
+
+struct Sink<W: Write> {
+    out: JsonLinesWriter<W>,
+    kernel: KernelRecords,
+}
+
+impl<W: Write> Sink<W> {
+    fn tcp(&mut self, o: &TcpObservation) -> Result<(), OutputError> {
+        let out = &mut self.out;
+        self.kernel
+            .observation(o, &mut |ts, r| out.write(r.type_name(), ts, r))
+    }
+
+    fn raw(&mut self, bytes: &[u8]) -> Result<(), OutputError> {
+        let out = &mut self.out;
+        self.kernel
+            .item(bytes, &mut |ts, r| out.write(r.type_name(), ts, r))
     }
 
     /// Reads the records waiting in the ring buffer, at most `limit` (so a flood cannot starve
@@ -171,8 +224,8 @@ impl<W: Write> Sink<W> {
     fn drops_record(&self, kernel: KernelDrops) -> DropsRecord {
         DropsRecord {
             kernel,
-            decode_rejected: self.decode.bad_length + self.decode.bad_kind + self.decode.bad_family,
-            evicted: self.tracker.evicted,
+            decode_rejected: self.kernel.decode.total(),
+            evicted: self.kernel.tracker.evicted,
         }
     }
 }
@@ -221,11 +274,10 @@ pub async fn run_async<W: Write, H: Serialize>(
     )?;
     let mut sink = Sink {
         out: writer,
-        tracker: Tracker::new(probes.hz(), opts.max_connections, opts.max_closed),
-        clock,
-        events: 0,
-        decode: DecodeStats::default(),
-        records: Vec::with_capacity(4),
+        kernel: KernelRecords::new(
+            Tracker::new(probes.hz(), opts.max_connections, opts.max_closed),
+            clock,
+        ),
     };
     let ring = probes.take_events()?;
     // SAFETY: RingBuf and EbpfLogger own their map fd (aya's MapData); it stays open and the
@@ -303,13 +355,12 @@ pub async fn run_async<W: Write, H: Serialize>(
             }
             _ = tick.tick() => {
                 let d = probes.drops();
-                let decode_total = sink.decode.bad_length + sink.decode.bad_kind + sink.decode.bad_family;
-                let other = (decode_total, sink.tracker.evicted);
+                let other = (sink.kernel.decode.total(), sink.kernel.tracker.evicted);
                 if d != last_drops || other != last_other {
                     last_drops = d;
                     last_other = other;
                     let rec = sink.drops_record(d);
-                    let ts = sink.clock.to_unix_ns(WallClock::mono_now());
+                    let ts = sink.kernel.clock.to_unix_ns(WallClock::mono_now());
                     sink.out.write("drops", ts, &rec)?;
                 }
                 sink.out.flush()?;
@@ -323,19 +374,19 @@ pub async fn run_async<W: Write, H: Serialize>(
     }
     let drops = probes.drops();
     let end_mono = WallClock::mono_now();
-    let end_ts = sink.clock.to_unix_ns(end_mono);
+    let end_ts = sink.kernel.clock.to_unix_ns(end_mono);
     let rec = sink.drops_record(drops);
     sink.out.write("drops", end_ts, &rec)?;
     let summary = Summary {
         stopped_by,
         duration_s: end_mono.saturating_sub(start_mono) as f64 / 1e9,
-        events: sink.events,
+        events: sink.kernel.events,
         records: sink.out.records() + 1,
-        connections_seen: sink.tracker.seen(),
-        connections: sink.tracker.totals(),
+        connections_seen: sink.kernel.tracker.seen(),
+        connections: sink.kernel.tracker.totals(),
         drops,
-        decode_rejected: sink.decode,
-        evicted: sink.tracker.evicted,
+        decode_rejected: sink.kernel.decode,
+        evicted: sink.kernel.tracker.evicted,
         hooks,
     };
     sink.out.write("summary", end_ts, &summary)?;

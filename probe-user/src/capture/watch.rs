@@ -8,21 +8,15 @@ use aya::maps::{MapData, RingBuf};
 use super::clock::WallClock;
 use super::records::Record;
 use super::tracker::Tracker;
-use crate::source::ebpf::{
-    decode, DecodeStats, HookStatus, KernelDrops, ProbeError, ProbeOptions, TcpProbes,
-};
+use super::KernelRecords;
+use crate::source::ebpf::{HookStatus, KernelDrops, ProbeError, ProbeOptions, TcpProbes};
 
 /// Loaded, attached TCP probes with their ring buffer and connection bookkeeping; detached on
 /// drop.
 pub struct TcpWatch {
     ring: RingBuf<MapData>,
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
-    tracker: Tracker,
-    clock: WallClock,
-    decode: DecodeStats,
-    events: u64,
-    /// Records of the current event (reused).
-    records: Vec<Record>,
+    kernel: KernelRecords,
     // Dropped last: the programs stay attached while the maps above are read.
     probes: TcpProbes,
 }
@@ -33,15 +27,11 @@ impl TcpWatch {
         let mut probes = TcpProbes::load(opts)?;
         let ring = probes.take_events()?;
         let logger = probes.take_logger();
-        let tracker = Tracker::new(probes.hz(), 4096, 256);
+        let kernel = KernelRecords::new(Tracker::new(probes.hz(), 4096, 256), WallClock::measure());
         Ok(Self {
             ring,
             logger,
-            tracker,
-            clock: WallClock::measure(),
-            decode: DecodeStats::default(),
-            events: 0,
-            records: Vec::with_capacity(4),
+            kernel,
             probes,
         })
     }
@@ -58,12 +48,12 @@ impl TcpWatch {
 
     /// Kernel events decoded so far.
     pub fn events(&self) -> u64 {
-        self.events
+        self.kernel.events()
     }
 
     /// Events the decoder refused (wrong length, kind or family).
     pub fn rejected(&self) -> u64 {
-        self.decode.bad_length + self.decode.bad_kind + self.decode.bad_family
+        self.kernel.rejected().total()
     }
 
     /// Waits at most `timeout` for kernel events, then hands every record they produce, with
@@ -103,18 +93,10 @@ impl TcpWatch {
         let mut read = 0;
         while let Some(item) = self.ring.next() {
             read += 1;
-            match decode(&item) {
-                Ok(o) => {
-                    self.events += 1;
-                    let ts = self.clock.to_unix_ns(o.mono_ns);
-                    self.records.clear();
-                    self.tracker.handle_into(&o, &mut self.records);
-                    for r in &self.records {
-                        emit(ts, r);
-                    }
-                }
-                Err(e) => self.decode.count(e),
-            }
+            let Ok(()) = self.kernel.item(&item, &mut |ts, r| {
+                emit(ts, r);
+                Ok::<(), std::convert::Infallible>(())
+            });
         }
         Ok(read)
     }

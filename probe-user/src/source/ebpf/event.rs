@@ -41,6 +41,11 @@ impl DecodeStats {
             DecodeError::Family(_) => self.bad_family += 1,
         }
     }
+
+    /// Rejections of every reason.
+    pub fn total(&self) -> u64 {
+        self.bad_length + self.bad_kind + self.bad_family
+    }
 }
 
 /// How the kernel came to retransmit (see `docs/tcp-probes.md` for how it is told apart).
