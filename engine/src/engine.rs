@@ -166,25 +166,26 @@ impl Engine {
     /// combined window series, packet and byte rates and the open window's counters are
     /// cleared; whole-run figures, flows, outages and incidents stay.
     pub fn reset_windows(&mut self) {
-        let live: Vec<PathIdx> = self.paths.live().collect();
-        for p in live {
-            if let Some(ps) = self.paths.get_mut(p) {
-                ps.latency.clear_windows();
-                ps.packets_per_s = 0.0;
-                ps.bytes_per_s = 0.0;
-                ps.win_packets = 0;
-                ps.win_bytes = 0;
-            }
+        for ps in self.paths.live_mut() {
+            ps.latency.clear_windows();
+            ps.packets_per_s = 0.0;
+            ps.bytes_per_s = 0.0;
+            ps.win_packets = 0;
+            ps.win_bytes = 0;
         }
         self.combined.clear_windows();
         if self.started.is_some() {
-            let start = self.now;
-            self.win = WindowAcc {
-                start,
-                end: start.saturating_add(self.cfg.window_ns.max(1)),
-                ..WindowAcc::default()
-            };
+            self.open_window(self.now);
         }
+    }
+
+    /// Starts a fresh window at `start`.
+    fn open_window(&mut self, start: u64) {
+        self.win = WindowAcc {
+            start,
+            end: start.saturating_add(self.cfg.window_ns.max(1)),
+            ..WindowAcc::default()
+        };
     }
 
     fn on_capture(&mut self, c: crate::input::CapturePoint) {
@@ -246,8 +247,7 @@ impl Engine {
     pub(crate) fn advance(&mut self, ts: u64) {
         if self.started.is_none() {
             self.started = Some(ts);
-            self.win.start = ts;
-            self.win.end = ts.saturating_add(self.cfg.window_ns.max(1));
+            self.open_window(ts);
         }
         if ts > self.now {
             self.now = ts;
@@ -709,20 +709,12 @@ impl Engine {
         let skipped = (self.now.saturating_sub(end)) / w;
         if skipped > 0 {
             // Whole windows passed with nothing observed: the current rates are zero.
-            let live: Vec<PathIdx> = self.paths.live().collect();
-            for p in live {
-                if let Some(ps) = self.paths.get_mut(p) {
-                    ps.packets_per_s = 0.0;
-                    ps.bytes_per_s = 0.0;
-                }
+            for ps in self.paths.live_mut() {
+                ps.packets_per_s = 0.0;
+                ps.bytes_per_s = 0.0;
             }
         }
-        let start = end.saturating_add(skipped.saturating_mul(w));
-        self.win = WindowAcc {
-            start,
-            end: start.saturating_add(w),
-            ..WindowAcc::default()
-        };
+        self.open_window(end.saturating_add(skipped.saturating_mul(w)));
     }
 
     pub(crate) fn push_record(&mut self, r: Record) {

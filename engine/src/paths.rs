@@ -193,6 +193,11 @@ impl PathTable {
         self.paths[alias].alias_of = Some(target);
     }
 
+    /// The paths that are not aliases, mutably.
+    pub fn live_mut(&mut self) -> impl Iterator<Item = &mut PathState> + '_ {
+        self.paths.iter_mut().filter(|p| p.alias_of.is_none())
+    }
+
     /// Indices of paths that are not aliases.
     pub fn live(&self) -> impl Iterator<Item = PathIdx> + '_ {
         (0..self.paths.len()).filter(|i| self.paths[*i].alias_of.is_none())
