@@ -49,6 +49,12 @@ impl WallClock {
         v.clamp(0, i128::from(u64::MAX)) as u64
     }
 
+    /// Now, as Unix-epoch ns (CLOCK_REALTIME; the edges' clock: file headers, a live engine's
+    /// idle time).
+    pub fn unix_now() -> u64 {
+        now(libc::CLOCK_REALTIME).clamp(0, i128::from(u64::MAX)) as u64
+    }
+
     /// Now, as kernel monotonic ns.
     pub fn mono_now() -> u64 {
         now(libc::CLOCK_MONOTONIC).clamp(0, i128::from(u64::MAX)) as u64

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use probe_user::analyze::{write_record, Analyzer, FileSummary};
+use probe_user::capture::clock::WallClock;
 use probe_user::correlate::{write_engine_records, Correlator, FrameFeed};
 use probe_user::dissect::DissectStats;
 use probe_user::engine::{self as tboxscope_engine, report, Config as EngineConfig};
@@ -112,13 +113,6 @@ fn kcp_summary(analyzer: &Analyzer) -> KcpSummary {
     }
 }
 
-fn wall_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 fn run_json(
     args: &AnalyzeArgs,
     analyzer: &mut Analyzer,
@@ -136,7 +130,7 @@ fn run_json(
         files: probe_user::analyze::file_list(&args.files),
         packets: args.packets,
     };
-    let mut writer = JsonLinesWriter::new(out, wall_ns(), &header)?;
+    let mut writer = JsonLinesWriter::new(out, WallClock::unix_now(), &header)?;
     let mut feed = FrameFeed::default();
     let errors = analyzer.run_files(&args.files, &mut |r| {
         feed.observe(correlator, &r);

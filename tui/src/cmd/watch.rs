@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use crossbeam_channel::{Receiver, Sender};
+use probe_user::capture::clock::WallClock;
 use probe_user::capture::watch::TcpWatch;
 use probe_user::correlate::Correlator;
 use probe_user::dissect::{DissectConfig, Dissector};
@@ -201,13 +202,6 @@ fn tcp_loop(
     }
 }
 
-/// Now, as Unix epoch ns (the live engine's idle clock; read here, at the edge).
-fn unix_now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
 /// Decodes captured packets and kernel TCP events into the engine and publishes snapshots
 /// until the UI goes away.
 fn capture_loop(
@@ -276,7 +270,7 @@ fn capture_loop(
             // `SETTLE` old, so the clock stays behind them.
             correlator
                 .engine_mut()
-                .tick(unix_now_ns().saturating_sub(SETTLE_NS));
+                .tick(WallClock::unix_now().saturating_sub(SETTLE_NS));
             correlator.engine_mut().drain_records().for_each(drop);
             let mut snapshot = correlator.engine().snapshot();
             snapshot.health.pcap_dropped = pcap_dropped.iter().sum();

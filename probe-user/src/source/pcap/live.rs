@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use tboxscope_decode::net::LinkType;
 
+use crate::capture::clock::WallClock;
+
 /// One interface to capture on, and the path label it stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InterfaceSpec {
@@ -249,13 +251,6 @@ fn wait_readable(fd: std::os::fd::RawFd, ms: i32) -> std::io::Result<()> {
     Ok(())
 }
 
-fn wall_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 /// Opens one interface with the configured settings. An interface in another network
 /// namespace is opened from a short-lived thread that has entered that namespace: a packet
 /// socket belongs to the namespace it was created in, so the handle then captures there from
@@ -451,7 +446,7 @@ impl Worker {
                 path: self.path,
                 reopened,
                 nanosecond: nano,
-                at_ns: wall_ns(),
+                at_ns: WallClock::unix_now(),
             };
             if !self.emit(up) {
                 return;
@@ -463,7 +458,7 @@ impl Worker {
             self.emit(LiveEvent::Stats {
                 path: self.path,
                 stats: last,
-                at_ns: wall_ns(),
+                at_ns: WallClock::unix_now(),
             });
             match ended {
                 Ended::Stopped => return,
@@ -471,7 +466,7 @@ impl Worker {
                     let down = LiveEvent::PathDown {
                         path: self.path,
                         reason,
-                        at_ns: wall_ns(),
+                        at_ns: WallClock::unix_now(),
                     };
                     if !self.emit(down) {
                         return;
@@ -550,7 +545,7 @@ impl Worker {
                 let ev = LiveEvent::Stats {
                     path: self.path,
                     stats,
-                    at_ns: wall_ns(),
+                    at_ns: WallClock::unix_now(),
                 };
                 if !self.emit(ev) {
                     return Ended::Stopped;
