@@ -8,7 +8,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{rfc9001_keylog, unhex, v1_keys, OneRttMix, RFC9001_SERVER_CID};
+use common::{directions, rfc9001_keylog, unhex, v1_keys, OneRttMix, RFC9001_SERVER_CID};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use std::net::SocketAddr;
 use tboxscope_decode::quic::{DatagramInfo, Frame, Keylog, QuicDecoder};
@@ -31,16 +31,7 @@ struct Setup {
 fn setup() -> Setup {
     let ca: SocketAddr = "[2001:db8::1]:50000".parse().unwrap();
     let sa: SocketAddr = "[2001:db8::2]:443".parse().unwrap();
-    let up = DatagramInfo {
-        src: Some(ca),
-        dst: Some(sa),
-        from_client: None,
-    };
-    let down = DatagramInfo {
-        src: Some(sa),
-        dst: Some(ca),
-        from_client: None,
-    };
+    let (up, down) = directions(ca, sa);
     let mut dec = QuicDecoder::new(
         Default::default(),
         Some(Keylog::parse(rfc9001_keylog().as_bytes()).unwrap()),

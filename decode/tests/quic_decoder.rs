@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{seal_short, unhex};
+use common::{directions, seal_short, unhex};
 use std::net::SocketAddr;
 use tboxscope_decode::quic::keys::{CipherSuite, PacketKeys, Secret};
 use tboxscope_decode::quic::multipath::MultipathMode;
@@ -47,18 +47,11 @@ fn hex(b: &[u8]) -> String {
 fn lab(log: Option<Keylog>) -> Lab {
     let ca: SocketAddr = "[2001:db8::1]:50000".parse().unwrap();
     let sa: SocketAddr = "[2001:db8::2]:443".parse().unwrap();
+    let (to_server, to_client) = directions(ca, sa);
     let mut l = Lab {
         dec: QuicDecoder::new(DecoderConfig::default(), log),
-        to_server: DatagramInfo {
-            src: Some(ca),
-            dst: Some(sa),
-            from_client: None,
-        },
-        to_client: DatagramInfo {
-            src: Some(sa),
-            dst: Some(ca),
-            from_client: None,
-        },
+        to_server,
+        to_client,
     };
     assert!(
         l.dec

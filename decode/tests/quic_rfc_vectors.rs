@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::unhex;
+use common::{directions, unhex};
 use std::net::SocketAddr;
 use tboxscope_decode::quic::header::{parse_header, PacketType, ParseOptions, Version};
 use tboxscope_decode::quic::keys::{CipherSuite, Secret};
@@ -77,16 +77,7 @@ fn rfc9369_a1_initial_keys() {
 fn handshake_initials(client: &str, server: &str, version: &str) {
     let (ca, sa) = addrs();
     let mut dec = QuicDecoder::new(Default::default(), None);
-    let to_server = DatagramInfo {
-        src: Some(ca),
-        dst: Some(sa),
-        from_client: None,
-    };
-    let to_client = DatagramInfo {
-        src: Some(sa),
-        dst: Some(ca),
-        from_client: None,
-    };
+    let (to_server, to_client) = directions(ca, sa);
 
     let c = dec.decode(&data(client), &to_server);
     assert_eq!(c.len(), 1);
@@ -278,16 +269,7 @@ fn draft29_initial_keys_use_draft29_salt() {
 #[test]
 fn retry_integrity_tags_are_verified_against_the_clients_first_dcid() {
     let (ca, sa) = addrs();
-    let up = DatagramInfo {
-        src: Some(ca),
-        dst: Some(sa),
-        from_client: None,
-    };
-    let down = DatagramInfo {
-        src: Some(sa),
-        dst: Some(ca),
-        from_client: None,
-    };
+    let (up, down) = directions(ca, sa);
     // RFC 9001 / RFC 9369 Appendix A: the client's Initial (DCID 8394c8f03e515708), then the
     // server's Retry for it.
     for (initial, retry) in [

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use tboxscope_decode::quic::keys::{CipherSuite, PacketKeys, Secret};
 use tboxscope_decode::quic::multipath;
 use tboxscope_decode::quic::varint::encode_varint;
-use tboxscope_decode::quic::Version;
+use tboxscope_decode::quic::{DatagramInfo, Version};
 
 /// One UDP datagram from a capture.
 #[derive(Debug, Clone)]
@@ -252,4 +252,14 @@ impl OneRttMix {
         self.client_pn += 1;
         (true, p)
     }
+}
+
+/// The two directions of a client ↔ server exchange: (to the server, to the client).
+pub fn directions(client: SocketAddr, server: SocketAddr) -> (DatagramInfo, DatagramInfo) {
+    let way = |src, dst| DatagramInfo {
+        src: Some(src),
+        dst: Some(dst),
+        from_client: None,
+    };
+    (way(client, server), way(server, client))
 }
