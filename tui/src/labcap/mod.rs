@@ -1,32 +1,46 @@
 //! tboxscope's own capture of a `lab run`: libpcap on both ends of both paths (each handle
-//! opened inside its lab namespace), QUIC decrypted with the run's key log, every packet fed to
-//! the engine, and per transport the figures the engine measured, for the comparison table
-//! next to the peers' ground truth.
+//! opened inside its lab namespace), the eBPF TCP probes (the ones `tboxscope capture` loads)
+//! for the TCP baseline's socket, QUIC decrypted with the run's key log, every packet and
+//! kernel event fed to the engine, and per transport the figures the engine measured, for the
+//! comparison table next to the peers' ground truth.
 //!
-//! Packets are collected while the run goes and decoded when the traffic has ended: the QUIC
-//! key log is complete only then (a live decoder would have to follow the file as it grows).
-//! The four captures are declared to the engine as what they are (host, path, the capture at
-//! the path's other end, local addresses); all namespaces share one kernel clock, so the clock
-//! offset between the ends is stated as 0 rather than estimated.
-use std::collections::HashMap;
+//! Packets are collected while the run goes and decoded again when the traffic has ended: the
+//! QUIC key log is complete only then. With a live feed ([`LabCapture::live`], `lab run
+//! --tui`), they are also decoded as they arrive for the terminal UI, which follows the key
+//! log as the peers append to it. The four captures are declared to the engine as what they
+//! are (host, path, the capture at the path's other end, local addresses); all namespaces
+//! share one kernel clock, so the clock offset between the ends is stated as 0 rather than
+//! estimated. The TCP baseline's messages are rebuilt from its byte stream ([`tcp`]).
+pub mod tcp;
+
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
 use probe_user::correlate::Correlator;
-use probe_user::decode::net::LinkType;
+use probe_user::decode::net::tcp_segment;
 use probe_user::decode::quic::Keylog;
-use probe_user::dissect::{Decoded, DecodedPacket, DissectConfig, Dissector};
+use probe_user::dissect::{Decoded, DecodedPacket, DissectConfig};
 use probe_user::engine::flow::FlowKey;
+use probe_user::engine::input::{RetransmitKind, TcpEvent, TcpEventKind};
 use probe_user::engine::{AppIdRule, CapturePoint, Config, Host, Summary};
+use probe_user::source::ebpf::{ProbeOptions, TcpFilter};
+use probe_user::source::pcap::live::LivePacket;
 use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent, PathStats};
 use serde::Serialize;
 use tboxscope_lab::error::{LabError, Result as LabResult};
 use tboxscope_lab::peers::Transport;
 use tboxscope_lab::run::{CapturePlan, RunObserver, RunReport};
 use tboxscope_lab::PathId;
+
+use crate::feed::EngineFeed;
+use crate::kerneltcp::{KernelTcp, TcpMessage};
+use crate::source::SnapshotFeed;
+use tcp::{End, TcpMessages};
 
 /// Where the lab's messages carry their id: bytes 8..16, little-endian (see
 /// `tboxscope_lab::peers::message`). Copies of one message sent on separate sessions (one per
@@ -40,22 +54,23 @@ pub const LAB_APP_ID: AppIdRule = AppIdRule {
 /// How long packets still in flight are waited for after the traffic ended.
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// One captured frame.
-#[derive(Debug, Clone)]
-struct Frame {
-    point: usize,
-    ts_ns: u64,
-    orig_len: u32,
-    link: LinkType,
-    data: Vec<u8>,
-}
+/// How often the live feed publishes a snapshot.
+const PUBLISH_EVERY: Duration = Duration::from_millis(200);
+/// Kernel events kept while their socket is not yet known from the capture.
+const MAX_PENDING: usize = 4096;
 
 /// What the collector thread gathered.
 #[derive(Debug, Default)]
 struct Collected {
-    frames: Vec<Frame>,
+    frames: Vec<LivePacket>,
     stats: Vec<PathStats>,
     problems: Vec<String>,
+    /// Kernel TCP events of every socket the probes' filter let through.
+    tcp_events: Vec<TcpEvent>,
+    /// The probes' last status line.
+    tcp_status: Option<String>,
+    /// Kernel events lost (ring buffer full, failed reads).
+    tcp_dropped: u64,
 }
 
 /// What tboxscope measured for one transport.
@@ -63,7 +78,8 @@ struct Collected {
 pub struct MeasuredTransport {
     /// Transport name.
     pub transport: &'static str,
-    /// Messages the engine counted (closed messages of the transport's flows).
+    /// Messages the engine counted (closed messages of the transport's flows; for TCP, the
+    /// messages framed in the stream the T-Box sent).
     pub messages: u64,
     /// Per-message latency (first send → first arrival), ms.
     pub p50_ms: Option<f64>,
@@ -77,8 +93,45 @@ pub struct MeasuredTransport {
     pub amplification: Option<f64>,
     /// The engine's flows that make up this transport.
     pub flows: Vec<String>,
+    /// The kernel's view of the TCP baseline's socket (TCP only).
+    pub tcp: Option<MeasuredTcp>,
     /// Why a figure is missing, if one is.
     pub note: Option<String>,
+}
+
+/// What tboxscope saw of the TCP baseline's socket: the eBPF probes' retransmissions and RTO
+/// backoff, the engine's head-of-line incidents, and the retransmissions on the wire.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MeasuredTcp {
+    /// The socket (client → server).
+    pub connection: Option<String>,
+    /// Messages whose every byte reached the gateway.
+    pub delivered: u64,
+    /// The probes' state (`TCP probes: 4/4 hooks attached`, or why not).
+    pub probes: String,
+    /// Kernel events of this socket.
+    pub kernel_events: u64,
+    /// Kernel events lost by the probes (all sockets).
+    pub kernel_dropped: u64,
+    /// Retransmissions the kernel reported, by kind.
+    pub retransmits: u64,
+    /// Of those, after a retransmission timeout (RTO, and the Loss-state queue after one).
+    pub timeout_retransmits: u64,
+    /// Of those, fast retransmits and tail-loss probes.
+    pub fast_retransmits: u64,
+    /// Highest RTO backoff level (`icsk_backoff`) of the socket's events.
+    pub max_backoff: u8,
+    /// Largest RTO seen, ms.
+    pub max_rto_ms: f64,
+    /// Data segments the T-Box's capture shows carrying only bytes sent before.
+    pub wire_retransmits: u64,
+    /// Head-of-line stalls: a segment sent again holds the bytes behind it from its first
+    /// transmission to the gateway's ACK past it (overlapping stalls are one).
+    pub hol_stalls: u64,
+    /// The longest of them, ms.
+    pub longest_hol_stall_ms: Option<f64>,
+    /// All of them together, ms.
+    pub total_hol_stall_ms: f64,
 }
 
 /// An outage the engine detected.
@@ -119,7 +172,10 @@ pub struct Measured {
 /// The [`RunObserver`] that captures a lab run with tboxscope itself.
 pub struct LabCapture {
     pcap_dir: Option<PathBuf>,
+    tcp_probes: bool,
+    live_feed: Option<SnapshotFeed>,
     live: Option<LiveCapture>,
+    kernel: Option<KernelTcp>,
     collector: Option<JoinHandle<Collected>>,
     labels: Vec<String>,
     measured: Option<Measured>,
@@ -131,11 +187,26 @@ impl LabCapture {
     pub fn new(pcap_dir: Option<PathBuf>) -> Self {
         Self {
             pcap_dir,
+            tcp_probes: true,
+            live_feed: None,
             live: None,
+            kernel: None,
             collector: None,
             labels: Vec::new(),
             measured: None,
         }
+    }
+
+    /// Also decodes the run as it goes and publishes snapshots to `feed` (the terminal UI).
+    pub fn live(mut self, feed: SnapshotFeed) -> Self {
+        self.live_feed = Some(feed);
+        self
+    }
+
+    /// Without the eBPF TCP probes (the TCP row then has no kernel figures).
+    pub fn without_tcp_probes(mut self) -> Self {
+        self.tcp_probes = false;
+        self
     }
 
     /// The figures, once the run's traffic has ended.
@@ -158,102 +229,16 @@ fn lab_err(what: &str, e: impl std::fmt::Display) -> LabError {
     LabError::Config(format!("tboxscope capture: {what}: {e}"))
 }
 
-impl RunObserver for LabCapture {
-    fn before_traffic(&mut self, plan: &CapturePlan) -> LabResult<()> {
-        let specs: Vec<InterfaceSpec> = plan
-            .points
-            .iter()
-            .map(|p| InterfaceSpec {
-                name: p.interface.clone(),
-                label: point_label(p.side, &p.interface),
-                namespace: Some(p.namespace.clone()),
-            })
-            .collect();
-        self.labels = specs.iter().map(|s| s.label.clone()).collect();
-        let config = LiveConfig {
-            interfaces: specs,
-            filter: Some("udp".into()),
-            ..LiveConfig::default()
-        };
-        let live = LiveCapture::start(config).map_err(|e| lab_err("libpcap", e))?;
-        let events = live.events().clone();
-        let n = self.labels.len();
-        let collector = std::thread::Builder::new()
-            .name("lab-capture".into())
-            .spawn(move || {
-                let mut c = Collected {
-                    stats: vec![PathStats::default(); n],
-                    ..Collected::default()
-                };
-                // Ends when every capture thread has ended (the channel disconnects).
-                while let Ok(ev) = events.recv() {
-                    match ev {
-                        LiveEvent::Packets(batch) => {
-                            c.frames.extend(batch.into_iter().map(|p| Frame {
-                                point: p.path,
-                                ts_ns: p.ts_ns,
-                                orig_len: p.orig_len,
-                                link: p.link,
-                                data: p.data,
-                            }))
-                        }
-                        LiveEvent::Stats { path, stats, .. } => {
-                            if let Some(s) = c.stats.get_mut(path) {
-                                *s = stats;
-                            }
-                        }
-                        LiveEvent::PathDown { path, reason, .. } => {
-                            c.problems
-                                .push(format!("capture {path} went down: {reason}"));
-                        }
-                        LiveEvent::PathUp { .. } => {}
-                    }
-                }
-                c
-            })
-            .map_err(|e| lab_err("collector thread", e))?;
-        self.live = Some(live);
-        self.collector = Some(collector);
-        // The handles are open and capturing: traffic may start.
-        Ok(())
-    }
-
-    fn after_traffic(&mut self, plan: &CapturePlan) -> LabResult<()> {
-        std::thread::sleep(SETTLE);
-        if let Some(mut live) = self.live.take() {
-            live.stop();
-        }
-        let collected = self
-            .collector
-            .take()
-            .map(|h| h.join().unwrap_or_default())
-            .unwrap_or_default();
-        if let Some(dir) = &self.pcap_dir {
-            write_pcaps(dir, &self.labels, &collected.frames, &plan.keylog)
-                .map_err(|e| lab_err(&format!("writing captures to {}", dir.display()), e))?;
-        }
-        self.measured = Some(analyse(plan, &self.labels, collected));
-        Ok(())
-    }
+/// The TCP baseline's server port, when the run has it.
+fn tcp_port(plan: &CapturePlan) -> Option<u16> {
+    plan.transports
+        .iter()
+        .find(|(t, ..)| *t == Transport::Tcp)
+        .map(|(_, port, _)| *port)
 }
 
-/// Decodes the captured frames in time order through the dissector and the engine.
-fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> Measured {
-    let mut problems = std::mem::take(&mut collected.problems);
-    let keylog = match Keylog::from_file(&plan.keylog) {
-        Ok(k) => Some(k),
-        Err(e) => {
-            problems.push(format!(
-                "QUIC key log not loaded ({e}): QUIC is not decrypted"
-            ));
-            None
-        }
-    };
-    let mut dissector = Dissector::new(DissectConfig {
-        keylog,
-        app_id: Some(LAB_APP_ID),
-        ..DissectConfig::default()
-    });
+/// The engine's and the dissector's configuration for a lab run.
+fn engine_feed(plan: &CapturePlan, keylog: Option<Keylog>, follow: Option<PathBuf>) -> EngineFeed {
     // Transports hold messages back (through an outage, behind a backlog) and deliver them
     // late: a message stays open until the run ends, so that a late copy counts as delivered
     // as it does in the peers' ground truth.
@@ -263,9 +248,21 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
         message_timeout_ns: ((plan.duration_s + plan.drain_s + 1.0) * 1e9) as u64,
         ..Config::default()
     };
-    let mut correlator = Correlator::new(config);
-    // Capture ids are the points' indices; each T-Box capture is paired with the gateway
-    // capture of the same path.
+    EngineFeed::new(
+        DissectConfig {
+            keylog,
+            app_id: Some(LAB_APP_ID),
+            ..DissectConfig::default()
+        },
+        config,
+        follow,
+        plan.points.len(),
+    )
+}
+
+/// Declares the four capture points: ids are the points' indices; each T-Box capture is
+/// paired with the gateway capture of the same path.
+fn declare_points(correlator: &mut Correlator, plan: &CapturePlan, labels: &[String]) {
     for (i, p) in plan.points.iter().enumerate() {
         let other = plan
             .points
@@ -288,36 +285,382 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
             pair_with: other.and_then(|o| u16::try_from(o).ok()),
         });
     }
-    collected.frames.sort_by_key(|f| (f.ts_ns, f.point));
-    let mut scratch: Vec<DecodedPacket> = Vec::with_capacity(16);
+}
+
+/// Which end captured at point `i`.
+fn end_of(plan: &CapturePlan, i: usize) -> End {
+    match plan.points.get(i) {
+        Some(p) if p.side == "tbox" => End::Tbox,
+        _ => End::Gateway,
+    }
+}
+
+/// Feeds one frame: a TCP segment of the baseline to the engine and the message rebuild,
+/// anything else through the dissector. Returns the decoded UDP units.
+fn feed_frame<'a>(
+    engine: &'a mut EngineFeed,
+    messages: &mut TcpMessages,
+    plan: &CapturePlan,
+    labels: &[String],
+    p: &LivePacket,
+) -> &'a [DecodedPacket] {
+    let label = labels.get(p.path).map_or("?", String::as_str);
+    let capture = u16::try_from(p.path).unwrap_or(u16::MAX);
+    if let Some(seg) = tcp_segment(p.link, &p.data) {
+        messages.segment(end_of(plan, p.path), p.ts_ns, &seg);
+        engine.tcp_segment(capture, label, p, &seg);
+        return &[];
+    }
+    engine.frame(Some(capture), label, p)
+}
+
+/// The kernel events of the TCP baseline's socket: the probes see every namespace's TCP, so
+/// only the sockets the lab's own capture saw (client address and port as the T-Box sent)
+/// are kept.
+fn is_lab_socket(known: &HashSet<(SocketAddr, SocketAddr)>, e: &TcpEvent) -> bool {
+    known.contains(&(e.local, e.remote))
+}
+
+/// The live side of the collector: decodes as packets arrive and publishes snapshots.
+struct LiveSide {
+    plan: CapturePlan,
+    labels: Vec<String>,
+    feed: SnapshotFeed,
+    engine: EngineFeed,
+    messages: TcpMessages,
+    pending: Vec<TcpEvent>,
+    started: Instant,
+    next_publish: Instant,
+    title: String,
+}
+
+impl LiveSide {
+    fn new(feed: SnapshotFeed, plan: &CapturePlan, labels: &[String]) -> Self {
+        let mut engine = engine_feed(plan, None, Some(plan.keylog.clone()));
+        declare_points(engine.correlator_mut(), plan, labels);
+        Self {
+            plan: plan.clone(),
+            labels: labels.to_vec(),
+            feed,
+            engine,
+            messages: TcpMessages::new(tcp_port(plan).unwrap_or(0)),
+            pending: Vec::new(),
+            started: Instant::now(),
+            next_publish: Instant::now(),
+            title: format!("{} ({})", plan.scenario.name, plan.scenario.description),
+        }
+    }
+
+    fn packets(&mut self, batch: &[LivePacket]) {
+        let before = self.messages.connections().count();
+        for p in batch {
+            feed_frame(
+                &mut self.engine,
+                &mut self.messages,
+                &self.plan,
+                &self.labels,
+                p,
+            );
+        }
+        if self.messages.connections().count() != before && !self.pending.is_empty() {
+            let known: HashSet<_> = self.messages.connections().copied().collect();
+            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+                .into_iter()
+                .partition(|e| is_lab_socket(&known, e));
+            self.pending = rest;
+            for e in mine {
+                self.engine.tcp(TcpMessage::Event(Box::new(e)));
+            }
+        }
+    }
+
+    fn tcp(&mut self, message: &TcpMessage) {
+        match message {
+            TcpMessage::Event(e) => {
+                let known: HashSet<_> = self.messages.connections().copied().collect();
+                if is_lab_socket(&known, e) {
+                    self.engine.tcp(TcpMessage::Event(e.clone()));
+                } else if self.pending.len() < MAX_PENDING {
+                    self.pending.push((**e).clone());
+                }
+            }
+            TcpMessage::Status(s) => self.engine.tcp(TcpMessage::Status(s.clone())),
+            TcpMessage::Dropped(n) => self.engine.tcp(TcpMessage::Dropped(*n)),
+        }
+    }
+
+    fn publish_due(&mut self) {
+        let plan = &self.plan;
+        self.engine.requests(&self.feed);
+        if Instant::now() < self.next_publish {
+            return;
+        }
+        self.next_publish = Instant::now() + PUBLISH_EVERY;
+        let t = self.started.elapsed().as_secs_f64();
+        let phase = if t < plan.duration_s {
+            format!("{t:.0}/{:.0} s", plan.duration_s)
+        } else {
+            format!("drain {:.0}/{:.0} s", t - plan.duration_s, plan.drain_s)
+        };
+        self.feed
+            .set_position(Some(format!("lab {} {phase}", self.title)));
+        self.engine.publish(&self.feed);
+    }
+}
+
+/// Gathers the frames and kernel events of the run (and, live, decodes them as they come)
+/// until every capture thread has ended; the kernel messages still queued are taken too.
+fn collect(
+    packets: &Receiver<LiveEvent>,
+    kernel: Option<Receiver<TcpMessage>>,
+    mut live: Option<LiveSide>,
+    points: usize,
+) -> (Collected, Option<LiveSide>) {
+    let mut c = Collected {
+        stats: vec![PathStats::default(); points],
+        ..Collected::default()
+    };
+    let mut tcp = kernel.clone().unwrap_or_else(crossbeam_channel::never);
+    loop {
+        crossbeam_channel::select! {
+            recv(packets) -> ev => match ev {
+                Ok(LiveEvent::Packets(batch)) => {
+                    if let Some(side) = live.as_mut() {
+                        side.packets(&batch);
+                    }
+                    c.frames.extend(batch);
+                }
+                Ok(LiveEvent::Stats { path, stats, .. }) => {
+                    if let Some(s) = c.stats.get_mut(path) {
+                        *s = stats;
+                    }
+                    if let Some(side) = live.as_mut() {
+                        side.engine
+                            .pcap_dropped(path, stats.dropped.saturating_add(stats.if_dropped));
+                    }
+                }
+                Ok(LiveEvent::PathDown { path, reason, .. }) => {
+                    c.problems.push(format!("capture {path} went down: {reason}"));
+                }
+                Ok(LiveEvent::PathUp { .. }) => {}
+                // Every capture thread has ended.
+                Err(_) => break,
+            },
+            recv(tcp) -> m => match m {
+                Ok(m) => take(&mut c, live.as_mut(), m),
+                Err(_) => tcp = crossbeam_channel::never(),
+            },
+            default(PUBLISH_EVERY) => {}
+        }
+        if let Some(side) = live.as_mut() {
+            side.publish_due();
+        }
+    }
+    if let Some(rx) = kernel {
+        for m in rx.try_iter() {
+            take(&mut c, live.as_mut(), m);
+        }
+    }
+    (c, live)
+}
+
+/// Keeps a kernel message for the analysis (and shows it live).
+fn take(c: &mut Collected, live: Option<&mut LiveSide>, m: TcpMessage) {
+    if let Some(side) = live {
+        side.tcp(&m);
+    }
+    match m {
+        TcpMessage::Event(e) => c.tcp_events.push(*e),
+        TcpMessage::Status(s) => c.tcp_status = Some(s),
+        TcpMessage::Dropped(n) => c.tcp_dropped = n,
+    }
+}
+
+impl RunObserver for LabCapture {
+    fn before_traffic(&mut self, plan: &CapturePlan) -> LabResult<()> {
+        let specs: Vec<InterfaceSpec> = plan
+            .points
+            .iter()
+            .map(|p| InterfaceSpec {
+                name: p.interface.clone(),
+                label: point_label(p.side, &p.interface),
+                namespace: Some(p.namespace.clone()),
+            })
+            .collect();
+        self.labels = specs.iter().map(|s| s.label.clone()).collect();
+        // The TCP baseline's socket, through the probes `tboxscope capture` uses: the
+        // tracepoints are global, so the filter (its server port and address) and the
+        // capture's own sockets pick the lab's connection out of the machine's TCP.
+        if let Some(port) = tcp_port(plan).filter(|_| self.tcp_probes) {
+            let filter = TcpFilter {
+                ports: vec![port],
+                hosts: vec![IpAddr::V4(PathId::A.gateway_addr())],
+            };
+            let local = PathId::BOTH
+                .iter()
+                .map(|p| {
+                    (
+                        IpAddr::V4(p.tbox_addr()),
+                        point_label("tbox", p.tbox_iface()),
+                    )
+                })
+                .collect();
+            let options = ProbeOptions {
+                filter,
+                ..ProbeOptions::default()
+            };
+            self.kernel =
+                Some(KernelTcp::spawn(options, local).map_err(|e| lab_err("TCP probes", e))?);
+        }
+        let config = LiveConfig {
+            interfaces: specs,
+            filter: Some("udp or tcp".into()),
+            ..LiveConfig::default()
+        };
+        let live = LiveCapture::start(config).map_err(|e| lab_err("libpcap", e))?;
+        let events = live.events().clone();
+        let kernel = self.kernel.as_ref().map(|k| k.messages.clone());
+        let side = self
+            .live_feed
+            .take()
+            .map(|feed| LiveSide::new(feed, plan, &self.labels));
+        let n = self.labels.len();
+        let collector = std::thread::Builder::new()
+            .name("lab-capture".into())
+            .spawn(move || {
+                let (collected, side) = collect(&events, kernel, side, n);
+                if let Some(side) = side {
+                    side.feed.set_problem(Some(
+                        "lab run over: q quits and prints the comparison table".into(),
+                    ));
+                }
+                collected
+            })
+            .map_err(|e| lab_err("collector thread", e))?;
+        self.live = Some(live);
+        self.collector = Some(collector);
+        // The handles are open and capturing: traffic may start.
+        Ok(())
+    }
+
+    fn after_traffic(&mut self, plan: &CapturePlan) -> LabResult<()> {
+        std::thread::sleep(SETTLE);
+        if let Some(k) = self.kernel.as_mut() {
+            k.stop();
+        }
+        if let Some(mut live) = self.live.take() {
+            live.stop();
+        }
+        let collected = self
+            .collector
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        self.kernel = None;
+        if let Some(dir) = &self.pcap_dir {
+            write_pcaps(dir, &self.labels, &collected.frames, &plan.keylog)
+                .map_err(|e| lab_err(&format!("writing captures to {}", dir.display()), e))?;
+        }
+        self.measured = Some(analyse(plan, &self.labels, collected));
+        Ok(())
+    }
+}
+
+/// One input of the analysis, in time order.
+enum Item<'a> {
+    Frame(&'a LivePacket),
+    Kernel(&'a TcpEvent),
+}
+
+/// Decodes the captured frames and the kernel events in time order through the engine.
+fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> Measured {
+    let mut problems = std::mem::take(&mut collected.problems);
+    let quic = plan
+        .transports
+        .iter()
+        .any(|(t, ..)| matches!(t, Transport::Quic | Transport::QuicRedundant));
+    let keylog = match Keylog::from_file(&plan.keylog) {
+        Ok(k) => Some(k),
+        Err(_) if !quic => None,
+        Err(e) => {
+            problems.push(format!(
+                "QUIC key log not loaded ({e}): QUIC is not decrypted"
+            ));
+            None
+        }
+    };
+    let mut engine = engine_feed(plan, keylog, None);
+    declare_points(engine.correlator_mut(), plan, labels);
+    let mut messages = TcpMessages::new(tcp_port(plan).unwrap_or(0));
+    // The lab's own TCP sockets: what the T-Box's capture saw connect.
+    for f in &collected.frames {
+        if end_of(plan, f.path) == End::Tbox {
+            if let Some(seg) = tcp_segment(f.link, &f.data) {
+                messages.segment(End::Tbox, f.ts_ns, &seg);
+            }
+        }
+    }
+    let known: HashSet<_> = messages.connections().copied().collect();
+    let mut messages = TcpMessages::new(tcp_port(plan).unwrap_or(0));
+    let kernel: Vec<&TcpEvent> = collected
+        .tcp_events
+        .iter()
+        .filter(|e| is_lab_socket(&known, e))
+        .collect();
+    let mut items: Vec<(u64, Item)> = collected
+        .frames
+        .iter()
+        .map(|f| (f.ts_ns, Item::Frame(f)))
+        .chain(kernel.iter().map(|e| (e.ts_ns, Item::Kernel(e))))
+        .collect();
+    items.sort_by_key(|(ts, item)| {
+        (
+            *ts,
+            match item {
+                Item::Frame(f) => f.path,
+                Item::Kernel(_) => usize::MAX,
+            },
+        )
+    });
     let mut flow_ports: HashMap<String, u16> = HashMap::new();
     let mut frames_per_point = vec![0u64; labels.len()];
     let mut last_ts = 0;
-    for f in &collected.frames {
-        if let Some(n) = frames_per_point.get_mut(f.point) {
-            *n += 1;
+    for (ts, item) in &items {
+        last_ts = last_ts.max(*ts);
+        match item {
+            Item::Frame(f) => {
+                if let Some(n) = frames_per_point.get_mut(f.path) {
+                    *n += 1;
+                }
+                for d in feed_frame(&mut engine, &mut messages, plan, labels, f) {
+                    remember_flow(&mut flow_ports, d);
+                }
+            }
+            Item::Kernel(e) => engine.tcp(TcpMessage::Event(Box::new((*e).clone()))),
         }
-        last_ts = last_ts.max(f.ts_ns);
-        scratch.clear();
-        dissector.dissect(Some(f.link), &f.data, f.ts_ns, &mut scratch);
-        let label = labels.get(f.point).map_or("?", String::as_str);
-        for (i, d) in scratch.iter().enumerate() {
-            remember_flow(&mut flow_ports, d);
-            correlator.observe_capture(
-                u16::try_from(f.point).unwrap_or(u16::MAX),
-                label,
-                f.orig_len,
-                i == 0,
-                d,
-            );
-        }
-        correlator.engine_mut().drain_records().for_each(drop);
+        engine
+            .correlator_mut()
+            .engine_mut()
+            .drain_records()
+            .for_each(drop);
     }
-    let summary = correlator.engine_mut().finish(last_ts);
+    let summary = engine.correlator_mut().engine_mut().finish(last_ts);
+    let tcp = TcpSide {
+        messages: &messages,
+        kernel: &kernel,
+        status: collected.tcp_status.clone().unwrap_or_else(|| {
+            if tcp_port(plan).is_some() {
+                "TCP probes not started".into()
+            } else {
+                String::new()
+            }
+        }),
+        dropped: collected.tcp_dropped,
+    };
     let transports = plan
         .transports
         .iter()
-        .map(|(t, port, _)| measured_transport(*t, *port, &summary, &flow_ports))
+        .map(|(t, port, _)| measured_transport(*t, *port, &summary, &flow_ports, &tcp))
         .collect();
     let outages = summary
         .outages
@@ -339,6 +682,14 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
         problems,
         summary,
     }
+}
+
+/// What the analysis knows of the TCP baseline besides the engine's summary.
+struct TcpSide<'a> {
+    messages: &'a TcpMessages,
+    kernel: &'a [&'a TcpEvent],
+    status: String,
+    dropped: u64,
 }
 
 /// Notes which server port a KCP conversation or QUIC connection talks to (flow → transport).
@@ -370,7 +721,11 @@ fn measured_transport(
     port: u16,
     summary: &Summary,
     flow_ports: &HashMap<String, u16>,
+    tcp: &TcpSide<'_>,
 ) -> MeasuredTransport {
+    if t == Transport::Tcp {
+        return measured_tcp(summary, tcp);
+    }
     let group_names = [
         FlowKey::QuicGroup { server_port: port }.name(),
         FlowKey::KcpGroup { server_port: port }.name(),
@@ -392,14 +747,9 @@ fn measured_transport(
         duplication_pct: None,
         amplification: None,
         flows: flows.iter().map(|f| f.flow.clone()).collect(),
+        tcp: None,
         note: None,
     };
-    if t == Transport::Tcp {
-        row.note = Some(
-            "TCP payload is not decoded from packets (tboxscope sees TCP through eBPF)".into(),
-        );
-        return row;
-    }
     match flows.as_slice() {
         [] => row.note = Some("no flow of this transport was decoded".into()),
         [f] => {
@@ -425,16 +775,81 @@ fn measured_transport(
     row
 }
 
+/// The TCP baseline's row: messages and latency from its byte stream at both ends,
+/// amplification and head-of-line incidents from the engine's flow of the socket, and the
+/// kernel's retransmissions and RTO backoff from the eBPF probes.
+fn measured_tcp(summary: &Summary, tcp: &TcpSide<'_>) -> MeasuredTransport {
+    let stream = tcp.messages.figures();
+    let flow_name = stream
+        .connection
+        .map(|(client, server)| FlowKey::Tcp { client, server }.name());
+    let flow = flow_name
+        .as_ref()
+        .and_then(|n| summary.flows.iter().find(|f| &f.flow == n));
+    let mine: Vec<&TcpEvent> = tcp
+        .kernel
+        .iter()
+        .copied()
+        .filter(|e| stream.connection == Some((e.local, e.remote)))
+        .collect();
+    let mut k = MeasuredTcp {
+        connection: stream.connection.map(|(c, s)| format!("{c} → {s}")),
+        delivered: stream.delivered,
+        probes: tcp.status.clone(),
+        kernel_events: mine.len() as u64,
+        kernel_dropped: tcp.dropped,
+        wire_retransmits: stream.retransmitted_segments,
+        ..MeasuredTcp::default()
+    };
+    for e in &mine {
+        k.max_backoff = k.max_backoff.max(e.backoff);
+        k.max_rto_ms = k.max_rto_ms.max(f64::from(e.rto_us) / 1000.0);
+        if let TcpEventKind::Retransmit { kind, .. } = e.kind {
+            k.retransmits += 1;
+            match kind {
+                RetransmitKind::Rto | RetransmitKind::LossRecovery => k.timeout_retransmits += 1,
+                RetransmitKind::Fast | RetransmitKind::Tlp => k.fast_retransmits += 1,
+                RetransmitKind::Unknown => {}
+            }
+        }
+    }
+    k.hol_stalls = stream.hol_stalls;
+    k.longest_hol_stall_ms =
+        (stream.hol_stalls > 0).then(|| stream.longest_hol_stall_ns as f64 / 1e6);
+    k.total_hol_stall_ms = stream.total_hol_stall_ns as f64 / 1e6;
+    let mut row = MeasuredTransport {
+        transport: Transport::Tcp.name(),
+        messages: stream.messages,
+        p50_ms: None,
+        p99_ms: None,
+        p999_ms: None,
+        duplication_pct: None,
+        amplification: flow.map(|f| f.amplification).filter(|a| *a > 0.0),
+        flows: flow_name.into_iter().collect(),
+        tcp: None,
+        note: stream.framing_problem.clone(),
+    };
+    if stream.latency.count > 0 {
+        row.p50_ms = Some(ms(stream.latency.p50_us));
+        row.p99_ms = Some(ms(stream.latency.p99_us));
+        row.p999_ms = Some(ms(stream.latency.p999_us));
+    } else if row.note.is_none() {
+        row.note = Some("no TCP message of the baseline was captured at both ends".into());
+    }
+    row.tcp = Some(k);
+    row
+}
+
 /// Writes one classic pcap (nanosecond) file per capture point, and the key log beside them.
 fn write_pcaps(
     dir: &Path,
     labels: &[String],
-    frames: &[Frame],
+    frames: &[LivePacket],
     keylog: &Path,
 ) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     for (i, label) in labels.iter().enumerate() {
-        let mine: Vec<&Frame> = frames.iter().filter(|f| f.point == i).collect();
+        let mine: Vec<&LivePacket> = frames.iter().filter(|f| f.path == i).collect();
         let link = mine.first().map_or(1, |f| f.link.linktype());
         let file = std::fs::File::create(dir.join(format!("{label}.pcap")))?;
         let mut w = std::io::BufWriter::new(file);
@@ -474,6 +889,35 @@ fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "n/a".to_owned(), |x| format!("{x:.prec$}"))
 }
 
+/// The kernel's view of the TCP baseline under its row: retransmissions, backoff, HOL stalls
+/// (next to the peers' longest stall without delivery).
+fn tcp_line(truth_stall_ms: f64, k: &MeasuredTcp) -> String {
+    if k.kernel_events == 0 {
+        return format!(
+            "kernel: no event of the socket ({}); {} retransmitted segments on the wire",
+            if k.probes.is_empty() {
+                "TCP probes off"
+            } else {
+                &k.probes
+            },
+            k.wire_retransmits
+        );
+    }
+    format!(
+        "kernel (eBPF): {} retransmissions ({} after timeouts, {} fast), RTO backoff up to level {} (RTO {:.0} ms); \
+         {} on the wire; {} HOL stalls, longest {} (truth: longest without delivery {truth_stall_ms:.0} ms)",
+        k.retransmits,
+        k.timeout_retransmits,
+        k.fast_retransmits,
+        k.max_backoff,
+        k.max_rto_ms,
+        k.wire_retransmits,
+        k.hol_stalls,
+        k.longest_hol_stall_ms
+            .map_or_else(|| "-".to_owned(), |l| format!("{l:.0} ms")),
+    )
+}
+
 /// The table of tboxscope's figures next to the peers' ground truth, per transport, and the
 /// outages (injected vs detected).
 pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
@@ -481,7 +925,7 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "tboxscope's own capture (libpcap on both ends of both paths → engine) vs ground truth (the peers):"
+        "tboxscope's own capture (libpcap on both ends of both paths, eBPF TCP probes → engine) vs ground truth (the peers):"
     );
     let _ = writeln!(
         s,
@@ -532,6 +976,15 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
         );
         if let Some(n) = &r.note {
             let _ = writeln!(s, "{:<15} {:<9} note: {n}", "", "");
+        }
+        if let Some(k) = &r.tcp {
+            let _ = writeln!(
+                s,
+                "{:<15} {:<9} {}",
+                "",
+                "",
+                tcp_line(t.longest_stall_ms, k)
+            );
         }
     }
     let injected: Vec<_> = report
