@@ -43,7 +43,7 @@ use probe_user::correlate::{Correlator, FrameFeed};
 use probe_user::dissect::{DissectConfig, DissectStats};
 use probe_user::engine::Config as EngineConfig;
 use probe_user::source::pcap::{
-    CaptureFile, CaptureReader, FileReading, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
+    CaptureFile, FileReading, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
 };
 use tboxscope_decode::quic::Keylog;
 
@@ -249,20 +249,18 @@ fn offline(args: &[String]) {
             total as f64 / read_s / 1e9
         );
     }
-    let t = Instant::now();
-    let f = std::fs::File::open(&file).unwrap();
-    let mut r = CaptureReader::new(f, "bench", "bench").unwrap();
-    while r.next_packet().unwrap().is_some() {}
+    for reading in [FileReading::SameThread, FileReading::ReadAhead] {
+        let t = Instant::now();
+        let mut r = CaptureFile::open_with(&file, reading).unwrap();
+        while r.next_packet().unwrap().is_some() {}
+        println!(
+            "walk records ({reading:?}): {:.3} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
     println!(
-        "walk records, one thread (64 KiB reads): {:.3} s",
-        t.elapsed().as_secs_f64()
-    );
-    let t = Instant::now();
-    let mut r = CaptureFile::open(&file).unwrap();
-    while r.next_packet().unwrap().is_some() {}
-    println!(
-        "walk records, read-ahead thread: {:.3} s",
-        t.elapsed().as_secs_f64()
+        "the analyze driver reads this file {:?} (FileReading::Auto)",
+        CaptureFile::open(&file).unwrap().reading()
     );
 
     // In-process decode (the analyze driver, no output).

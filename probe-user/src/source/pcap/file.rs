@@ -286,7 +286,7 @@ pub enum FileReading {
 }
 
 /// Reads of this size on the decoding thread ([`FileReading::SameThread`]).
-const SAME_THREAD_BUFFER: usize = 1 << 20;
+const SAME_THREAD_BUFFER: usize = 256 << 10;
 /// Files up to this size are read on the decoding thread whatever their page-cache state.
 const SMALL_FILE: u64 = 8 << 20;
 
