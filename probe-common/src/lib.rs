@@ -60,10 +60,12 @@ pub const CA_RECOVERY: u8 = 3;
 /// Loss.
 pub const CA_LOSS: u8 = 4;
 
-/// `icsk_pending` values (include/net/inet_connection_sock.h).
+/// `icsk_pending` values (include/net/inet_connection_sock.h): retransmission timer.
 pub const ICSK_TIME_RETRANS: u8 = 1;
-/// Loss probe timer.
-pub const ICSK_TIME_LOSS_PROBE: u8 = 3;
+/// Zero-window probe timer.
+pub const ICSK_TIME_PROBE0: u8 = 3;
+/// Tail loss probe timer.
+pub const ICSK_TIME_LOSS_PROBE: u8 = 5;
 
 /// [`TcpEvent::flags`]: the socket fields (rto, backoff, cwnd, ...) were read successfully.
 pub const FLAG_SOCK_READ: u8 = 1;

@@ -67,7 +67,8 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    /// Waits (at most 15 s) until `check` holds for the visible screen.
+    /// Waits (at most 15 s) until `check` holds for the visible screen. On a timeout the panic
+    /// shows that screen, then the Overview (health: drops, counters) and the Events screen.
     fn wait_for(&self, check: impl Fn(&str) -> bool, what: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -75,10 +76,15 @@ impl Tmux {
             if check(&screen) {
                 return screen;
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; screen:\n{screen}"
-            );
+            if Instant::now() >= deadline {
+                let mut more = String::new();
+                for key in ["1", "5"] {
+                    self.send(&[key]);
+                    std::thread::sleep(Duration::from_millis(500));
+                    more.push_str(&format!("\nscreen {key}:\n{}", self.screen()));
+                }
+                panic!("timed out waiting for {what}; screen:\n{screen}{more}");
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
