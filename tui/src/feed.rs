@@ -138,9 +138,7 @@ impl EngineFeed {
     /// Loads the key log's new lines, moves the engine's clock to now (less [`SETTLE_NS`]: time
     /// passes for silent paths too) and publishes a snapshot with the capture's health.
     pub fn publish(&mut self, feed: &SnapshotFeed) {
-        if let Some(path) = self.keylog.clone() {
-            self.reload_keylog(&path);
-        }
+        self.follow_keylog();
         let engine = self.correlator.engine_mut();
         engine.tick(WallClock::unix_now().saturating_sub(SETTLE_NS));
         engine.drain_records().for_each(drop);
@@ -154,7 +152,14 @@ impl EngineFeed {
         feed.publish(snapshot);
     }
 
-    /// Loads what was appended to the key log since the last call.
+    /// Loads what the peers appended to the key log since the last look (a `stat` when
+    /// nothing was): call it before packets that may need new keys.
+    pub fn follow_keylog(&mut self) {
+        if let Some(path) = self.keylog.clone() {
+            self.reload_keylog(&path);
+        }
+    }
+
     fn reload_keylog(&mut self, path: &Path) {
         let Ok(meta) = std::fs::metadata(path) else {
             return;

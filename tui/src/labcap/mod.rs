@@ -352,6 +352,8 @@ impl LiveSide {
     }
 
     fn packets(&mut self, batch: &[LivePacket]) {
+        // The QUIC peers write a connection's secrets just before its first packets.
+        self.engine.follow_keylog();
         let before = self.messages.connections().count();
         for p in batch {
             feed_frame(
@@ -400,7 +402,8 @@ impl LiveSide {
         let phase = if t < plan.duration_s {
             format!("{t:.0}/{:.0} s", plan.duration_s)
         } else {
-            format!("drain {:.0}/{:.0} s", t - plan.duration_s, plan.drain_s)
+            let drained = (t - plan.duration_s).min(plan.drain_s);
+            format!("drain {drained:.0}/{:.0} s", plan.drain_s)
         };
         self.feed
             .set_position(Some(format!("lab {} {phase}", self.title)));
@@ -530,8 +533,10 @@ impl RunObserver for LabCapture {
             .spawn(move || {
                 let (collected, side) = collect(&events, kernel, side, n);
                 if let Some(side) = side {
+                    side.feed
+                        .set_position(Some(format!("lab {} over", side.title)));
                     side.feed.set_problem(Some(
-                        "lab run over: q quits and prints the comparison table".into(),
+                        "run over: q quits and prints the comparison table".into(),
                     ));
                 }
                 collected
