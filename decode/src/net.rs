@@ -1,6 +1,6 @@
 //! Link, network and transport layers (L2–L4) with `etherparse`: from a captured frame of a
 //! given link type to the UDP datagram it carries, with IPv4/IPv6 fragments counted and
-//! reassembled.
+//! reassembled, or to the TCP segment it carries ([`tcp_segment`]).
 //!
 //! Link types are the pcap `LINKTYPE_*` numbers, so the same code serves files and libpcap.
 use std::net::{IpAddr, SocketAddr};
@@ -246,6 +246,64 @@ impl NetParser {
     }
 }
 
+/// One TCP segment found in a frame; `payload` borrows the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpSegmentView<'a> {
+    /// Sender address and port.
+    pub src: SocketAddr,
+    /// Receiver address and port.
+    pub dst: SocketAddr,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgment number (meaningful when `ack_flag`).
+    pub ack: u32,
+    /// SYN flag.
+    pub syn: bool,
+    /// FIN flag.
+    pub fin: bool,
+    /// RST flag.
+    pub rst: bool,
+    /// ACK flag.
+    pub ack_flag: bool,
+    /// The payload, cut to the IP length when the frame is longer (Ethernet padding).
+    pub payload: &'a [u8],
+}
+
+/// The TCP segment in `frame` (link layer `link`), or `None` when the frame carries no whole
+/// TCP header: another protocol, an IP fragment (TCP segments are not fragmented on paths
+/// with a known MTU), or a cut or malformed header. UDP frames go through [`NetParser::udp`],
+/// which counts its rejections.
+pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Option<TcpSegmentView<'_>> {
+    let sliced = slice(link, frame).ok()?;
+    let (src_ip, dst_ip, fragmented) = match sliced.net.as_ref()? {
+        NetSlice::Ipv4(v4) => (
+            IpAddr::V4(v4.header().source_addr()),
+            IpAddr::V4(v4.header().destination_addr()),
+            v4.payload().fragmented,
+        ),
+        NetSlice::Ipv6(v6) => (
+            IpAddr::V6(v6.header().source_addr()),
+            IpAddr::V6(v6.header().destination_addr()),
+            v6.payload().fragmented,
+        ),
+        NetSlice::Arp(_) => return None,
+    };
+    match &sliced.transport {
+        Some(TransportSlice::Tcp(tcp)) if !fragmented => Some(TcpSegmentView {
+            src: SocketAddr::new(src_ip, tcp.source_port()),
+            dst: SocketAddr::new(dst_ip, tcp.destination_port()),
+            seq: tcp.sequence_number(),
+            ack: tcp.acknowledgment_number(),
+            syn: tcp.syn(),
+            fin: tcp.fin(),
+            rst: tcp.rst(),
+            ack_flag: tcp.ack(),
+            payload: tcp.payload(),
+        }),
+        _ => None,
+    }
+}
+
 /// Slices `frame` per its link type down to the transport layer.
 fn slice(link: LinkType, frame: &[u8]) -> Result<SlicedPacket<'_>, NetReject> {
     let result = match link {
@@ -304,5 +362,50 @@ fn classify(e: err::packet::SliceError) -> NetReject {
         E::LinuxSll(_) => NetReject::NotIp,
         E::Tcp(_) => NetReject::NotUdp,
         _ => NetReject::Malformed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::PacketBuilder;
+
+    fn tcp_frame(payload: &[u8]) -> Vec<u8> {
+        let builder = PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 40, 0, 2], [10, 40, 0, 1], 64)
+            .tcp(40_000, 7001, 1_000, 64_000)
+            .ack(77)
+            .psh();
+        let mut frame = Vec::with_capacity(builder.size(payload.len()));
+        builder.write(&mut frame, payload).unwrap();
+        frame
+    }
+
+    #[test]
+    fn tcp_segment_fields_and_every_truncation() {
+        let frame = tcp_frame(b"TBXM message");
+        let seg = tcp_segment(LinkType::Ethernet, &frame).unwrap();
+        assert_eq!(seg.src, "10.40.0.2:40000".parse().unwrap());
+        assert_eq!(seg.dst, "10.40.0.1:7001".parse().unwrap());
+        assert_eq!((seg.seq, seg.ack), (1_000, 77));
+        assert!(seg.ack_flag && !seg.syn && !seg.fin && !seg.rst);
+        assert_eq!(seg.payload, b"TBXM message");
+        // A cut frame never panics; it yields nothing or a shorter payload.
+        for n in 0..frame.len() {
+            if let Some(s) = tcp_segment(LinkType::Ethernet, &frame[..n]) {
+                assert!(s.payload.len() < 12);
+            }
+        }
+    }
+
+    #[test]
+    fn udp_is_no_tcp_segment() {
+        let builder = PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 40, 0, 2], [10, 40, 0, 1], 64)
+            .udp(40_000, 7101);
+        let mut frame = Vec::new();
+        builder.write(&mut frame, b"kcp").unwrap();
+        assert!(tcp_segment(LinkType::Ethernet, &frame).is_none());
+        assert!(NetParser::new().udp(LinkType::Ethernet, &frame, 0).is_ok());
     }
 }

@@ -41,6 +41,9 @@ pub struct RunOptions {
     pub delay: DelayChoice,
     /// Seed of the delay generators.
     pub seed: u64,
+    /// Set to end the run early: message generation and the drain stop within 20 ms, and the
+    /// run still captures, reports what happened so far and tears down.
+    pub stop: Arc<AtomicBool>,
 }
 
 impl RunOptions {
@@ -55,6 +58,7 @@ impl RunOptions {
             transports: Transport::ALL.to_vec(),
             delay: DelayChoice::Auto,
             seed: 0x7b0c_5c09,
+            stop: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -251,6 +255,7 @@ pub fn run(
     let timeline = {
         let names = names.clone();
         let cancel = cancel.clone();
+        let stop = opts.stop.clone();
         std::thread::spawn(move || -> Result<Vec<TimelineEvent>> {
             let mut events = Vec::new();
             let Ok(start) = start_rx.recv() else {
@@ -259,7 +264,7 @@ pub fn run(
             for (at, p, down) in schedule {
                 let due = start.saturating_add((at * 1e9) as u64);
                 while sys::mono_ns() < due {
-                    if cancel.load(Ordering::Relaxed) {
+                    if cancel.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed) {
                         return Ok(events);
                     }
                     let left = due.saturating_sub(sys::mono_ns()).min(20_000_000);
@@ -283,6 +288,7 @@ pub fn run(
         duration: opts.duration,
         drain: opts.drain,
         keylog: opts.keylog.clone(),
+        stop: opts.stop.clone(),
     };
     let sent = peers::run_senders(
         &names,

@@ -17,6 +17,16 @@ pub const MAP_FILTER_ADDRS: &str = "FILTER_ADDRS";
 pub const MAP_CWND_LAST: &str = "CWND_LAST";
 /// Name of the global [`ProbeConfig`] the programs read.
 pub const GLOBAL_CONFIG: &str = "CONFIG";
+/// Benchmark load generator: a program on `syscalls:sys_enter_getppid` that pushes one
+/// synthetic cwnd event per call of the process `ProbeConfig::load_tgid` through the same ring
+/// buffer, so the ring buffer and the reader can be driven faster than real TCP traffic can.
+pub const LOAD_PROGRAM: &str = "ring_load";
+/// Tracepoint category of [`LOAD_PROGRAM`].
+pub const LOAD_CATEGORY: &str = "syscalls";
+/// Tracepoint of [`LOAD_PROGRAM`].
+pub const LOAD_TRACEPOINT: &str = "sys_enter_getppid";
+/// Socket id of the synthetic events (no kernel socket has this address).
+pub const LOAD_SOCK_ID: u64 = 1;
 
 /// Size in bytes of the event ring buffer.
 pub const RING_BYTES: u32 = 4 << 20;
@@ -60,10 +70,12 @@ pub const CA_RECOVERY: u8 = 3;
 /// Loss.
 pub const CA_LOSS: u8 = 4;
 
-/// `icsk_pending` values (include/net/inet_connection_sock.h).
+/// `icsk_pending` values (include/net/inet_connection_sock.h): retransmission timer.
 pub const ICSK_TIME_RETRANS: u8 = 1;
-/// Loss probe timer.
-pub const ICSK_TIME_LOSS_PROBE: u8 = 3;
+/// Zero-window probe timer.
+pub const ICSK_TIME_PROBE0: u8 = 3;
+/// Tail loss probe timer.
+pub const ICSK_TIME_LOSS_PROBE: u8 = 5;
 
 /// [`TcpEvent::flags`]: the socket fields (rto, backoff, cwnd, ...) were read successfully.
 pub const FLAG_SOCK_READ: u8 = 1;
@@ -249,7 +261,10 @@ pub struct ProbeConfig {
     /// 1 when `FILTER_ADDRS` holds the only addresses to report.
     pub filter_addrs: u8,
     /// Explicit padding.
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 2],
+    /// Benchmarks only: the process whose `getppid()` calls [`LOAD_PROGRAM`] turns into
+    /// synthetic events (0: none).
+    pub load_tgid: u32,
 }
 
 /// Per-socket memory of `tcp_probe` (value of `CWND_LAST`): the last emitted sample, the

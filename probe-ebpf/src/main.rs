@@ -9,7 +9,7 @@ mod sock;
 use sock::{Ident, Snap};
 
 use aya_ebpf::{
-    helpers::bpf_ktime_get_ns,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{classifier, fentry, kprobe, map, raw_tracepoint, sock_ops, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{
@@ -18,9 +18,9 @@ use aya_ebpf::{
     },
 };
 use probe_common::{
-    CwndLast, ProbeConfig, TcpEvent, CA_CWR, CA_DISORDER, CA_LOSS, CA_RECOVERY, CWND_LAST_ENTRIES,
+    CwndLast, ProbeConfig, TcpEvent, AF_INET, CA_CWR, CA_DISORDER, CA_LOSS, CA_RECOVERY, CWND_LAST_ENTRIES,
     DROP_READ_FAILED, DROP_REASONS, DROP_RING_FULL, FILTER_ENTRIES, FLAG_SEGS_READ, FLAG_SOCK_READ,
-    ICSK_TIME_LOSS_PROBE, KIND_CONG_STATE, KIND_CWND, KIND_RETRANSMIT, KIND_SOCK_STATE,
+    ICSK_TIME_LOSS_PROBE, KIND_CONG_STATE, LOAD_SOCK_ID, KIND_CWND, KIND_RETRANSMIT, KIND_SOCK_STATE,
     RETRANS_FAST, RETRANS_LOSS_PROBE, RETRANS_LOSS_RECOVERY, RETRANS_OTHER, RETRANS_RTO,
     RING_BYTES, RING_WAKE_BYTES,
 };
@@ -163,6 +163,53 @@ fn read_tp<T>(ctx: &TracePointContext, off: u32) -> Result<T, i32> {
 fn read_failed(ctx: &TracePointContext, code: i32) -> u32 {
     count_drop(DROP_READ_FAILED);
     aya_log_ebpf::debug!(ctx, "tboxscope probe read failed: {}", code);
+    0
+}
+
+/// Benchmark load generator (attached only when user space asks, to
+/// `syscalls:sys_enter_getppid`): each `getppid()` of the process `CONFIG.load_tgid` pushes one
+/// synthetic cwnd event through `emit`, exactly as `tcp_probe` does when a sample is due, so the
+/// ring buffer and the reader can be driven faster than this machine's TCP stack can.
+#[tracepoint]
+pub fn ring_load(_ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let want = conf!(load_tgid);
+    if want == 0 || tgid != want {
+        return 0;
+    }
+    let ts_ns = now_ns();
+    // TEST-NET-1 addresses (RFC 5737): never a real peer.
+    let id = Ident {
+        family: AF_INET,
+        sport: 1,
+        dport: 2,
+        saddr: [u64::from(u32::from_ne_bytes([192, 0, 2, 1])), 0],
+        daddr: [u64::from(u32::from_ne_bytes([192, 0, 2, 2])), 0],
+    };
+    let s = Snap {
+        state: 1,
+        backoff: 0,
+        retransmits: 0,
+        pending: 0,
+        ca_state: 0,
+        rto: 51,
+        total_retrans: 0,
+        cwnd: 10 + (ts_ns & 0xf) as u32,
+        ssthresh: u32::MAX >> 1,
+        srtt_us: 100,
+        packets_out: 1,
+        lost_out: 0,
+        retrans_out: 0,
+    };
+    let x = Extra {
+        ts_ns,
+        kind: KIND_CWND,
+        detail: 0,
+        flags: 0,
+        segs: 0,
+        err: 0,
+    };
+    emit(LOAD_SOCK_ID, &id, &s, &x, Wake::Batched);
     0
 }
 

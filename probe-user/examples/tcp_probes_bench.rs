@@ -12,7 +12,13 @@
 //!    parallel flows of small TCP_NODELAY writes (many segments and ACKs); events per second
 //!    delivered to user space (the capture's own count), ring drops, the reader's CPU time
 //!    per event, and how much CPU other (niced) processes took meanwhile.
-//!    `CAP_FLOWS`, `CAP_WRITE`, `CAP_MSS`, `CAP_GSO` change the traffic; `ROUNDS` = 0 skips 1-2.
+//!    `CAP_FLOWS`, `CAP_WRITE`, `CAP_MSS`, `CAP_GSO` change the traffic; `ROUNDS` = 0 skips 1-2;
+//! 4. ring buffer capacity (alone: `tcp_probes_bench ring`): the real TCP stack of a 2-vCPU VM
+//!    cannot make enough segments to find the ring buffer's limit, so one thread calls
+//!    `getppid()` at offered rates and the `ring_load` program (attached for this only) turns
+//!    each call into a synthetic cwnd event through the same `emit`, ring buffer, reader,
+//!    decoder, tracker and JSON encoding; per rate: events made, delivered, dropped, and the
+//!    reader's CPU per event.
 // A benchmark harness, like a test: any failure should stop it loudly.
 #![allow(clippy::unwrap_used)]
 
@@ -39,12 +45,17 @@ const FLOWS: u64 = 8;
 /// per second than a small MSS with GSO off (`CAP_MSS`, `CAP_GSO`), which collapses.
 const SMALL_WRITE: u64 = 64;
 const CAPACITY_SECS: u64 = 8;
-const PROGRAMS: [&str; 4] = [
+const PROGRAMS: [&str; 5] = [
     "tcp_retransmit_",
     "tcp_probe",
     "tcp_cong_state_",
     "inet_sock_set_s",
+    "ring_load",
 ];
+/// Seconds per rate step of the ring-buffer phase.
+const RING_STEP_SECS: u64 = 3;
+/// Offered rates of the ring-buffer phase (events/s); 0 = as fast as one thread can.
+const RING_RATES: [u64; 6] = [250_000, 500_000, 750_000, 1_000_000, 1_500_000, 0];
 
 struct Net {
     a: String,
@@ -271,6 +282,12 @@ struct Capture {
 
 impl Capture {
     fn start(cwnd_interval_ns: u64) -> Self {
+        Self::start_with(cwnd_interval_ns, None)
+    }
+
+    /// With `load_generator`: the probes also turn this process's `getppid()` calls into
+    /// synthetic events.
+    fn start_with(cwnd_interval_ns: u64, load_generator: Option<u32>) -> Self {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (up_tx, up_rx) = std::sync::mpsc::channel::<()>();
         let (tid_tx, tid_rx) = std::sync::mpsc::channel::<i32>();
@@ -282,6 +299,7 @@ impl Capture {
                     filter: TcpFilter::default(),
                     cwnd_interval_ns,
                     deny: Vec::new(),
+                    load_generator,
                 },
                 stop: Some(rx),
                 ..CaptureOptions::default()
@@ -462,6 +480,10 @@ fn main() {
         eprintln!("tcp_probes_bench needs root");
         std::process::exit(2);
     }
+    if std::env::args().nth(1).as_deref() == Some("ring") {
+        ring_capacity();
+        return;
+    }
     let rounds: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
@@ -636,6 +658,70 @@ fn main() {
         other / secs / cpus() * 100.0,
         cpus()
     );
+    ring_capacity();
+}
+
+/// The ring buffer and its reader driven past what the TCP stack can make: one thread calls
+/// `getppid()` at an offered rate; each call's synthetic event goes through the same `emit`,
+/// ring buffer, reader, decoder, tracker and JSON encoder as a real `tcp_cwnd` sample.
+fn ring_capacity() {
+    println!(
+        "== ring buffer capacity: synthetic cwnd events from getppid(), {RING_STEP_SECS} s per offered rate =="
+    );
+    println!("offered/s   made/s  delivered/s  ring full  read failed  reader CPU  us/event  ring_load ns/run");
+    // SAFETY: no preconditions.
+    let me = unsafe { libc::getpid() } as u32;
+    for rate in RING_RATES {
+        let earlier = prog_ids();
+        let cap = Capture::start_with(100_000_000, Some(me));
+        bpf_stats(true);
+        let before = prog_stats();
+        let cpu0 = cap.cpu_s();
+        let t0 = Instant::now();
+        let end = t0 + Duration::from_secs(RING_STEP_SECS);
+        let mut made = 0u64;
+        // Batches of 1000 calls, each batch due at made / rate seconds.
+        while Instant::now() < end {
+            if rate > 0 {
+                let due = t0 + Duration::from_secs_f64(made as f64 / rate as f64);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
+            for _ in 0..1000 {
+                // SAFETY: no preconditions.
+                unsafe { libc::getppid() };
+            }
+            made += 1000;
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let after = prog_stats();
+        bpf_stats(false);
+        // Let the reader drain what is queued before it stops.
+        std::thread::sleep(Duration::from_millis(500));
+        let reader_cpu = cap.cpu_s() - cpu0;
+        let sum = cap.stop();
+        let load_ns = stats_delta(&before, &after, &earlier)
+            .into_iter()
+            .find(|(name, ours, ..)| *ours && name.starts_with("ring_load"))
+            .map_or(f64::NAN, |(.., ns)| ns);
+        let offered = if rate == 0 {
+            "max".to_owned()
+        } else {
+            rate.to_string()
+        };
+        println!(
+            "{offered:>9} {:>8.0} {:>12.0} {:>10} {:>12} {:>10.0}% {:>9.2} {:>17.0}",
+            made as f64 / secs,
+            sum.events as f64 / secs,
+            sum.drops.ring_full,
+            sum.drops.read_failed,
+            reader_cpu / secs * 100.0,
+            reader_cpu / sum.events.max(1) as f64 * 1e6,
+            load_ns
+        );
+    }
 }
 
 /// CPU seconds spent by niced processes (other builds on a shared machine), from /proc/stat.

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::dissect::{Decoded, DecodedPacket, DissectConfig, DissectStats, Dissector};
 use crate::output::{JsonLinesWriter, OutputError};
-use crate::source::pcap::{CaptureFile, FileError, Format, SECRETS_TLS_KEY_LOG};
+use crate::source::pcap::{CaptureFile, FileError, FileReading, Format, SECRETS_TLS_KEY_LOG};
 use tboxscope_decode::net::LinkType;
 
 /// One decoded unit with where it came from.
@@ -56,6 +56,7 @@ pub struct Analyzer {
     files: Vec<FileSummary>,
     scratch: Vec<DecodedPacket>,
     warnings: Vec<String>,
+    reading: FileReading,
 }
 
 impl Analyzer {
@@ -68,7 +69,13 @@ impl Analyzer {
             files: Vec::new(),
             scratch: Vec::with_capacity(64),
             warnings: Vec::new(),
+            reading: FileReading::Auto,
         }
+    }
+
+    /// Reads the files as `reading` says (default [`FileReading::Auto`]).
+    pub fn set_file_reading(&mut self, reading: FileReading) {
+        self.reading = reading;
     }
 
     /// The dissector (for its counters).
@@ -129,7 +136,7 @@ impl Analyzer {
             file: name.clone(),
             ..FileSummary::default()
         });
-        let mut reader = match CaptureFile::open(path) {
+        let mut reader = match CaptureFile::open_with(path, self.reading) {
             Ok(r) => r,
             Err(e) => {
                 self.files[file_no].error = Some(e.to_string());
@@ -283,7 +290,7 @@ impl Analyzer {
                 file: name.clone(),
                 ..FileSummary::default()
             });
-            match CaptureFile::open(path) {
+            match CaptureFile::open_with(path, self.reading) {
                 Ok(reader) => {
                     self.files[file_no].format = Some(reader.format());
                     let file_name = path

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use pcap_common::*;
 use probe_user::decode::net::{LinkType, NetParser, NetReject};
 use probe_user::source::pcap::{
-    CaptureFile, CaptureReader, FileError, Format, FormatIssue, SECRETS_TLS_KEY_LOG,
+    CaptureFile, CaptureReader, FileError, FileReading, Format, FormatIssue, SECRETS_TLS_KEY_LOG,
 };
 
 fn fixture(name: &str) -> PathBuf {
@@ -523,14 +523,17 @@ fn files_read_ahead_in_chunks_give_the_same_packets_offsets_and_errors_as_a_stre
         let path = dir.path().join("x.pcap");
         std::fs::write(&path, &bytes[..cut]).unwrap();
         let stream = full_rows(CaptureReader::new(Cursor::new(&bytes[..cut]), "x", "x").unwrap());
-        let file = CaptureFile::open(&path).unwrap();
-        let (rows, err) = full_rows(file);
-        assert_eq!(rows, stream.0, "cut at {cut}");
-        // Same error and offset; only the name differs.
-        assert_eq!(
-            err.replace(&path.display().to_string(), "x"),
-            stream.1,
-            "cut at {cut}"
-        );
+        for reading in [FileReading::ReadAhead, FileReading::SameThread] {
+            let file = CaptureFile::open_with(&path, reading).unwrap();
+            assert_eq!(file.reading(), reading);
+            let (rows, err) = full_rows(file);
+            assert_eq!(rows, stream.0, "cut at {cut}, {reading:?}");
+            // Same error and offset; only the name differs.
+            assert_eq!(
+                err.replace(&path.display().to_string(), "x"),
+                stream.1,
+                "cut at {cut}, {reading:?}"
+            );
+        }
     }
 }

@@ -46,7 +46,7 @@ use probe_user::correlate::{Correlator, FrameFeed};
 use probe_user::dissect::{DissectConfig, DissectStats};
 use probe_user::engine::Config as EngineConfig;
 use probe_user::source::pcap::{
-    CaptureFile, CaptureReader, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
+    CaptureFile, FileReading, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
 };
 use tboxscope_decode::quic::Keylog;
 
@@ -252,20 +252,18 @@ fn offline(args: &[String]) {
             total as f64 / read_s / 1e9
         );
     }
-    let t = Instant::now();
-    let f = std::fs::File::open(&file).unwrap();
-    let mut r = CaptureReader::new(f, "bench", "bench").unwrap();
-    while r.next_packet().unwrap().is_some() {}
+    for reading in [FileReading::SameThread, FileReading::ReadAhead] {
+        let t = Instant::now();
+        let mut r = CaptureFile::open_with(&file, reading).unwrap();
+        while r.next_packet().unwrap().is_some() {}
+        println!(
+            "walk records ({reading:?}): {:.3} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
     println!(
-        "walk records, one thread (64 KiB reads): {:.3} s",
-        t.elapsed().as_secs_f64()
-    );
-    let t = Instant::now();
-    let mut r = CaptureFile::open(&file).unwrap();
-    while r.next_packet().unwrap().is_some() {}
-    println!(
-        "walk records, read-ahead thread: {:.3} s",
-        t.elapsed().as_secs_f64()
+        "the analyze driver reads this file {:?} (FileReading::Auto)",
+        CaptureFile::open(&file).unwrap().reading()
     );
 
     // In-process decode (the analyze driver, no output).
@@ -410,6 +408,15 @@ struct DecodeRun {
 
 /// In-process decode of `file`, best of `rounds` (by wall time).
 fn decode_in_process(file: &Path, config: &DissectConfig, rounds: usize) -> DecodeRun {
+    decode_in_process_with(file, config, rounds, FileReading::Auto)
+}
+
+fn decode_in_process_with(
+    file: &Path,
+    config: &DissectConfig,
+    rounds: usize,
+    reading: FileReading,
+) -> DecodeRun {
     let mut best = DecodeRun {
         wall: f64::MAX,
         cpu: 0.0,
@@ -419,6 +426,7 @@ fn decode_in_process(file: &Path, config: &DissectConfig, rounds: usize) -> Deco
     };
     for _ in 0..rounds {
         let mut analyzer = Analyzer::new(config.clone());
+        analyzer.set_file_reading(reading);
         let mut count = 0u64;
         let (t, cpu0) = (Instant::now(), thread_cpu_ns());
         let mut emit = |_r: probe_user::analyze::Record<'_>| -> Result<(), ()> {
@@ -540,9 +548,19 @@ fn decode_only(args: &[String]) {
         }
         return;
     }
-    let run = decode_in_process(&file, &config, rounds);
+    let reading = match args
+        .iter()
+        .position(|a| a == "--reading")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+    {
+        Some("same-thread") => FileReading::SameThread,
+        Some("read-ahead") => FileReading::ReadAhead,
+        _ => FileReading::Auto,
+    };
+    let run = decode_in_process_with(&file, &config, rounds, reading);
     println!(
-        "decode: best {:.3} s, {:.2} M frames/s ({:.2} M per second of the thread's CPU time), {} records",
+        "decode ({reading:?}): best {:.3} s, {:.2} M frames/s ({:.2} M per second of the thread's CPU time), {} records",
         run.wall,
         run.stats.frames as f64 / run.wall / 1e6,
         run.stats.frames as f64 / run.cpu / 1e6,

@@ -172,8 +172,13 @@ pub struct LabRunArgs {
     #[arg(long, value_name = "DIR")]
     pub pcap: Option<PathBuf>,
     /// Do not capture with tboxscope (the table then shows the peers' ground truth only).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "tui")]
     pub no_capture: bool,
+    /// Watch the run live in the terminal UI (the views of `sudo tboxscope`) over the lab's
+    /// captures and TCP probes; `q` ends the run early. The comparison table is printed when
+    /// the UI closes.
+    #[arg(long)]
+    pub tui: bool,
 }
 
 /// `tboxscope doctor`.

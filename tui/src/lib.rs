@@ -2,7 +2,9 @@
 //! the views, the snapshot sources the UI loop reads, and replay of recorded captures. The
 //! binary (`main.rs`) adds the command line.
 pub mod app;
+pub mod feed;
 pub mod input;
+pub mod kerneltcp;
 pub mod labcap;
 pub mod replay;
 pub mod source;

@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used)]
 //! tboxscope measures a real lab run itself — libpcap on both ends of both paths inside the
-//! lab's namespaces, QUIC decrypted with the run's key log, the engine — and its figures are
-//! checked against the peers' own ground truth: S4 (city loss, path A down for 5 s in the
-//! middle), every UDP transport, 12 s of messages. Needs root (network namespaces).
+//! lab's namespaces, QUIC decrypted with the run's key log, the eBPF TCP probes on the TCP
+//! baseline's socket, the engine — and its figures are checked against the peers' own ground
+//! truth: S4 (city loss, path A down for 5 s in the middle), every transport, 12 s of
+//! messages. One run serves both tests. Needs root (network namespaces, eBPF).
 //!
 //! Why tolerances where there are any:
 //! - Latency: the peers time a message from the application's send call to the receiving
@@ -13,6 +14,7 @@
 //!   transports, by any backlog queued behind the outage (not visible on the wire at all).
 //! - Amplification: the lab counts IP bytes with nftables, tboxscope whole frames (14 more
 //!   bytes per packet), over the messages delivered.
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use tboxscope::labcap::{LabCapture, Measured};
@@ -20,12 +22,19 @@ use tboxscope_lab::peers::Transport;
 use tboxscope_lab::run::{run, RunOptions, RunReport};
 use tboxscope_lab::{LabNames, Scenario};
 
-fn lab_run() -> (RunReport, Measured) {
+/// The run both tests read (the first to ask runs it; the other waits).
+fn lab_run() -> &'static (RunReport, Measured) {
+    static RUN: OnceLock<(RunReport, Measured)> = OnceLock::new();
+    RUN.get_or_init(run_s4)
+}
+
+fn run_s4() -> (RunReport, Measured) {
     let names = LabNames::for_test("measured").unwrap();
     let mut opts = RunOptions::new(names.clone());
     opts.duration = Duration::from_secs(12);
     opts.drain = Duration::from_secs(8);
     opts.transports = vec![
+        Transport::Tcp,
         Transport::Kcp,
         Transport::KcpDual,
         Transport::Quic,
@@ -50,7 +59,7 @@ fn lab_run() -> (RunReport, Measured) {
 fn tboxscope_measures_what_the_peers_saw() {
     let (report, m) = lab_run();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
-    for t in &report.transports {
+    for t in report.transports.iter().filter(|t| t.transport != "tcp") {
         let r = m
             .transports
             .iter()
@@ -97,13 +106,7 @@ fn tboxscope_measures_what_the_peers_saw() {
         }
     }
     // The outage: one, on path A, as long as the injected one.
-    let injected = report
-        .timeline
-        .iter()
-        .find(|e| e.kind == "outage_start")
-        .zip(report.timeline.iter().find(|e| e.kind == "outage_end"))
-        .map(|(a, b)| (b.unix_ns - a.unix_ns) as f64 / 1e9)
-        .unwrap();
+    let injected = injected_outage_s(report);
     assert_eq!(m.outages.len(), 1, "{:#?}", m.outages);
     let o = &m.outages[0];
     assert_eq!(o.path, "tbox-eth0");
@@ -114,4 +117,65 @@ fn tboxscope_measures_what_the_peers_saw() {
     );
     // Each redundant transport's messages of those 5 s came over path B alone (50/s each).
     assert!(o.carried_by_others >= 2 * 240, "{o:?}");
+}
+
+/// The outage injected on path A, seconds.
+fn injected_outage_s(report: &RunReport) -> f64 {
+    report
+        .timeline
+        .iter()
+        .find(|e| e.kind == "outage_start")
+        .zip(report.timeline.iter().find(|e| e.kind == "outage_end"))
+        .map(|(a, b)| (b.unix_ns - a.unix_ns) as f64 / 1e9)
+        .unwrap()
+}
+
+#[test]
+fn tboxscope_measures_the_tcp_baseline() {
+    let (report, m) = lab_run();
+    let t = report
+        .transports
+        .iter()
+        .find(|t| t.transport == "tcp")
+        .unwrap();
+    let r = m.transports.iter().find(|r| r.transport == "tcp").unwrap();
+    let k = r.tcp.as_ref().unwrap();
+    let incidents: Vec<_> = m
+        .summary
+        .hol_incidents
+        .iter()
+        .filter(|i| r.flows.contains(&i.flow))
+        .collect();
+    let ctx = format!("truth {t:?}\nmeasured {r:?}\nHOL incidents {incidents:#?}");
+    // Messages: the stream the T-Box sent splits into exactly the messages generated, and
+    // every one reached the gateway, as the receiving application saw.
+    assert_eq!(r.messages, t.sent, "{ctx}");
+    assert_eq!(k.delivered, t.delivered, "{ctx}");
+    assert_eq!(r.flows.len(), 1, "{ctx}");
+    // Latency on the wire: never above the application's (which adds the backlog queued in
+    // the socket during the outage), and the messages held behind the outage make the tail.
+    // tboxscope's percentiles are histogram bucket edges (at most 0.1 % above the sample).
+    let (p50, p999) = (r.p50_ms.unwrap(), r.p999_ms.unwrap());
+    assert!(p50 > 5.0 && p50 <= t.p50_ms * 1.001 + 1.0, "{ctx}");
+    let outage = injected_outage_s(report);
+    assert!(p999 >= (outage - 1.0) * 1000.0, "{ctx}");
+    assert!(p999 <= t.p999_ms * 1.001 + 1.0, "{ctx}");
+    // The kernel's view (eBPF): path A down for 5 s makes the RTO back off at least twice
+    // (200 → 400 → 800 ms …), with timeout retransmissions the T-Box's capture also shows.
+    assert!(k.probes.contains("hooks attached"), "{ctx}");
+    assert!(k.max_backoff >= 2, "{ctx}");
+    assert!(k.timeout_retransmits >= 2, "{ctx}");
+    assert!(k.retransmits >= k.timeout_retransmits, "{ctx}");
+    assert!(k.wire_retransmits >= 2, "{ctx}");
+    // The head-of-line stall of the outage: from the first send of the segment lost in it
+    // to the ACK past it — about the time the receiving application saw nothing.
+    let stall = k.longest_hol_stall_ms.unwrap();
+    assert!(stall >= (outage - 0.5) * 1000.0, "{ctx}");
+    assert!(stall <= t.longest_stall_ms + 1000.0, "{ctx}");
+    // Amplification: the same bytes counted two ways (frames vs IP bytes).
+    let amp = r.amplification.unwrap();
+    assert!(
+        (amp - t.amplification).abs() <= 0.10 * t.amplification,
+        "{ctx}"
+    );
 }

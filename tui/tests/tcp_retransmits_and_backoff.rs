@@ -46,6 +46,7 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
     }
 
     // Phase 2: blackhole → RTO expiries with exponential backoff, sampled by ss meanwhile.
+    let t_blackhole = probe_user::output::format_ts(unix_ns());
     net.set_receiver_rule(&format!("tcp dport {} drop", net.port));
     s.write_all(b"control message during the outage!").unwrap();
     let mut samples: Vec<SsInfo> = Vec::new();
@@ -116,6 +117,25 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
     assert!(rtx
         .iter()
         .any(|r| r["kind"] == "fast" || r["kind"] == "loss_probe"));
+    // In the blackhole, one segment is outstanding: the tail loss probe fires first (with the
+    // probe timer pending), then the RTO timer; nothing is left unclassified.
+    let blackhole: Vec<&str> = rtx
+        .iter()
+        .filter(|r| {
+            let ts = r["ts"].as_str().unwrap_or("");
+            ts >= t_blackhole.as_str() && ts < t_probe.as_str()
+        })
+        .map(|r| r["kind"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        blackhole.first(),
+        Some(&"loss_probe"),
+        "first resend in the blackhole: {blackhole:?}"
+    );
+    assert!(
+        blackhole.iter().all(|k| *k == "loss_probe" || *k == "rto"),
+        "{blackhole:?}"
+    );
 
     // --- RTO doubling from the events: 200 ms floor, then ×2 each expiry ---
     let rtos = records(&all, "tcp_rto", &local);
@@ -137,9 +157,11 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
     let episodes: Vec<&[(u64, u64)]> = starts.windows(2).map(|w| &all_rtos[w[0]..w[1]]).collect();
     assert!(!episodes.is_empty() && all_rtos[0].1 == 0, "{all_rtos:?}");
     for episode in &episodes {
+        // The floor is 200 ms; the RTT variance measured under the 2 % loss (on a busy
+        // machine) can add to it.
         assert!(
-            (200..=260).contains(&episode[0].0),
-            "first RTO {} ms (200 ms floor + srtt): {all_rtos:?}",
+            (200..=500).contains(&episode[0].0),
+            "first RTO {} ms (200 ms floor + RTT variance): {all_rtos:?}",
             episode[0].0
         );
         for (i, w) in episode.windows(2).enumerate() {

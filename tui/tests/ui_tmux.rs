@@ -67,7 +67,8 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    /// Waits (at most 15 s) until `check` holds for the visible screen.
+    /// Waits (at most 15 s) until `check` holds for the visible screen. On a timeout the panic
+    /// shows that screen, then the Overview (health: drops, counters) and the Events screen.
     fn wait_for(&self, check: impl Fn(&str) -> bool, what: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -75,10 +76,15 @@ impl Tmux {
             if check(&screen) {
                 return screen;
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; screen:\n{screen}"
-            );
+            if Instant::now() >= deadline {
+                let mut more = String::new();
+                for key in ["1", "5"] {
+                    self.send(&[key]);
+                    std::thread::sleep(Duration::from_millis(500));
+                    more.push_str(&format!("\nscreen {key}:\n{}", self.screen()));
+                }
+                panic!("timed out waiting for {what}; screen:\n{screen}{more}");
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -364,4 +370,78 @@ fn a_closed_terminal_ends_the_ui() {
         let _ = Command::new("kill").arg(pid.to_string()).status();
     }
     assert!(!still, "the UI (pid {pid}) outlived its terminal");
+}
+
+/// Removes a lab by its prefix on drop (after a failed check too).
+struct LabDown(tboxscope_lab::LabNames);
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = tboxscope_lab::down(&self.0);
+    }
+}
+
+/// Processes whose command line names `prefix`.
+fn processes_naming(prefix: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{name}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (name != me && cmdline.contains(prefix)).then(|| format!("{name}: {cmdline}"))
+        })
+        .collect()
+}
+
+#[test]
+fn lab_run_tui_watches_the_run_live_and_q_tears_the_lab_down() {
+    if !tcp_common::is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let names = tboxscope_lab::LabNames::for_test("tui").unwrap();
+    let prefix = names.prefix().to_owned();
+    let _lab = LabDown(names);
+    let tmux = Tmux::start("lab");
+    tmux.type_line(&format!(
+        "{BIN} lab --prefix {prefix} run S2 --duration 8s --tui; echo LAB-EXIT-$((40+2))-$?"
+    ));
+    // The lab's paths (both ends of each), and messages decoded as they arrive: the redundant
+    // transports' copies matched across the two paths.
+    tmux.wait_for(
+        |s| {
+            s.contains("1 Overview")
+                && s.contains("lab S2: tbox eth0=4G eth1=5G")
+                && s.contains("tbox-eth0 (gateway-g0)")
+                && s.contains("tbox-eth1 (gateway-g1)")
+                && s.contains("kcp :7201")
+                && s.contains("quic :7401")
+                && s.contains(" msgs")
+        },
+        "the lab's paths and messages on the Overview",
+    );
+    // The TCP baseline's socket from the eBPF probes, on path A.
+    tmux.send(&["3"]);
+    tmux.wait_for(
+        |s| {
+            s.lines()
+                .any(|l| l.contains("→ 10.40.0.1:7001") && l.contains("tbox-eth"))
+        },
+        "the TCP baseline's socket",
+    );
+    tmux.send(&["q"]);
+    // The run stops early, is captured and torn down, and prints the comparison table.
+    let screen = tmux.wait_for(|s| s.contains("LAB-EXIT-42-"), "the end of the run");
+    assert!(screen.contains("LAB-EXIT-42-0"), "{screen}");
+    assert!(
+        screen.contains("run ended early") && screen.contains("kernel (eBPF)"),
+        "{screen}"
+    );
+    tmux.assert_restored();
+    let left = tboxscope_lab::names::existing_namespaces(&prefix).unwrap();
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+    let procs = processes_naming(&prefix);
+    assert!(procs.is_empty(), "processes left behind: {procs:?}");
 }

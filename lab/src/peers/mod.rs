@@ -20,6 +20,8 @@ pub mod truth;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -250,6 +252,23 @@ pub struct SendOptions {
     pub drain: Duration,
     /// Where the QUIC client writes its TLS key log.
     pub keylog: PathBuf,
+    /// Set to stop generating (and draining) early.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// How often a stop request is looked at while waiting.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// Sleeps `d`, or less when `stop` is set; true when stopped.
+async fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
+    let end = tokio::time::Instant::now() + d;
+    while tokio::time::Instant::now() < end {
+        if stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        tokio::time::sleep(STOP_POLL.min(end - tokio::time::Instant::now())).await;
+    }
+    stop.load(Ordering::Relaxed)
 }
 
 /// Connects every transport from the T-Box namespace, generates the profile for `duration`,
@@ -322,8 +341,13 @@ async fn send_all(
     let mut ticker = tokio::time::interval(gap);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let size = u16::try_from(opts.profile.size.max(message::HEADER_LEN)).unwrap_or(u16::MAX);
+    let mut generated = 0;
     for id in 0..count {
+        if opts.stop.load(Ordering::Relaxed) {
+            break;
+        }
         ticker.tick().await;
+        generated += 1;
         let (mono, unix) = (sys::mono_ns(), sys::unix_ns());
         for &t in &transports {
             truth.sent(t.index(), id, mono);
@@ -341,7 +365,7 @@ async fn send_all(
         }
     }
     drop(queues);
-    tokio::time::sleep(opts.drain).await;
+    sleep_unless_stopped(opts.drain, &opts.stop).await;
     for (t, p, task) in tasks {
         if task.is_finished() {
             if let Ok(Err(e)) = task.await {
@@ -354,7 +378,7 @@ async fn send_all(
     Ok(SendReport {
         start_mono_ns: start_mono,
         start_unix_ns: start_unix,
-        generated: count,
+        generated,
         errors,
     })
 }

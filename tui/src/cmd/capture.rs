@@ -53,6 +53,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
             filter,
             cwnd_interval_ns: u64::try_from(cwnd_interval.as_nanos()).unwrap_or(u64::MAX),
             deny,
+            ..ProbeOptions::default()
         },
         duration,
         ..CaptureOptions::default()

@@ -1,8 +1,14 @@
 //! `tboxscope lab`: the two-path testbed (crate `tboxscope-lab`).
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
+use tboxscope::app::Request;
+use tboxscope::source::{snapshot_channel, ChannelSource, SnapshotSource};
+use tboxscope::view::SourceStatus;
+use tboxscope_engine::snapshot::Snapshot;
 use tboxscope_lab::peers::{Profile, Transport};
 use tboxscope_lab::run::{NoObserver, RunOptions};
 use tboxscope_lab::testbed::{run_detached_line, set_outage};
@@ -11,6 +17,7 @@ use tboxscope_lab::{
 };
 
 use crate::cli::{LabAction, LabArgs, LabDelay, LabRunArgs};
+use crate::cmd::live;
 use tboxscope::labcap::{self, LabCapture, Measured};
 
 /// Runs `tboxscope lab …`.
@@ -161,6 +168,12 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
             tboxscope_lab::run::run(&scenario, &opts, &mut NoObserver)?,
             None,
         )
+    } else if a.tui {
+        let outcome = watch_run(&scenario, &opts, LabCapture::new(a.pcap.clone()))?;
+        if let Some(at) = outcome.ended_early_s {
+            println!("run ended early (UI closed after {at:.1} s): the tables cover what happened until then");
+        }
+        outcome.result?
     } else {
         let mut capture = LabCapture::new(a.pcap.clone());
         let report = tboxscope_lab::run::run(&scenario, &opts, &mut capture)?;
@@ -193,6 +206,92 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
         write_json(&path, &report, measured.as_ref())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a run watched in the terminal UI gave.
+struct Watched {
+    /// The report and tboxscope's figures, or why the run failed.
+    result: anyhow::Result<(tboxscope_lab::run::RunReport, Option<Measured>)>,
+    /// When the user ended the run before its end (seconds after the UI started).
+    ended_early_s: Option<f64>,
+}
+
+/// Runs the lab on a thread of its own while the terminal UI shows tboxscope's live capture of
+/// it; when the UI closes (q, a signal, the terminal gone) the run is told to stop, and it
+/// captures, reports and tears down before this returns.
+fn watch_run(
+    scenario: &Scenario,
+    opts: &RunOptions,
+    capture: LabCapture,
+) -> anyhow::Result<Watched> {
+    let title = format!(
+        "lab {}: tbox {}=4G {}=5G ⇄ gateway {} {}",
+        scenario.name,
+        PathId::A.tbox_iface(),
+        PathId::B.tbox_iface(),
+        PathId::A.gateway_iface(),
+        PathId::B.gateway_iface()
+    );
+    let (feed, source) = snapshot_channel(title);
+    let failed: Arc<Mutex<Option<String>>> = Arc::default();
+    let lab = {
+        let (scenario, opts, failed) = (scenario.clone(), opts.clone(), Arc::clone(&failed));
+        let mut capture = capture.live(feed);
+        std::thread::Builder::new()
+            .name("lab-run".into())
+            .spawn(move || {
+                let result = tboxscope_lab::run::run(&scenario, &opts, &mut capture);
+                if let Err(e) = &result {
+                    *failed.lock().unwrap_or_else(PoisonError::into_inner) =
+                        Some(format!("lab run failed: {e}; q quits"));
+                }
+                result.map(|report| (report, capture.take_measured()))
+            })
+            .context("starting the lab run")?
+    };
+    let started = Instant::now();
+    let mut source = LabSource { source, failed };
+    let ui = live::run(&mut source, live::LiveOptions::default());
+    let ended_early = !lab.is_finished();
+    opts.stop.store(true, Ordering::Relaxed);
+    let result = lab
+        .join()
+        .map_err(|_| anyhow!("the lab run panicked"))?
+        .map_err(anyhow::Error::from);
+    ui?;
+    Ok(Watched {
+        result,
+        ended_early_s: ended_early.then(|| started.elapsed().as_secs_f64()),
+    })
+}
+
+/// The live capture's snapshots, and the run's failure in the status bar.
+struct LabSource {
+    source: ChannelSource,
+    failed: Arc<Mutex<Option<String>>>,
+}
+
+impl SnapshotSource for LabSource {
+    fn poll(&mut self) -> Option<Arc<Snapshot>> {
+        self.source.poll()
+    }
+
+    fn request(&mut self, request: Request) {
+        self.source.request(request);
+    }
+
+    fn status(&self) -> SourceStatus {
+        let mut status = self.source.status();
+        if let Some(f) = self
+            .failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            status.problem = Some(f);
+        }
+        status
+    }
 }
 
 fn write_json(

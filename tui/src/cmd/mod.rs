@@ -1,7 +1,7 @@
 //! One module per subcommand; `run` dispatches.
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, LabAction};
 
 mod analyze;
 mod capture;
@@ -28,10 +28,12 @@ fn init_logging(cli: &Cli) -> anyhow::Result<()> {
     let env = env_logger::Env::default().default_filter_or(cli.log_level.clone());
     let mut builder = env_logger::Builder::from_env(env);
     // The live UI owns the terminal: its diagnostics go to a file unless one is named.
-    let default_log = cli
-        .command
-        .is_none()
-        .then(|| std::env::temp_dir().join("tboxscope-live.log"));
+    let ui = match &cli.command {
+        None => true,
+        Some(Command::Lab(lab)) => matches!(&lab.action, LabAction::Run(run) if run.tui),
+        Some(_) => false,
+    };
+    let default_log = ui.then(|| std::env::temp_dir().join("tboxscope-live.log"));
     if let Some(path) = cli.log_file.as_ref().or(default_log.as_ref()) {
         let file = std::fs::OpenOptions::new()
             .create(true)

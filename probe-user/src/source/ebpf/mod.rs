@@ -97,6 +97,9 @@ pub struct ProbeOptions {
     pub cwnd_interval_ns: u64,
     /// Hooks to refuse (names from [`HOOKS`]); `TBOXSCOPE_DENY_HOOK` adds to these.
     pub deny: Vec<String>,
+    /// Benchmarks only: also attach [`probe_common::LOAD_PROGRAM`], so that every `getppid()`
+    /// of this process (tgid) pushes one synthetic event through the ring buffer.
+    pub load_generator: Option<u32>,
 }
 
 impl Default for ProbeOptions {
@@ -105,6 +108,7 @@ impl Default for ProbeOptions {
             filter: TcpFilter::default(),
             cwnd_interval_ns: 100_000_000,
             deny: Vec::new(),
+            load_generator: None,
         }
     }
 }
@@ -256,7 +260,8 @@ impl TcpProbes {
             cwnd_interval_ns: opts.cwnd_interval_ns,
             filter_ports: u8::from(!opts.filter.ports.is_empty()),
             filter_addrs: u8::from(!opts.filter.hosts.is_empty()),
-            _pad: [0; 6],
+            _pad: [0; 2],
+            load_tgid: opts.load_generator.unwrap_or(0),
         };
         if OBJECT.is_empty() {
             return Err(ProbeError::Load(
@@ -326,6 +331,17 @@ impl TcpProbes {
                 feature: hook.feature,
                 state,
             });
+        }
+        if opts.load_generator.is_some() {
+            let load = HookSpec {
+                name: probe_common::LOAD_PROGRAM,
+                category: probe_common::LOAD_CATEGORY,
+                feature: "benchmark load",
+            };
+            let load_tp = probe_common::LOAD_TRACEPOINT;
+            attach_to(&mut ebpf, &load, load_tp).map_err(|e| {
+                ProbeError::Load(format!("load generator on syscalls:{load_tp}: {e}"))
+            })?;
         }
         if !hooks.iter().any(|h| h.state == HookState::Attached) {
             let why: Vec<String> = hooks
@@ -405,6 +421,11 @@ impl TcpProbes {
 }
 
 fn attach(ebpf: &mut Ebpf, hook: &HookSpec) -> Result<(), String> {
+    attach_to(ebpf, hook, hook.name)
+}
+
+/// Loads program `hook.name` and attaches it to tracepoint `hook.category:tracepoint`.
+fn attach_to(ebpf: &mut Ebpf, hook: &HookSpec, tracepoint: &str) -> Result<(), String> {
     let prog: &mut TracePoint = ebpf
         .program_mut(hook.name)
         .ok_or_else(|| format!("program {} missing from the object", hook.name))?
@@ -415,7 +436,7 @@ fn attach(ebpf: &mut Ebpf, hook: &HookSpec) -> Result<(), String> {
         log::debug!("{}: full load error: {full}", hook.name);
         format!("load: {}", shorten_verifier_log(&full))
     })?;
-    prog.attach(hook.category, hook.name)
+    prog.attach(hook.category, tracepoint)
         .map_err(|e| format!("attach: {e:#}"))?;
     Ok(())
 }

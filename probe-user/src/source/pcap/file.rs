@@ -1,7 +1,9 @@
 //! Offline capture files: classic `.pcap` (µs and ns, either byte order) and `.pcapng`
 //! (sections, interfaces, EPB/SPB/OPB packets, Decryption Secrets Blocks), streamed through one
 //! fixed buffer: the file is never loaded whole, and packets are handed out as borrowed slices.
-//! Files are read ahead on a second thread ([`ReadAhead`]) so reading overlaps decoding.
+//! A file that must come from disk is read ahead on a second thread ([`ReadAhead`]) so the
+//! disk wait overlaps decoding; one already in the page cache is read on the decoding thread
+//! (see [`FileReading`]).
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -266,22 +268,112 @@ pub struct CaptureReader<R: Read> {
     fresh_secrets: bool,
 }
 
-/// A capture file on disk, read ahead on its own thread.
+/// A capture file on disk.
 pub type CaptureFile = CaptureReader<File>;
 
+/// How a capture file's bytes reach the decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileReading {
+    /// [`FileReading::SameThread`] when the file is already in the page cache (or small),
+    /// [`FileReading::ReadAhead`] when it must come from disk.
+    #[default]
+    Auto,
+    /// Large reads on the decoding thread: no hand-over between threads, one copy out of the
+    /// page cache per byte.
+    SameThread,
+    /// A second thread reads ahead into fixed chunks ([`ReadAhead`]).
+    ReadAhead,
+}
+
+/// Reads of this size on the decoding thread ([`FileReading::SameThread`]).
+const SAME_THREAD_BUFFER: usize = 256 << 10;
+/// Files up to this size are read on the decoding thread whatever their page-cache state.
+const SMALL_FILE: u64 = 8 << 20;
+
+impl FileReading {
+    /// What [`FileReading::Auto`] chooses for `file`.
+    fn resolve(self, file: &File) -> Self {
+        match self {
+            Self::Auto => {
+                let small = file.metadata().map_or(true, |m| m.len() <= SMALL_FILE);
+                if small || page_cache_share(file).is_some_and(|share| share >= 0.9) {
+                    Self::SameThread
+                } else {
+                    Self::ReadAhead
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// The share of `file`'s pages that are in the page cache (`mincore` on a read-only mapping);
+/// `None` when it cannot be told (empty file, mapping refused).
+fn page_cache_share(file: &File) -> Option<f64> {
+    use std::os::fd::AsRawFd;
+    let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+    if len == 0 {
+        return None;
+    }
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+    // SAFETY: a fresh shared read-only mapping of an open file; nothing reads through it (only
+    // mincore looks at it) and it is unmapped below.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return None;
+    }
+    let mut resident = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `map` is a mapping of `len` bytes and `resident` has one byte per page of it.
+    let rc = unsafe { libc::mincore(map, len, resident.as_mut_ptr()) };
+    // SAFETY: `map`/`len` are the mapping created above, unmapped once.
+    unsafe { libc::munmap(map, len) };
+    if rc != 0 {
+        return None;
+    }
+    let in_cache = resident.iter().filter(|b| **b & 1 == 1).count();
+    Some(in_cache as f64 / resident.len() as f64)
+}
+
 impl CaptureReader<File> {
-    /// Opens `path` and reads its file header.
+    /// Opens `path` and reads its file header ([`FileReading::Auto`]).
     pub fn open(path: &Path) -> Result<Self, FileError> {
+        Self::open_with(path, FileReading::Auto)
+    }
+
+    /// [`CaptureReader::open`] with the file read as `reading` says.
+    pub fn open_with(path: &Path, reading: FileReading) -> Result<Self, FileError> {
         let name = path.display().to_string();
         let open_err = |source| FileError::Open {
             name: name.clone(),
             source,
         };
-        let file = File::open(path)
-            .and_then(ReadAhead::new)
-            .map_err(open_err)?;
+        let file = File::open(path).map_err(open_err)?;
         let stem = stem_of(path);
-        Self::with_input(Input::Chunks(file), name, stem, 0)
+        match reading.resolve(&file) {
+            FileReading::ReadAhead => {
+                let chunks = ReadAhead::new(file).map_err(open_err)?;
+                Self::with_input(Input::Chunks(chunks), name, stem, 0)
+            }
+            _ => Self::with_input(Input::Stream(file), name, stem, SAME_THREAD_BUFFER),
+        }
+    }
+
+    /// How this file is being read ([`FileReading::SameThread`] or [`FileReading::ReadAhead`]).
+    pub fn reading(&self) -> FileReading {
+        match self.input {
+            Input::Stream(_) => FileReading::SameThread,
+            Input::Chunks(_) => FileReading::ReadAhead,
+        }
     }
 }
 
@@ -947,5 +1039,43 @@ mod tests {
         assert_eq!(to_ns(5_000, (false, 12)), 5);
         assert_eq!(to_ns(1 << 20, (true, 20)), 1_000_000_000);
         assert_eq!(to_ns(u64::MAX, (false, 0)), u64::MAX);
+    }
+
+    #[test]
+    fn auto_reads_cached_files_on_this_thread_and_disk_files_ahead() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let small = dir.path().join("small.pcap");
+        std::fs::write(&small, [0u8; 4096]).unwrap();
+        let small = File::open(&small).unwrap();
+        assert_eq!(FileReading::Auto.resolve(&small), FileReading::SameThread);
+        // A large file just written is in the page cache...
+        let path = dir.path().join("large.pcap");
+        let mut f = File::create(&path).unwrap();
+        let block = vec![0x5au8; 1 << 20];
+        for _ in 0..(SMALL_FILE >> 20) + 4 {
+            f.write_all(&block).unwrap();
+        }
+        f.sync_all().unwrap();
+        let f = File::open(&path).unwrap();
+        assert!(page_cache_share(&f).unwrap() > 0.9);
+        assert_eq!(FileReading::Auto.resolve(&f), FileReading::SameThread);
+        // ...and once its clean pages are dropped it must come from disk.
+        // SAFETY: plain advice on an open descriptor.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        let share = page_cache_share(&f).unwrap();
+        if share < 0.9 {
+            assert_eq!(FileReading::Auto.resolve(&f), FileReading::ReadAhead);
+        } else {
+            // A file system that keeps files in memory (tmpfs) cannot drop them: nothing to
+            // read ahead from disk there.
+            eprintln!("page cache kept {share:.2} of the file (tmpfs?)");
+        }
+        assert_eq!(
+            FileReading::ReadAhead.resolve(&small),
+            FileReading::ReadAhead
+        );
     }
 }

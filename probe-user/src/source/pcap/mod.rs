@@ -4,8 +4,8 @@ pub mod live;
 pub mod readahead;
 
 pub use file::{
-    CaptureFile, CaptureReader, FileError, Format, FormatIssue, Interface, Packet, Secrets,
-    SECRETS_TLS_KEY_LOG,
+    CaptureFile, CaptureReader, FileError, FileReading, Format, FormatIssue, Interface, Packet,
+    Secrets, SECRETS_TLS_KEY_LOG,
 };
 pub use live::{
     InterfaceSpec, LiveCapture, LiveConfig, LiveError, LiveEvent, LivePacket, PathStats,
