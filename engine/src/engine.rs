@@ -84,6 +84,8 @@ pub struct Engine {
     pub(crate) evicted_unacked: u64,
     /// Scratch space for the copies of the message being closed.
     resolved: Vec<ResolvedCopy>,
+    /// Scratch space for the messages one QUIC STREAM frame carries.
+    pub(crate) quic_parts: Vec<crate::matcher::quic::Part>,
     /// Address pair → flow, to attribute overhead packets (bounded).
     pub(crate) tuple_flows: HashMap<(SocketAddr, SocketAddr), FlowKey>,
     /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
@@ -122,6 +124,7 @@ impl Engine {
             orphan_messages: 0,
             evicted_unacked: 0,
             resolved: Vec::new(),
+            quic_parts: Vec::new(),
             tuple_flows: HashMap::default(),
             quic_conns: HashMap::default(),
             quic_conn_modes: HashMap::default(),

@@ -5,7 +5,7 @@
 //! One end observed: ACK / PATH_ACK frames (ack_delay removed) give the time to first
 //! acknowledgment. Per-stream receive gaps give HOL incidents (and show other streams moved).
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 use crate::FastMap as HashMap;
 
@@ -28,6 +28,9 @@ const MAX_STREAMS: usize = 1024;
 /// Connections remembered per server port for per-path detection.
 const MAX_CONNS_PER_PORT: usize = 64;
 
+/// The message ranges of one stream: (start, end, message key), disjoint, sorted by start.
+pub type StreamRanges = VecDeque<(u64, u64, u64)>;
+
 /// A sent packet waiting for its acknowledgment.
 #[derive(Clone, Debug)]
 pub struct Unacked {
@@ -46,8 +49,8 @@ pub struct QuicState {
     pub packets: u64,
     /// Stream bytes seen again on the same path.
     pub retransmitted_bytes: u64,
-    /// (up, stream) → start → (end, message key).
-    pub ranges: HashMap<(bool, u64), BTreeMap<u64, (u64, u64)>>,
+    /// (up, stream) → its message ranges.
+    pub ranges: HashMap<(bool, u64), StreamRanges>,
     /// (up, packet number space), pn → what the packet carried.
     pub unacked: SentQueue<(bool, u64), Unacked>,
     /// (up, stream) → receive tracker and last delivery time.
@@ -58,6 +61,9 @@ pub struct QuicState {
     /// Frames of grouped connections whose stream's message was never named (head not seen).
     pub unmatched_frames: u64,
 }
+
+/// A frame's share of one message: (message key, name, bytes of the frame in it).
+pub(crate) type Part = (u64, MsgId, u64);
 
 /// Streams remembered per group for frames that continue a message.
 const MAX_STREAM_MSGS: usize = 8192;
@@ -108,73 +114,55 @@ impl QuicState {
         v
     }
 
-    /// Splits `[off, off+len)` into message ranges: existing ones it overlaps and new ones.
-    fn split(&mut self, up: bool, stream: u64, off: u64, len: u64) -> Vec<(u64, MsgId, u64)> {
+    /// Splits `[off, off+len)` into message ranges: existing ones it overlaps and new ones,
+    /// appended to `out` as (message key, name, bytes of this frame in it).
+    fn split(&mut self, up: bool, stream: u64, off: u64, len: u64, out: &mut Vec<Part>) {
         let end = off.saturating_add(len);
+        let name = |start, end| MsgId::Stream {
+            up,
+            stream,
+            start,
+            end,
+        };
         if !self.ranges.contains_key(&(up, stream)) && self.ranges.len() >= MAX_STREAMS {
             // Past the stream bound: the range is a message of its own, not indexed.
             let k = mix(&[4, u64::from(up), stream, off]);
-            return vec![(
-                k,
-                MsgId::Stream {
-                    up,
-                    stream,
-                    start: off,
-                    end,
-                },
-                len,
-            )];
+            out.push((k, name(off, end), len));
+            return;
         }
-        let map = self.ranges.entry((up, stream)).or_default();
-        let mut hits: Vec<(u64, u64, u64)> = Vec::new();
-        for (s, (e, k)) in map.range(..end).rev() {
-            if *e <= off {
-                break;
-            }
-            hits.push((*s, *e, *k));
+        let ring = self.ranges.entry((up, stream)).or_default();
+        // Ranges are disjoint and sorted, so those overlapping [off, end) are consecutive:
+        // the ones starting before `end`, back to the first that ends after `off`.
+        let upto = ring.partition_point(|r| r.0 < end);
+        let mut from = upto;
+        while from > 0 && ring[from - 1].1 > off {
+            from -= 1;
         }
-        hits.reverse();
-        let mut out = Vec::new();
+        let first = out.len();
+        for &(s, e, k) in ring.range(from..upto) {
+            out.push((k, name(s, e), e.min(end).saturating_sub(s.max(off))));
+        }
+        // Uncovered bytes become new messages: before each overlapped range, and after the last.
+        let hits = out.len() - first;
         let mut cursor = off;
-        let mut fresh: Vec<(u64, u64)> = Vec::new();
-        for (s, e, k) in hits {
-            if cursor < s {
-                fresh.push((cursor, s));
+        for i in 0..=hits {
+            let (gap_end, hit_end) = match out.get(first + i) {
+                Some(&(_, MsgId::Stream { start, end: e, .. }, _)) if i < hits => (start, Some(e)),
+                _ => (end, None),
+            };
+            if cursor < gap_end {
+                let k = mix(&[4, u64::from(up), stream, cursor]);
+                let at = ring.partition_point(|r| r.0 < cursor);
+                ring.insert(at, (cursor, gap_end, k));
+                out.push((k, name(cursor, gap_end), gap_end - cursor));
             }
-            let overlap = e.min(end).saturating_sub(s.max(off));
-            out.push((
-                k,
-                MsgId::Stream {
-                    up,
-                    stream,
-                    start: s,
-                    end: e,
-                },
-                overlap,
-            ));
-            cursor = cursor.max(e);
+            if let Some(e) = hit_end {
+                cursor = cursor.max(e);
+            }
         }
-        if cursor < end {
-            fresh.push((cursor, end));
+        while ring.len() > MAX_RANGES_PER_STREAM {
+            ring.pop_front();
         }
-        for (s, e) in fresh {
-            let k = mix(&[4, u64::from(up), stream, s]);
-            map.insert(s, (e, k));
-            out.push((
-                k,
-                MsgId::Stream {
-                    up,
-                    stream,
-                    start: s,
-                    end: e,
-                },
-                e - s,
-            ));
-        }
-        while map.len() > MAX_RANGES_PER_STREAM {
-            map.pop_first();
-        }
-        out
     }
 }
 
@@ -196,7 +184,7 @@ impl Engine {
         let conns = self.quic_conns.entry(server).or_default();
         if !conns
             .iter()
-            .any(|(c, p, a)| *c == q.conn && *p == pkt.path && *a == addrs)
+            .any(|(c, p, a)| *p == pkt.path && *a == addrs && *c == q.conn)
             && conns.len() < MAX_CONNS_PER_PORT
         {
             conns.push((q.conn.clone(), pkt.path, addrs));
@@ -207,7 +195,7 @@ impl Engine {
         // the far end's label is an alias).
         let multipath = conns.iter().any(|(c, p, a)| {
             conns.iter().any(|(c2, p2, a2)| {
-                c == c2 && a != a2 && paths.canonical(*p) != paths.canonical(*p2)
+                a != a2 && paths.canonical(*p) != paths.canonical(*p2) && c == c2
             })
         });
         // Separate per-path connections are matched by content (or app id) across the group;
@@ -280,35 +268,37 @@ impl Engine {
             };
             let stream_key = (conn_tag, up, sr.stream_id);
             let mut continued = None;
-            let parts: Vec<(u64, MsgId, u64)> =
-                match (head, &mut self.flows.get_mut(fr).map(|f| &mut f.proto)) {
-                    (Some((k, id)), Some(Proto::Quic(s))) => {
-                        s.remember_stream(stream_key, k);
-                        vec![(k, id, sr.len)]
-                    }
-                    (Some((k, id)), _) => vec![(k, id, sr.len)],
-                    // In a group, a frame without the id continues the message its stream started:
-                    // it is no copy of its own (the head frame's sighting stands for the message).
-                    (None, Some(Proto::Quic(s))) if grouped => {
-                        if let Some(k) = s.stream_msgs.get(&stream_key) {
-                            continued = Some(*k);
-                            if pkt.dir == Dir::Out {
-                                items.push((*k, sr.stream_id, sr.offset, sr.len));
-                            }
-                        } else {
-                            s.unmatched_frames += 1;
+            let mut parts = std::mem::take(&mut self.quic_parts);
+            parts.clear();
+            match (head, &mut self.flows.get_mut(fr).map(|f| &mut f.proto)) {
+                (Some((k, id)), Some(Proto::Quic(s))) => {
+                    s.remember_stream(stream_key, k);
+                    parts.push((k, id, sr.len));
+                }
+                (Some((k, id)), _) => parts.push((k, id, sr.len)),
+                // In a group, a frame without the id continues the message its stream started:
+                // it is no copy of its own (the head frame's sighting stands for the message).
+                (None, Some(Proto::Quic(s))) if grouped => {
+                    if let Some(k) = s.stream_msgs.get(&stream_key) {
+                        continued = Some(*k);
+                        if pkt.dir == Dir::Out {
+                            items.push((*k, sr.stream_id, sr.offset, sr.len));
                         }
-                        Vec::new()
+                    } else {
+                        s.unmatched_frames += 1;
                     }
-                    (None, Some(Proto::Quic(s))) => s.split(up, sr.stream_id, sr.offset, sr.len),
-                    (None, _) => Vec::new(),
-                };
+                }
+                (None, Some(Proto::Quic(s))) => {
+                    s.split(up, sr.stream_id, sr.offset, sr.len, &mut parts);
+                }
+                (None, _) => {}
+            }
             if let Some(k) = continued {
                 self.msgs
                     .extend_to(fr.uid, k, sr.offset.saturating_add(sr.len));
             }
             let mut repeated = 0u64;
-            for (mkey, id, bytes) in parts {
+            for &(mkey, id, bytes) in &parts {
                 let r = self.sight(SightArgs {
                     flow: fr,
                     key: mkey,
@@ -329,6 +319,7 @@ impl Engine {
                     items.push((mkey, sr.stream_id, sr.offset, sr.len));
                 }
             }
+            self.quic_parts = parts;
             let stream_mode = mode == MatchMode::QuicStream;
             if repeated > 0 && pkt.dir != Dir::In {
                 if let Some(f) = self.flows.get_mut(fr) {
@@ -461,5 +452,84 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// The ranges of a stream as an ordered map start → (end, key), split the obvious way.
+    fn split_in_map(
+        map: &mut BTreeMap<u64, (u64, u64)>,
+        up: bool,
+        stream: u64,
+        off: u64,
+        len: u64,
+    ) -> Vec<Part> {
+        let end = off.saturating_add(len);
+        let name = |start, end| MsgId::Stream {
+            up,
+            stream,
+            start,
+            end,
+        };
+        let mut hits: Vec<(u64, u64, u64)> = map
+            .range(..end)
+            .rev()
+            .take_while(|(_, (e, _))| *e > off)
+            .map(|(s, (e, k))| (*s, *e, *k))
+            .collect();
+        hits.reverse();
+        let (mut out, mut fresh, mut cursor) = (Vec::new(), Vec::new(), off);
+        for (s, e, k) in hits {
+            if cursor < s {
+                fresh.push((cursor, s));
+            }
+            out.push((k, name(s, e), e.min(end).saturating_sub(s.max(off))));
+            cursor = cursor.max(e);
+        }
+        if cursor < end {
+            fresh.push((cursor, end));
+        }
+        for (s, e) in fresh {
+            let k = mix(&[4, u64::from(up), stream, s]);
+            map.insert(s, (e, k));
+            out.push((k, name(s, e), e - s));
+        }
+        while map.len() > MAX_RANGES_PER_STREAM {
+            map.pop_first();
+        }
+        out
+    }
+
+    /// Overlapping, repeated and out-of-order frames split as with an ordered map.
+    #[test]
+    fn split_matches_an_ordered_map() {
+        let mut state = QuicState::default();
+        let mut map = BTreeMap::new();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut out = Vec::new();
+        for i in 0..30_000u64 {
+            let off = (i * 100).saturating_sub(next() % 3000);
+            let len = next() % 700;
+            out.clear();
+            state.split(true, 4, off, len, &mut out);
+            assert_eq!(out, split_in_map(&mut map, true, 4, off, len), "frame {i}");
+        }
+        let ring = &state.ranges[&(true, 4)];
+        assert_eq!(ring.len(), map.len());
+        assert!(ring
+            .iter()
+            .zip(&map)
+            .all(|(r, (s, (e, k)))| *r == (*s, *e, *k)));
     }
 }
