@@ -525,6 +525,7 @@ impl Engine {
         m.resolve_into(&self.caps, &mut copies);
         self.account_message(&m, &copies, evicted);
         self.resolved = copies;
+        self.msgs.recycle(m);
     }
 
     fn account_message(&mut self, m: &OpenMessage, copies: &[ResolvedCopy], evicted: bool) {

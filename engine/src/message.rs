@@ -2,6 +2,7 @@
 //! message is complete or times out; then it is resolved into copies with send/arrival times.
 //! Bounded: past `max_open` the oldest message is closed early and counted.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::VecDeque;
 
 use crate::capture::{CaptureTable, Dir};
@@ -299,6 +300,9 @@ impl OpenMessage {
     }
 }
 
+/// Spare allocations kept for new messages.
+const MAX_SPARE: usize = 256;
+
 /// Where a message key stands in the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Entry {
@@ -337,6 +341,9 @@ pub struct MessageStore {
     in_generation: usize,
     open: usize,
     stamps: u64,
+    /// Allocations of closed messages, reused by new ones (bounded).
+    spare_copies: Vec<Vec<CopyState>>,
+    spare_sightings: Vec<Vec<Sighting>>,
     max_open: usize,
     timeout_ns: u64,
     /// Messages closed early to stay within bounds.
@@ -380,14 +387,23 @@ impl MessageStore {
             self.expiry = expiry;
         }
         let generation = self.generation;
-        let slot = match self.index.get(&k) {
-            Some(Entry::Closed(g)) if g.saturating_add(1) >= generation => {
-                self.late += 1;
-                r.late = true;
-                return r;
-            }
-            Some(Entry::Open(i)) => *i as usize,
-            _ => {
+        let entry = self.index.entry(k);
+        let slot = match &entry {
+            MapEntry::Occupied(e) => match *e.get() {
+                Entry::Closed(g) if g.saturating_add(1) >= generation => {
+                    self.late += 1;
+                    r.late = true;
+                    return r;
+                }
+                Entry::Open(i) => Some(i as usize),
+                // Closed too long ago to be remembered: a new message.
+                Entry::Closed(_) => None,
+            },
+            MapEntry::Vacant(_) => None,
+        };
+        let slot = match slot {
+            Some(i) => i,
+            None => {
                 r.new_message = true;
                 let i = match self.free.pop() {
                     Some(i) => i as usize,
@@ -408,11 +424,14 @@ impl MessageStore {
                         bytes: 0,
                         nfrag: 1,
                         frag_union: 0,
-                        copies: Vec::with_capacity(2),
+                        copies: self
+                            .spare_copies
+                            .pop()
+                            .unwrap_or_else(|| Vec::with_capacity(2)),
                     }),
                 };
                 let slot = u32::try_from(i).unwrap_or(u32::MAX);
-                self.index.insert(k, Entry::Open(slot));
+                entry.insert_entry(Entry::Open(slot));
                 self.open += 1;
                 self.expiry.push_back(Due {
                     deadline: a.ts_ns.saturating_add(self.timeout_ns),
@@ -438,7 +457,10 @@ impl MessageStore {
             None => {
                 msg.copies.push(CopyState {
                     path: a.path,
-                    sightings: Vec::with_capacity(2),
+                    sightings: self
+                        .spare_sightings
+                        .pop()
+                        .unwrap_or_else(|| Vec::with_capacity(2)),
                     ack_ns: None,
                 });
                 msg.copies.len() - 1
@@ -538,6 +560,20 @@ impl MessageStore {
         self.open -= 1;
         self.free.push(i);
         Some(m)
+    }
+
+    /// Takes back the allocations of a closed message for the next ones.
+    pub fn recycle(&mut self, mut m: OpenMessage) {
+        for c in m.copies.drain(..) {
+            if self.spare_sightings.len() < MAX_SPARE {
+                let mut s = c.sightings;
+                s.clear();
+                self.spare_sightings.push(s);
+            }
+        }
+        if self.spare_copies.len() < MAX_SPARE {
+            self.spare_copies.push(m.copies);
+        }
     }
 
     /// Next message whose timeout passed at `now`, or the oldest one while over the bound
