@@ -101,7 +101,7 @@ fn quic_trace(n: u64) -> Vec<Observation> {
         for p in 0..2 {
             v.push(Observation::Quic(QuicPacket {
                 meta: meta(base, p, p as u16, true),
-                conn: "c".to_owned(),
+                conn: "c".into(),
                 path_id: p as u64,
                 pn: i,
                 streams: vec![StreamRange {
@@ -116,7 +116,7 @@ fn quic_trace(n: u64) -> Vec<Observation> {
             }));
             v.push(Observation::Quic(QuicPacket {
                 meta: meta(base + 40_000_000, p, p as u16, false),
-                conn: "c".to_owned(),
+                conn: "c".into(),
                 path_id: p as u64,
                 pn: i,
                 streams: Vec::new(),

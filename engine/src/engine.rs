@@ -90,9 +90,9 @@ pub struct Engine {
     pub(crate) tuple_flows: HashMap<(SocketAddr, SocketAddr), FlowKey>,
     /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
     /// connections.
-    pub(crate) quic_conns: HashMap<u16, Vec<(String, PathIdx, u64)>>,
+    pub(crate) quic_conns: HashMap<u16, Vec<(std::sync::Arc<str>, PathIdx, u64)>>,
     /// QUIC connections that joined a group of per-path connections, with the group's mode.
-    pub(crate) quic_conn_modes: HashMap<String, crate::config::MatchMode>,
+    pub(crate) quic_conn_modes: HashMap<std::sync::Arc<str>, crate::config::MatchMode>,
 }
 
 impl Engine {

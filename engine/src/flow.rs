@@ -33,7 +33,7 @@ pub enum FlowKey {
     /// One (possibly multipath) QUIC connection.
     Quic {
         /// Connection label.
-        conn: String,
+        conn: std::sync::Arc<str>,
     },
     /// Separate QUIC connections (one per path) to one server port, matched by content or id.
     QuicGroup {

@@ -205,8 +205,9 @@ pub struct QuicAck {
 pub struct QuicPacket {
     /// Common packet fields.
     pub meta: PacketMeta,
-    /// Connection label, equal on all paths of one connection (e.g. the client's original DCID).
-    pub conn: String,
+    /// Connection label, equal on all paths of one connection (e.g. the client's original DCID);
+    /// shared, so that a feeder hands the same label to every packet of the connection.
+    pub conn: Arc<str>,
     /// Multipath path id (0 without multipath).
     pub path_id: u64,
     /// Packet number.

@@ -30,7 +30,7 @@ fn pkt(
 ) -> QuicPacket {
     QuicPacket {
         meta: meta(ts, path, cap, addr(src), addr(dst), 0),
-        conn: conn.to_owned(),
+        conn: conn.into(),
         path_id,
         pn,
         streams: Vec::new(),

@@ -103,7 +103,7 @@ fn quic(ts: u64, label: &str, cap: u16, p: usize, up: bool, pn: u64) -> QuicPack
     };
     QuicPacket {
         meta: meta(ts, label, cap, addr(src), addr(dst), 100),
-        conn: format!("quic#{p}"),
+        conn: format!("quic#{p}").into(),
         path_id: 0,
         pn,
         streams: Vec::new(),

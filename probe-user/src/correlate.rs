@@ -2,6 +2,7 @@
 //! packet, unrecognised UDP datagram) becomes one engine [`Observation`], stamped with the
 //! packet's own capture time and its path label. Paths are announced to the engine as capture
 //! points the first time they appear.
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tboxscope_decode::quic::{FrameSummary, PacketSummary};
@@ -19,6 +20,8 @@ const DEFAULT_ACK_DELAY_EXPONENT: u32 = 3;
 
 /// Path labels kept for sharing (a capture has a handful; past this, labels are copied).
 const MAX_LABELS: usize = 256;
+/// QUIC connection labels kept for sharing (forgotten all at once past this many).
+const MAX_QUIC_LABELS: usize = 4096;
 
 /// Feeds decoded packets to an [`Engine`].
 pub struct Correlator {
@@ -27,6 +30,8 @@ pub struct Correlator {
     captures: Vec<(Arc<str>, CaptureId)>,
     /// Labels handed to the engine, one shared copy each.
     labels: Vec<Arc<str>>,
+    /// QUIC connection number → its label, one shared copy each.
+    quic_labels: HashMap<u64, Arc<str>>,
 }
 
 impl Correlator {
@@ -36,6 +41,7 @@ impl Correlator {
             engine: Engine::new(config),
             captures: Vec::new(),
             labels: Vec::new(),
+            quic_labels: HashMap::new(),
         }
     }
 
@@ -104,7 +110,21 @@ impl Correlator {
             dst: packet.dst,
             wire_len: if first_in_frame { frame_len } else { 0 },
         };
-        self.engine.handle(observation(meta, packet));
+        let quic_labels = &mut self.quic_labels;
+        let obs = observation_labeled(meta, packet, &mut |p| match p.connection {
+            Some(n) => {
+                if quic_labels.len() >= MAX_QUIC_LABELS && !quic_labels.contains_key(&n) {
+                    quic_labels.clear();
+                }
+                Arc::clone(
+                    quic_labels
+                        .entry(n)
+                        .or_insert_with(|| Arc::from(format!("quic#{n}"))),
+                )
+            }
+            None => quic_conn_label(p),
+        });
+        self.engine.handle(obs);
     }
 
     fn capture_id(&mut self, path: &str, ts_ns: u64) -> CaptureId {
@@ -154,6 +174,24 @@ impl FrameFeed {
 
 /// The engine observation for one decoded unit.
 pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
+    observation_labeled(meta, packet, &mut quic_conn_label)
+}
+
+/// The engine's label of a QUIC packet's connection: the decoder's connection number, else
+/// the destination connection id.
+pub fn quic_conn_label(p: &PacketSummary) -> Arc<str> {
+    match p.connection {
+        Some(n) => Arc::from(format!("quic#{n}")),
+        None => Arc::from(format!("dcid:{}", p.dcid)),
+    }
+}
+
+/// [`observation`], with QUIC connection labels from `conn`.
+fn observation_labeled(
+    meta: PacketMeta,
+    packet: &DecodedPacket,
+    conn: &mut dyn FnMut(&PacketSummary) -> Arc<str>,
+) -> Observation {
     match &packet.decoded {
         Decoded::KcpSegment(seg) => {
             let mut k = kcp_segment(meta, seg);
@@ -161,7 +199,7 @@ pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
             Observation::Kcp(k)
         }
         Decoded::QuicPacket(p) if p.decrypted => {
-            let mut q = quic_packet(meta, p);
+            let mut q = quic_packet(meta, p, conn(p));
             for s in &mut q.streams {
                 s.app_msg_id = packet
                     .stream_app_ids
@@ -206,13 +244,10 @@ fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
     }
 }
 
-fn quic_packet(meta: PacketMeta, p: &PacketSummary) -> QuicPacket {
+fn quic_packet(meta: PacketMeta, p: &PacketSummary, conn: Arc<str>) -> QuicPacket {
     let mut packet = QuicPacket {
         meta,
-        conn: match p.connection {
-            Some(n) => format!("quic#{n}"),
-            None => format!("dcid:{}", p.dcid),
-        },
+        conn,
         path_id: p.path_id.unwrap_or(0),
         pn: p.pn.unwrap_or(0),
         streams: Vec::new(),

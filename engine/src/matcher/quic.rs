@@ -205,13 +205,13 @@ impl Engine {
             &self.cfg,
             (pkt.src.port(), pkt.dst.port()),
             None,
-            Some(&q.conn),
+            Some(&*q.conn),
         );
         let has_app = q.streams.iter().any(|s| s.app_msg_id.is_some());
         let has_hash = q.streams.iter().any(|s| s.data_hash.is_some());
         // Once a connection joined a group, all its packets stay there (ACK-only packets and
         // frames without the id carry no id of their own).
-        let joined = self.quic_conn_modes.get(&q.conn).copied();
+        let joined = self.quic_conn_modes.get(&*q.conn).copied();
         let mode = match forced {
             Some(m) => m,
             None => match joined {

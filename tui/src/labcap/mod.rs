@@ -704,7 +704,7 @@ fn remember_flow(ports: &mut HashMap<String, u16>, d: &DecodedPacket) {
         Decoded::KcpSegment(s) => FlowKey::Kcp { conv: s.conv },
         Decoded::QuicPacket(p) => match p.connection {
             Some(n) => FlowKey::Quic {
-                conn: format!("quic#{n}"),
+                conn: format!("quic#{n}").into(),
             },
             None => return,
         },
