@@ -12,7 +12,7 @@
 //!   difference between the smallest uplink and downlink delays (symmetric minimum delay
 //!   assumed); with one direction only it stays at the given value or 0.
 
-use std::collections::HashMap;
+use crate::FastMap as HashMap;
 use std::net::SocketAddr;
 
 use crate::input::{CaptureId, CapturePoint, Host};

@@ -3,7 +3,7 @@
 //! blocks; this file holds the shared steps (packet prelude, sightings, closing messages,
 //! windows, outages, records).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use crate::capture::{is_uplink, CaptureTable, Dir};
@@ -12,11 +12,12 @@ use crate::flow::{FlowKey, FlowRef, FlowTable};
 use crate::hol::IncidentBook;
 use crate::input::{CaptureId, Observation, PacketMeta};
 use crate::latency::{LatencyHist, WindowedHist, PATH_SIGFIG};
-use crate::message::{MessageStore, OpenMessage, SightArgs, SightResult};
+use crate::message::{MessageStore, OpenMessage, ResolvedCopy, SightArgs, SightResult};
 use crate::outage::OutageBook;
 use crate::paths::{PathIdx, PathTable};
 use crate::record::{CopyRecord, MessageRecord, Record, WindowRecord};
 use crate::snapshot::{EventLine, LatencyKind, Severity};
+use crate::FastMap as HashMap;
 
 /// Sends left unanswered before silence on a path whose sends are observed is an outage.
 const MIN_UNANSWERED_SENDS: u32 = 3;
@@ -29,7 +30,8 @@ pub(crate) struct WindowAcc {
     pub messages: u64,
     pub on_all: u64,
     pub with_winner: u64,
-    pub wins: HashMap<PathIdx, u64>,
+    /// First arrivals per path index.
+    pub wins: Vec<u64>,
     pub wire: u64,
     pub unique: u64,
 }
@@ -80,6 +82,8 @@ pub struct Engine {
     pub(crate) clamped: u64,
     pub(crate) orphan_messages: u64,
     pub(crate) evicted_unacked: u64,
+    /// Scratch space for the copies of the message being closed.
+    resolved: Vec<ResolvedCopy>,
     /// Address pair → flow, to attribute overhead packets (bounded).
     pub(crate) tuple_flows: HashMap<(SocketAddr, SocketAddr), FlowKey>,
     /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
@@ -117,9 +121,10 @@ impl Engine {
             clamped: 0,
             orphan_messages: 0,
             evicted_unacked: 0,
-            tuple_flows: HashMap::new(),
-            quic_conns: HashMap::new(),
-            quic_conn_modes: HashMap::new(),
+            resolved: Vec::new(),
+            tuple_flows: HashMap::default(),
+            quic_conns: HashMap::default(),
+            quic_conn_modes: HashMap::default(),
             cfg,
         }
     }
@@ -269,7 +274,16 @@ impl Engine {
 
     /// The common prelude of every packet observation; `None` if the path table is full.
     pub(crate) fn packet(&mut self, meta: &PacketMeta) -> Option<Pkt> {
-        let label_path = self.paths.intern(&meta.path)?;
+        // A known capture with its own label needs no lookup of the label.
+        let known = self
+            .caps
+            .get(meta.capture)
+            .filter(|c| *c.point.path == *meta.path)
+            .map(|c| c.path);
+        let label_path = match known {
+            Some(p) => p,
+            None => self.paths.intern(&meta.path)?,
+        };
         let cap = self.caps.touch(meta.capture, &meta.path, label_path);
         let cap_path = cap.path;
         let path = self.paths.canonical(cap_path);
@@ -504,7 +518,13 @@ impl Engine {
 
     /// Resolves and accounts a closed message.
     pub(crate) fn close_message(&mut self, m: OpenMessage, evicted: bool) {
-        let copies = m.resolve(&self.caps);
+        let mut copies = std::mem::take(&mut self.resolved);
+        m.resolve_into(&self.caps, &mut copies);
+        self.account_message(&m, &copies, evicted);
+        self.resolved = copies;
+    }
+
+    fn account_message(&mut self, m: &OpenMessage, copies: &[ResolvedCopy], evicted: bool) {
         let max_us = self.cfg.max_latency_us;
         let Some(flow) = self.flows.get_mut(m.flow) else {
             // Its flow was evicted; an early-closed message is already counted as evicted.
@@ -513,7 +533,7 @@ impl Engine {
             }
             return;
         };
-        let kind = OpenMessage::kind(&copies);
+        let kind = OpenMessage::kind(copies);
         let arrived_min = copies.iter().filter_map(|c| c.arrived).min();
         let sent_min = copies.iter().filter_map(|c| c.sent).min();
         let delivered = arrived_min.is_some();
@@ -531,9 +551,7 @@ impl Engine {
         let npaths = mask.count_ones();
         // A path carried the message if its copy arrived (or, where arrivals cannot be
         // observed in this flow, if the copy was seen at all).
-        let got = |c: &crate::message::ResolvedCopy| {
-            c.arrived.is_some() || (!observable && c.sent.is_some())
-        };
+        let got = |c: &ResolvedCopy| c.arrived.is_some() || (!observable && c.sent.is_some());
         let carried: u64 = copies
             .iter()
             .filter(|c| c.path < 64 && got(c))
@@ -556,17 +574,15 @@ impl Engine {
         if let Some(l) = latency_us {
             flow.record_latency(l, max_us);
         }
-        let times: Vec<u64> = if copies.iter().filter(|c| c.arrived.is_some()).count() >= 2 {
-            copies.iter().filter_map(|c| c.arrived).collect()
+        // Spacing of the copies: between arrivals when two or more arrived, else between sends.
+        let (arrivals, arrival_spread) = spread(copies, |c| c.arrived);
+        let (n, spread_ns) = if arrivals >= 2 {
+            (arrivals, arrival_spread)
         } else {
-            copies.iter().filter_map(|c| c.sent).collect()
+            spread(copies, |c| c.sent)
         };
-        if times.len() >= 2 {
-            let (lo, hi) = (
-                times.iter().copied().min().unwrap_or(0),
-                times.iter().copied().max().unwrap_or(0),
-            );
-            flow.record_spacing((hi - lo) / 1000, max_us);
+        if n >= 2 {
+            flow.record_spacing(spread_ns / 1000, max_us);
         }
         if delivered || !observable {
             flow.amp.unique += m.bytes;
@@ -575,7 +591,7 @@ impl Engine {
         if delivered {
             flow.delivered_any = true;
         }
-        let flow_name = flow.key.name();
+        let flow_name = self.cfg.emit_messages.then(|| flow.key.name());
         // Per path: latency samples, expected/missing, outage attribution.
         for p in 0..64usize {
             if mask & (1 << p) == 0 {
@@ -639,12 +655,15 @@ impl Engine {
         }
         if let Some(w) = winner {
             self.win.with_winner += 1;
-            *self.win.wins.entry(w).or_default() += 1;
+            if self.win.wins.len() <= w {
+                self.win.wins.resize(w + 1, 0);
+            }
+            self.win.wins[w] += 1;
         }
         if self.cfg.emit_messages {
             let rec = MessageRecord {
                 id: m.id.to_string(),
-                flow: flow_name,
+                flow: flow_name.unwrap_or_default(),
                 first_seen_ns: m.first_ns,
                 bytes: m.bytes,
                 copies: copies
@@ -673,7 +692,7 @@ impl Engine {
         let mut win_rates = Vec::new();
         let live: Vec<PathIdx> = self.paths.live().collect();
         for p in live {
-            let wins = self.win.wins.get(&p).copied().unwrap_or(0);
+            let wins = self.win.wins.get(p).copied().unwrap_or(0);
             let Some(ps) = self.paths.get_mut(p) else {
                 continue;
             };
@@ -762,6 +781,17 @@ impl Engine {
             }
         }
     }
+}
+
+/// How many copies have the time `t`, and the spread between the earliest and the latest.
+fn spread(copies: &[ResolvedCopy], t: impl Fn(&ResolvedCopy) -> Option<u64>) -> (u32, u64) {
+    let (mut n, mut lo, mut hi) = (0u32, u64::MAX, 0u64);
+    for x in copies.iter().filter_map(t) {
+        n += 1;
+        lo = lo.min(x);
+        hi = hi.max(x);
+    }
+    (n, hi.saturating_sub(lo))
 }
 
 /// a / b, 0 when b is 0.

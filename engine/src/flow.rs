@@ -2,7 +2,7 @@
 //! QUIC connection, a group of per-path connections, a UDP service, a TCP socket). Bounded: past
 //! `max_flows` the least recently active flows are evicted in batches, and counted.
 
-use std::collections::HashMap;
+use crate::FastMap as HashMap;
 use std::net::SocketAddr;
 
 use crate::config::MatchMode;
@@ -124,7 +124,7 @@ pub enum Proto {
         /// Datagrams seen.
         datagrams: u64,
         /// Requests waiting for their response: application id → first send (engine clock).
-        requests: std::collections::HashMap<u64, u64>,
+        requests: HashMap<u64, u64>,
     },
     /// KCP.
     Kcp(Box<KcpState>),

@@ -60,6 +60,9 @@ pub enum Delivery {
 pub struct GapTracker {
     next: Option<u64>,
     buffered: BTreeMap<u64, Held>,
+    /// Message ends and bytes among `buffered` (kept as pieces come and go).
+    held_messages: u64,
+    held_bytes: u64,
     /// The open gap.
     pub gap: Option<OpenGap>,
     /// Buffered pieces forgotten to stay bounded.
@@ -69,9 +72,18 @@ pub struct GapTracker {
 impl GapTracker {
     /// Units buffered behind the gap.
     pub fn held(&self) -> (u64, u64) {
-        self.buffered
-            .values()
-            .fold((0, 0), |(m, b), h| (m + u64::from(h.msg_end), b + h.bytes))
+        (self.held_messages, self.held_bytes)
+    }
+
+    fn hold(&mut self, start: u64, h: Held) {
+        self.held_messages += u64::from(h.msg_end);
+        self.held_bytes += h.bytes;
+        self.buffered.insert(start, h);
+    }
+
+    fn unhold(&mut self, h: &Held) {
+        self.held_messages -= u64::from(h.msg_end);
+        self.held_bytes -= h.bytes;
     }
 
     /// Number of pieces waiting.
@@ -119,7 +131,9 @@ impl GapTracker {
                 n = n.max(h.end);
                 messages += u64::from(h.msg_end);
                 released += h.bytes;
-                self.buffered.pop_first();
+                if let Some((_, h)) = self.buffered.pop_first() {
+                    self.unhold(&h);
+                }
             }
             self.next = Some(n);
             if self.gap.take().is_some() {
@@ -138,7 +152,7 @@ impl GapTracker {
             }
             return Delivery::Duplicate;
         }
-        self.buffered.insert(
+        self.hold(
             start,
             Held {
                 end,
@@ -149,7 +163,9 @@ impl GapTracker {
             },
         );
         while self.buffered.len() > MAX_BUFFERED {
-            self.buffered.pop_last();
+            if let Some((_, h)) = self.buffered.pop_last() {
+                self.unhold(&h);
+            }
             self.dropped += 1;
         }
         if self.gap.is_none() {
@@ -302,6 +318,7 @@ mod tests {
             g.deliver(3, 4, 31, 100, true, 0, &mut open),
             Delivery::Duplicate
         );
+        assert_eq!(g.held(), (2, 200));
         assert_eq!(
             g.deliver(1, 2, 40, 100, true, 1, &mut open),
             Delivery::Filled {
@@ -311,6 +328,7 @@ mod tests {
             }
         );
         assert_eq!(g.next(), Some(4));
+        assert_eq!(g.held(), (0, 0));
         assert_eq!(
             g.deliver(0, 1, 50, 100, true, 0, &mut open),
             Delivery::Duplicate

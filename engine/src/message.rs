@@ -2,13 +2,14 @@
 //! message is complete or times out; then it is resolved into copies with send/arrival times.
 //! Bounded: past `max_open` the oldest message is closed early and counted.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use crate::capture::{CaptureTable, Dir};
 use crate::flow::FlowRef;
 use crate::input::CaptureId;
 use crate::paths::PathIdx;
 use crate::snapshot::LatencyKind;
+use crate::FastMap;
 
 /// How a message is named in records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,66 +220,71 @@ impl OpenMessage {
     /// Resolves copies: send = first outgoing sighting, arrival = first complete incoming one
     /// (clock offsets applied); with two sightings of unknown direction the earlier is the send.
     pub fn resolve(&self, caps: &CaptureTable) -> Vec<ResolvedCopy> {
+        let mut v = Vec::with_capacity(self.copies.len());
+        self.resolve_into(caps, &mut v);
+        v
+    }
+
+    /// [`OpenMessage::resolve`] into `out` (cleared first), reusing its allocation.
+    pub fn resolve_into(&self, caps: &CaptureTable, out: &mut Vec<ResolvedCopy>) {
         let full = self.frags_full();
-        self.copies
-            .iter()
-            .map(|c| {
-                let mut sent: Option<u64> = None;
-                let mut arrived: Option<u64> = None;
-                let mut unknown: Vec<(u64, u64, bool)> = Vec::new();
-                let mut transmissions = 0u32;
-                for s in &c.sightings {
-                    let off = caps.offset(s.capture);
-                    let first = shifted(s.first_ns, off);
-                    let done = shifted(s.complete_ns, off);
-                    let complete = s.frags & full == full;
-                    match s.dir_now(caps) {
-                        Dir::Out => {
-                            sent = Some(sent.map_or(first, |x| x.min(first)));
-                            transmissions = transmissions.max(s.count);
-                        }
-                        Dir::In => {
-                            if complete {
-                                arrived = Some(arrived.map_or(done, |x| x.min(done)));
-                            }
-                        }
-                        Dir::Unknown => unknown.push((first, done, complete)),
+        out.clear();
+        out.extend(self.copies.iter().map(|c| {
+            let mut sent: Option<u64> = None;
+            let mut arrived: Option<u64> = None;
+            let mut unknown: Vec<(u64, u64, bool)> = Vec::new();
+            let mut transmissions = 0u32;
+            for s in &c.sightings {
+                let off = caps.offset(s.capture);
+                let first = shifted(s.first_ns, off);
+                let done = shifted(s.complete_ns, off);
+                let complete = s.frags & full == full;
+                match s.dir_now(caps) {
+                    Dir::Out => {
+                        sent = Some(sent.map_or(first, |x| x.min(first)));
+                        transmissions = transmissions.max(s.count);
                     }
+                    Dir::In => {
+                        if complete {
+                            arrived = Some(arrived.map_or(done, |x| x.min(done)));
+                        }
+                    }
+                    Dir::Unknown => unknown.push((first, done, complete)),
                 }
-                if !unknown.is_empty() {
-                    unknown.sort_by_key(|u| u.0);
-                    if unknown.len() >= 2 || (sent.is_none() && arrived.is_some()) {
-                        if sent.is_none() {
-                            sent = Some(unknown[0].0);
-                        }
-                        if arrived.is_none() {
-                            if let Some(u) = unknown.iter().skip(1).find(|u| u.2) {
-                                arrived = Some(u.1);
-                            }
-                        }
-                    } else if sent.is_none() && arrived.is_none() {
+            }
+            if !unknown.is_empty() {
+                unknown.sort_by_key(|u| u.0);
+                if unknown.len() >= 2 || (sent.is_none() && arrived.is_some()) {
+                    if sent.is_none() {
                         sent = Some(unknown[0].0);
                     }
-                }
-                if transmissions == 0 {
-                    transmissions = c.sightings.iter().map(|s| s.count).max().unwrap_or(1);
-                }
-                let mut by_ack = false;
-                if arrived.is_none() {
-                    if let (Some(a), Some(_)) = (c.ack_ns, sent) {
-                        arrived = Some(a);
-                        by_ack = true;
+                    if arrived.is_none() {
+                        if let Some(u) = unknown.iter().skip(1).find(|u| u.2) {
+                            arrived = Some(u.1);
+                        }
                     }
+                } else if sent.is_none() && arrived.is_none() {
+                    sent = Some(unknown[0].0);
                 }
-                ResolvedCopy {
-                    path: c.path,
-                    sent,
-                    arrived,
-                    by_ack,
-                    transmissions,
+            }
+            if transmissions == 0 {
+                transmissions = c.sightings.iter().map(|s| s.count).max().unwrap_or(1);
+            }
+            let mut by_ack = false;
+            if arrived.is_none() {
+                if let (Some(a), Some(_)) = (c.ack_ns, sent) {
+                    arrived = Some(a);
+                    by_ack = true;
                 }
-            })
-            .collect()
+            }
+            ResolvedCopy {
+                path: c.path,
+                sent,
+                arrived,
+                by_ack,
+                transmissions,
+            }
+        }));
     }
 
     /// The latency kind its copies give.
@@ -293,17 +299,46 @@ impl OpenMessage {
     }
 }
 
-/// All open messages.
+/// Where a message key stands in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entry {
+    /// Open, in this slot.
+    Open(u32),
+    /// Closed in this generation of closures (remembered for two generations).
+    Closed(u64),
+}
+
+/// A slot of the store: the open message (if any) and the stamp of its opening, which tells
+/// a timeout queued for an earlier message of the slot from one queued for this one.
+#[derive(Debug, Default)]
+struct Slot {
+    stamp: u64,
+    msg: Option<OpenMessage>,
+}
+
+/// A queued timeout.
+#[derive(Clone, Copy, Debug)]
+struct Due {
+    deadline: u64,
+    slot: u32,
+    stamp: u64,
+}
+
+/// All open messages: in slots reused as messages close, found by (flow uid, key) through
+/// one index that also remembers recently closed keys (so late copies are not new messages).
 #[derive(Debug, Default)]
 pub struct MessageStore {
-    open: HashMap<(u64, u64), OpenMessage>,
-    expiry: VecDeque<(u64, u64, u64)>,
-    // Recently closed messages, in two generations (no removals: cheap under churn).
-    closed: HashSet<(u64, u64)>,
-    closed_old: HashSet<(u64, u64)>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    index: FastMap<(u64, u64), Entry>,
+    expiry: VecDeque<Due>,
+    // Closed keys stay in `index` for two generations of `max_open` closures each.
+    generation: u64,
+    in_generation: usize,
+    open: usize,
+    stamps: u64,
     max_open: usize,
     timeout_ns: u64,
-    removals: usize,
     /// Messages closed early to stay within bounds.
     pub evicted: u64,
     /// Sightings of already closed messages.
@@ -320,6 +355,19 @@ impl MessageStore {
         }
     }
 
+    fn is_live(&self, d: &Due) -> bool {
+        self.slots
+            .get(d.slot as usize)
+            .is_some_and(|s| s.stamp == d.stamp && s.msg.is_some())
+    }
+
+    fn slot_of(&self, k: (u64, u64)) -> Option<usize> {
+        match self.index.get(&k) {
+            Some(Entry::Open(i)) => Some(*i as usize),
+            _ => None,
+        }
+    }
+
     /// Adds a sighting.
     pub fn sight(&mut self, a: &SightArgs) -> SightResult {
         let k = (a.flow.uid, a.key);
@@ -327,32 +375,56 @@ impl MessageStore {
         // Entries of messages closed early stay queued until their deadline; drop them when
         // they outnumber the open messages, so the queue stays bounded at any rate.
         if self.expiry.len() > self.max_open.saturating_mul(4) {
-            let open = &self.open;
-            self.expiry
-                .retain(|(_, uid, key)| open.contains_key(&(*uid, *key)));
+            let mut expiry = std::mem::take(&mut self.expiry);
+            expiry.retain(|d| self.is_live(d));
+            self.expiry = expiry;
         }
-        if self.closed.contains(&k) || self.closed_old.contains(&k) {
-            self.late += 1;
-            r.late = true;
-            return r;
-        }
-        let msg = self.open.entry(k).or_insert_with(|| {
-            r.new_message = true;
-            OpenMessage {
-                flow: a.flow,
-                key: a.key,
-                id: a.id,
-                first_ns: a.ts_ns,
-                bytes: 0,
-                nfrag: 1,
-                frag_union: 0,
-                copies: Vec::with_capacity(2),
+        let generation = self.generation;
+        let slot = match self.index.get(&k) {
+            Some(Entry::Closed(g)) if g.saturating_add(1) >= generation => {
+                self.late += 1;
+                r.late = true;
+                return r;
             }
-        });
-        if r.new_message {
-            self.expiry
-                .push_back((a.ts_ns.saturating_add(self.timeout_ns), k.0, k.1));
-        }
+            Some(Entry::Open(i)) => *i as usize,
+            _ => {
+                r.new_message = true;
+                let i = match self.free.pop() {
+                    Some(i) => i as usize,
+                    None => {
+                        self.slots.push(Slot::default());
+                        self.slots.len() - 1
+                    }
+                };
+                self.stamps += 1;
+                let stamp = self.stamps;
+                self.slots[i] = Slot {
+                    stamp,
+                    msg: Some(OpenMessage {
+                        flow: a.flow,
+                        key: a.key,
+                        id: a.id,
+                        first_ns: a.ts_ns,
+                        bytes: 0,
+                        nfrag: 1,
+                        frag_union: 0,
+                        copies: Vec::with_capacity(2),
+                    }),
+                };
+                let slot = u32::try_from(i).unwrap_or(u32::MAX);
+                self.index.insert(k, Entry::Open(slot));
+                self.open += 1;
+                self.expiry.push_back(Due {
+                    deadline: a.ts_ns.saturating_add(self.timeout_ns),
+                    slot,
+                    stamp,
+                });
+                i
+            }
+        };
+        let Some(msg) = self.slots.get_mut(slot).and_then(|s| s.msg.as_mut()) else {
+            return r;
+        };
         msg.first_ns = msg.first_ns.min(a.ts_ns);
         let frg = a.frg.min(63);
         msg.nfrag = msg.nfrag.max(frg + 1);
@@ -410,9 +482,14 @@ impl MessageStore {
         r
     }
 
+    fn open_mut(&mut self, k: (u64, u64)) -> Option<&mut OpenMessage> {
+        let i = self.slot_of(k)?;
+        self.slots.get_mut(i)?.msg.as_mut()
+    }
+
     /// Sets the acknowledgment time of a copy (first one wins).
     pub fn ack(&mut self, flow_uid: u64, key: u64, path: PathIdx, ack_ns: u64) -> bool {
-        let Some(m) = self.open.get_mut(&(flow_uid, key)) else {
+        let Some(m) = self.open_mut((flow_uid, key)) else {
             return false;
         };
         match m.copies.iter_mut().find(|c| c.path == path) {
@@ -427,50 +504,64 @@ impl MessageStore {
     /// A later piece of an open message's data reaches `end` bytes into it (pieces that carry
     /// no name of their own); the message's size is the furthest end seen on any path.
     pub fn extend_to(&mut self, flow_uid: u64, key: u64, end: u64) {
-        if let Some(m) = self.open.get_mut(&(flow_uid, key)) {
+        if let Some(m) = self.open_mut((flow_uid, key)) {
             m.bytes = m.bytes.max(end);
         }
     }
 
     /// The open message.
     pub fn get(&self, flow_uid: u64, key: u64) -> Option<&OpenMessage> {
-        self.open.get(&(flow_uid, key))
+        let i = self.slot_of((flow_uid, key))?;
+        self.slots.get(i)?.msg.as_ref()
     }
 
     /// Removes a message to close it.
     pub fn take(&mut self, flow_uid: u64, key: u64) -> Option<OpenMessage> {
-        let m = self.open.remove(&(flow_uid, key))?;
-        self.remember_closed((flow_uid, key));
-        // Constant insert/remove churn near capacity fills the table with tombstones that make
-        // every lookup probe far; rebuild it once per `max_open` removals (amortised O(1)).
-        self.removals += 1;
-        if self.removals >= self.max_open {
-            self.removals = 0;
-            let old = std::mem::take(&mut self.open);
-            self.open = HashMap::with_capacity(old.len() + old.len() / 2 + 16);
-            self.open.extend(old);
+        if self.in_generation >= self.max_open {
+            // A new generation of closures: forget the keys of the one before the previous.
+            self.generation += 1;
+            self.in_generation = 0;
+            let keep = self.generation;
+            self.index.retain(|_, e| match e {
+                Entry::Closed(g) => g.saturating_add(1) >= keep,
+                Entry::Open(_) => true,
+            });
         }
+        let e = self.index.get_mut(&(flow_uid, key))?;
+        let Entry::Open(i) = *e else {
+            return None;
+        };
+        let m = self.slots.get_mut(i as usize)?.msg.take()?;
+        // Remembered as closed (for at least `max_open` and at most `2 × max_open` closures).
+        *e = Entry::Closed(self.generation);
+        self.in_generation += 1;
+        self.open -= 1;
+        self.free.push(i);
         Some(m)
-    }
-
-    fn remember_closed(&mut self, k: (u64, u64)) {
-        if self.closed.len() >= self.max_open {
-            self.closed_old = std::mem::take(&mut self.closed);
-        }
-        self.closed.insert(k);
     }
 
     /// Next message whose timeout passed at `now`, or the oldest one while over the bound
     /// (the flag says which).
     pub fn pop_due(&mut self, now: u64) -> Option<(OpenMessage, bool)> {
-        while let Some(&(deadline, uid, key)) = self.expiry.front() {
-            let over = self.open.len() > self.max_open;
-            if deadline > now && !over {
+        while let Some(&d) = self.expiry.front() {
+            let over = self.open > self.max_open;
+            if d.deadline > now && !over {
                 return None;
             }
             self.expiry.pop_front();
+            if !self.is_live(&d) {
+                continue;
+            }
+            let Some((uid, key)) = self
+                .slots
+                .get(d.slot as usize)
+                .and_then(|s| s.msg.as_ref())
+                .map(|m| (m.flow.uid, m.key))
+            else {
+                continue;
+            };
             if let Some(m) = self.take(uid, key) {
-                if over && deadline > now {
+                if over && d.deadline > now {
                     self.evicted += 1;
                     return Some((m, true));
                 }
@@ -483,14 +574,26 @@ impl MessageStore {
     /// Every open message, for the end of the run.
     pub fn drain_all(&mut self) -> Vec<OpenMessage> {
         self.expiry.clear();
-        let mut v: Vec<OpenMessage> = self.open.drain().map(|(_, m)| m).collect();
+        let mut v: Vec<OpenMessage> = Vec::with_capacity(self.open);
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if let Some(m) = s.msg.take() {
+                v.push(m);
+                self.free.push(u32::try_from(i).unwrap_or(u32::MAX));
+            }
+        }
+        self.index.retain(|_, e| matches!(e, Entry::Closed(_)));
+        self.open = 0;
         v.sort_by_key(|m| m.first_ns);
         v
     }
 
+    fn open_messages(&self) -> impl Iterator<Item = &OpenMessage> {
+        self.slots.iter().filter_map(|s| s.msg.as_ref())
+    }
+
     /// Folds copies on path `alias` into `target` in every open message.
     pub fn merge_paths(&mut self, alias: PathIdx, target: PathIdx) {
-        for m in self.open.values_mut() {
+        for m in self.slots.iter_mut().filter_map(|s| s.msg.as_mut()) {
             if let Some(ai) = m.copies.iter().position(|c| c.path == alias) {
                 let a = m.copies.remove(ai);
                 match m.copies.iter_mut().find(|c| c.path == target) {
@@ -516,7 +619,7 @@ impl MessageStore {
         caps: &CaptureTable,
     ) -> Vec<((CaptureId, u64), (CaptureId, u64))> {
         let mut v = Vec::new();
-        for m in self.open.values() {
+        for m in self.open_messages() {
             for c in &m.copies {
                 let sa = c.sightings.iter().find(|s| s.capture == a);
                 let sb = c.sightings.iter().find(|s| s.capture == b);
@@ -535,11 +638,11 @@ impl MessageStore {
 
     /// Open messages.
     pub fn len(&self) -> usize {
-        self.open.len()
+        self.open
     }
 
     /// Whether none are open.
     pub fn is_empty(&self) -> bool {
-        self.open.is_empty()
+        self.open == 0
     }
 }

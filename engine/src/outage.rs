@@ -24,6 +24,8 @@ pub struct OutageBook {
     history: VecDeque<OutageState>,
     next_id: u64,
     max: usize,
+    /// Closed outages in `history` not emitted yet (what `due` looks for).
+    closed_waiting: usize,
     /// Outages ever opened.
     pub total: u64,
     /// Outages dropped from history.
@@ -59,7 +61,11 @@ impl OutageBook {
             emitted: false,
         });
         while self.history.len() > self.max {
-            self.history.pop_front();
+            if let Some(o) = self.history.pop_front() {
+                if o.rec.end_ns.is_some() && !o.emitted {
+                    self.closed_waiting -= 1;
+                }
+            }
             self.evicted += 1;
         }
         id
@@ -68,6 +74,9 @@ impl OutageBook {
     /// Closes outage `id` at `end_ns`.
     pub fn close(&mut self, id: u64, end_ns: u64) {
         if let Some(o) = self.history.iter_mut().rev().find(|o| o.rec.id == id) {
+            if o.rec.end_ns.is_none() && !o.emitted {
+                self.closed_waiting += 1;
+            }
             o.rec.end_ns = Some(end_ns);
             o.rec.duration_ns = end_ns.saturating_sub(o.rec.start_ns);
         }
@@ -96,10 +105,14 @@ impl OutageBook {
     /// Closed outages whose end is older than `now − settle_ns`, not yet emitted.
     pub fn due(&mut self, now: u64, settle_ns: u64) -> Vec<OutageRecord> {
         let mut v = Vec::new();
+        if self.closed_waiting == 0 {
+            return v;
+        }
         for o in self.history.iter_mut() {
             if let Some(e) = o.rec.end_ns {
                 if !o.emitted && e.saturating_add(settle_ns) <= now {
                     o.emitted = true;
+                    self.closed_waiting -= 1;
                     v.push(o.rec.clone());
                 }
             }
@@ -119,6 +132,7 @@ impl OutageBook {
                 v.push(o.rec.clone());
             }
         }
+        self.closed_waiting = 0;
         v
     }
 

@@ -2,7 +2,7 @@
 //! liveness. Captures at the two ends of one path may carry different labels; once paired, the
 //! second label becomes an alias of the first and its counters are folded in.
 
-use std::collections::HashMap;
+use crate::FastMap as HashMap;
 
 use crate::latency::{WindowedHist, PATH_SIGFIG};
 use crate::snapshot::LatencyKind;

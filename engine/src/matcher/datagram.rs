@@ -23,7 +23,7 @@ impl Engine {
             .flows
             .get_or_insert(&key, pkt.ts_ns, || Proto::Datagram {
                 datagrams: 0,
-                requests: std::collections::HashMap::new(),
+                requests: crate::FastMap::default(),
             });
         let mode = match (forced, d.app_msg_id) {
             (Some(MatchMode::AppId), Some(_)) => MatchMode::AppId,

@@ -5,7 +5,9 @@
 //! One end observed: ACK / PATH_ACK frames (ack_delay removed) give the time to first
 //! acknowledgment. Per-stream receive gaps give HOL incidents (and show other streams moved).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::FastMap as HashMap;
 
 use crate::capture::Dir;
 use crate::config::MatchMode;

@@ -23,16 +23,18 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     if !(args.message_timeout_s > 0.0 && args.message_timeout_s <= 3600.0) {
         anyhow::bail!("--message-timeout must be within (0, 3600] seconds");
     }
-    let mut correlator = Correlator::new(EngineConfig {
-        app_id: args.decode.app_id,
-        message_timeout_ns: (args.message_timeout_s * 1e9) as u64,
-        ..EngineConfig::default()
-    });
     let json_target = match (&args.json, args.packets) {
         (Some(t), _) => Some(t.clone()),
         (None, true) => Some("-".to_owned()),
         (None, false) => None,
     };
+    let mut correlator = Correlator::new(EngineConfig {
+        app_id: args.decode.app_id,
+        message_timeout_ns: (args.message_timeout_s * 1e9) as u64,
+        // The text report shows only the summary: per-message records would be dropped.
+        emit_messages: json_target.is_some(),
+        ..EngineConfig::default()
+    });
     let ok = match json_target {
         Some(target) => {
             let out: Box<dyn Write> = if target == "-" {
