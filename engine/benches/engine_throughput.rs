@@ -28,7 +28,7 @@ fn meta(ts: u64, p: usize, cap: u16, up: bool) -> PacketMeta {
     let (src, dst) = if up { (t, g) } else { (g, t) };
     PacketMeta {
         ts_ns: ts,
-        path: ["eth0", "eth1"][p].to_owned(),
+        path: ["eth0", "eth1"][p].into(),
         capture: cap,
         src,
         dst,

@@ -6,6 +6,7 @@
 //! description every capture id is a separate capture whose path is the observation's `path`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -88,8 +89,9 @@ pub struct CapturePoint {
 pub struct PacketMeta {
     /// Capture timestamp, Unix epoch nanoseconds, as the capture clock gave it.
     pub ts_ns: u64,
-    /// Path label (interface name such as `eth0`).
-    pub path: String,
+    /// Path label (interface name such as `eth0`); shared, so that a feeder hands the same
+    /// label to every packet without copying it.
+    pub path: Arc<str>,
     /// Capture point id (0 when there is only one capture per path).
     pub capture: CaptureId,
     /// Source address and port.
@@ -106,7 +108,7 @@ impl Default for PacketMeta {
         let unspecified = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
         Self {
             ts_ns: 0,
-            path: String::new(),
+            path: Arc::from(""),
             capture: 0,
             src: unspecified,
             dst: unspecified,

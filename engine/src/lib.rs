@@ -50,6 +50,7 @@ pub mod outage;
 pub mod paths;
 pub mod record;
 pub mod report;
+pub mod sent;
 pub mod snapshot;
 mod view;
 

@@ -2,7 +2,7 @@
 //! packet, unrecognised UDP datagram) becomes one engine [`Observation`], stamped with the
 //! packet's own capture time and its path label. Paths are announced to the engine as capture
 //! points the first time they appear.
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use tboxscope_decode::quic::{FrameSummary, PacketSummary};
 use tboxscope_engine::{
@@ -17,11 +17,16 @@ use crate::dissect::{Decoded, DecodedPacket, KcpSegmentRecord};
 /// and rarely changed, so ACK delays are decoded with it.
 const DEFAULT_ACK_DELAY_EXPONENT: u32 = 3;
 
+/// Path labels kept for sharing (a capture has a handful; past this, labels are copied).
+const MAX_LABELS: usize = 256;
+
 /// Feeds decoded packets to an [`Engine`].
 pub struct Correlator {
     engine: Engine,
-    /// Path label → capture id announced to the engine.
-    captures: HashMap<String, CaptureId>,
+    /// Path label → capture id announced to the engine (a few labels: searched in order).
+    captures: Vec<(Arc<str>, CaptureId)>,
+    /// Labels handed to the engine, one shared copy each.
+    labels: Vec<Arc<str>>,
 }
 
 impl Correlator {
@@ -29,7 +34,8 @@ impl Correlator {
     pub fn new(config: Config) -> Self {
         Self {
             engine: Engine::new(config),
-            captures: HashMap::new(),
+            captures: Vec::new(),
+            labels: Vec::new(),
         }
     }
 
@@ -46,8 +52,24 @@ impl Correlator {
     /// Declares a capture point explicitly (host, local addresses, clock offset); packets on
     /// `point.path` then use its id.
     pub fn declare(&mut self, point: CapturePoint) {
-        self.captures.insert(point.path.clone(), point.capture);
+        let label = self.label(&point.path);
+        match self.captures.iter_mut().find(|(l, _)| *l == label) {
+            Some(c) => c.1 = point.capture,
+            None => self.captures.push((label, point.capture)),
+        }
         self.engine.handle(Observation::Capture(point));
+    }
+
+    /// The shared copy of path label `path`.
+    fn label(&mut self, path: &str) -> Arc<str> {
+        if let Some(l) = self.labels.iter().find(|l| ***l == *path) {
+            return Arc::clone(l);
+        }
+        let l: Arc<str> = Arc::from(path);
+        if self.labels.len() < MAX_LABELS {
+            self.labels.push(Arc::clone(&l));
+        }
+        l
     }
 
     /// Feeds one decoded unit seen on `path`. `frame_len` is the frame's length on the wire; it
@@ -76,7 +98,7 @@ impl Correlator {
     ) {
         let meta = PacketMeta {
             ts_ns: packet.ts_ns,
-            path: path.to_owned(),
+            path: self.label(path),
             capture,
             src: packet.src,
             dst: packet.dst,
@@ -86,7 +108,7 @@ impl Correlator {
     }
 
     fn capture_id(&mut self, path: &str, ts_ns: u64) -> CaptureId {
-        if let Some(id) = self.captures.get(path) {
+        if let Some((_, id)) = self.captures.iter().find(|(l, _)| **l == *path) {
             return *id;
         }
         let id = CaptureId::try_from(self.captures.len()).unwrap_or(CaptureId::MAX);

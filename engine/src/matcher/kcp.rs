@@ -7,8 +7,6 @@
 //! ([`crate::KcpSegment::app_msg_id`]): their messages go to one group flow per server port,
 //! while each session keeps its own sn state (ACKs, HOL incidents).
 
-use std::collections::BTreeMap;
-
 use crate::capture::Dir;
 use crate::config::MatchMode;
 use crate::engine::Engine;
@@ -19,6 +17,7 @@ use crate::matcher::gaps::GapSel;
 use crate::matcher::{forced_mode, mix, server_port};
 use crate::message::{MsgId, SightArgs};
 use crate::paths::PathIdx;
+use crate::sent::SentQueue;
 
 /// Per-conversation KCP state.
 #[derive(Debug, Default)]
@@ -33,8 +32,8 @@ pub struct KcpState {
     pub una: u32,
     /// Latest window.
     pub wnd: u16,
-    /// Sent, not yet acknowledged: (up, path, sn) → (send time, message key).
-    pub unacked: BTreeMap<(bool, PathIdx, u32), (u64, u64)>,
+    /// Sent, not yet acknowledged: (up, path), sn → (send time, message key).
+    pub unacked: SentQueue<(bool, PathIdx), (u64, u64)>,
     /// Receiver in-order delivery, per direction (index: up as usize).
     pub rx: [GapTracker; 2],
     /// Newest KCP `ts` seen on data per direction (receiver-side retransmission heuristic).
@@ -201,7 +200,8 @@ impl Engine {
                     s.retransmissions += 1;
                 }
                 if pkt.dir == Dir::Out && !r.repeat && !r.late {
-                    s.unacked.insert((up, pkt.path, k.sn), (pkt.ts_ns, mkey));
+                    s.unacked
+                        .insert((up, pkt.path), u64::from(k.sn), (pkt.ts_ns, mkey));
                     while s.unacked.len() > max_unacked {
                         s.unacked.pop_first();
                         evicted += 1;
@@ -267,7 +267,7 @@ impl Engine {
     fn kcp_acked(&mut self, fr: FlowRef, data_up: bool, path: PathIdx, sn: u32, ts: u64) {
         let hit = match self.flows.get_mut(fr) {
             Some(f) => match &mut f.proto {
-                Proto::Kcp(s) => s.unacked.remove(&(data_up, path, sn)),
+                Proto::Kcp(s) => s.unacked.remove((data_up, path), u64::from(sn)),
                 _ => None,
             },
             None => None,
@@ -281,24 +281,16 @@ impl Engine {
     }
 
     fn kcp_una(&mut self, fr: FlowRef, data_up: bool, path: PathIdx, una: u32, ts: u64) {
-        let done: Vec<u64> = match self.flows.get_mut(fr) {
-            Some(f) => match &mut f.proto {
-                Proto::Kcp(s) => {
-                    let keys: Vec<(bool, PathIdx, u32)> = s
-                        .unacked
-                        .range((data_up, path, 0)..(data_up, path, una))
-                        .map(|(k, _)| *k)
-                        .collect();
-                    keys.iter()
-                        .filter_map(|k| s.unacked.remove(k).map(|v| v.1))
-                        .collect()
-                }
-                _ => Vec::new(),
-            },
-            None => Vec::new(),
-        };
+        let mut done = Vec::new();
+        if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+            s.unacked
+                .take_range((data_up, path), 0..u64::from(una), &mut done);
+        }
+        if done.is_empty() {
+            return;
+        }
         let mfr = self.kcp_message_flow(fr);
-        for mkey in done {
+        for (_, (_, mkey)) in done {
             if self.msgs.ack(mfr.uid, mkey, path, ts) {
                 self.maybe_complete(mfr, mkey);
             }

@@ -19,6 +19,7 @@ use crate::matcher::gaps::GapSel;
 use crate::matcher::{forced_mode, mix, server_port};
 use crate::message::{MsgId, SightArgs};
 use crate::paths::PathIdx;
+use crate::sent::SentQueue;
 
 /// Message ranges remembered per stream.
 const MAX_RANGES_PER_STREAM: usize = 4096;
@@ -47,8 +48,8 @@ pub struct QuicState {
     pub retransmitted_bytes: u64,
     /// (up, stream) → start → (end, message key).
     pub ranges: HashMap<(bool, u64), BTreeMap<u64, (u64, u64)>>,
-    /// (up, path id, pn) → what the packet carried.
-    pub unacked: BTreeMap<(bool, u64, u64), Unacked>,
+    /// (up, packet number space), pn → what the packet carried.
+    pub unacked: SentQueue<(bool, u64), Unacked>,
     /// (up, stream) → receive tracker and last delivery time.
     pub rx: HashMap<(bool, u64), (GapTracker, u64)>,
     /// In a group of per-path connections: (connection tag, up, stream) → the message its
@@ -376,7 +377,8 @@ impl Engine {
             if let Some(f) = self.flows.get_mut(fr) {
                 if let Proto::Quic(s) = &mut f.proto {
                     s.unacked.insert(
-                        (up, conn_tag ^ q.path_id, q.pn),
+                        (up, conn_tag ^ q.path_id),
+                        q.pn,
                         Unacked {
                             ts_ns: pkt.ts_ns,
                             path: pkt.path,
@@ -412,7 +414,7 @@ impl Engine {
         ts: u64,
         stream_mode: bool,
     ) {
-        let mut acked: Vec<Unacked> = Vec::new();
+        let mut taken: Vec<(u64, Unacked)> = Vec::new();
         let mut delays: Vec<u64> = Vec::new();
         if let Some(f) = self.flows.get_mut(fr) {
             if let Proto::Quic(s) = &mut f.proto {
@@ -422,22 +424,14 @@ impl Engine {
                             continue;
                         }
                         let space = conn_tag ^ a.path_id;
-                        let keys: Vec<(bool, u64, u64)> = s
-                            .unacked
-                            .range((data_up, space, lo)..=(data_up, space, hi))
-                            .map(|(k, _)| *k)
-                            .collect();
-                        for k in keys {
-                            if let Some(u) = s.unacked.remove(&k) {
-                                acked.push(u);
-                                delays.push(a.ack_delay_us);
-                            }
-                        }
+                        let before = taken.len();
+                        s.unacked.take_range((data_up, space), lo..=hi, &mut taken);
+                        delays.extend((before..taken.len()).map(|_| a.ack_delay_us));
                     }
                 }
             }
         }
-        for (u, delay_us) in acked.into_iter().zip(delays) {
+        for ((_, u), delay_us) in taken.into_iter().zip(delays) {
             let at = ts
                 .saturating_sub(delay_us.saturating_mul(1000))
                 .max(u.ts_ns);

@@ -22,7 +22,7 @@ pub fn meta(
 ) -> PacketMeta {
     PacketMeta {
         ts_ns: ts,
-        path: path.to_owned(),
+        path: path.into(),
         capture,
         src,
         dst,

@@ -1,0 +1,161 @@
+//! Packets sent and not yet acknowledged, per sender group (direction and path, or packet
+//! number space), ordered like a `BTreeMap<(group, sequence number), _>`. Sequence numbers
+//! mostly grow and acknowledgments mostly come in order, so each group is a sorted ring:
+//! appending a new packet and removing the oldest are O(1), with no node allocations.
+
+use std::collections::VecDeque;
+use std::ops::{Bound, RangeBounds};
+
+/// Past this many groups, groups with nothing waiting are dropped when a new one comes.
+const MAX_EMPTY_GROUPS: usize = 16;
+
+/// Unacknowledged packets by (group, sequence number).
+#[derive(Debug)]
+pub struct SentQueue<G, V> {
+    /// Sorted by group; each ring sorted by sequence number.
+    groups: Vec<(G, VecDeque<(u64, V)>)>,
+    len: usize,
+}
+
+impl<G, V> Default for SentQueue<G, V> {
+    fn default() -> Self {
+        Self {
+            groups: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<G: Ord + Copy, V> SentQueue<G, V> {
+    /// Packets waiting.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether none wait.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn ring(&mut self, g: G) -> Option<&mut VecDeque<(u64, V)>> {
+        let i = self.groups.binary_search_by(|x| x.0.cmp(&g)).ok()?;
+        self.groups.get_mut(i).map(|x| &mut x.1)
+    }
+
+    /// Adds (or replaces) the packet `seq` of group `g`.
+    pub fn insert(&mut self, g: G, seq: u64, v: V) -> Option<V> {
+        let gi = match self.groups.binary_search_by(|x| x.0.cmp(&g)) {
+            Ok(i) => i,
+            Err(_) => {
+                if self.groups.len() > MAX_EMPTY_GROUPS {
+                    self.groups.retain(|x| !x.1.is_empty());
+                }
+                let i = self.groups.partition_point(|x| x.0 < g);
+                self.groups.insert(i, (g, VecDeque::new()));
+                i
+            }
+        };
+        let ring = &mut self.groups[gi].1;
+        if ring.back().is_none_or(|b| b.0 < seq) {
+            ring.push_back((seq, v));
+            self.len += 1;
+            return None;
+        }
+        match ring.binary_search_by(|x| x.0.cmp(&seq)) {
+            Ok(i) => Some(std::mem::replace(&mut ring[i].1, v)),
+            Err(i) => {
+                ring.insert(i, (seq, v));
+                self.len += 1;
+                None
+            }
+        }
+    }
+
+    /// Removes the packet with the smallest (group, sequence number).
+    pub fn pop_first(&mut self) -> Option<(G, u64, V)> {
+        let (g, ring) = self.groups.iter_mut().find(|x| !x.1.is_empty())?;
+        let (seq, v) = ring.pop_front()?;
+        self.len -= 1;
+        Some((*g, seq, v))
+    }
+
+    /// Removes the packet `seq` of group `g`.
+    pub fn remove(&mut self, g: G, seq: u64) -> Option<V> {
+        let ring = self.ring(g)?;
+        let i = ring.binary_search_by(|x| x.0.cmp(&seq)).ok()?;
+        let (_, v) = ring.remove(i)?;
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// Removes the packets of group `g` whose sequence numbers are in `range`, in order,
+    /// appending them to `out`.
+    pub fn take_range(&mut self, g: G, range: impl RangeBounds<u64>, out: &mut Vec<(u64, V)>) {
+        let Some(ring) = self.ring(g) else {
+            return;
+        };
+        let start = match range.start_bound() {
+            Bound::Included(s) => ring.partition_point(|x| x.0 < *s),
+            Bound::Excluded(s) => ring.partition_point(|x| x.0 <= *s),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(e) => ring.partition_point(|x| x.0 <= *e),
+            Bound::Excluded(e) => ring.partition_point(|x| x.0 < *e),
+            Bound::Unbounded => ring.len(),
+        };
+        if start >= end {
+            return;
+        }
+        let before = out.len();
+        out.extend(ring.drain(start..end));
+        self.len -= out.len() - before;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// The queue behaves as the ordered map it replaces, whatever the order of operations.
+    #[test]
+    fn matches_an_ordered_map() {
+        let mut q: SentQueue<(bool, usize), u64> = SentQueue::default();
+        let mut m: BTreeMap<((bool, usize), u64), u64> = BTreeMap::new();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..20_000u64 {
+            let g = (next() % 2 == 0, (next() % 3) as usize);
+            let seq = i / 3 + next() % 8;
+            match next() % 5 {
+                0 | 1 => assert_eq!(q.insert(g, seq, i), m.insert((g, seq), i)),
+                2 => assert_eq!(q.remove(g, seq), m.remove(&(g, seq))),
+                3 => {
+                    let (lo, hi) = (seq.saturating_sub(6), seq);
+                    let mut got = Vec::new();
+                    q.take_range(g, lo..=hi, &mut got);
+                    let keys: Vec<_> = m.range((g, lo)..=(g, hi)).map(|(k, _)| *k).collect();
+                    let want: Vec<_> = keys
+                        .iter()
+                        .filter_map(|k| m.remove(k).map(|v| (k.1, v)))
+                        .collect();
+                    assert_eq!(got, want);
+                }
+                _ => {
+                    if q.len() > 40 {
+                        let want = m.pop_first().map(|((g, s), v)| (g, s, v));
+                        assert_eq!(q.pop_first(), want);
+                    }
+                }
+            }
+            assert_eq!(q.len(), m.len());
+        }
+    }
+}
