@@ -125,12 +125,13 @@ pub struct MeasuredTcp {
     pub max_rto_ms: f64,
     /// Data segments the T-Box's capture shows carrying only bytes sent before.
     pub wire_retransmits: u64,
-    /// Head-of-line stalls: a segment sent again holds the bytes behind it from its first
-    /// transmission to the gateway's ACK past it (overlapping stalls are one).
+    /// Head-of-line stall periods: a segment sent again holds the bytes behind it at the
+    /// receiver from its first transmission until a copy reaches the gateway (overlapping
+    /// holds are one period).
     pub hol_stalls: u64,
-    /// The longest of them, ms.
+    /// The longest hold of one segment, ms.
     pub longest_hol_stall_ms: Option<f64>,
-    /// All of them together, ms.
+    /// Time during which some segment held the stream, ms.
     pub total_hol_stall_ms: f64,
 }
 
@@ -172,7 +173,6 @@ pub struct Measured {
 /// The [`RunObserver`] that captures a lab run with tboxscope itself.
 pub struct LabCapture {
     pcap_dir: Option<PathBuf>,
-    tcp_probes: bool,
     live_feed: Option<SnapshotFeed>,
     live: Option<LiveCapture>,
     kernel: Option<KernelTcp>,
@@ -187,7 +187,6 @@ impl LabCapture {
     pub fn new(pcap_dir: Option<PathBuf>) -> Self {
         Self {
             pcap_dir,
-            tcp_probes: true,
             live_feed: None,
             live: None,
             kernel: None,
@@ -200,12 +199,6 @@ impl LabCapture {
     /// Also decodes the run as it goes and publishes snapshots to `feed` (the terminal UI).
     pub fn live(mut self, feed: SnapshotFeed) -> Self {
         self.live_feed = Some(feed);
-        self
-    }
-
-    /// Without the eBPF TCP probes (the TCP row then has no kernel figures).
-    pub fn without_tcp_probes(mut self) -> Self {
-        self.tcp_probes = false;
         self
     }
 
@@ -494,7 +487,7 @@ impl RunObserver for LabCapture {
         // The TCP baseline's socket, through the probes `tboxscope capture` uses: the
         // tracepoints are global, so the filter (its server port and address) and the
         // capture's own sockets pick the lab's connection out of the machine's TCP.
-        if let Some(port) = tcp_port(plan).filter(|_| self.tcp_probes) {
+        if let Some(port) = tcp_port(plan) {
             let filter = TcpFilter {
                 ports: vec![port],
                 hosts: vec![IpAddr::V4(PathId::A.gateway_addr())],
@@ -910,7 +903,7 @@ fn tcp_line(truth_stall_ms: f64, k: &MeasuredTcp) -> String {
     }
     format!(
         "kernel (eBPF): {} retransmissions ({} after timeouts, {} fast), RTO backoff up to level {} (RTO {:.0} ms); \
-         {} on the wire; {} HOL stalls, longest {} (truth: longest without delivery {truth_stall_ms:.0} ms)",
+         {} on the wire; HOL: {} stall periods, {:.0} ms in all, longest hold {} (truth: longest without delivery {truth_stall_ms:.0} ms)",
         k.retransmits,
         k.timeout_retransmits,
         k.fast_retransmits,
@@ -918,6 +911,7 @@ fn tcp_line(truth_stall_ms: f64, k: &MeasuredTcp) -> String {
         k.max_rto_ms,
         k.wire_retransmits,
         k.hol_stalls,
+        k.total_hol_stall_ms,
         k.longest_hol_stall_ms
             .map_or_else(|| "-".to_owned(), |l| format!("{l:.0} ms")),
     )

@@ -5,9 +5,10 @@
 //! each message is timed from the first capture of its first byte at the T-Box to the moment
 //! the gateway's capture has seen every one of its bytes (the first arrival on the wire).
 //!
-//! Head-of-line stalls, from the T-Box's capture: a segment the T-Box had to send again holds
-//! every byte behind it from its first transmission until the gateway's cumulative ACK passes
-//! it; overlapping stalls are one stall (an outage's backed-off retransmissions are one).
+//! Head-of-line stalls: a segment the T-Box had to send again holds every byte behind it at
+//! the receiver from its first transmission (T-Box capture) until a copy of it reaches the
+//! gateway (gateway capture). The longest such hold is the longest stall; holds that overlap
+//! make one stall period (an outage's backed-off retransmissions are one).
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -45,10 +46,8 @@ struct Conn {
     sent_at: Vec<u64>,
     /// Gateway data segments: (time, stream offset, length), in capture order.
     arrivals: Vec<(u64, usize, usize)>,
-    /// Retransmitted segments at the T-Box: (time, first stream offset).
-    resent: Vec<(u64, usize)>,
-    /// Cumulative ACKs from the gateway as the T-Box received them: (time, stream offset).
-    acks: Vec<(u64, usize)>,
+    /// First stream offsets of the segments the T-Box sent again.
+    resent: Vec<usize>,
     /// T-Box data segments whose bytes had all been sent before.
     retransmitted: u64,
     /// Bytes past [`MAX_STREAM`] or before the stream start.
@@ -75,11 +74,11 @@ pub struct StreamFigures {
     pub latency: Percentiles,
     /// T-Box data segments that carried only bytes sent before (retransmissions on the wire).
     pub retransmitted_segments: u64,
-    /// Head-of-line stalls (overlapping ones merged).
+    /// Head-of-line stall periods (overlapping holds merged).
     pub hol_stalls: u64,
-    /// The longest, ns.
+    /// The longest hold of one resent segment (first send → first arrival), ns.
     pub longest_hol_stall_ns: u64,
-    /// All together, ns.
+    /// Time during which some resent segment held the stream, ns.
     pub total_hol_stall_ns: u64,
     /// Why the framing stopped early, if it did.
     pub framing_problem: Option<String>,
@@ -101,18 +100,6 @@ impl TcpMessages {
 
     /// Takes one captured segment (client → server data only; the rest is ignored).
     pub fn segment(&mut self, end: End, ts_ns: u64, seg: &TcpSegmentView<'_>) {
-        if seg.src.port() == self.port && end == End::Tbox && seg.ack_flag {
-            // The gateway's ACK, as the T-Box received it.
-            if let Some(conn) = self.conns.get_mut(&(seg.dst, seg.src)) {
-                if let Some(base) = conn.base {
-                    let rel = seg.ack.wrapping_sub(base) as i32;
-                    if let Ok(rel) = usize::try_from(rel) {
-                        conn.acks.push((ts_ns, rel));
-                    }
-                }
-            }
-            return;
-        }
         if seg.dst.port() != self.port {
             return;
         }
@@ -157,8 +144,8 @@ impl TcpMessages {
                 if !new {
                     conn.retransmitted += 1;
                 }
-                if conn.have[range.start] && conn.sent_at[range.start] < ts_ns {
-                    conn.resent.push((ts_ns, range.start));
+                if conn.sent_at[range.start] < ts_ns && conn.resent.len() < MAX_STREAM / 64 {
+                    conn.resent.push(range.start);
                 }
             }
             End::Gateway => conn.arrivals.push((ts_ns, range.start, range.len())),
@@ -209,6 +196,9 @@ impl Conn {
         let mut missing: Vec<usize> = messages.iter().map(|m| m.1).collect();
         let mut arrived: Vec<Option<u64>> = vec![None; messages.len()];
         let mut got = vec![false; self.stream.len()];
+        // First arrival of each resent segment's first byte.
+        let mut resent: HashMap<usize, Option<u64>> =
+            self.resent.iter().map(|s| (*s, None)).collect();
         let mut order: Vec<&(u64, usize, usize)> = self.arrivals.iter().collect();
         order.sort_by_key(|a| a.0);
         for &&(ts, start, len) in &order {
@@ -222,6 +212,9 @@ impl Conn {
                     continue;
                 }
                 *g = true;
+                if let Some(slot @ None) = resent.get_mut(&i) {
+                    *slot = Some(ts);
+                }
                 while m < messages.len() && messages[m].0 + messages[m].1 <= i {
                     m += 1;
                 }
@@ -244,52 +237,41 @@ impl Conn {
             delivered += 1;
             hist.record(arrival.saturating_sub(sent) / 1_000);
         }
-        let stalls = self.stalls();
+        // A segment that never arrived holds the stream until the last capture.
+        let last = order.last().map_or(0, |a| a.0);
+        let holds: Vec<(u64, u64)> = resent
+            .iter()
+            .filter_map(|(start, arrived)| {
+                let first = *self.sent_at.get(*start)?;
+                Some((first, arrived.unwrap_or(last).max(first)))
+            })
+            .collect();
+        let periods = merge(holds.clone());
         StreamFigures {
             connection: None,
             messages: messages.len() as u64,
             delivered,
             latency: hist.percentiles(),
             retransmitted_segments: self.retransmitted,
-            hol_stalls: stalls.len() as u64,
-            longest_hol_stall_ns: stalls.iter().map(|s| s.1 - s.0).max().unwrap_or(0),
-            total_hol_stall_ns: stalls.iter().map(|s| s.1 - s.0).sum(),
+            hol_stalls: periods.len() as u64,
+            longest_hol_stall_ns: holds.iter().map(|s| s.1 - s.0).max().unwrap_or(0),
+            total_hol_stall_ns: periods.iter().map(|s| s.1 - s.0).sum(),
             framing_problem: problem,
         }
     }
+}
 
-    /// Stall intervals (start, end ns): each retransmitted byte from its first transmission to
-    /// the first ACK past it (the run's end when none came), overlapping ones merged.
-    fn stalls(&self) -> Vec<(u64, u64)> {
-        // Cumulative ACKs only grow; a reordered older one changes nothing.
-        let mut acks = self.acks.clone();
-        acks.sort_by_key(|a| a.0);
-        let mut high = 0;
-        for a in &mut acks {
-            high = high.max(a.1);
-            a.1 = high;
+/// Intervals (start, end) merged where they overlap, in time order.
+fn merge(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    spans.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in spans {
+        match merged.last_mut() {
+            Some(m) if a <= m.1 => m.1 = m.1.max(b),
+            _ => merged.push((a, b)),
         }
-        let last = acks.last().map_or(0, |a| a.0);
-        let mut spans: Vec<(u64, u64)> = self
-            .resent
-            .iter()
-            .filter_map(|&(resent_at, start)| {
-                let first = *self.sent_at.get(start)?;
-                let i = acks.partition_point(|a| a.1 <= start);
-                let end = acks.get(i).map_or(last.max(resent_at), |a| a.0);
-                Some((first, end.max(first)))
-            })
-            .collect();
-        spans.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::new();
-        for (a, b) in spans {
-            match merged.last_mut() {
-                Some(m) if a <= m.1 => m.1 = m.1.max(b),
-                _ => merged.push((a, b)),
-            }
-        }
-        merged
     }
+    merged
 }
 
 #[cfg(test)]
@@ -330,20 +312,14 @@ mod tests {
         t.segment(End::Gateway, 42_000_000, &seg(1100, false, &b));
         t.segment(End::Tbox, 200_000_000, &seg(1000, false, &a));
         t.segment(End::Gateway, 240_000_000, &seg(1000, false, &a));
-        // The gateway's cumulative ACKs: message 1 alone (dup ACK for 1000), then both.
-        let mut ack = |ts, n| {
-            let mut s = seg(7001, false, &[]);
-            (s.src, s.dst, s.ack) = (s.dst, s.src, n);
-            t.segment(End::Tbox, ts, &s);
-        };
-        ack(82_000_000, 1000);
-        ack(280_000_000, 1200);
         let f = t.figures();
         assert_eq!((f.messages, f.delivered), (2, 2));
         assert_eq!(f.retransmitted_segments, 1);
-        // Message 0 held everything from its first send (1 ms) to the ACK past it (280 ms).
+        // Message 0 held everything behind it from its first send (1 ms) to its arrival at
+        // the gateway (240 ms).
         assert_eq!(f.hol_stalls, 1);
-        assert_eq!(f.longest_hol_stall_ns, 279_000_000);
+        assert_eq!(f.longest_hol_stall_ns, 239_000_000);
+        assert_eq!(f.total_hol_stall_ns, 239_000_000);
         assert_eq!(f.latency.min_us, 40_000);
         assert_eq!(f.latency.max_us, 239_000);
         assert!(f.framing_problem.is_none());
