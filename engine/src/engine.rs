@@ -597,10 +597,10 @@ impl Engine {
         }
         let flow_name = self.cfg.emit_messages.then(|| flow.key.name());
         // Per path: latency samples, expected/missing, outage attribution.
-        for p in 0..64usize {
-            if mask & (1 << p) == 0 {
-                continue;
-            }
+        let mut paths_left = mask;
+        while paths_left != 0 {
+            let p = paths_left.trailing_zeros() as usize;
+            paths_left &= paths_left - 1;
             let copy = copies.iter().find(|c| c.path == p);
             let got = carried & (1 << p) != 0;
             if let Some(ps) = self.paths.get_mut(p) {

@@ -308,8 +308,9 @@ const MAX_SPARE: usize = 256;
 enum Entry {
     /// Open, in this slot.
     Open(u32),
-    /// Closed in this generation of closures (remembered for two generations).
-    Closed(u64),
+    /// Closed in this generation of closures (remembered for two generations; counted
+    /// modulo 2^32, which keeps the index's entries small).
+    Closed(u32),
 }
 
 /// A slot of the store: the open message (if any) and the stamp of its opening, which tells
@@ -337,7 +338,7 @@ pub struct MessageStore {
     index: FastMap<(u64, u64), Entry>,
     expiry: VecDeque<Due>,
     // Closed keys stay in `index` for two generations of `max_open` closures each.
-    generation: u64,
+    generation: u32,
     in_generation: usize,
     open: usize,
     stamps: u64,
@@ -390,7 +391,7 @@ impl MessageStore {
         let entry = self.index.entry(k);
         let slot = match &entry {
             MapEntry::Occupied(e) => match *e.get() {
-                Entry::Closed(g) if g.saturating_add(1) >= generation => {
+                Entry::Closed(g) if generation.wrapping_sub(g) <= 1 => {
                     self.late += 1;
                     r.late = true;
                     return r;
@@ -541,11 +542,11 @@ impl MessageStore {
     pub fn take(&mut self, flow_uid: u64, key: u64) -> Option<OpenMessage> {
         if self.in_generation >= self.max_open {
             // A new generation of closures: forget the keys of the one before the previous.
-            self.generation += 1;
+            self.generation = self.generation.wrapping_add(1);
             self.in_generation = 0;
             let keep = self.generation;
             self.index.retain(|_, e| match e {
-                Entry::Closed(g) => g.saturating_add(1) >= keep,
+                Entry::Closed(g) => keep.wrapping_sub(*g) <= 1,
                 Entry::Open(_) => true,
             });
         }
