@@ -595,7 +595,7 @@ impl Engine {
         if delivered {
             flow.delivered_any = true;
         }
-        let flow_name = self.cfg.emit_messages.then(|| flow.key.name());
+        let flow_name = self.cfg.emit_messages.then(|| flow.name().to_owned());
         // Per path: latency samples, expected/missing, outage attribution.
         let mut paths_left = mask;
         while paths_left != 0 {

@@ -169,9 +169,16 @@ pub struct Flow {
     pub delivered_any: bool,
     /// Protocol state.
     pub proto: Proto,
+    /// The key's name, made once (it names every message record of the flow).
+    name: Option<String>,
 }
 
 impl Flow {
+    /// The flow's name ([`FlowKey::name`]).
+    pub fn name(&mut self) -> &str {
+        self.name.get_or_insert_with(|| self.key.name())
+    }
+
     /// Counters for `path`, created on first use.
     pub fn path_counters(&mut self, path: PathIdx) -> &mut PathCounters {
         let pos = match self.per_path.iter().position(|c| c.path == path) {
@@ -275,6 +282,7 @@ impl FlowTable {
             incidents: 0,
             delivered_any: false,
             proto: proto(),
+            name: None,
         };
         let slot = match self.free.pop() {
             Some(s) => {
