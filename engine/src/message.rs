@@ -608,20 +608,21 @@ impl MessageStore {
         None
     }
 
-    /// Every open message, for the end of the run.
+    /// Every open message, for the end of the run, oldest first.
     pub fn drain_all(&mut self) -> Vec<OpenMessage> {
         self.expiry.clear();
-        let mut v: Vec<OpenMessage> = Vec::with_capacity(self.open);
+        let mut v: Vec<(u64, OpenMessage)> = Vec::with_capacity(self.open);
         for (i, s) in self.slots.iter_mut().enumerate() {
             if let Some(m) = s.msg.take() {
-                v.push(m);
+                v.push((s.stamp, m));
                 self.free.push(u32::try_from(i).unwrap_or(u32::MAX));
             }
         }
         self.index.retain(|_, e| matches!(e, Entry::Closed(_)));
         self.open = 0;
-        v.sort_by_key(|m| m.first_ns);
-        v
+        // First seen first; messages first seen at the same time in the order they opened.
+        v.sort_by_key(|(stamp, m)| (m.first_ns, *stamp));
+        v.into_iter().map(|(_, m)| m).collect()
     }
 
     fn open_messages(&self) -> impl Iterator<Item = &OpenMessage> {
