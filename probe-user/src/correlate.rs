@@ -66,8 +66,8 @@ impl Correlator {
         self.engine.handle(Observation::Capture(point));
     }
 
-    /// The shared copy of path label `path`.
-    fn label(&mut self, path: &str) -> Arc<str> {
+    /// The shared copy of path label `path` (no allocation once the label is known).
+    pub fn label(&mut self, path: &str) -> Arc<str> {
         if let Some(l) = self.labels.iter().find(|l| ***l == *path) {
             return Arc::clone(l);
         }

@@ -89,7 +89,7 @@ impl EngineFeed {
         let segment = TcpSegment {
             meta: PacketMeta {
                 ts_ns: p.ts_ns,
-                path: label.into(),
+                path: self.correlator.label(label),
                 capture,
                 src: seg.src,
                 dst: seg.dst,

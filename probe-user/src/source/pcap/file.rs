@@ -295,8 +295,8 @@ impl FileReading {
     fn resolve(self, file: &File) -> Self {
         match self {
             Self::Auto => {
-                let small = file.metadata().map_or(true, |m| m.len() <= SMALL_FILE);
-                if small || page_cache_share(file).is_some_and(|share| share >= 0.9) {
+                let len = file.metadata().map_or(0, |m| m.len());
+                if len <= SMALL_FILE || page_cache_share(file, len).is_some_and(|s| s >= 0.9) {
                     Self::SameThread
                 } else {
                     Self::ReadAhead
@@ -307,11 +307,11 @@ impl FileReading {
     }
 }
 
-/// The share of `file`'s pages that are in the page cache (`mincore` on a read-only mapping);
-/// `None` when it cannot be told (empty file, mapping refused).
-fn page_cache_share(file: &File) -> Option<f64> {
+/// The share of the pages of `file` (`len` bytes) that are in the page cache (`mincore` on a
+/// read-only mapping); `None` when it cannot be told (empty file, mapping refused).
+fn page_cache_share(file: &File, len: u64) -> Option<f64> {
     use std::os::fd::AsRawFd;
-    let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+    let len = usize::try_from(len).ok()?;
     if len == 0 {
         return None;
     }
@@ -1059,13 +1059,13 @@ mod tests {
         }
         f.sync_all().unwrap();
         let f = File::open(&path).unwrap();
-        assert!(page_cache_share(&f).unwrap() > 0.9);
+        assert!(page_cache_share(&f, f.metadata().unwrap().len()).unwrap() > 0.9);
         assert_eq!(FileReading::Auto.resolve(&f), FileReading::SameThread);
         // ...and once its clean pages are dropped it must come from disk.
         // SAFETY: plain advice on an open descriptor.
         let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(rc, 0);
-        let share = page_cache_share(&f).unwrap();
+        let share = page_cache_share(&f, f.metadata().unwrap().len()).unwrap();
         if share < 0.9 {
             assert_eq!(FileReading::Auto.resolve(&f), FileReading::ReadAhead);
         } else {
