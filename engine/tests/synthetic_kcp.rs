@@ -243,3 +243,82 @@ fn kcp_sn_gap_at_receiver_is_one_hol_incident() {
     assert_eq!(snap.incidents_total, 1);
     assert_eq!(snap.incidents[0].missing, "sn 40");
 }
+
+/// One T-Box path seen alone: 30 PUSH segments, acknowledged in batches of three by ACK
+/// datagrams that name the two newest segments and leave the oldest to `una` (as ikcp may).
+fn one_path_acked_by_una(declare_second_path: bool) -> (Engine, Vec<(u64, u64)>) {
+    let mut obs = vec![capture(0, "t-eth0", "eth0", Host::Tbox, None)];
+    if declare_second_path {
+        obs.push(capture(1, "t-eth1", "eth1", Host::Tbox, None));
+    }
+    let (tbox, gw) = ("10.0.0.2:40000", "192.0.2.1:4000");
+    let base = T0 + 1_000_000_000;
+    // (send, acknowledgment) per sn.
+    let mut truth = Vec::new();
+    for sn in 0..30u32 {
+        let sent = base + u64::from(sn) * GAP;
+        let kts = (sent / 1_000_000) as u32;
+        obs.push(seg(sent, "eth0", 0, tbox, gw, KcpCmd::Push, sn, kts, 500));
+        truth.push((sent, 0));
+        if sn % 3 == 2 {
+            let acked = sent + 40_000_000;
+            for (i, a) in [sn - 1, sn].into_iter().enumerate() {
+                let mut o = seg(acked, "eth0", 0, gw, tbox, KcpCmd::Ack, a, kts, 0);
+                if let Observation::Kcp(k) = &mut o {
+                    k.una = sn + 1;
+                    k.ts = (truth[a as usize].0 / 1_000_000) as u32;
+                }
+                obs.push(o);
+                if i == 0 {
+                    // una reaches the oldest of the three with the first ACK segment.
+                    truth[(sn - 2) as usize].1 = acked;
+                }
+                truth[a as usize].1 = acked;
+            }
+        }
+    }
+    let mut e = Engine::new(Config::default());
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    (e, truth)
+}
+
+#[test]
+fn una_fills_the_receiver_gap_and_single_path_runs_close_messages_when_acknowledged() {
+    let (mut e, truth) = one_path_acked_by_una(false);
+    let records: Vec<Record> = e.drain_records().collect();
+    // No HOL incident: una says the receiver holds the segments the ACKs do not name.
+    assert!(
+        !records.iter().any(|r| matches!(r, Record::HolIncident(_))),
+        "{records:?}"
+    );
+    // The run has one path: each message closed when acknowledged, long before the message
+    // timeout (the last acknowledgment is 0.6 s after the first send), with its exact RTT.
+    let msgs: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Message(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(msgs.len(), truth.len(), "{msgs:?}");
+    for m in msgs {
+        let sn: usize = m.id.trim_start_matches("up sn ").parse().unwrap();
+        let (sent, acked) = truth[sn];
+        assert_eq!(m.latency_kind, LatencyKind::AckRtt);
+        assert_eq!(m.latency_us, Some((acked - sent) / 1000), "{m:?}");
+        assert!(!m.evicted);
+    }
+}
+
+#[test]
+fn with_a_second_path_in_the_run_single_path_messages_wait_for_it() {
+    let (mut e, _) = one_path_acked_by_una(true);
+    // The other path may still carry copies: nothing closes before the message timeout.
+    let records: Vec<Record> = e.drain_records().collect();
+    assert!(
+        !records.iter().any(|r| matches!(r, Record::Message(_))),
+        "{records:?}"
+    );
+}

@@ -281,6 +281,20 @@ impl Engine {
     }
 
     fn kcp_una(&mut self, fr: FlowRef, data_up: bool, path: PathIdx, una: u32, ts: u64) {
+        // The receiver holds every sn below una in order: that fills any gap there (an ACK
+        // datagram may name only its newest segments and leave the older ones to una).
+        if una > 0 {
+            self.gap_deliver(
+                fr,
+                GapSel::Kcp { up: data_up },
+                0,
+                u64::from(una),
+                0,
+                false,
+                path,
+                ts,
+            );
+        }
         let mut done = Vec::new();
         if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
             s.unacked
