@@ -497,10 +497,13 @@ impl Engine {
     /// Closes the message now if every path of its flow has a finished copy.
     pub(crate) fn maybe_complete(&mut self, flow: FlowRef, key: u64) {
         let mask = match self.flows.get_mut(flow) {
-            // A flow seen on one path so far may still show its second path: while it is
-            // younger than the message timeout, its messages wait (they close by timeout).
+            // A flow seen on one path so far may still show its second path, if the run has
+            // another: while it is younger than the message timeout, its messages wait (they
+            // close by timeout). With a single path (one capture, or both ends of one path)
+            // there is none to wait for.
             Some(f)
                 if f.paths_mask.count_ones() < 2
+                    && self.paths.live_count() >= 2
                     && self.now.saturating_sub(f.first_ns) < self.cfg.message_timeout_ns =>
             {
                 return

@@ -111,6 +111,8 @@ pub struct PathTable {
     history: usize,
     /// Observations refused because there were already [`MAX_PATHS`] labels.
     pub refused: u64,
+    /// Paths that are not aliases.
+    live: usize,
 }
 
 impl PathTable {
@@ -136,6 +138,7 @@ impl PathTable {
                 self.paths
                     .push(PathState::new(label, self.max_latency_us, self.history));
                 self.by_label.insert(label.to_owned(), i);
+                self.live += 1;
                 i
             }
         };
@@ -190,7 +193,14 @@ impl PathTable {
         {
             t.unanswered_since_ns = None;
         }
-        self.paths[alias].alias_of = Some(target);
+        if self.paths[alias].alias_of.replace(target).is_none() {
+            self.live -= 1;
+        }
+    }
+
+    /// How many paths are not aliases.
+    pub fn live_count(&self) -> usize {
+        self.live
     }
 
     /// The paths that are not aliases, mutably.

@@ -19,6 +19,9 @@ pub struct Record<'a> {
     pub frame: u64,
     /// The path label.
     pub path: &'a str,
+    /// Every path label known so far: each file's interfaces as read up to its next packet
+    /// (with several files, all of them before the first record).
+    pub paths: &'a [String],
     /// The frame's captured bytes (link header first).
     pub data: &'a [u8],
     /// The decoded content.
@@ -188,6 +191,7 @@ impl Analyzer {
                         file: &name,
                         frame,
                         path: &self.paths[path_id],
+                        paths: &self.paths,
                         data: &data,
                         packet,
                     })?;
@@ -201,6 +205,7 @@ impl Analyzer {
                         file: &name,
                         frame,
                         path: &self.paths[path_id],
+                        paths: &self.paths,
                         data,
                         packet,
                     })?;
@@ -344,6 +349,7 @@ impl Analyzer {
                         file: &f.name,
                         frame: p.frame,
                         path: &self.paths[path_id],
+                        paths: &self.paths,
                         data: &f.data,
                         packet,
                     })?;

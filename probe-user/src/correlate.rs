@@ -32,6 +32,8 @@ pub struct Correlator {
     labels: Vec<Arc<str>>,
     /// QUIC connection number → its label, one shared copy each.
     quic_labels: HashMap<u64, Arc<str>>,
+    /// Path labels announced by [`Correlator::expect_paths`], declared with the next packet.
+    expected: Vec<String>,
 }
 
 impl Correlator {
@@ -42,6 +44,7 @@ impl Correlator {
             captures: Vec::new(),
             labels: Vec::new(),
             quic_labels: HashMap::new(),
+            expected: Vec::new(),
         }
     }
 
@@ -66,6 +69,19 @@ impl Correlator {
         self.engine.handle(Observation::Capture(point));
     }
 
+    /// Path labels the input will carry (every file's interfaces, every live interface), so
+    /// that the engine knows from the first packet on that a flow may show a second path;
+    /// declared with the next packet's time.
+    pub fn expect_paths<S: AsRef<str>>(&mut self, labels: &[S]) {
+        for l in labels {
+            let l = l.as_ref();
+            let known = self.captures.iter().any(|(c, _)| **c == *l);
+            if !known && !self.expected.iter().any(|e| e == l) {
+                self.expected.push(l.to_owned());
+            }
+        }
+    }
+
     /// The shared copy of path label `path` (no allocation once the label is known).
     pub fn label(&mut self, path: &str) -> Arc<str> {
         if let Some(l) = self.labels.iter().find(|l| ***l == *path) {
@@ -87,8 +103,26 @@ impl Correlator {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) {
+        let obs = self.observation(path, frame_len, first_in_frame, packet);
+        self.engine.handle(obs);
+    }
+
+    /// What [`Correlator::observe`] hands the engine, without handing it (capture points are
+    /// declared to the engine as they are met).
+    pub fn observation(
+        &mut self,
+        path: &str,
+        frame_len: u32,
+        first_in_frame: bool,
+        packet: &DecodedPacket,
+    ) -> Observation {
+        if !self.expected.is_empty() {
+            for l in std::mem::take(&mut self.expected) {
+                self.capture_id(&l, packet.ts_ns);
+            }
+        }
         let capture = self.capture_id(path, packet.ts_ns);
-        self.observe_capture(capture, path, frame_len, first_in_frame, packet);
+        self.capture_observation(capture, path, frame_len, first_in_frame, packet)
     }
 
     /// Feeds one decoded unit seen by capture `capture` (declared with [`Correlator::declare`]),
@@ -102,6 +136,18 @@ impl Correlator {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) {
+        let obs = self.capture_observation(capture, path, frame_len, first_in_frame, packet);
+        self.engine.handle(obs);
+    }
+
+    fn capture_observation(
+        &mut self,
+        capture: CaptureId,
+        path: &str,
+        frame_len: u32,
+        first_in_frame: bool,
+        packet: &DecodedPacket,
+    ) -> Observation {
         let meta = PacketMeta {
             ts_ns: packet.ts_ns,
             path: self.label(path),
@@ -111,7 +157,7 @@ impl Correlator {
             wire_len: if first_in_frame { frame_len } else { 0 },
         };
         let quic_labels = &mut self.quic_labels;
-        let obs = observation_labeled(meta, packet, &mut |p| match p.connection {
+        observation_labeled(meta, packet, &mut |p| match p.connection {
             Some(n) => {
                 if quic_labels.len() >= MAX_QUIC_LABELS && !quic_labels.contains_key(&n) {
                     quic_labels.clear();
@@ -123,8 +169,7 @@ impl Correlator {
                 )
             }
             None => quic_conn_label(p),
-        });
-        self.engine.handle(obs);
+        })
     }
 
     fn capture_id(&mut self, path: &str, ts_ns: u64) -> CaptureId {
@@ -152,18 +197,30 @@ impl Correlator {
 pub struct FrameFeed {
     last_frame: Option<(usize, u64)>,
     last_ts: u64,
+    /// Path labels of the analyzer already announced to the correlator.
+    paths_known: usize,
 }
 
 impl FrameFeed {
     /// Feeds one record.
     pub fn observe(&mut self, correlator: &mut Correlator, r: &Record<'_>) {
+        let obs = self.observation(correlator, r);
+        correlator.engine_mut().handle(obs);
+    }
+
+    /// What [`FrameFeed::observe`] hands the engine, without handing it.
+    pub fn observation(&mut self, correlator: &mut Correlator, r: &Record<'_>) -> Observation {
         // Records of one frame come together; the file name's address tells files apart.
         let key = (r.file.as_ptr() as usize, r.frame);
         let first = self.last_frame != Some(key);
         self.last_frame = Some(key);
         self.last_ts = self.last_ts.max(r.packet.ts_ns);
         let frame_len = u32::try_from(r.data.len()).unwrap_or(u32::MAX);
-        correlator.observe(r.path, frame_len, first, r.packet);
+        if r.paths.len() > self.paths_known {
+            correlator.expect_paths(&r.paths[self.paths_known..]);
+            self.paths_known = r.paths.len();
+        }
+        correlator.observation(r.path, frame_len, first, r.packet)
     }
 
     /// The newest packet time fed (Unix epoch ns; 0 before the first).

@@ -134,6 +134,8 @@ fn capture_loop(
         keylog,
         labels.len(),
     );
+    // Every interface is a path from the first packet on, also one that stays silent.
+    engine.correlator_mut().expect_paths(&labels);
     let mut next_publish = Instant::now();
     let packets = capture.events().clone();
     while !stop.load(Ordering::Relaxed) {
