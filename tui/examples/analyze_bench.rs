@@ -25,7 +25,8 @@
 //! captures and `decode FILE [--keylog K]` only decodes (for `perf record`); `decode FILE
 //! --engine [--rounds R]` measures the correlation engine on top of decoding in the same run
 //! (the issue's ≤ 30 % goal), `decode FILE --engine-only [--messages]` runs decode + engine
-//! alone (for `perf record`).
+//! alone (for `perf record`), `decode FILE --engine-alone` times the engine alone on the file's
+//! observations decoded beforehand.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../probe-user/tests/pcap_common/netns.rs"]
@@ -155,27 +156,37 @@ fn kcp(conv: u32, cmd: u8, frg: u8, ts: u32, sn: u32, una: u32, payload_len: usi
     v
 }
 
-/// Writes a classic pcap of `n` KCP frames; returns its size in bytes.
+/// Writes a classic pcap of `n` KCP frames as one end of four raw-ikcp conversations shows
+/// them; returns its size in bytes. Of every 4 frames, 3 are client → server PUSH of 512–1376
+/// bytes (the conversations take turns) and 1 is a server → client datagram of two ACKs, as
+/// ikcp batches them: for each conversation in turn, its two newest segments (sn and ts
+/// echoed) with una past them, which also acknowledges the one before.
 fn write_kcp_capture(path: &Path, n: u64) -> u64 {
     let mut w = PcapWriter::create(path);
     let sizes = [512usize, 1024, 1376, 1376, 700];
-    let mut sn = [0u32; 4];
+    // Per conversation: the next sn to send.
+    let mut next_sn = [0u32; 4];
+    let mut pushes = 0u64;
     for i in 0..n {
-        let conv = (i % 4) as u32;
         let ts_ms = (i / 100) as u32;
-        let payload = if i % 4 == 3 {
-            // Two ACKs in one datagram, as ikcp batches them.
-            let s = sn[conv as usize];
-            let mut p = kcp(conv, 82, 0, ts_ms, s.saturating_sub(2), s, 0);
-            p.extend(kcp(conv, 82, 0, ts_ms, s.saturating_sub(1), s, 0));
-            p
+        let client = |conv: u32| SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40000 + conv as u16);
+        let server = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 4000);
+        let (src, dst, payload) = if i % 4 == 3 {
+            let conv = ((i / 4) % 4) as u32;
+            let s = next_sn[conv as usize];
+            // The segments went out within the last few frames (≤ 1 ms before).
+            let sent_ms = ts_ms.saturating_sub(1);
+            let mut p = kcp(conv, 82, 0, sent_ms, s.saturating_sub(2), s, 0);
+            p.extend(kcp(conv, 82, 0, sent_ms, s.saturating_sub(1), s, 0));
+            (server, client(conv), p)
         } else {
-            let s = &mut sn[conv as usize];
-            *s += 1;
-            kcp(conv, 81, 0, ts_ms, *s, 0, sizes[(i % 5) as usize])
+            let conv = (pushes % 4) as u32;
+            pushes += 1;
+            let sn = &mut next_sn[conv as usize];
+            let p = kcp(conv, 81, 0, ts_ms, *sn, 0, sizes[(i % 5) as usize]);
+            *sn += 1;
+            (client(conv), server, p)
         };
-        let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40000 + conv as u16);
-        let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 4000);
         w.packet(
             1_700_000_000_000_000u64 + i * 10,
             &frame(src, dst, &payload),
@@ -476,6 +487,38 @@ fn decode_with_engine(file: &Path, config: &DissectConfig, messages: bool) -> (f
     )
 }
 
+/// The engine alone: decodes `file` into the engine's observations (kept in memory), then
+/// times handing them to the engine (as the text report runs it) and finishing; returns
+/// (wall s, CPU s).
+fn engine_alone(file: &Path, config: &DissectConfig) -> (f64, f64) {
+    let mut analyzer = Analyzer::new(config.clone());
+    let mut correlator = Correlator::new(EngineConfig {
+        emit_messages: false,
+        ..EngineConfig::default()
+    });
+    let mut feed = FrameFeed::default();
+    let mut observations = Vec::new();
+    analyzer
+        .run_file(file, &mut |r| {
+            observations.push(feed.observation(&mut correlator, &r));
+            Ok::<(), ()>(())
+        })
+        .unwrap()
+        .unwrap();
+    let (t, cpu0) = (Instant::now(), thread_cpu_ns());
+    let engine = correlator.engine_mut();
+    for o in observations {
+        engine.handle(o);
+        engine.drain_records().for_each(drop);
+    }
+    let summary = engine.finish(feed.last_ts());
+    std::hint::black_box(summary);
+    (
+        t.elapsed().as_secs_f64(),
+        (thread_cpu_ns() - cpu0) as f64 / 1e9,
+    )
+}
+
 /// The engine's cost on top of decoding, measured in the same run: `rounds` rounds, each
 /// decoding alone, then with the engine as the text report runs it, then with `message`
 /// records (as `--json`); best of the rounds for each, by wall and by the thread's CPU time.
@@ -538,6 +581,13 @@ fn decode_only(args: &[String]) {
     let rounds = arg(args, "--rounds", 3);
     if args.iter().any(|a| a == "--engine") {
         engine_overhead(&file, &config, rounds);
+        return;
+    }
+    if args.iter().any(|a| a == "--engine-alone") {
+        for _ in 0..rounds {
+            let (wall, cpu) = engine_alone(&file, &config);
+            println!("engine alone: {wall:.3} s ({cpu:.3} s CPU)");
+        }
         return;
     }
     if args.iter().any(|a| a == "--engine-only") {

@@ -178,15 +178,25 @@ pub fn v1_keys(secret: &[u8]) -> PacketKeys {
 }
 
 /// The benches' 1-RTT traffic after the RFC 9001 Initials, protected under [`rfc9001_keylog`]'s
-/// secrets: 55 % full-size STREAM data client → server (1200 B), 35 % ACK-only server → client
-/// (zero-length DCID, ~40 B), 10 % ACK + two STREAM frames client → server (~300 B).
+/// secrets, as a real exchange carries it: 55 % full-size STREAM data client → server (1200 B,
+/// stream 4), 35 % ACK-only server → client (zero-length DCID, ~40 B) acknowledging every client
+/// packet sent since the previous one, 10 % client ACK + two STREAM frames (~300 B, streams 8 and
+/// 12); every stream's offsets are contiguous.
 pub struct OneRttMix {
     client: PacketKeys,
     server: PacketKeys,
     client_pn: u64,
     server_pn: u64,
-    offset: u64,
+    /// First client packet number the server has not acknowledged yet.
+    client_unacked: u64,
+    /// Next offset of streams 4, 8 and 12.
+    offsets: [u64; 3],
 }
+
+/// Positions (of 20) of the server's ACK-only packets and of the client's ACK + two STREAM
+/// frames; the other 11 are full-size STREAM data.
+const SERVER_ACKS: [u64; 7] = [2, 5, 8, 11, 14, 17, 19];
+const CLIENT_MIXED: [u64; 2] = [9, 18];
 
 impl OneRttMix {
     /// The mix before its first packet.
@@ -196,19 +206,33 @@ impl OneRttMix {
             server: v1_keys(&[0x22; 32]),
             client_pn: 0,
             server_pn: 0,
-            offset: 0,
+            client_unacked: 0,
+            offsets: [0; 3],
         }
+    }
+
+    fn stream(&mut self, f: &mut Vec<u8>, which: usize, len: u64, byte: u8) {
+        f.push(0x0e);
+        encode_varint([4u64, 8, 12][which], f);
+        encode_varint(self.offsets[which], f);
+        encode_varint(len, f);
+        f.extend(std::iter::repeat_n(byte, len as usize));
+        self.offsets[which] += len;
     }
 
     /// The packet at position `i` of the mix, and whether the client sends it.
     pub fn packet(&mut self, i: u64) -> (bool, Vec<u8>) {
         let kind = i % 20;
         let mut f = Vec::new();
-        if (11..18).contains(&kind) {
+        if SERVER_ACKS.contains(&kind) {
+            // Every client packet since the previous ACK (the last one again when none).
+            let largest = self.client_pn.saturating_sub(1);
             f.push(0x02);
-            encode_varint(self.client_pn.saturating_sub(1), &mut f);
-            f.extend([0x19, 0x01, 0x00, 0x02]); // delay, 1 range, first range, gap
-            f.push(0x03);
+            encode_varint(largest, &mut f);
+            f.push(0x01); // ack delay: 8 µs at the default exponent
+            f.push(0x00); // no further ranges
+            encode_varint(largest - self.client_unacked.min(largest), &mut f);
+            self.client_unacked = self.client_pn;
             let p = seal_short(
                 &self.server,
                 &self.server,
@@ -222,22 +246,17 @@ impl OneRttMix {
             self.server_pn += 1;
             return (false, p);
         }
-        if kind < 11 {
-            f.push(0x0e);
-            encode_varint(4, &mut f);
-            encode_varint(self.offset, &mut f);
-            encode_varint(1150, &mut f);
-            f.extend(std::iter::repeat_n(0x5a, 1150));
-            self.offset += 1150;
+        if CLIENT_MIXED.contains(&kind) {
+            let largest = self.server_pn.saturating_sub(1);
+            f.push(0x02);
+            encode_varint(largest, &mut f);
+            f.push(0x10);
+            f.push(0x00);
+            encode_varint(largest.min(3), &mut f);
+            self.stream(&mut f, 1, 120, 0x33);
+            self.stream(&mut f, 2, 120, 0x33);
         } else {
-            f.extend([0x02, 0x05, 0x10, 0x00, 0x03]);
-            for sid in [8u64, 12] {
-                f.push(0x0e);
-                encode_varint(sid, &mut f);
-                encode_varint(self.offset, &mut f);
-                encode_varint(120, &mut f);
-                f.extend(std::iter::repeat_n(0x33, 120));
-            }
+            self.stream(&mut f, 0, 1150, 0x5a);
         }
         let p = seal_short(
             &self.client,
