@@ -21,6 +21,8 @@ use crate::FastMap as HashMap;
 
 /// Sends left unanswered before silence on a path whose sends are observed is an outage.
 const MIN_UNANSWERED_SENDS: u32 = 3;
+/// Slots of the cache of address pairs already remembered.
+const TUPLES_SEEN: usize = 64;
 
 /// Accumulators for the current window.
 #[derive(Clone, Debug, Default)]
@@ -88,6 +90,10 @@ pub struct Engine {
     pub(crate) quic_parts: Vec<crate::matcher::quic::Part>,
     /// Address pair → flow, to attribute overhead packets (bounded).
     pub(crate) tuple_flows: HashMap<(SocketAddr, SocketAddr), FlowKey>,
+    /// Scratch for KCP segments acknowledged by una (sn, (send time, message key)).
+    pub(crate) una_done: Vec<(u64, (u64, u64))>,
+    /// Address pairs known to be in `tuple_flows`, by their hash (direct-mapped).
+    tuples_seen: [u64; TUPLES_SEEN],
     /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
     /// connections.
     pub(crate) quic_conns: HashMap<u16, Vec<(std::sync::Arc<str>, PathIdx, u64)>>,
@@ -126,6 +132,8 @@ impl Engine {
             resolved: Vec::new(),
             quic_parts: Vec::new(),
             tuple_flows: HashMap::default(),
+            tuples_seen: [0; TUPLES_SEEN],
+            una_done: Vec::new(),
             quic_conns: HashMap::default(),
             quic_conn_modes: HashMap::default(),
             cfg,
@@ -761,13 +769,26 @@ impl Engine {
     }
 
     /// Remembers which flow an address pair belongs to (for overhead packets).
-    pub(crate) fn remember_tuple(&mut self, src: SocketAddr, dst: SocketAddr, key: &FlowKey) {
+    /// `tuple` is the pair's [`crate::matcher::tuple_hash`]: pairs met recently skip the map.
+    pub(crate) fn remember_tuple(
+        &mut self,
+        tuple: u64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        key: &FlowKey,
+    ) {
+        let seen = &mut self.tuples_seen[(tuple % TUPLES_SEEN as u64) as usize];
+        if *seen == tuple && tuple != 0 {
+            return;
+        }
         if self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16) {
             self.tuple_flows.clear();
+            self.tuples_seen = [0; TUPLES_SEEN];
         }
         self.tuple_flows
             .entry((src, dst))
             .or_insert_with(|| key.clone());
+        self.tuples_seen[(tuple % TUPLES_SEEN as u64) as usize] = tuple;
     }
 
     fn on_overhead(&mut self, o: &crate::input::Overhead) {

@@ -303,14 +303,34 @@ impl OpenMessage {
 /// Spare allocations kept for new messages.
 const MAX_SPARE: usize = 256;
 
-/// Where a message key stands in the store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Entry {
-    /// Open, in this slot.
-    Open(u32),
-    /// Closed in this generation of closures (remembered for two generations; counted
-    /// modulo 2^32, which keeps the index's entries small).
-    Closed(u32),
+/// Keys of recently closed messages (so that late copies are not new messages), as seeded
+/// 64-bit fingerprints of (flow uid, key) in two generations of `per_generation` closures each:
+/// a key is remembered for at least `per_generation` and at most twice that many closures.
+#[derive(Debug, Default)]
+struct ClosedKeys {
+    current: std::collections::HashSet<u64, foldhash::fast::RandomState>,
+    previous: std::collections::HashSet<u64, foldhash::fast::RandomState>,
+    per_generation: usize,
+    fingerprint: foldhash::fast::RandomState,
+}
+
+impl ClosedKeys {
+    fn fingerprint(&self, k: (u64, u64)) -> u64 {
+        use std::hash::BuildHasher;
+        self.fingerprint.hash_one(k)
+    }
+
+    fn contains(&self, fp: u64) -> bool {
+        self.current.contains(&fp) || self.previous.contains(&fp)
+    }
+
+    fn insert(&mut self, fp: u64) {
+        if self.current.len() >= self.per_generation {
+            std::mem::swap(&mut self.current, &mut self.previous);
+            self.current.clear();
+        }
+        self.current.insert(fp);
+    }
 }
 
 /// A slot of the store: the open message (if any) and the stamp of its opening, which tells
@@ -329,17 +349,16 @@ struct Due {
     stamp: u64,
 }
 
-/// All open messages: in slots reused as messages close, found by (flow uid, key) through
-/// one index that also remembers recently closed keys (so late copies are not new messages).
+/// All open messages: in slots reused as messages close, found by (flow uid, key) through an
+/// index of the open ones; recently closed keys are remembered apart (so late copies are not
+/// new messages), which keeps the index as small as the open set.
 #[derive(Debug, Default)]
 pub struct MessageStore {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    index: FastMap<(u64, u64), Entry>,
+    index: FastMap<(u64, u64), u32>,
+    closed: ClosedKeys,
     expiry: VecDeque<Due>,
-    // Closed keys stay in `index` for two generations of `max_open` closures each.
-    generation: u32,
-    in_generation: usize,
     open: usize,
     stamps: u64,
     /// Allocations of closed messages, reused by new ones (bounded).
@@ -356,9 +375,14 @@ pub struct MessageStore {
 impl MessageStore {
     /// Empty store.
     pub fn new(max_open: usize, timeout_ns: u64) -> Self {
+        let max_open = max_open.max(1);
         Self {
-            max_open: max_open.max(1),
+            max_open,
             timeout_ns,
+            closed: ClosedKeys {
+                per_generation: max_open,
+                ..ClosedKeys::default()
+            },
             ..Self::default()
         }
     }
@@ -370,10 +394,7 @@ impl MessageStore {
     }
 
     fn slot_of(&self, k: (u64, u64)) -> Option<usize> {
-        match self.index.get(&k) {
-            Some(Entry::Open(i)) => Some(*i as usize),
-            _ => None,
-        }
+        self.index.get(&k).map(|i| *i as usize)
     }
 
     /// Adds a sighting.
@@ -387,24 +408,15 @@ impl MessageStore {
             expiry.retain(|d| self.is_live(d));
             self.expiry = expiry;
         }
-        let generation = self.generation;
         let entry = self.index.entry(k);
-        let slot = match &entry {
-            MapEntry::Occupied(e) => match *e.get() {
-                Entry::Closed(g) if generation.wrapping_sub(g) <= 1 => {
+        let slot = match entry {
+            MapEntry::Occupied(e) => *e.get() as usize,
+            MapEntry::Vacant(entry) => {
+                if self.closed.contains(self.closed.fingerprint(k)) {
                     self.late += 1;
                     r.late = true;
                     return r;
                 }
-                Entry::Open(i) => Some(i as usize),
-                // Closed too long ago to be remembered: a new message.
-                Entry::Closed(_) => None,
-            },
-            MapEntry::Vacant(_) => None,
-        };
-        let slot = match slot {
-            Some(i) => i,
-            None => {
                 r.new_message = true;
                 let i = match self.free.pop() {
                     Some(i) => i as usize,
@@ -432,7 +444,7 @@ impl MessageStore {
                     }),
                 };
                 let slot = u32::try_from(i).unwrap_or(u32::MAX);
-                entry.insert_entry(Entry::Open(slot));
+                entry.insert(slot);
                 self.open += 1;
                 self.expiry.push_back(Due {
                     deadline: a.ts_ns.saturating_add(self.timeout_ns),
@@ -540,24 +552,10 @@ impl MessageStore {
 
     /// Removes a message to close it.
     pub fn take(&mut self, flow_uid: u64, key: u64) -> Option<OpenMessage> {
-        if self.in_generation >= self.max_open {
-            // A new generation of closures: forget the keys of the one before the previous.
-            self.generation = self.generation.wrapping_add(1);
-            self.in_generation = 0;
-            let keep = self.generation;
-            self.index.retain(|_, e| match e {
-                Entry::Closed(g) => keep.wrapping_sub(*g) <= 1,
-                Entry::Open(_) => true,
-            });
-        }
-        let e = self.index.get_mut(&(flow_uid, key))?;
-        let Entry::Open(i) = *e else {
-            return None;
-        };
+        let k = (flow_uid, key);
+        let i = self.index.remove(&k)?;
         let m = self.slots.get_mut(i as usize)?.msg.take()?;
-        // Remembered as closed (for at least `max_open` and at most `2 × max_open` closures).
-        *e = Entry::Closed(self.generation);
-        self.in_generation += 1;
+        self.closed.insert(self.closed.fingerprint(k));
         self.open -= 1;
         self.free.push(i);
         Some(m)
@@ -618,7 +616,7 @@ impl MessageStore {
                 self.free.push(u32::try_from(i).unwrap_or(u32::MAX));
             }
         }
-        self.index.retain(|_, e| matches!(e, Entry::Closed(_)));
+        self.index.clear();
         self.open = 0;
         // First seen first; messages first seen at the same time in the order they opened.
         v.sort_by_key(|(stamp, m)| (m.first_ns, *stamp));
@@ -682,5 +680,54 @@ impl MessageStore {
     /// Whether none are open.
     pub fn is_empty(&self) -> bool {
         self.open == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::FlowRef;
+
+    fn args(key: u64, ts_ns: u64) -> SightArgs {
+        SightArgs {
+            flow: FlowRef { slot: 0, uid: 1 },
+            key,
+            id: MsgId::Hash(key),
+            path: 0,
+            capture: 0,
+            dir: Dir::Out,
+            raw_ns: ts_ns,
+            ts_ns,
+            frg: 0,
+            bytes: 100,
+            tuple: 7,
+            up: Some(true),
+        }
+    }
+
+    #[test]
+    fn closed_keys_are_late_for_at_least_max_open_closures_then_forgotten() {
+        let max_open = 4;
+        let mut store = MessageStore::new(max_open, 5_000_000_000);
+        let close = |store: &mut MessageStore, key: u64| {
+            assert!(store.sight(&args(key, key)).new_message);
+            assert!(store.take(1, key).is_some());
+        };
+        close(&mut store, 0);
+        // A copy of the closed message is late, not a new message, for `max_open` closures.
+        for key in 1..=max_open as u64 {
+            let r = store.sight(&args(0, 100));
+            assert!(r.late && !r.new_message, "after {key} closures");
+            close(&mut store, key);
+        }
+        // Beyond twice that many, the key is forgotten: a new message.
+        for key in max_open as u64 + 1..=2 * max_open as u64 {
+            close(&mut store, key);
+        }
+        assert!(store.sight(&args(0, 200)).new_message);
+        assert_eq!(store.late, max_open as u64);
+        // Open messages are found again, and closing forgets nothing of the others.
+        assert!(!store.sight(&args(0, 300)).new_message);
+        assert_eq!(store.len(), 1);
     }
 }

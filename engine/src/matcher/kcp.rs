@@ -87,7 +87,7 @@ impl Engine {
             _ => None,
         };
         let mfr = group.unwrap_or(fr);
-        self.remember_tuple(pkt.src, pkt.dst, &key);
+        self.remember_tuple(pkt.tuple, pkt.src, pkt.dst, &key);
         if let Some(f) = self.flows.get_mut(fr) {
             f.mode = Some(if group.is_some() {
                 MatchMode::AppId
@@ -295,19 +295,20 @@ impl Engine {
                 ts,
             );
         }
-        let mut done = Vec::new();
+        let mut done = std::mem::take(&mut self.una_done);
+        done.clear();
         if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
             s.unacked
                 .take_range((data_up, path), 0..u64::from(una), &mut done);
         }
-        if done.is_empty() {
-            return;
-        }
-        let mfr = self.kcp_message_flow(fr);
-        for (_, (_, mkey)) in done {
-            if self.msgs.ack(mfr.uid, mkey, path, ts) {
-                self.maybe_complete(mfr, mkey);
+        if !done.is_empty() {
+            let mfr = self.kcp_message_flow(fr);
+            for &(_, (_, mkey)) in &done {
+                if self.msgs.ack(mfr.uid, mkey, path, ts) {
+                    self.maybe_complete(mfr, mkey);
+                }
             }
         }
+        self.una_done = done;
     }
 }
