@@ -92,6 +92,8 @@ pub struct Engine {
     pub(crate) tuple_flows: HashMap<(SocketAddr, SocketAddr), FlowKey>,
     /// Scratch for KCP segments acknowledged by una (sn, (send time, message key)).
     pub(crate) una_done: Vec<(u64, (u64, u64))>,
+    /// Scratch for QUIC packets acknowledged by one ACK packet, and each one's ACK delay.
+    pub(crate) quic_acked: (Vec<(u64, crate::matcher::quic::Unacked)>, Vec<u64>),
     /// Address pairs known to be in `tuple_flows`, by their hash (direct-mapped).
     tuples_seen: [u64; TUPLES_SEEN],
     /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
@@ -134,6 +136,7 @@ impl Engine {
             tuple_flows: HashMap::default(),
             tuples_seen: [0; TUPLES_SEEN],
             una_done: Vec::new(),
+            quic_acked: (Vec::new(), Vec::new()),
             quic_conns: HashMap::default(),
             quic_conn_modes: HashMap::default(),
             cfg,

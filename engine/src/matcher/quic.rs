@@ -38,8 +38,8 @@ pub struct Unacked {
     pub ts_ns: u64,
     /// Path it was sent on.
     pub path: PathIdx,
-    /// (message key, stream, offset, len) it carried.
-    pub items: Vec<(u64, u64, u64, u64)>,
+    /// (message key, stream, offset, len) it carried (inline for up to two STREAM frames).
+    pub items: smallvec::SmallVec<[(u64, u64, u64, u64); 2]>,
 }
 
 /// Per-connection (or per-group) QUIC state.
@@ -255,7 +255,7 @@ impl Engine {
                 s.packets += 1;
             }
         }
-        let mut items = Vec::new();
+        let mut items = smallvec::SmallVec::new();
         for sr in &q.streams {
             let head = match (mode, sr.data_hash, sr.app_msg_id) {
                 (MatchMode::AppId, _, Some(app)) => {
@@ -405,8 +405,9 @@ impl Engine {
         ts: u64,
         stream_mode: bool,
     ) {
-        let mut taken: Vec<(u64, Unacked)> = Vec::new();
-        let mut delays: Vec<u64> = Vec::new();
+        let (mut taken, mut delays) = std::mem::take(&mut self.quic_acked);
+        taken.clear();
+        delays.clear();
         if let Some(f) = self.flows.get_mut(fr) {
             if let Proto::Quic(s) = &mut f.proto {
                 for a in &q.acks {
@@ -422,7 +423,7 @@ impl Engine {
                 }
             }
         }
-        for ((_, u), delay_us) in taken.into_iter().zip(delays) {
+        for ((_, u), &delay_us) in taken.drain(..).zip(&delays) {
             let at = ts
                 .saturating_sub(delay_us.saturating_mul(1000))
                 .max(u.ts_ns);
@@ -452,6 +453,7 @@ impl Engine {
                 }
             }
         }
+        self.quic_acked = (taken, delays);
     }
 }
 
