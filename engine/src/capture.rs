@@ -77,11 +77,75 @@ struct Delays {
 /// All captures and what was inferred.
 #[derive(Clone, Debug, Default)]
 pub struct CaptureTable {
-    caps: HashMap<CaptureId, CaptureState>,
+    caps: CaptureMap,
     votes: HashMap<(CaptureId, CaptureId), PairVotes>,
     delays: HashMap<(CaptureId, CaptureId), Delays>,
     /// Sentences describing inferences, oldest first (bounded).
     pub inferences: Vec<String>,
+}
+
+/// Captures by id: states in a dense vector behind a direct index by id (ids are small
+/// numbers, and every packet looks its capture up several times).
+#[derive(Clone, Debug, Default)]
+struct CaptureMap {
+    /// Position + 1 in `states` by capture id (0: absent).
+    pos: Vec<u32>,
+    states: Vec<CaptureState>,
+}
+
+impl CaptureMap {
+    fn get(&self, id: &CaptureId) -> Option<&CaptureState> {
+        let i = *self.pos.get(usize::from(*id))?;
+        self.states.get((i as usize).checked_sub(1)?)
+    }
+
+    fn get_mut(&mut self, id: &CaptureId) -> Option<&mut CaptureState> {
+        let i = *self.pos.get(usize::from(*id))?;
+        self.states.get_mut((i as usize).checked_sub(1)?)
+    }
+
+    fn get_or_insert_with(
+        &mut self,
+        id: CaptureId,
+        new: impl FnOnce() -> CaptureState,
+    ) -> &mut CaptureState {
+        let at = usize::from(id);
+        if self.pos.len() <= at {
+            self.pos.resize(at + 1, 0);
+        }
+        if self.pos[at] == 0 {
+            self.states.push(new());
+            self.pos[at] = u32::try_from(self.states.len()).unwrap_or(u32::MAX);
+        }
+        let i = self.pos[at] as usize - 1;
+        &mut self.states[i]
+    }
+
+    fn insert(&mut self, id: CaptureId, st: CaptureState) {
+        match self.get_mut(&id) {
+            Some(slot) => *slot = st,
+            None => {
+                self.get_or_insert_with(id, || st);
+            }
+        }
+    }
+
+    fn values(&self) -> impl Iterator<Item = &CaptureState> + '_ {
+        self.states.iter()
+    }
+
+    /// Ids in the order the captures were first met.
+    fn keys(&self) -> impl Iterator<Item = &CaptureId> + '_ {
+        self.states.iter().map(|s| &s.point.capture)
+    }
+
+    fn len(&self) -> usize {
+        self.states.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
 }
 
 const PAIR_VOTES: u32 = 3;
@@ -113,7 +177,7 @@ impl CaptureTable {
 
     /// Makes sure a capture exists (undeclared ones get defaults); counts a packet.
     pub fn touch(&mut self, id: CaptureId, label: &str, path: PathIdx) -> &mut CaptureState {
-        let st = self.caps.entry(id).or_insert_with(|| CaptureState {
+        let st = self.caps.get_or_insert_with(id, || CaptureState {
             point: CapturePoint {
                 ts_ns: 0,
                 capture: id,
