@@ -57,7 +57,6 @@ pub struct Analyzer {
     /// The file stem that claimed each label (to tell two files' same-named interfaces apart).
     path_files: Vec<usize>,
     files: Vec<FileSummary>,
-    scratch: Vec<DecodedPacket>,
     warnings: Vec<String>,
     reading: FileReading,
 }
@@ -70,7 +69,6 @@ impl Analyzer {
             paths: Vec::new(),
             path_files: Vec::new(),
             files: Vec::new(),
-            scratch: Vec::with_capacity(64),
             warnings: Vec::new(),
             reading: FileReading::Auto,
         }
@@ -167,7 +165,6 @@ impl Analyzer {
                 Err(e) => break Err(e),
             };
             let (frame, iface, ts_ns) = (packet.frame, packet.interface, packet.ts_ns);
-            self.scratch.clear();
             if iface >= iface_paths.len() || packet.secrets_changed {
                 // New interfaces and secrets only appear between packets; the reader is
                 // borrowed by this frame, so it is copied (once per interface or secrets block).
@@ -184,31 +181,43 @@ impl Analyzer {
                     &mut summary,
                 );
                 let (path_id, link) = iface_paths.get(iface).copied().unwrap_or((0, None));
-                self.dissector
-                    .dissect(link, &data, ts_ns, &mut self.scratch);
-                for packet in &self.scratch {
-                    emit(Record {
-                        file: &name,
-                        frame,
-                        path: &self.paths[path_id],
-                        paths: &self.paths,
-                        data: &data,
-                        packet,
-                    })?;
+                let (path, paths) = (&self.paths[path_id], &self.paths);
+                let mut failed = None;
+                self.dissector.dissect_each(link, &data, ts_ns, |packet| {
+                    if failed.is_none() {
+                        failed = emit(Record {
+                            file: &name,
+                            frame,
+                            path,
+                            paths,
+                            data: &data,
+                            packet: &packet,
+                        })
+                        .err();
+                    }
+                });
+                if let Some(e) = failed {
+                    return Err(e);
                 }
             } else {
                 let (path_id, link) = iface_paths[iface];
-                let data = packet.data;
-                self.dissector.dissect(link, data, ts_ns, &mut self.scratch);
-                for packet in &self.scratch {
-                    emit(Record {
-                        file: &name,
-                        frame,
-                        path: &self.paths[path_id],
-                        paths: &self.paths,
-                        data,
-                        packet,
-                    })?;
+                let (data, path, paths) = (packet.data, &self.paths[path_id], &self.paths);
+                let mut failed = None;
+                self.dissector.dissect_each(link, data, ts_ns, |packet| {
+                    if failed.is_none() {
+                        failed = emit(Record {
+                            file: &name,
+                            frame,
+                            path,
+                            paths,
+                            data,
+                            packet: &packet,
+                        })
+                        .err();
+                    }
+                });
+                if let Some(e) = failed {
+                    return Err(e);
                 }
             }
         };
@@ -334,25 +343,31 @@ impl Analyzer {
             let f = &mut open[i];
             if let Some(p) = f.pending.take() {
                 let (path_id, link) = f.iface_paths.get(p.interface).copied().unwrap_or((0, None));
-                self.scratch.clear();
                 let before = self.dissector.stats().clone();
+                let (path, paths) = (&self.paths[path_id], &self.paths);
+                let mut failed = None;
                 self.dissector
-                    .dissect(link, &f.data, p.ts_ns, &mut self.scratch);
+                    .dissect_each(link, &f.data, p.ts_ns, |packet| {
+                        if failed.is_none() {
+                            failed = emit(Record {
+                                file: &f.name,
+                                frame: p.frame,
+                                path,
+                                paths,
+                                data: &f.data,
+                                packet: &packet,
+                            })
+                            .err();
+                        }
+                    });
                 let after = self.dissector.stats();
                 let summary = &mut self.files[f.file_no];
                 summary.frames += 1;
                 summary.kcp_segments += after.kcp_segments - before.kcp_segments;
                 summary.quic_packets += after.quic_packets - before.quic_packets;
                 summary.other_udp += after.other_udp - before.other_udp;
-                for packet in &self.scratch {
-                    emit(Record {
-                        file: &f.name,
-                        frame: p.frame,
-                        path: &self.paths[path_id],
-                        paths: &self.paths,
-                        data: &f.data,
-                        packet,
-                    })?;
+                if let Some(e) = failed {
+                    return Err(e);
                 }
             }
             if let Err(e) = self.refill(&mut open[i]) {

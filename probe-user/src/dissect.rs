@@ -265,6 +265,18 @@ impl Dissector {
         ts_ns: u64,
         out: &mut Vec<DecodedPacket>,
     ) -> usize {
+        self.dissect_each(link, frame, ts_ns, |p| out.push(p))
+    }
+
+    /// [`Dissector::dissect`] handing each record to `each` as it is decoded, in the same order
+    /// (no vector to fill, move and clear per frame). Returns the number of records.
+    pub fn dissect_each(
+        &mut self,
+        link: Option<LinkType>,
+        frame: &[u8],
+        ts_ns: u64,
+        mut each: impl FnMut(DecodedPacket),
+    ) -> usize {
         self.stats.frames += 1;
         let Some(link) = link else {
             self.stats.unsupported_link += 1;
@@ -279,7 +291,6 @@ impl Dissector {
         };
         self.stats.udp += 1;
         let (src, dst) = (udp.src, udp.dst);
-        let before = out.len();
         let frame_start = frame.as_ptr() as usize;
         let frame_end = frame_start + frame.len();
         let detection = self.kcp.classify(src.port(), dst.port(), udp.payload);
@@ -294,7 +305,9 @@ impl Dissector {
         };
         if let (Some(framing), Some(segments)) = (framing, detection.segments()) {
             self.stats.kcp_datagrams += 1;
+            let mut records = 0;
             for (i, seg) in segments.enumerate() {
+                records += 1;
                 self.stats.kcp_segments += 1;
                 let at = seg.payload().as_ptr() as usize;
                 let payload_at = (at >= frame_start && at + seg.payload().len() <= frame_end)
@@ -304,7 +317,7 @@ impl Dissector {
                     Some(rule) => rule.extract(seg.payload()),
                     _ => None,
                 };
-                out.push(DecodedPacket {
+                each(DecodedPacket {
                     ts_ns,
                     src,
                     dst,
@@ -325,14 +338,14 @@ impl Dissector {
                     }),
                 });
             }
-            if out.len() == before {
+            if records == 0 {
                 // kcp-go parity shard or out-of-band packet: KCP, but no segment to show.
                 self.stats.kcp_datagrams -= 1;
                 self.stats.kcp_other += 1;
             }
-            return out.len() - before;
+            return records;
         }
-        let before_quic = out.len();
+        let mut quic_records = 0usize;
         let info = DatagramInfo {
             src: Some(src),
             dst: Some(dst),
@@ -366,7 +379,8 @@ impl Dissector {
                     Some(rule) => stream_app_ids(p, rule),
                     None => Vec::new(),
                 };
-                out.push(DecodedPacket {
+                quic_records += 1;
+                each(DecodedPacket {
                     ts_ns,
                     src,
                     dst,
@@ -378,14 +392,14 @@ impl Dissector {
         }
         self.stats.quic_unknown_version += unknown_version;
         self.stats.quic_unknown_short += unknown_short;
-        if out.len() > before_quic {
+        if quic_records > 0 {
             self.stats.quic_datagrams += 1;
-            self.stats.quic_packets += (out.len() - before_quic) as u64;
-            return out.len() - before;
+            self.stats.quic_packets += quic_records as u64;
+            return quic_records;
         }
         self.stats.other_udp += 1;
         if self.config.unknown_udp {
-            out.push(DecodedPacket {
+            each(DecodedPacket {
                 ts_ns,
                 src,
                 dst,
@@ -396,8 +410,9 @@ impl Dissector {
                     payload_hash: tboxscope_engine::payload_hash(udp.payload),
                 }),
             });
+            return 1;
         }
-        out.len() - before
+        0
     }
 }
 

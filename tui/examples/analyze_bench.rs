@@ -5,7 +5,7 @@
 //! cargo build --release -p tboxscope --example analyze_bench
 //! target/release/examples/analyze_bench offline [--packets N] [--tboxscope target/release/tboxscope]
 //! target/release/examples/analyze_bench offline-quic [--packets N] [--capture PATH]
-//! target/release/examples/analyze_bench live [--seconds S] [--rate PPS_PER_PATH] [--compare]   (root)
+//! target/release/examples/analyze_bench live [--seconds S] [--rate PPS_PER_PATH] [--compare] [--stop-early]   (root)
 //! ```
 //!
 //! `offline` writes a KCP capture of N packets (default 1,050,000; Ethernet/IPv4/UDP, raw ikcp
@@ -17,7 +17,8 @@
 //! `live` creates two veth pairs in network namespaces, sends UDP on both at the given rate for
 //! S seconds, captures both interfaces with [`LiveCapture`] (default settings; with `--compare`
 //! first with the previous ones: immediate mode, 16 MiB, one packet per event) and reports
-//! packets captured and libpcap's drop counters (`ps_drop`, `ps_ifdrop`).
+//! packets captured and libpcap's drop counters (`ps_drop`, `ps_ifdrop`), and the packets libpcap
+//! received but never delivered. `--stop-early` stops the capture half-way, traffic still flowing.
 //!
 //! `offline-quic` writes a QUIC capture of N packets (default 1,000,000) with its key log and
 //! times the in-process decode with 1-RTT decryption, the binary with `--keylog`, and
@@ -706,6 +707,7 @@ fn offline_quic(args: &[String]) {
 fn live(args: &[String]) {
     let seconds: u64 = arg(args, "--seconds", 3);
     let rate: u64 = arg(args, "--rate", 100_000);
+    let stop_early = args.iter().any(|a| a == "--stop-early");
     let lab = netns::Lab::new("b", 2);
     let specs: Vec<InterfaceSpec> = lab
         .links
@@ -746,7 +748,7 @@ fn live(args: &[String]) {
             cfg.buffer_size >> 20,
             cfg.batch
         );
-        live_round(&lab, cfg, seconds, rate);
+        live_round(&lab, cfg, seconds, rate, stop_early);
     }
     drop(lab);
 }
@@ -773,8 +775,9 @@ fn send_batch(sock: &UdpSocket, payload: &[u8], count: usize) -> u64 {
     u64::try_from(sent).unwrap_or(0)
 }
 
-/// Sends `rate` packets/s on each of the lab's two links for `seconds` and captures both.
-fn live_round(lab: &netns::Lab, cfg: LiveConfig, seconds: u64, rate: u64) {
+/// Sends `rate` packets/s on each of the lab's two links for `seconds` and captures both; with
+/// `stop_early`, the capture is stopped half-way while the senders go on.
+fn live_round(lab: &netns::Lab, cfg: LiveConfig, seconds: u64, rate: u64, stop_early: bool) {
     let cap = netns::spawn_in(&lab.tbox, move || LiveCapture::start(cfg))
         .join()
         .unwrap()
@@ -832,12 +835,19 @@ fn live_round(lab: &netns::Lab, cfg: LiveConfig, seconds: u64, rate: u64) {
         {
             break;
         }
+        if stop_early && start.elapsed().as_secs_f64() >= seconds as f64 / 2.0 {
+            break;
+        }
     }
-    stop.store(true, Ordering::Relaxed);
+    let mut cap = cap;
+    if stop_early {
+        cap.request_stop();
+    } else {
+        stop.store(true, Ordering::Relaxed);
+    }
     for s in senders {
         s.join().unwrap();
     }
-    let mut cap = cap;
     cap.request_stop();
     while let Ok(ev) = cap.events().recv_timeout(Duration::from_millis(300)) {
         match ev {
@@ -861,9 +871,10 @@ fn live_round(lab: &netns::Lab, cfg: LiveConfig, seconds: u64, rate: u64) {
         total_sent += s;
         total_captured += c;
         println!(
-            "path {path}: sent {s} ({:.0} k/s), captured {c}, libpcap {:?}",
+            "path {path}: sent {s} ({:.0} k/s), captured {c}, libpcap {:?}, received by libpcap but not delivered: {}",
             s as f64 / seconds as f64 / 1e3,
-            last_stats[path]
+            last_stats[path],
+            last_stats[path].map_or(0, |st| st.received as i64 - st.dropped as i64 - c as i64)
         );
     }
     println!(

@@ -377,7 +377,9 @@ impl LiveCapture {
         &self.specs
     }
 
-    /// Asks the threads to stop (they finish within about 100 ms) without waiting.
+    /// Asks the threads to stop without waiting. Each first delivers the packets the kernel
+    /// still holds, so that its final [`LiveEvent::Stats`] counts no undelivered packet (drops
+    /// aside); that takes up to two read timeouts plus slack (at most 2 s).
     pub fn request_stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }
@@ -409,6 +411,54 @@ struct Worker {
 enum Ended {
     Stopped,
     Failed(String),
+}
+
+/// What one [`Worker::read_batch`] found.
+enum Read {
+    /// The batch is full; more may wait.
+    Full,
+    /// libpcap has nothing more for now.
+    Empty,
+    /// The interface failed.
+    Failed(String),
+}
+
+/// At stop, how long the capture waits for the kernel's last block with no packet coming:
+/// the kernel hands a partly filled block over at most two read timeouts after its last
+/// packet; the rest is slack for a loaded machine.
+const DRAIN_QUIET: Duration = Duration::from_millis(4 * READ_TIMEOUT_MS as u64);
+/// At stop, the longest the capture goes on delivering what the kernel holds.
+const DRAIN_MAX: Duration = Duration::from_secs(2);
+
+/// Makes the packet socket `fd` take no more packets (a classic BPF filter that accepts none),
+/// without touching libpcap's state: what it already holds stays readable.
+fn accept_nothing(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    let mut reject = [libc::sock_filter {
+        // BPF_RET | BPF_K: return 0 bytes, i.e. drop.
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: 0,
+    }];
+    let program = libc::sock_fprog {
+        len: 1,
+        filter: reject.as_mut_ptr(),
+    };
+    // SAFETY: `program` points at one valid instruction that lives across the call; the
+    // kernel copies the program; `fd` is the open capture's socket.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&program as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl Worker {
@@ -492,52 +542,30 @@ impl Worker {
         let mut next_stats = Instant::now() + self.cfg.stats_interval;
         let batch_max = self.cfg.batch.max(1);
         let mut batch = Vec::with_capacity(batch_max);
+        // Packets delivered by this opening of the interface.
+        let mut delivered = 0u64;
         loop {
             if self.stop.load(Ordering::Relaxed) {
-                return Ended::Stopped;
+                return self.drain(cap, link, nano, delivered);
             }
             // Take what libpcap has (a kernel block at a time) up to one batch, then send it.
-            let mut empty = false;
-            while batch.len() < batch_max {
-                match cap.next_packet() {
-                    Ok(p) => {
-                        let ts = p.header.ts;
-                        let sub = u64::try_from(ts.tv_usec).unwrap_or(0);
-                        let ts_ns = u64::try_from(ts.tv_sec)
-                            .unwrap_or(0)
-                            .saturating_mul(1_000_000_000)
-                            .saturating_add(if nano { sub } else { sub * 1_000 });
-                        batch.push(LivePacket {
-                            path: self.path,
-                            ts_ns,
-                            orig_len: p.header.len,
-                            link,
-                            data: p.data.to_vec(),
-                        });
-                    }
-                    Err(pcap::Error::TimeoutExpired) => {
-                        empty = true;
-                        break;
-                    }
-                    Err(e) => {
-                        // Deliver what was captured before the failure.
-                        if !batch.is_empty() {
-                            self.emit(LiveEvent::Packets(std::mem::take(&mut batch)));
-                        }
-                        return Ended::Failed(e.to_string());
-                    }
-                }
-            }
+            let read = self.read_batch(cap, link, nano, &mut batch, batch_max);
+            delivered += batch.len() as u64;
             if !batch.is_empty() {
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_max));
+                // Deliver what was captured before a failure too.
                 if !self.emit(LiveEvent::Packets(full)) {
                     return Ended::Stopped;
                 }
             }
-            if empty {
-                if let Err(e) = wait_readable(cap.as_raw_fd(), WAIT_MS) {
-                    return Ended::Failed(format!("waiting for packets: {e}"));
+            match read {
+                Read::Full => {}
+                Read::Empty => {
+                    if let Err(e) = wait_readable(cap.as_raw_fd(), WAIT_MS) {
+                        return Ended::Failed(format!("waiting for packets: {e}"));
+                    }
                 }
+                Read::Failed(e) => return Ended::Failed(e),
             }
             if Instant::now() >= next_stats {
                 next_stats += self.cfg.stats_interval;
@@ -550,6 +578,87 @@ impl Worker {
                 if !self.emit(ev) {
                     return Ended::Stopped;
                 }
+            }
+        }
+    }
+
+    /// Moves the packets libpcap has now into `batch`, up to `batch_max`.
+    fn read_batch(
+        &self,
+        cap: &mut Active,
+        link: LinkType,
+        nano: bool,
+        batch: &mut Vec<LivePacket>,
+        batch_max: usize,
+    ) -> Read {
+        while batch.len() < batch_max {
+            match cap.next_packet() {
+                Ok(p) => {
+                    let ts = p.header.ts;
+                    let sub = u64::try_from(ts.tv_usec).unwrap_or(0);
+                    let ts_ns = u64::try_from(ts.tv_sec)
+                        .unwrap_or(0)
+                        .saturating_mul(1_000_000_000)
+                        .saturating_add(if nano { sub } else { sub * 1_000 });
+                    batch.push(LivePacket {
+                        path: self.path,
+                        ts_ns,
+                        orig_len: p.header.len,
+                        link,
+                        data: p.data.to_vec(),
+                    });
+                }
+                Err(pcap::Error::TimeoutExpired) => return Read::Empty,
+                Err(e) => return Read::Failed(e.to_string()),
+            }
+        }
+        Read::Full
+    }
+
+    /// At stop: delivers the packets the kernel still holds. With immediate mode off the last
+    /// ones sit in a partly filled block that the kernel hands over only after the read
+    /// timeout; closing the socket before would lose them although libpcap counted them
+    /// (`ps_recv`). The socket first stops taking packets (a filter that accepts none), then
+    /// is read until every counted packet was delivered, or nothing came for
+    /// [`DRAIN_QUIET`] (packets libpcap itself discarded are never delivered), at most
+    /// [`DRAIN_MAX`].
+    fn drain(&mut self, cap: &mut Active, link: LinkType, nano: bool, mut delivered: u64) -> Ended {
+        if let Err(e) = accept_nothing(cap.as_raw_fd()) {
+            log::warn!(
+                "interface {}: packets arriving during the stop are counted but not delivered: {e}",
+                self.cfg.interfaces[self.path].name
+            );
+        }
+        let batch_max = self.cfg.batch.max(1);
+        let mut batch = Vec::with_capacity(batch_max);
+        let start = Instant::now();
+        let mut last_packet = start;
+        loop {
+            let read = self.read_batch(cap, link, nano, &mut batch, batch_max);
+            if !batch.is_empty() {
+                delivered += batch.len() as u64;
+                last_packet = Instant::now();
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_max));
+                if !self.emit(LiveEvent::Packets(full)) {
+                    return Ended::Stopped;
+                }
+            }
+            match read {
+                Read::Full => continue,
+                Read::Failed(e) => return Ended::Failed(e),
+                Read::Empty => {}
+            }
+            let counted = match cap.stats() {
+                Ok(s) => u64::from(s.received).saturating_sub(u64::from(s.dropped)),
+                Err(_) => return Ended::Stopped,
+            };
+            let now = Instant::now();
+            if delivered >= counted || now >= start + DRAIN_MAX || now >= last_packet + DRAIN_QUIET
+            {
+                return Ended::Stopped;
+            }
+            if let Err(e) = wait_readable(cap.as_raw_fd(), READ_TIMEOUT_MS) {
+                return Ended::Failed(format!("waiting for packets: {e}"));
             }
         }
     }
