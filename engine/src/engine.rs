@@ -90,8 +90,8 @@ pub struct Engine {
     pub(crate) quic_parts: Vec<crate::matcher::quic::Part>,
     /// Address pair → flow, to attribute overhead packets (bounded).
     pub(crate) tuple_flows: HashMap<(SocketAddr, SocketAddr), FlowKey>,
-    /// Scratch for KCP segments acknowledged by una (sn, (send time, message key)).
-    pub(crate) una_done: Vec<(u64, (u64, u64))>,
+    /// Scratch for KCP segments acknowledged by una (sn, (send time, message key, slot)).
+    pub(crate) una_done: Vec<(u64, (u64, u64, u32))>,
     /// Scratch for QUIC packets acknowledged by one ACK packet, and each one's ACK delay.
     pub(crate) quic_acked: (Vec<(u64, crate::matcher::quic::Unacked)>, Vec<u64>),
     /// Address pairs known to be in `tuple_flows`, by their hash (direct-mapped).
@@ -501,12 +501,15 @@ impl Engine {
                 self.caps.record_delay(sender, receiver);
             }
         }
-        self.maybe_complete(a.flow, a.key);
+        if let Some(slot) = r.slot {
+            self.maybe_complete(a.flow, slot);
+        }
         r
     }
 
-    /// Closes the message now if every path of its flow has a finished copy.
-    pub(crate) fn maybe_complete(&mut self, flow: FlowRef, key: u64) {
+    /// Closes the message held in `slot` (of flow `flow`) now if every path of its flow has a
+    /// finished copy.
+    pub(crate) fn maybe_complete(&mut self, flow: FlowRef, slot: u32) {
         let mask = match self.flows.get_mut(flow) {
             // A flow seen on one path so far may still show its second path, if the run has
             // another: while it is younger than the message timeout, its messages wait (they
@@ -524,10 +527,10 @@ impl Engine {
         };
         let done = self
             .msgs
-            .get(flow.uid, key)
-            .is_some_and(|m| m.complete(mask, &self.caps));
+            .at(slot)
+            .is_some_and(|m| m.flow == flow && m.complete(mask, &self.caps));
         if done {
-            if let Some(m) = self.msgs.take(flow.uid, key) {
+            if let Some(m) = self.msgs.take_at(slot) {
                 self.close_message(m, false);
             }
         }

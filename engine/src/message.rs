@@ -143,6 +143,9 @@ pub struct SightArgs {
     pub tuple: u64,
     /// Client → server, when known.
     pub up: Option<bool>,
+    /// The caller knows no message of this key was ever seen in the flow (e.g. a KCP sn past
+    /// the conversation's newest): it cannot be among the recently closed keys.
+    pub new_key: bool,
 }
 
 /// What a sighting was.
@@ -158,6 +161,8 @@ pub struct SightResult {
     pub other_end: Option<(CaptureId, u64, Dir)>,
     /// Another capture saw the same copy with the same addresses (pairing evidence).
     pub same_tuple_elsewhere: Option<(CaptureId, u64)>,
+    /// Where the open message is held ([`MessageStore::at`]), unless the sighting was late.
+    pub slot: Option<u32>,
 }
 
 /// A resolved copy.
@@ -412,7 +417,7 @@ impl MessageStore {
         let slot = match entry {
             MapEntry::Occupied(e) => *e.get() as usize,
             MapEntry::Vacant(entry) => {
-                if self.closed.contains(self.closed.fingerprint(k)) {
+                if !a.new_key && self.closed.contains(self.closed.fingerprint(k)) {
                     self.late += 1;
                     r.late = true;
                     return r;
@@ -457,6 +462,7 @@ impl MessageStore {
         let Some(msg) = self.slots.get_mut(slot).and_then(|s| s.msg.as_mut()) else {
             return r;
         };
+        r.slot = u32::try_from(slot).ok();
         msg.first_ns = msg.first_ns.min(a.ts_ns);
         let frg = a.frg.min(63);
         msg.nfrag = msg.nfrag.max(frg + 1);
@@ -522,18 +528,38 @@ impl MessageStore {
         self.slots.get_mut(i)?.msg.as_mut()
     }
 
-    /// Sets the acknowledgment time of a copy (first one wins).
-    pub fn ack(&mut self, flow_uid: u64, key: u64, path: PathIdx, ack_ns: u64) -> bool {
-        let Some(m) = self.open_mut((flow_uid, key)) else {
-            return false;
+    /// The open message of key `k`, looked for first in slot `hint` (where it was held when
+    /// last seen), then through the index.
+    fn open_hinted(&mut self, k: (u64, u64), hint: u32) -> Option<(u32, &mut OpenMessage)> {
+        let hit = self
+            .slots
+            .get(hint as usize)
+            .and_then(|s| s.msg.as_ref())
+            .is_some_and(|m| m.flow.uid == k.0 && m.key == k.1);
+        let i = if hit {
+            hint
+        } else {
+            u32::try_from(self.slot_of(k)?).ok()?
         };
-        match m.copies.iter_mut().find(|c| c.path == path) {
-            Some(c) => {
-                c.ack_ns = Some(c.ack_ns.map_or(ack_ns, |x| x.min(ack_ns)));
-                true
-            }
-            None => false,
-        }
+        let m = self.slots.get_mut(i as usize)?.msg.as_mut()?;
+        Some((i, m))
+    }
+
+    /// Sets the acknowledgment time of a copy (first one wins); `hint` is the slot the message
+    /// was held in when the acknowledged packet was seen ([`SightResult::slot`]). Returns the
+    /// message's slot if it is open and has a copy on `path`.
+    pub fn ack(
+        &mut self,
+        flow_uid: u64,
+        key: u64,
+        hint: u32,
+        path: PathIdx,
+        ack_ns: u64,
+    ) -> Option<u32> {
+        let (i, m) = self.open_hinted((flow_uid, key), hint)?;
+        let c = m.copies.iter_mut().find(|c| c.path == path)?;
+        c.ack_ns = Some(c.ack_ns.map_or(ack_ns, |x| x.min(ack_ns)));
+        Some(i)
     }
 
     /// A later piece of an open message's data reaches `end` bytes into it (pieces that carry
@@ -550,14 +576,25 @@ impl MessageStore {
         self.slots.get(i)?.msg.as_ref()
     }
 
+    /// The open message held in `slot`.
+    pub fn at(&self, slot: u32) -> Option<&OpenMessage> {
+        self.slots.get(slot as usize)?.msg.as_ref()
+    }
+
     /// Removes a message to close it.
     pub fn take(&mut self, flow_uid: u64, key: u64) -> Option<OpenMessage> {
-        let k = (flow_uid, key);
-        let i = self.index.remove(&k)?;
-        let m = self.slots.get_mut(i as usize)?.msg.take()?;
+        let i = self.slot_of((flow_uid, key))?;
+        self.take_at(u32::try_from(i).ok()?)
+    }
+
+    /// Removes the message held in `slot` to close it.
+    pub fn take_at(&mut self, slot: u32) -> Option<OpenMessage> {
+        let m = self.slots.get_mut(slot as usize)?.msg.take()?;
+        let k = (m.flow.uid, m.key);
+        self.index.remove(&k);
         self.closed.insert(self.closed.fingerprint(k));
         self.open -= 1;
-        self.free.push(i);
+        self.free.push(slot);
         Some(m)
     }
 
@@ -587,15 +624,7 @@ impl MessageStore {
             if !self.is_live(&d) {
                 continue;
             }
-            let Some((uid, key)) = self
-                .slots
-                .get(d.slot as usize)
-                .and_then(|s| s.msg.as_ref())
-                .map(|m| (m.flow.uid, m.key))
-            else {
-                continue;
-            };
-            if let Some(m) = self.take(uid, key) {
+            if let Some(m) = self.take_at(d.slot) {
                 if over && d.deadline > now {
                     self.evicted += 1;
                     return Some((m, true));
@@ -702,6 +731,7 @@ mod tests {
             bytes: 100,
             tuple: 7,
             up: Some(true),
+            new_key: false,
         }
     }
 

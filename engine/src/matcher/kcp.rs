@@ -32,8 +32,12 @@ pub struct KcpState {
     pub una: u32,
     /// Latest window.
     pub wnd: u16,
-    /// Sent, not yet acknowledged: (up, path), sn → (send time, message key).
-    pub unacked: SentQueue<(bool, PathIdx), (u64, u64)>,
+    /// Sent, not yet acknowledged: (up, path), sn → (send time, message key, the message's
+    /// slot when sent).
+    pub unacked: SentQueue<(bool, PathIdx), (u64, u64, u32)>,
+    /// Newest message sn (sn of the last fragment) of this conversation's own messages, per
+    /// direction (index: up as usize): a message past it was never seen.
+    pub newest_msg_sn: [Option<u32>; 2],
     /// Receiver in-order delivery, per direction (index: up as usize).
     pub rx: [GapTracker; 2],
     /// Newest KCP `ts` seen on data per direction (receiver-side retransmission heuristic).
@@ -170,6 +174,18 @@ impl Engine {
                 MsgId::Kcp { up, sn: msg_sn },
             ),
         };
+        // A message past the newest one of the conversation was never seen (its own messages
+        // only: a group's are named by application id).
+        let mut new_key = false;
+        if mfr == fr {
+            if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                let newest = &mut s.newest_msg_sn[usize::from(up)];
+                new_key = newest.is_none_or(|n| msg_sn > n);
+                if new_key {
+                    *newest = Some(msg_sn);
+                }
+            }
+        }
         let r = self.sight(SightArgs {
             flow: mfr,
             key: mkey,
@@ -183,6 +199,7 @@ impl Engine {
             bytes: u64::from(k.len),
             tuple: pkt.tuple,
             up: pkt.up,
+            new_key,
         });
         let max_unacked = self.cfg.max_unacked_per_flow;
         let mut evicted = 0u64;
@@ -200,8 +217,9 @@ impl Engine {
                     s.retransmissions += 1;
                 }
                 if pkt.dir == Dir::Out && !r.repeat && !r.late {
+                    let slot = r.slot.unwrap_or(u32::MAX);
                     s.unacked
-                        .insert((up, pkt.path), u64::from(k.sn), (pkt.ts_ns, mkey));
+                        .insert((up, pkt.path), u64::from(k.sn), (pkt.ts_ns, mkey, slot));
                     while s.unacked.len() > max_unacked {
                         s.unacked.pop_first();
                         evicted += 1;
@@ -272,10 +290,10 @@ impl Engine {
             },
             None => None,
         };
-        if let Some((_, mkey)) = hit {
+        if let Some((_, mkey, hint)) = hit {
             let mfr = self.kcp_message_flow(fr);
-            if self.msgs.ack(mfr.uid, mkey, path, ts) {
-                self.maybe_complete(mfr, mkey);
+            if let Some(slot) = self.msgs.ack(mfr.uid, mkey, hint, path, ts) {
+                self.maybe_complete(mfr, slot);
             }
         }
     }
@@ -303,9 +321,9 @@ impl Engine {
         }
         if !done.is_empty() {
             let mfr = self.kcp_message_flow(fr);
-            for &(_, (_, mkey)) in &done {
-                if self.msgs.ack(mfr.uid, mkey, path, ts) {
-                    self.maybe_complete(mfr, mkey);
+            for &(_, (_, mkey, hint)) in &done {
+                if let Some(slot) = self.msgs.ack(mfr.uid, mkey, hint, path, ts) {
+                    self.maybe_complete(mfr, slot);
                 }
             }
         }

@@ -5,6 +5,7 @@
 //! One end observed: ACK / PATH_ACK frames (ack_delay removed) give the time to first
 //! acknowledgment. Per-stream receive gaps give HOL incidents (and show other streams moved).
 
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 
 use crate::FastMap as HashMap;
@@ -31,6 +32,10 @@ const MAX_CONNS_PER_PORT: usize = 64;
 /// The message ranges of one stream: (start, end, message key), disjoint, sorted by start.
 pub type StreamRanges = VecDeque<(u64, u64, u64)>;
 
+/// A STREAM frame of a sent packet: (message key, stream, offset, len, the slot the message
+/// was held in when sent).
+pub type SentItem = (u64, u64, u64, u64, u32);
+
 /// A sent packet waiting for its acknowledgment.
 #[derive(Clone, Debug)]
 pub struct Unacked {
@@ -38,8 +43,8 @@ pub struct Unacked {
     pub ts_ns: u64,
     /// Path it was sent on.
     pub path: PathIdx,
-    /// (message key, stream, offset, len) it carried (inline for up to two STREAM frames).
-    pub items: smallvec::SmallVec<[(u64, u64, u64, u64); 2]>,
+    /// What it carried (inline for up to two STREAM frames).
+    pub items: smallvec::SmallVec<[SentItem; 2]>,
 }
 
 /// Per-connection (or per-group) QUIC state.
@@ -62,8 +67,9 @@ pub struct QuicState {
     pub unmatched_frames: u64,
 }
 
-/// A frame's share of one message: (message key, name, bytes of the frame in it).
-pub(crate) type Part = (u64, MsgId, u64);
+/// A frame's share of one message: (message key, name, bytes of the frame in it, whether the
+/// message is new: its range starts past every range the stream had).
+pub(crate) type Part = (u64, MsgId, u64, bool);
 
 /// Streams remembered per group for frames that continue a message.
 const MAX_STREAM_MSGS: usize = 8192;
@@ -89,10 +95,12 @@ impl QuicState {
 
     /// The receive tracker of a stream (created; `None` past the stream bound).
     pub fn stream_rx(&mut self, up: bool, stream: u64) -> Option<&mut GapTracker> {
-        if !self.rx.contains_key(&(up, stream)) && self.rx.len() >= MAX_STREAMS {
-            return None;
+        let full = self.rx.len() >= MAX_STREAMS;
+        match self.rx.entry((up, stream)) {
+            Entry::Occupied(e) => Some(&mut e.into_mut().0),
+            Entry::Vacant(e) if !full => Some(&mut e.insert(Default::default()).0),
+            Entry::Vacant(_) => None,
         }
-        Some(&mut self.rx.entry((up, stream)).or_default().0)
     }
 
     fn touch(&mut self, up: bool, stream: u64, ts: u64) {
@@ -115,7 +123,7 @@ impl QuicState {
     }
 
     /// Splits `[off, off+len)` into message ranges: existing ones it overlaps and new ones,
-    /// appended to `out` as (message key, name, bytes of this frame in it).
+    /// appended to `out` as (message key, name, bytes of this frame in it, new).
     fn split(&mut self, up: bool, stream: u64, off: u64, len: u64, out: &mut Vec<Part>) {
         let end = off.saturating_add(len);
         let name = |start, end| MsgId::Stream {
@@ -124,13 +132,32 @@ impl QuicState {
             start,
             end,
         };
-        if !self.ranges.contains_key(&(up, stream)) && self.ranges.len() >= MAX_STREAMS {
-            // Past the stream bound: the range is a message of its own, not indexed.
-            let k = mix(&[4, u64::from(up), stream, off]);
-            out.push((k, name(off, end), len));
+        let full = self.ranges.len() >= MAX_STREAMS;
+        let ring = match self.ranges.entry((up, stream)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) if !full => e.insert(StreamRanges::new()),
+            Entry::Vacant(_) => {
+                // Past the stream bound: the range is a message of its own, not indexed.
+                let k = mix(&[4, u64::from(up), stream, off]);
+                out.push((k, name(off, end), len, false));
+                return;
+            }
+        };
+        // Ranges only leave from the front, so the last one ends furthest: a range starting
+        // there or later is new (its key was never made).
+        let highest = ring.back().map_or(0, |r| r.1);
+        if off >= highest {
+            // In-order data: no overlap, appended.
+            if off < end {
+                let k = mix(&[4, u64::from(up), stream, off]);
+                ring.push_back((off, end, k));
+                out.push((k, name(off, end), len, true));
+                if ring.len() > MAX_RANGES_PER_STREAM {
+                    ring.pop_front();
+                }
+            }
             return;
         }
-        let ring = self.ranges.entry((up, stream)).or_default();
         // Ranges are disjoint and sorted, so those overlapping [off, end) are consecutive:
         // the ones starting before `end`, back to the first that ends after `off`.
         let upto = ring.partition_point(|r| r.0 < end);
@@ -140,21 +167,28 @@ impl QuicState {
         }
         let first = out.len();
         for &(s, e, k) in ring.range(from..upto) {
-            out.push((k, name(s, e), e.min(end).saturating_sub(s.max(off))));
+            out.push((k, name(s, e), e.min(end).saturating_sub(s.max(off)), false));
         }
         // Uncovered bytes become new messages: before each overlapped range, and after the last.
         let hits = out.len() - first;
         let mut cursor = off;
         for i in 0..=hits {
             let (gap_end, hit_end) = match out.get(first + i) {
-                Some(&(_, MsgId::Stream { start, end: e, .. }, _)) if i < hits => (start, Some(e)),
+                Some(&(_, MsgId::Stream { start, end: e, .. }, _, _)) if i < hits => {
+                    (start, Some(e))
+                }
                 _ => (end, None),
             };
             if cursor < gap_end {
                 let k = mix(&[4, u64::from(up), stream, cursor]);
                 let at = ring.partition_point(|r| r.0 < cursor);
                 ring.insert(at, (cursor, gap_end, k));
-                out.push((k, name(cursor, gap_end), gap_end - cursor));
+                out.push((
+                    k,
+                    name(cursor, gap_end),
+                    gap_end - cursor,
+                    cursor >= highest,
+                ));
             }
             if let Some(e) = hit_end {
                 cursor = cursor.max(e);
@@ -273,16 +307,16 @@ impl Engine {
             match (head, &mut self.flows.get_mut(fr).map(|f| &mut f.proto)) {
                 (Some((k, id)), Some(Proto::Quic(s))) => {
                     s.remember_stream(stream_key, k);
-                    parts.push((k, id, sr.len));
+                    parts.push((k, id, sr.len, false));
                 }
-                (Some((k, id)), _) => parts.push((k, id, sr.len)),
+                (Some((k, id)), _) => parts.push((k, id, sr.len, false)),
                 // In a group, a frame without the id continues the message its stream started:
                 // it is no copy of its own (the head frame's sighting stands for the message).
                 (None, Some(Proto::Quic(s))) if grouped => {
                     if let Some(k) = s.stream_msgs.get(&stream_key) {
                         continued = Some(*k);
                         if pkt.dir == Dir::Out {
-                            items.push((*k, sr.stream_id, sr.offset, sr.len));
+                            items.push((*k, sr.stream_id, sr.offset, sr.len, u32::MAX));
                         }
                     } else {
                         s.unmatched_frames += 1;
@@ -298,7 +332,7 @@ impl Engine {
                     .extend_to(fr.uid, k, sr.offset.saturating_add(sr.len));
             }
             let mut repeated = 0u64;
-            for &(mkey, id, bytes) in &parts {
+            for &(mkey, id, bytes, new_key) in &parts {
                 let r = self.sight(SightArgs {
                     flow: fr,
                     key: mkey,
@@ -312,11 +346,13 @@ impl Engine {
                     bytes,
                     tuple: pkt.tuple,
                     up: pkt.up,
+                    new_key,
                 });
                 if r.repeat || r.late {
                     repeated += bytes;
                 } else if pkt.dir == Dir::Out {
-                    items.push((mkey, sr.stream_id, sr.offset, sr.len));
+                    let slot = r.slot.unwrap_or(u32::MAX);
+                    items.push((mkey, sr.stream_id, sr.offset, sr.len, slot));
                 }
             }
             self.quic_parts = parts;
@@ -427,9 +463,9 @@ impl Engine {
             let at = ts
                 .saturating_sub(delay_us.saturating_mul(1000))
                 .max(u.ts_ns);
-            for (mkey, stream, off, len) in u.items {
-                if self.msgs.ack(fr.uid, mkey, u.path, at) {
-                    self.maybe_complete(fr, mkey);
+            for (mkey, stream, off, len, hint) in u.items {
+                if let Some(slot) = self.msgs.ack(fr.uid, mkey, hint, u.path, at) {
+                    self.maybe_complete(fr, slot);
                 }
                 if stream_mode {
                     self.gap_deliver(
@@ -470,7 +506,7 @@ mod tests {
         stream: u64,
         off: u64,
         len: u64,
-    ) -> Vec<Part> {
+    ) -> Vec<(u64, MsgId, u64)> {
         let end = off.saturating_add(len);
         let name = |start, end| MsgId::Stream {
             up,
@@ -507,7 +543,8 @@ mod tests {
         out
     }
 
-    /// Overlapping, repeated and out-of-order frames split as with an ordered map.
+    /// Overlapping, repeated and out-of-order frames split as with an ordered map; a range
+    /// said to be new has a key never made before.
     #[test]
     fn split_matches_an_ordered_map() {
         let mut state = QuicState::default();
@@ -520,13 +557,29 @@ mod tests {
             x
         };
         let mut out = Vec::new();
+        let mut made = std::collections::HashSet::new();
+        let mut new = 0;
         for i in 0..30_000u64 {
             let off = (i * 100).saturating_sub(next() % 3000);
             let len = next() % 700;
             out.clear();
             state.split(true, 4, off, len, &mut out);
-            assert_eq!(out, split_in_map(&mut map, true, 4, off, len), "frame {i}");
+            let parts: Vec<_> = out.iter().map(|p| (p.0, p.1, p.2)).collect();
+            assert_eq!(
+                parts,
+                split_in_map(&mut map, true, 4, off, len),
+                "frame {i}"
+            );
+            for p in &out {
+                assert!(
+                    !p.3 || !made.contains(&p.0),
+                    "frame {i}: key said new was made"
+                );
+                new += usize::from(p.3);
+                made.insert(p.0);
+            }
         }
+        assert!(new > 1000, "{new} new ranges");
         let ring = &state.ranges[&(true, 4)];
         assert_eq!(ring.len(), map.len());
         assert!(ring
