@@ -245,14 +245,14 @@ fn run_end(stragglers: u64) -> Vec<tboxscope_engine::OutageRecord> {
     };
     let start = T0 + 1_000_000_000;
     for i in 0..200u64 {
-        for p in 0..2 {
+        for (p, &src) in tbox.iter().enumerate() {
             let send = start + i * GAP;
-            obs.push(datagram(send, p, p as u16, tbox[p], gw, 0x5000 + i));
+            obs.push(datagram(send, p, p as u16, src, gw, 0x5000 + i));
             obs.push(datagram(
                 send + 30_000_000,
                 p,
                 2 + p as u16,
-                tbox[p],
+                src,
                 gw,
                 0x5000 + i,
             ));
