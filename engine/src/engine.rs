@@ -411,15 +411,14 @@ impl Engine {
                 && st
                     .unanswered_since_ns
                     .is_some_and(|u| now.saturating_sub(u) > threshold);
-            let recent = |c: Option<u64>| c.is_some_and(|c| now.saturating_sub(c) <= threshold);
-            let stopped_copies = st.last_copy_ns.is_some()
-                && !recent(st.last_copy_ns)
-                && self
-                    .paths
-                    .paths
-                    .iter()
-                    .enumerate()
-                    .any(|(q, s)| q != p && s.alias_of.is_none() && recent(s.last_new_copy_ns));
+            let stopped_copies = st.last_copy_ns.is_some_and(|last| {
+                now.saturating_sub(last) > threshold
+                    && self.paths.paths.iter().enumerate().any(|(q, s)| {
+                        q != p
+                            && s.alias_of.is_none()
+                            && s.carries_new_traffic(last, now.saturating_sub(threshold))
+                    })
+            });
             if sends_observed && !sending && !stopped_copies {
                 continue;
             }
@@ -466,8 +465,7 @@ impl Engine {
             if let Some(p) = self.paths.get_mut(a.path) {
                 p.last_copy_ns = Some(p.last_copy_ns.map_or(a.ts_ns, |x| x.max(a.ts_ns)));
                 if r.new_message {
-                    p.last_new_copy_ns =
-                        Some(p.last_new_copy_ns.map_or(a.ts_ns, |x| x.max(a.ts_ns)));
+                    p.note_new_copy(a.ts_ns);
                 }
             }
         }

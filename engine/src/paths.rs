@@ -13,6 +13,10 @@ pub type PathIdx = usize;
 /// Most distinct path labels (a flow's paths are a 64-bit mask).
 pub const MAX_PATHS: usize = 64;
 
+/// New messages another path must carry while a path carries none before that silence counts
+/// toward an outage (a couple of late messages at the end of a run are no traffic).
+pub const NEW_COPIES_KEPT: usize = 3;
+
 /// One path's state.
 #[derive(Clone, Debug)]
 pub struct PathState {
@@ -56,9 +60,9 @@ pub struct PathState {
     pub unanswered_sends: u32,
     /// Last time a copy of a message of a multi-path flow was seen on this path.
     pub last_copy_ns: Option<u64>,
-    /// Last time such a copy was the first sighting of its message (new traffic, not a lagging
-    /// path catching up).
-    pub last_new_copy_ns: Option<u64>,
+    /// The last times such a copy was the first sighting of its message (new traffic, not a
+    /// lagging path catching up), newest first.
+    pub new_copies_ns: [Option<u64>; NEW_COPIES_KEPT],
     /// Open outage id.
     pub outage: Option<u64>,
 }
@@ -86,9 +90,26 @@ impl PathState {
             unanswered_since_ns: None,
             unanswered_sends: 0,
             last_copy_ns: None,
-            last_new_copy_ns: None,
+            new_copies_ns: [None; NEW_COPIES_KEPT],
             outage: None,
         }
+    }
+
+    /// Records a new message first seen on this path at `at`.
+    pub fn note_new_copy(&mut self, at: u64) {
+        let kept = &mut self.new_copies_ns;
+        let i = kept.iter().position(|t| t.is_none_or(|t| t <= at));
+        if let Some(i) = i {
+            kept[i..].rotate_right(1);
+            kept[i] = Some(at);
+        }
+    }
+
+    /// Whether this path carried at least [`NEW_COPIES_KEPT`] new messages after `since`, the
+    /// newest of them at `recent_from` or later: steady new traffic, not a few stragglers.
+    pub fn carries_new_traffic(&self, since: u64, recent_from: u64) -> bool {
+        self.new_copies_ns[0].is_some_and(|t| t >= recent_from)
+            && self.new_copies_ns[NEW_COPIES_KEPT - 1].is_some_and(|t| t > since)
     }
 
     /// Which latency kind dominates this path's samples.
@@ -182,7 +203,9 @@ impl PathTable {
         t.last_alive_ns = t.last_alive_ns.max(a.last_alive_ns);
         t.last_sent_ns = t.last_sent_ns.max(a.last_sent_ns);
         t.last_copy_ns = t.last_copy_ns.max(a.last_copy_ns);
-        t.last_new_copy_ns = t.last_new_copy_ns.max(a.last_new_copy_ns);
+        for at in a.new_copies_ns.into_iter().flatten() {
+            t.note_new_copy(at);
+        }
         t.unanswered_since_ns = match (t.unanswered_since_ns, a.unanswered_since_ns) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),

@@ -226,3 +226,68 @@ fn datagram_two_ends_match_ground_truth() {
     assert!(text.contains("udp :9000"), "{text}");
     println!("{text}");
 }
+
+/// The end of a dual-sent run, both ends captured: both paths stop carrying messages, a lagging
+/// path-0 sender then delivers `stragglers` messages whose other copies were never seen, and
+/// path 1 carries only keep-alives a little over a second apart. Returns the outages.
+fn run_end(stragglers: u64) -> Vec<tboxscope_engine::OutageRecord> {
+    let tbox = [addr("10.0.0.2:40000"), addr("10.1.0.2:40001")];
+    let gw = addr("192.0.2.1:9000");
+    let labels = ["eth0", "eth1"];
+    let mut obs = two_ends_of_two_paths(Some(0));
+    let datagram = |ts: u64, p: usize, cap: u16, src, dst, hash: u64| {
+        Observation::Datagram(Datagram {
+            meta: meta(ts, labels[p], cap, src, dst, 628),
+            payload_hash: hash,
+            payload_len: 600,
+            app_msg_id: None,
+        })
+    };
+    let start = T0 + 1_000_000_000;
+    for i in 0..200u64 {
+        for (p, &src) in tbox.iter().enumerate() {
+            let send = start + i * GAP;
+            obs.push(datagram(send, p, p as u16, src, gw, 0x5000 + i));
+            obs.push(datagram(
+                send + 30_000_000,
+                p,
+                2 + p as u16,
+                src,
+                gw,
+                0x5000 + i,
+            ));
+        }
+    }
+    let end = start + 200 * GAP;
+    // Keep-alives of another exchange on path 1 (each answered), 1.05 s apart, for 6 s.
+    let (ka, ka_gw) = (addr("10.1.0.2:40002"), addr("192.0.2.1:9001"));
+    for k in 0..6u64 {
+        let t = end + 500_000_000 + k * 1_050_000_000;
+        obs.push(datagram(t, 1, 1, ka, ka_gw, 0x9000 + 2 * k));
+        obs.push(datagram(t + 25_000_000, 1, 3, ka, ka_gw, 0x9000 + 2 * k));
+        obs.push(datagram(t + 30_000_000, 1, 3, ka_gw, ka, 0x9001 + 2 * k));
+        obs.push(datagram(t + 55_000_000, 1, 1, ka_gw, ka, 0x9001 + 2 * k));
+    }
+    // The stragglers on path 0, 3 s after the end, 10 ms apart.
+    for j in 0..stragglers {
+        let send = end + 3_000_000_000 + j * 10_000_000;
+        obs.push(datagram(send, 0, 0, tbox[0], gw, 0x7000 + j));
+        obs.push(datagram(send + 30_000_000, 0, 2, tbox[0], gw, 0x7000 + j));
+    }
+    let mut e = Engine::new(Config::default());
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let s = e.finish(end + 8_000_000_000);
+    s.outages
+}
+
+#[test]
+fn a_few_late_messages_on_one_path_at_the_end_of_a_run_are_no_outage_of_the_other() {
+    // Two stragglers while path 1 idles between keep-alives: no outage (was one of ~1 s).
+    assert!(run_end(2).is_empty(), "{:#?}", run_end(2));
+    // Steady new traffic on path 0 while path 1 carries none: path 1 stopped carrying copies.
+    let outages = run_end(40);
+    assert_eq!(outages.len(), 1, "{outages:#?}");
+    assert_eq!(outages[0].path, "eth1");
+}

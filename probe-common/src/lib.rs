@@ -81,6 +81,8 @@ pub const ICSK_TIME_LOSS_PROBE: u8 = 5;
 pub const FLAG_SOCK_READ: u8 = 1;
 /// [`TcpEvent::flags`]: `segs` was read from the skb control block.
 pub const FLAG_SEGS_READ: u8 = 2;
+/// [`TcpEvent::flags`]: `seq`/`end_seq` were read from the skb control block.
+pub const FLAG_SEQ_READ: u8 = 4;
 
 /// Index in the `DROPS` per-CPU array: ring buffer full (reserve failed).
 pub const DROP_RING_FULL: u32 = 0;
@@ -150,6 +152,11 @@ pub struct TcpEvent {
     pub segs: u16,
     /// Retransmit: the tracepoint's `err` (0 = sent).
     pub err: i32,
+    /// Retransmit: first sequence number of the resent skb (`tcp_skb_cb.seq`), with
+    /// [`FLAG_SEQ_READ`].
+    pub seq: u32,
+    /// Retransmit: one past its last (`tcp_skb_cb.end_seq`, SYN/FIN count one).
+    pub end_seq: u32,
     /// Explicit tail padding; always zero.
     pub _pad: u32,
 }
@@ -208,6 +215,10 @@ pub struct SockOffsets {
     pub skb_gso_segs: u32,
     /// `skc_cookie` (u64, the socket cookie `tcp:tcp_probe` reports); `u32::MAX` when unknown.
     pub cookie: u32,
+    /// `sk_buff.cb` + `tcp_skb_cb.seq` (u32); `u32::MAX` when unknown.
+    pub skb_seq: u32,
+    /// `sk_buff.cb` + `tcp_skb_cb.end_seq` (u32); `u32::MAX` when unknown.
+    pub skb_end_seq: u32,
 }
 
 /// Offsets of the fields the programs take from each tracepoint's record, read from
@@ -314,18 +325,19 @@ mod tests {
 
     #[test]
     fn sizes_are_pinned() {
-        assert_eq!(size_of::<TcpEvent>(), 104);
+        assert_eq!(size_of::<TcpEvent>(), 112);
         assert_eq!(align_of::<TcpEvent>(), 8);
-        assert_eq!(size_of::<SockOffsets>(), 24 * 4);
+        assert_eq!(size_of::<SockOffsets>(), 26 * 4);
         assert_eq!(size_of::<TracepointOffsets>(), 56);
-        assert_eq!(size_of::<ProbeConfig>(), 96 + 56 + 8 + 8);
+        assert_eq!(size_of::<ProbeConfig>(), 104 + 56 + 8 + 8);
         assert_eq!(size_of::<CwndLast>(), 64);
     }
 
     #[test]
     fn no_implicit_padding_in_event() {
         // The sum of field sizes equals the struct size.
-        let fields = 8 + 8 + 16 + 16 + 2 + 2 + 2 + 1 + 1 + 4 + 4 + 7 * 4 + 1 + 1 + 2 + 4 + 4;
+        let fields =
+            8 + 8 + 16 + 16 + 2 + 2 + 2 + 1 + 1 + 4 + 4 + 7 * 4 + 1 + 1 + 2 + 4 + 4 + 4 + 4;
         assert_eq!(fields, size_of::<TcpEvent>());
     }
 }

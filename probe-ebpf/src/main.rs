@@ -18,11 +18,11 @@ use aya_ebpf::{
     },
 };
 use probe_common::{
-    CwndLast, ProbeConfig, TcpEvent, AF_INET, CA_CWR, CA_DISORDER, CA_LOSS, CA_RECOVERY, CWND_LAST_ENTRIES,
-    DROP_READ_FAILED, DROP_REASONS, DROP_RING_FULL, FILTER_ENTRIES, FLAG_SEGS_READ, FLAG_SOCK_READ,
-    ICSK_TIME_LOSS_PROBE, KIND_CONG_STATE, LOAD_SOCK_ID, KIND_CWND, KIND_RETRANSMIT, KIND_SOCK_STATE,
-    RETRANS_FAST, RETRANS_LOSS_PROBE, RETRANS_LOSS_RECOVERY, RETRANS_OTHER, RETRANS_RTO,
-    RING_BYTES, RING_WAKE_BYTES,
+    CwndLast, ProbeConfig, TcpEvent, AF_INET, CA_CWR, CA_DISORDER, CA_LOSS, CA_RECOVERY,
+    CWND_LAST_ENTRIES, DROP_READ_FAILED, DROP_REASONS, DROP_RING_FULL, FILTER_ENTRIES,
+    FLAG_SEGS_READ, FLAG_SEQ_READ, FLAG_SOCK_READ, ICSK_TIME_LOSS_PROBE, KIND_CONG_STATE,
+    KIND_CWND, KIND_RETRANSMIT, KIND_SOCK_STATE, LOAD_SOCK_ID, RETRANS_FAST, RETRANS_LOSS_PROBE,
+    RETRANS_LOSS_RECOVERY, RETRANS_OTHER, RETRANS_RTO, RING_BYTES, RING_WAKE_BYTES,
 };
 
 /// Offsets and settings from user space (read-only data, set before load).
@@ -74,6 +74,8 @@ struct Extra {
     flags: u8,
     segs: u16,
     err: i32,
+    seq: u32,
+    end_seq: u32,
 }
 
 /// `bpf_ringbuf_submit` flags.
@@ -134,6 +136,8 @@ fn emit(sk: u64, id: &Ident, s: &Snap, x: &Extra, wake: Wake) {
         (*p).flags = x.flags | FLAG_SOCK_READ;
         (*p).segs = x.segs;
         (*p).err = x.err;
+        (*p).seq = x.seq;
+        (*p).end_seq = x.end_seq;
         (*p)._pad = 0;
     }
     let flags = match wake {
@@ -208,6 +212,8 @@ pub fn ring_load(_ctx: TracePointContext) -> u32 {
         flags: 0,
         segs: 0,
         err: 0,
+        seq: 0,
+        end_seq: 0,
     };
     emit(LOAD_SOCK_ID, &id, &s, &x, Wake::Batched);
     0
@@ -237,12 +243,27 @@ fn try_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
     };
     let mut flags = 0u8;
     let mut segs = 0u16;
+    let (mut seq, mut end_seq) = (0u32, 0u32);
     let segs_off = conf!(sock.skb_gso_segs);
-    if segs_off != u32::MAX {
+    let (seq_off, end_off) = (conf!(sock.skb_seq), conf!(sock.skb_end_seq));
+    if segs_off != u32::MAX || (seq_off != u32::MAX && end_off != u32::MAX) {
         let skb: u64 = read_tp(ctx, conf!(tp.retrans_skbaddr))?;
-        if let Ok(n) = sock::read::<u16>(skb, segs_off) {
-            segs = n;
-            flags |= FLAG_SEGS_READ;
+        if segs_off != u32::MAX {
+            if let Ok(n) = sock::read::<u16>(skb, segs_off) {
+                segs = n;
+                flags |= FLAG_SEGS_READ;
+            }
+        }
+        // Which bytes are resent: the skb's control block names its sequence range.
+        if seq_off != u32::MAX && end_off != u32::MAX {
+            if let (Ok(s), Ok(e)) = (
+                sock::read::<u32>(skb, seq_off),
+                sock::read::<u32>(skb, end_off),
+            ) {
+                seq = s;
+                end_seq = e;
+                flags |= FLAG_SEQ_READ;
+            }
         }
     }
     // How the kernel got here, from the state it is in (see probe-user/src/source/ebpf/README.md):
@@ -273,6 +294,8 @@ fn try_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
             flags,
             segs,
             err,
+            seq,
+            end_seq,
         },
         Wake::Now,
     );
@@ -397,6 +420,8 @@ fn emit_cwnd(sk: u64, id: &Ident, s: &Snap, now: u64) {
             flags: 0,
             segs: 0,
             err: 0,
+            seq: 0,
+            end_seq: 0,
         },
         Wake::Batched,
     );
@@ -463,6 +488,8 @@ fn try_cong(ctx: &TracePointContext) -> Result<(), i32> {
             flags: 0,
             segs: 0,
             err: 0,
+            seq: 0,
+            end_seq: 0,
         },
         Wake::Now,
     );
@@ -507,6 +534,8 @@ fn try_sock_state(ctx: &TracePointContext) -> Result<(), i32> {
             flags: 0,
             segs: 0,
             err: 0,
+            seq: 0,
+            end_seq: 0,
         },
         Wake::Batched,
     );

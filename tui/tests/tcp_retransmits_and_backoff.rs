@@ -119,14 +119,30 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
         .any(|r| r["kind"] == "fast" || r["kind"] == "loss_probe"));
     // In the blackhole, one segment is outstanding: the tail loss probe fires first (with the
     // probe timer pending), then the RTO timer; nothing is left unclassified.
-    let blackhole: Vec<&str> = rtx
+    let in_blackhole: Vec<&Value> = rtx
         .iter()
+        .copied()
         .filter(|r| {
             let ts = r["ts"].as_str().unwrap_or("");
             ts >= t_blackhole.as_str() && ts < t_probe.as_str()
         })
+        .collect();
+    let blackhole: Vec<&str> = in_blackhole
+        .iter()
         .map(|r| r["kind"].as_str().unwrap_or("?"))
         .collect();
+    // Every resend names the bytes it carried (from the skb's control block), and in the
+    // blackhole it is the one outstanding segment each time: the probe and every RTO resend
+    // the same sequence range.
+    assert!(
+        rtx.iter().all(|r| r["seq"].is_u64() && u(&r["len"]) > 0),
+        "retransmits without their sequence range: {rtx:?}"
+    );
+    let ranges: std::collections::BTreeSet<(u64, u64)> = in_blackhole
+        .iter()
+        .map(|r| (u(&r["seq"]), u(&r["len"])))
+        .collect();
+    assert_eq!(ranges.len(), 1, "blackhole resends: {in_blackhole:?}");
     assert_eq!(
         blackhole.first(),
         Some(&"loss_probe"),

@@ -80,6 +80,12 @@ pub struct RetransmitRecord {
     pub segs: Option<u16>,
     /// Kernel error of the resend (0 = sent; non-zero = not sent, e.g. a local drop).
     pub err: i32,
+    /// First sequence number resent, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u32>,
+    /// Sequence space resent (bytes; SYN and FIN count one), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub len: Option<u32>,
     /// Socket state before this retransmission.
     #[serde(flatten)]
     pub sock: SockFields,

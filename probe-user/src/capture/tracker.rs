@@ -197,7 +197,13 @@ impl Tracker {
             c.totals.max_backoff = c.totals.max_backoff.max(o.snap.backoff);
         }
         match o.kind {
-            TcpEventKind::Retransmit { kind, segs, err } => {
+            TcpEventKind::Retransmit {
+                kind,
+                segs,
+                err,
+                seq,
+                len,
+            } => {
                 if err == 0 {
                     c.totals.retransmits += 1;
                     c.totals.retrans_segs += u64::from(segs.unwrap_or(1).max(1));
@@ -210,6 +216,8 @@ impl Tracker {
                     kind,
                     segs,
                     err,
+                    seq,
+                    len,
                     sock: sock.clone(),
                 }));
                 if kind == RetransmitKind::Rto {
@@ -346,6 +354,8 @@ mod tests {
             kind: RetransmitKind::Rto,
             segs: Some(1),
             err: 0,
+            seq: Some(1000),
+            len: Some(1448),
         }
     }
 

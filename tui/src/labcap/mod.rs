@@ -148,6 +148,8 @@ pub struct MeasuredOutage {
     pub carried_by_others: u64,
     /// Messages no path carried meanwhile.
     pub lost: u64,
+    /// How the engine told the path was down.
+    pub evidence: String,
 }
 
 /// Everything tboxscope measured in a run.
@@ -669,6 +671,7 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
             duration_s: o.end_ns.map(|_| o.duration_ns as f64 / 1e9),
             carried_by_others: o.carried_by_others,
             lost: o.lost,
+            evidence: o.evidence.clone(),
         })
         .collect();
     Measured {
@@ -1011,13 +1014,14 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
     for o in &m.outages {
         let _ = writeln!(
             s,
-            "tboxscope detected an outage on {}: {} from {:.3} s; {} messages carried only by the other path, {} lost",
+            "tboxscope detected an outage on {}: {} from {:.3} s; {} messages carried only by the other path, {} lost ({})",
             o.path,
             o.duration_s
                 .map_or_else(|| "still open at the end".to_owned(), |d| format!("{d:.3} s")),
             o.start_unix_ns.saturating_sub(report.start_unix_ns) as f64 / 1e9,
             o.carried_by_others,
-            o.lost
+            o.lost,
+            o.evidence
         );
     }
     for (label, st) in &m.pcap {

@@ -2,9 +2,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use probe_common::{
-    TcpEvent, AF_INET, AF_INET6, FLAG_SEGS_READ, FLAG_SOCK_READ, KIND_CONG_STATE, KIND_CWND,
-    KIND_RETRANSMIT, KIND_SOCK_STATE, RETRANS_FAST, RETRANS_LOSS_PROBE, RETRANS_LOSS_RECOVERY,
-    RETRANS_OTHER, RETRANS_RTO,
+    TcpEvent, AF_INET, AF_INET6, FLAG_SEGS_READ, FLAG_SEQ_READ, FLAG_SOCK_READ, KIND_CONG_STATE,
+    KIND_CWND, KIND_RETRANSMIT, KIND_SOCK_STATE, RETRANS_FAST, RETRANS_LOSS_PROBE,
+    RETRANS_LOSS_RECOVERY, RETRANS_OTHER, RETRANS_RTO,
 };
 
 /// Why a ring-buffer record was rejected.
@@ -109,6 +109,10 @@ pub enum TcpEventKind {
         segs: Option<u16>,
         /// The tracepoint's error code (0 = sent).
         err: i32,
+        /// First sequence number resent, if known.
+        seq: Option<u32>,
+        /// Sequence space resent (bytes; SYN and FIN count one), if known.
+        len: Option<u32>,
     },
     /// A thinned cwnd/ssthresh/srtt sample.
     Cwnd,
@@ -216,6 +220,8 @@ pub fn from_event(ev: &TcpEvent) -> Result<TcpObservation, DecodeError> {
             },
             segs: (ev.flags & FLAG_SEGS_READ != 0).then_some(ev.segs),
             err: ev.err,
+            seq: (ev.flags & FLAG_SEQ_READ != 0).then_some(ev.seq),
+            len: (ev.flags & FLAG_SEQ_READ != 0).then(|| ev.end_seq.wrapping_sub(ev.seq)),
         },
         KIND_CWND => TcpEventKind::Cwnd,
         KIND_CONG_STATE => TcpEventKind::CongState { new: ev.detail },
@@ -304,7 +310,9 @@ mod tests {
             TcpEventKind::Retransmit {
                 kind: RetransmitKind::Rto,
                 segs: Some(1),
-                err: 0
+                err: 0,
+                seq: None,
+                len: None,
             }
         );
         assert_eq!(o.snap.backoff, 1);

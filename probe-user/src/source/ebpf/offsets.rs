@@ -66,6 +66,14 @@ pub fn sock_offsets(btf: &Btf) -> Result<SockOffsets, OffsetError> {
         (Ok(cb), Ok(segs)) if segs.size == 2 => cb.byte_offset + segs.byte_offset,
         _ => u32::MAX,
     };
+    // The sequence range of that skb (the retransmitted bytes). Optional.
+    let skb_cb_u32 = |name: &str| match (
+        btf.field("sk_buff", &["cb"]),
+        btf.field("tcp_skb_cb", &[name]),
+    ) {
+        (Ok(cb), Ok(f)) if f.size == 4 => cb.byte_offset + f.byte_offset,
+        _ => u32::MAX,
+    };
     let sock_in_tcp = btf
         .field("tcp_sock", &["inet_conn", "icsk_inet", "sk"])?
         .byte_offset;
@@ -95,6 +103,8 @@ pub fn sock_offsets(btf: &Btf) -> Result<SockOffsets, OffsetError> {
         skb_gso_segs: gso_segs,
         // Optional: without it `tcp_probe` keys its per-socket state by address.
         cookie: sk("skc_cookie", 8).map_or(u32::MAX, |o| sock_in_tcp + o),
+        skb_seq: skb_cb_u32("seq"),
+        skb_end_seq: skb_cb_u32("end_seq"),
     })
 }
 
@@ -144,6 +154,8 @@ mod tests {
         assert!(o.icsk_rto > o.state);
         assert_eq!(o.ca_state_mask, 0x1f);
         assert_ne!(o.skb_gso_segs, u32::MAX);
+        assert_ne!(o.skb_seq, u32::MAX);
+        assert_eq!(o.skb_end_seq, o.skb_seq + 4);
         assert!(kernel_hz().is_some());
     }
 }
