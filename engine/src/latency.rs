@@ -122,13 +122,16 @@ impl LatencyHist {
 }
 
 /// A distribution over the whole run plus the current window and a bounded series of past
-/// windows.
+/// windows. Each sample is recorded once, in the whole-run histogram: the window's counts are
+/// what it gained since the window opened (a copy of its counts is kept then).
 #[derive(Clone, Debug)]
 pub struct WindowedHist {
     /// Whole run.
     pub total: LatencyHist,
-    /// Current window.
-    pub window: LatencyHist,
+    /// The whole-run counts when the current window opened.
+    window_start: Histogram<u64>,
+    /// The current window's exact figures: (min, max, sum), over samples as recorded.
+    window_exact: (u64, u64, u128),
     /// Past windows, oldest first (bounded).
     pub series: std::collections::VecDeque<SeriesPoint>,
     history: usize,
@@ -137,9 +140,11 @@ pub struct WindowedHist {
 impl WindowedHist {
     /// Empty, with `history` windows kept.
     pub fn new(max_us: u64, sigfig: u8, history: usize) -> Self {
+        let total = LatencyHist::new(max_us, sigfig);
         Self {
-            total: LatencyHist::new(max_us, sigfig),
-            window: LatencyHist::new(max_us, sigfig),
+            window_start: total.hist.clone(),
+            total,
+            window_exact: (u64::MAX, 0, 0),
             series: std::collections::VecDeque::new(),
             history,
         }
@@ -147,13 +152,42 @@ impl WindowedHist {
 
     /// Records a sample in the run and the window; true if clamped.
     pub fn record(&mut self, us: u64) -> bool {
-        self.window.record(us);
+        let v = us.min(self.total.max_us);
+        let w = &mut self.window_exact;
+        w.0 = w.0.min(v);
+        w.1 = w.1.max(v);
+        w.2 += u128::from(v);
         self.total.record(us)
+    }
+
+    /// The current window's distribution.
+    fn window(&self) -> Percentiles {
+        let mut counts = self.total.hist.clone();
+        if counts.subtract(&self.window_start).is_err() {
+            // Cannot happen: the window's start is an earlier state of the same histogram.
+            return Percentiles::default();
+        }
+        let (min, max, sum) = self.window_exact;
+        LatencyHist {
+            hist: counts,
+            max_us: self.total.max_us,
+            exact_min: min,
+            exact_max: max,
+            sum,
+            clamped: 0,
+        }
+        .percentiles()
+    }
+
+    /// Starts a new window at the current state.
+    fn restart_window(&mut self) {
+        self.window_start.clone_from(&self.total.hist);
+        self.window_exact = (u64::MAX, 0, 0);
     }
 
     /// Closes the current window at `end_ns`, returning its percentiles.
     pub fn roll(&mut self, end_ns: u64) -> Percentiles {
-        let p = self.window.percentiles();
+        let p = self.window();
         self.series.push_back(SeriesPoint {
             ts_ns: end_ns,
             p50_us: p.p50_us,
@@ -163,13 +197,13 @@ impl WindowedHist {
         while self.series.len() > self.history {
             self.series.pop_front();
         }
-        self.window.reset();
+        self.restart_window();
         p
     }
 
     /// Forgets the current window and the past ones; the whole-run distribution stays.
     pub fn clear_windows(&mut self) {
-        self.window.reset();
+        self.restart_window();
         self.series.clear();
     }
 }
@@ -207,5 +241,27 @@ mod tests {
         assert_eq!(h.percentiles().max_us, 1000);
         assert_eq!(h.count_above(10), 1);
         assert_eq!(h.count_above(1000), 0);
+    }
+
+    /// A window's figures (from the difference of whole-run counts) equal those of a
+    /// histogram fed the window's samples alone, window after window.
+    #[test]
+    fn windows_are_what_the_run_gained_in_them() {
+        let mut w = WindowedHist::new(50_000, 3, 4);
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for round in 0..6u64 {
+            let mut alone = LatencyHist::new(50_000, 3);
+            for _ in 0..(round * 700) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let us = x % (20_000 * (round + 1));
+                w.record(us);
+                alone.record(us);
+            }
+            assert_eq!(w.roll(round), alone.percentiles(), "window {round}");
+        }
+        assert_eq!(w.series.len(), 4);
+        assert_eq!(w.total.count(), 15 * 700);
     }
 }
