@@ -222,6 +222,10 @@ pub struct FlowTable {
     index: HashMap<FlowKey, usize>,
     next_uid: u64,
     max: usize,
+    /// The QUIC connection looked up last and its slot: consecutive packets mostly belong to
+    /// one connection, and its label is the dearest key to hash (a label shared by the
+    /// connection's packets compares by pointer).
+    last: Option<(FlowKey, usize)>,
     /// Flows evicted so far.
     pub evicted: u64,
 }
@@ -251,13 +255,20 @@ impl FlowTable {
         now: u64,
         proto: impl FnOnce() -> Proto,
     ) -> FlowRef {
-        if let Some(slot) = self.index.get(key) {
-            if let Some(Some(f)) = self.slab.get_mut(*slot) {
+        let known = match &self.last {
+            Some((k, slot)) if k == key => Some(*slot),
+            _ => self.index.get(key).copied(),
+        };
+        if let Some(slot) = known {
+            if let Some(Some(f)) = self.slab.get_mut(slot) {
                 f.last_ns = f.last_ns.max(now);
-                return FlowRef {
-                    slot: *slot,
-                    uid: f.uid,
-                };
+                let uid = f.uid;
+                let remember = matches!(key, FlowKey::Quic { .. })
+                    && self.last.as_ref().is_none_or(|(_, s)| *s != slot);
+                if remember {
+                    self.last = Some((key.clone(), slot));
+                }
+                return FlowRef { slot, uid };
             }
         }
         if self.index.len() >= self.max {
@@ -324,6 +335,7 @@ impl FlowTable {
         if ages.is_empty() {
             return;
         }
+        self.last = None;
         let n = (ages.len() / 8).max(1);
         ages.select_nth_unstable(n - 1);
         for (_, slot) in ages.into_iter().take(n) {

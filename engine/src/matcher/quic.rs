@@ -209,12 +209,11 @@ impl Engine {
         let server = server_port(&pkt.src, &pkt.dst);
         let paths = &self.paths;
         // The address pair regardless of direction: the two ends of one path see the same.
-        let (lo, hi) = if pkt.src <= pkt.dst {
-            (pkt.src, pkt.dst)
+        let addrs = if pkt.src <= pkt.dst {
+            pkt.tuple
         } else {
-            (pkt.dst, pkt.src)
+            crate::matcher::tuple_hash(&pkt.dst, &pkt.src)
         };
-        let addrs = crate::matcher::tuple_hash(&lo, &hi);
         let conns = self.quic_conns.entry(server).or_default();
         if !conns
             .iter()
