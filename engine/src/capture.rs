@@ -60,6 +60,43 @@ pub struct CaptureState {
     pub packets: u64,
 }
 
+impl CaptureState {
+    /// Direction of a packet at this capture.
+    pub fn dir_of(&self, src: &SocketAddr, dst: &SocketAddr) -> Dir {
+        if !self.point.local_addrs.is_empty() {
+            if self.point.local_addrs.contains(&src.ip()) {
+                return Dir::Out;
+            }
+            if self.point.local_addrs.contains(&dst.ip()) {
+                return Dir::In;
+            }
+            return Dir::Unknown;
+        }
+        let host = match self.host {
+            // Unpaired and not stated: assumed to be the T-Box (see module doc).
+            Host::Unknown if self.paired.is_none() => Host::Tbox,
+            h => h,
+        };
+        match (host, is_uplink(src, dst)) {
+            (Host::Tbox, Some(up)) => {
+                if up {
+                    Dir::Out
+                } else {
+                    Dir::In
+                }
+            }
+            (Host::Gateway, Some(up)) => {
+                if up {
+                    Dir::In
+                } else {
+                    Dir::Out
+                }
+            }
+            _ => Dir::Unknown,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct PairVotes {
     n: u32,
@@ -200,6 +237,11 @@ impl CaptureTable {
         st
     }
 
+    /// The capture's state, mutably.
+    pub fn get_mut(&mut self, id: CaptureId) -> Option<&mut CaptureState> {
+        self.caps.get_mut(&id)
+    }
+
     /// The capture's state.
     pub fn get(&self, id: CaptureId) -> Option<&CaptureState> {
         self.caps.get(&id)
@@ -217,40 +259,9 @@ impl CaptureTable {
 
     /// Direction of a packet at this capture.
     pub fn dir(&self, id: CaptureId, src: &SocketAddr, dst: &SocketAddr) -> Dir {
-        let Some(c) = self.caps.get(&id) else {
-            return Dir::Unknown;
-        };
-        if !c.point.local_addrs.is_empty() {
-            if c.point.local_addrs.contains(&src.ip()) {
-                return Dir::Out;
-            }
-            if c.point.local_addrs.contains(&dst.ip()) {
-                return Dir::In;
-            }
-            return Dir::Unknown;
-        }
-        let host = match c.host {
-            // Unpaired and not stated: assumed to be the T-Box (see module doc).
-            Host::Unknown if c.paired.is_none() => Host::Tbox,
-            h => h,
-        };
-        match (host, is_uplink(src, dst)) {
-            (Host::Tbox, Some(up)) => {
-                if up {
-                    Dir::Out
-                } else {
-                    Dir::In
-                }
-            }
-            (Host::Gateway, Some(up)) => {
-                if up {
-                    Dir::In
-                } else {
-                    Dir::Out
-                }
-            }
-            _ => Dir::Unknown,
-        }
+        self.caps
+            .get(&id)
+            .map_or(Dir::Unknown, |c| c.dir_of(src, dst))
     }
 
     /// Direction from the capture's host role (stated or inferred) and the packet's uplink

@@ -288,24 +288,31 @@ impl Engine {
 
     /// The common prelude of every packet observation; `None` if the path table is full.
     pub(crate) fn packet(&mut self, meta: &PacketMeta) -> Option<Pkt> {
-        // A known capture with its own label needs no lookup of the label.
+        // The capture's facts, in one lookup: a known capture with its own label needs no
+        // lookup of the label.
+        let facts = |c: &crate::capture::CaptureState| {
+            let dir = c.dir_of(&meta.src, &meta.dst);
+            (c.path, dir, c.offset_ns, c.paired.is_some())
+        };
         let known = self
             .caps
-            .get(meta.capture)
+            .get_mut(meta.capture)
             .filter(|c| *c.point.path == *meta.path)
-            .map(|c| c.path);
-        let label_path = match known {
-            Some(p) => p,
-            None => self.paths.intern(&meta.path)?,
+            .map(|c| {
+                c.packets += 1;
+                facts(c)
+            });
+        let (cap_path, dir, off, paired) = match known {
+            Some(f) => f,
+            None => {
+                let label_path = self.paths.intern(&meta.path)?;
+                facts(self.caps.touch(meta.capture, &meta.path, label_path))
+            }
         };
-        let cap = self.caps.touch(meta.capture, &meta.path, label_path);
-        let cap_path = cap.path;
         let path = self.paths.canonical(cap_path);
-        let dir = self.caps.dir(meta.capture, &meta.src, &meta.dst);
-        let off = self.caps.offset(meta.capture);
         let ts = (meta.ts_ns as i128 + off as i128).clamp(0, u64::MAX as i128) as u64;
         self.advance(ts);
-        let count_wire = dir != Dir::In || self.caps.paired(meta.capture).is_none();
+        let count_wire = dir != Dir::In || !paired;
         let wire = u64::from(meta.wire_len);
         if let Some(p) = self.paths.get_mut(path) {
             if count_wire {
