@@ -174,14 +174,21 @@ pub fn render(s: &Summary) -> String {
                 .map(|p| format!("{} wins {:.1}%", p.path, p.win_rate * 100.0))
                 .collect();
             let _ = writeln!(o, "  {}: {}", r.flow, r.verdict);
-            if !wins.is_empty() {
-                let _ = writeln!(
-                    o,
-                    "    {}; copy spacing P50 {} ms, P99 {} ms",
-                    wins.join(", "),
-                    ms(r.copy_spacing.p50_us),
-                    ms(r.copy_spacing.p99_us)
-                );
+            // Copy spacing exists only where a message had two copies.
+            match (wins.is_empty(), r.copy_spacing.count) {
+                (true, _) => {}
+                (false, 0) => {
+                    let _ = writeln!(o, "    {}", wins.join(", "));
+                }
+                (false, _) => {
+                    let _ = writeln!(
+                        o,
+                        "    {}; copy spacing P50 {} ms, P99 {} ms",
+                        wins.join(", "),
+                        ms(r.copy_spacing.p50_us),
+                        ms(r.copy_spacing.p99_us)
+                    );
+                }
             }
         }
     }

@@ -322,3 +322,12 @@ fn with_a_second_path_in_the_run_single_path_messages_wait_for_it() {
         "{records:?}"
     );
 }
+
+#[test]
+fn the_report_gives_copy_spacing_only_where_messages_had_two_copies() {
+    let (mut e, truth) = one_path_acked_by_una(false);
+    let end = truth.last().map_or(T0, |t| t.1) + 1_000_000_000;
+    let text = tboxscope_engine::report::render(&e.finish(end));
+    assert!(text.contains("eth0 wins 100.0%"), "{text}");
+    assert!(!text.contains("copy spacing"), "{text}");
+}
