@@ -6,9 +6,9 @@
 use std::net::{IpAddr, SocketAddr};
 
 use etherparse::{
-    defrag::IpDefragPool, err, EtherPayloadSlice, EtherType, Ethernet2Slice, IpNumber, IpSlice,
-    Ipv4Slice, Ipv6Slice, LenSource, NetSlice, SingleVlanSlice, SlicedPacket, TransportSlice,
-    UdpSlice,
+    defrag::IpDefragPool, err, EtherPayloadSlice, EtherType, Ethernet2Slice, IpNumber,
+    IpPayloadSlice, IpSlice, Ipv4Slice, Ipv6Slice, LenSource, NetSlice, SingleVlanSlice,
+    SlicedPacket, TransportSlice, UdpSlice,
 };
 
 /// A capture's link layer: what precedes the IP header in every frame.
@@ -185,18 +185,8 @@ impl NetParser {
         let Some(net) = &sliced.net else {
             return Err(NetReject::NotIp);
         };
-        let (src_ip, dst_ip, ip_payload) = match net {
-            NetSlice::Ipv4(v4) => (
-                IpAddr::V4(v4.header().source_addr()),
-                IpAddr::V4(v4.header().destination_addr()),
-                v4.payload(),
-            ),
-            NetSlice::Ipv6(v6) => (
-                IpAddr::V6(v6.header().source_addr()),
-                IpAddr::V6(v6.header().destination_addr()),
-                v6.payload(),
-            ),
-            NetSlice::Arp(_) => return Err(NetReject::NotIp),
+        let Some((src_ip, dst_ip, ip_payload)) = ip_ends(net) else {
+            return Err(NetReject::NotIp);
         };
         if ip_payload.fragmented {
             return self.fragment(&sliced, src_ip, dst_ip, ts_ns);
@@ -278,25 +268,31 @@ pub struct TcpSegmentView<'a> {
     pub payload: &'a [u8],
 }
 
+/// Source and destination addresses of an IP layer, and its payload; `None` for ARP.
+fn ip_ends<'a>(net: &'a NetSlice<'_>) -> Option<(IpAddr, IpAddr, &'a IpPayloadSlice<'a>)> {
+    match net {
+        NetSlice::Ipv4(v4) => Some((
+            IpAddr::V4(v4.header().source_addr()),
+            IpAddr::V4(v4.header().destination_addr()),
+            v4.payload(),
+        )),
+        NetSlice::Ipv6(v6) => Some((
+            IpAddr::V6(v6.header().source_addr()),
+            IpAddr::V6(v6.header().destination_addr()),
+            v6.payload(),
+        )),
+        NetSlice::Arp(_) => None,
+    }
+}
+
 /// The TCP segment in `frame` (link layer `link`), or `None` when the frame carries no whole
 /// TCP header: another protocol, an IP fragment (TCP segments are not fragmented on paths
 /// with a known MTU), or a cut or malformed header. UDP frames go through [`NetParser::udp`],
 /// which counts its rejections.
 pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Option<TcpSegmentView<'_>> {
     let sliced = slice(link, frame).ok()?;
-    let (src_ip, dst_ip, fragmented) = match sliced.net.as_ref()? {
-        NetSlice::Ipv4(v4) => (
-            IpAddr::V4(v4.header().source_addr()),
-            IpAddr::V4(v4.header().destination_addr()),
-            v4.payload().fragmented,
-        ),
-        NetSlice::Ipv6(v6) => (
-            IpAddr::V6(v6.header().source_addr()),
-            IpAddr::V6(v6.header().destination_addr()),
-            v6.payload().fragmented,
-        ),
-        NetSlice::Arp(_) => return None,
-    };
+    let (src_ip, dst_ip, ip_payload) = ip_ends(sliced.net.as_ref()?)?;
+    let fragmented = ip_payload.fragmented;
     match &sliced.transport {
         Some(TransportSlice::Tcp(tcp)) if !fragmented => Some(TcpSegmentView {
             src: SocketAddr::new(src_ip, tcp.source_port()),
@@ -496,19 +492,7 @@ mod tests {
         frame: &[u8],
     ) -> Option<(IpAddr, IpAddr, u16, u16, usize, usize)> {
         let sliced = slice(link, frame).ok()?;
-        let (src, dst, payload) = match sliced.net.as_ref()? {
-            NetSlice::Ipv4(v4) => (
-                IpAddr::V4(v4.header().source_addr()),
-                IpAddr::V4(v4.header().destination_addr()),
-                v4.payload(),
-            ),
-            NetSlice::Ipv6(v6) => (
-                IpAddr::V6(v6.header().source_addr()),
-                IpAddr::V6(v6.header().destination_addr()),
-                v6.payload(),
-            ),
-            NetSlice::Arp(_) => return None,
-        };
+        let (src, dst, payload) = ip_ends(sliced.net.as_ref()?)?;
         match (&sliced.transport, payload.fragmented) {
             (Some(TransportSlice::Udp(u)), false) => Some((
                 src,
