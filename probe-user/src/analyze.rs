@@ -181,44 +181,26 @@ impl Analyzer {
                     &mut summary,
                 );
                 let (path_id, link) = iface_paths.get(iface).copied().unwrap_or((0, None));
-                let (path, paths) = (&self.paths[path_id], &self.paths);
-                let mut failed = None;
-                self.dissector.dissect_each(link, &data, ts_ns, |packet| {
-                    if failed.is_none() {
-                        failed = emit(Record {
-                            file: &name,
-                            frame,
-                            path,
-                            paths,
-                            data: &data,
-                            packet: &packet,
-                        })
-                        .err();
-                    }
-                });
-                if let Some(e) = failed {
-                    return Err(e);
-                }
+                let at = FrameAt {
+                    file: &name,
+                    frame,
+                    path: &self.paths[path_id],
+                    paths: &self.paths,
+                    link,
+                    ts_ns,
+                };
+                dissect_and_emit(&mut self.dissector, &at, &data, emit)?;
             } else {
                 let (path_id, link) = iface_paths[iface];
-                let (data, path, paths) = (packet.data, &self.paths[path_id], &self.paths);
-                let mut failed = None;
-                self.dissector.dissect_each(link, data, ts_ns, |packet| {
-                    if failed.is_none() {
-                        failed = emit(Record {
-                            file: &name,
-                            frame,
-                            path,
-                            paths,
-                            data,
-                            packet: &packet,
-                        })
-                        .err();
-                    }
-                });
-                if let Some(e) = failed {
-                    return Err(e);
-                }
+                let at = FrameAt {
+                    file: &name,
+                    frame,
+                    path: &self.paths[path_id],
+                    paths: &self.paths,
+                    link,
+                    ts_ns,
+                };
+                dissect_and_emit(&mut self.dissector, &at, packet.data, emit)?;
             }
         };
         summary.frames = reader.frames();
@@ -344,31 +326,22 @@ impl Analyzer {
             if let Some(p) = f.pending.take() {
                 let (path_id, link) = f.iface_paths.get(p.interface).copied().unwrap_or((0, None));
                 let before = self.dissector.stats().clone();
-                let (path, paths) = (&self.paths[path_id], &self.paths);
-                let mut failed = None;
-                self.dissector
-                    .dissect_each(link, &f.data, p.ts_ns, |packet| {
-                        if failed.is_none() {
-                            failed = emit(Record {
-                                file: &f.name,
-                                frame: p.frame,
-                                path,
-                                paths,
-                                data: &f.data,
-                                packet: &packet,
-                            })
-                            .err();
-                        }
-                    });
+                let at = FrameAt {
+                    file: &f.name,
+                    frame: p.frame,
+                    path: &self.paths[path_id],
+                    paths: &self.paths,
+                    link,
+                    ts_ns: p.ts_ns,
+                };
+                let emitted = dissect_and_emit(&mut self.dissector, &at, &f.data, emit);
                 let after = self.dissector.stats();
                 let summary = &mut self.files[f.file_no];
                 summary.frames += 1;
                 summary.kcp_segments += after.kcp_segments - before.kcp_segments;
                 summary.quic_packets += after.quic_packets - before.quic_packets;
                 summary.other_udp += after.other_udp - before.other_udp;
-                if let Some(e) = failed {
-                    return Err(e);
-                }
+                emitted?;
             }
             if let Err(e) = self.refill(&mut open[i]) {
                 errors.push(e);
@@ -450,6 +423,41 @@ struct PacketLine<'a, T: Serialize> {
     dst: SocketAddr,
     #[serde(flatten)]
     fields: &'a T,
+}
+
+/// Where a frame was read: the fields every record of the frame shares.
+struct FrameAt<'a> {
+    file: &'a str,
+    frame: u64,
+    path: &'a str,
+    paths: &'a [String],
+    link: Option<LinkType>,
+    ts_ns: u64,
+}
+
+/// Decodes one frame and hands each decoded unit to `emit` as a [`Record`]; after the first
+/// error of `emit`, the frame's other units are dropped and that error is returned.
+fn dissect_and_emit<E>(
+    dissector: &mut Dissector,
+    at: &FrameAt<'_>,
+    data: &[u8],
+    emit: &mut dyn FnMut(Record<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut failed = None;
+    dissector.dissect_each(at.link, data, at.ts_ns, |packet| {
+        if failed.is_none() {
+            failed = emit(Record {
+                file: at.file,
+                frame: at.frame,
+                path: at.path,
+                paths: at.paths,
+                data,
+                packet: &packet,
+            })
+            .err();
+        }
+    });
+    failed.map_or(Ok(()), Err)
 }
 
 /// Writes one record as a JSON line (`kcp_segment`, `quic_packet`, `udp_datagram`).
