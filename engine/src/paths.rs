@@ -132,8 +132,6 @@ pub struct PathTable {
     history: usize,
     /// Observations refused because there were already [`MAX_PATHS`] labels.
     pub refused: u64,
-    /// Paths that are not aliases.
-    live: usize,
 }
 
 impl PathTable {
@@ -159,7 +157,6 @@ impl PathTable {
                 self.paths
                     .push(PathState::new(label, self.max_latency_us, self.history));
                 self.by_label.insert(label.to_owned(), i);
-                self.live += 1;
                 i
             }
         };
@@ -216,14 +213,12 @@ impl PathTable {
         {
             t.unanswered_since_ns = None;
         }
-        if self.paths[alias].alias_of.replace(target).is_none() {
-            self.live -= 1;
-        }
+        self.paths[alias].alias_of = Some(target);
     }
 
-    /// How many paths are not aliases.
-    pub fn live_count(&self) -> usize {
-        self.live
+    /// Whether more than one path is not an alias (stops at the second).
+    pub fn several_live(&self) -> bool {
+        self.live().nth(1).is_some()
     }
 
     /// The paths that are not aliases, mutably.
