@@ -21,8 +21,6 @@ use crate::FastMap as HashMap;
 
 /// Sends left unanswered before silence on a path whose sends are observed is an outage.
 const MIN_UNANSWERED_SENDS: u32 = 3;
-/// Slots of the cache of address pairs already remembered.
-const TUPLES_SEEN: usize = 64;
 
 /// Accumulators for the current window.
 #[derive(Clone, Debug, Default)]
@@ -89,13 +87,12 @@ pub struct Engine {
     /// Scratch space for the messages one QUIC STREAM frame carries.
     pub(crate) quic_parts: Vec<crate::matcher::quic::Part>,
     /// Address pair → flow, to attribute overhead packets (bounded).
-    pub(crate) tuple_flows: HashMap<(SocketAddr, SocketAddr), FlowKey>,
+    /// (keyed by the pair's [`crate::matcher::tuple_hash`], which every packet carries).
+    pub(crate) tuple_flows: HashMap<u64, FlowKey>,
     /// Scratch for KCP segments acknowledged by una (sn, (send time, message key, slot)).
     pub(crate) una_done: Vec<(u64, (u64, u64, u32))>,
     /// Scratch for QUIC packets acknowledged by one ACK packet, and each one's ACK delay.
     pub(crate) quic_acked: (Vec<(u64, crate::matcher::quic::Unacked)>, Vec<u64>),
-    /// Address pairs known to be in `tuple_flows`, by their hash (direct-mapped).
-    tuples_seen: [u64; TUPLES_SEEN],
     /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
     /// connections.
     pub(crate) quic_conns: HashMap<u16, Vec<(std::sync::Arc<str>, PathIdx, u64)>>,
@@ -134,7 +131,6 @@ impl Engine {
             resolved: Vec::new(),
             quic_parts: Vec::new(),
             tuple_flows: HashMap::default(),
-            tuples_seen: [0; TUPLES_SEEN],
             una_done: Vec::new(),
             quic_acked: (Vec::new(), Vec::new()),
             quic_conns: HashMap::default(),
@@ -522,7 +518,7 @@ impl Engine {
             // there is none to wait for.
             Some(f)
                 if f.paths_mask.count_ones() < 2
-                    && self.paths.live_count() >= 2
+                    && self.paths.several_live()
                     && self.now.saturating_sub(f.first_ns) < self.cfg.message_timeout_ns =>
             {
                 return
@@ -779,27 +775,13 @@ impl Engine {
         self.events.truncate(self.cfg.max_events.max(1));
     }
 
-    /// Remembers which flow an address pair belongs to (for overhead packets).
-    /// `tuple` is the pair's [`crate::matcher::tuple_hash`]: pairs met recently skip the map.
-    pub(crate) fn remember_tuple(
-        &mut self,
-        tuple: u64,
-        src: SocketAddr,
-        dst: SocketAddr,
-        key: &FlowKey,
-    ) {
-        let seen = &mut self.tuples_seen[(tuple % TUPLES_SEEN as u64) as usize];
-        if *seen == tuple && tuple != 0 {
-            return;
-        }
+    /// Remembers which flow an address pair belongs to (for overhead packets); `tuple` is the
+    /// pair's [`crate::matcher::tuple_hash`].
+    pub(crate) fn remember_tuple(&mut self, tuple: u64, key: &FlowKey) {
         if self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16) {
             self.tuple_flows.clear();
-            self.tuples_seen = [0; TUPLES_SEEN];
         }
-        self.tuple_flows
-            .entry((src, dst))
-            .or_insert_with(|| key.clone());
-        self.tuples_seen[(tuple % TUPLES_SEEN as u64) as usize] = tuple;
+        self.tuple_flows.entry(tuple).or_insert_with(|| key.clone());
     }
 
     fn on_overhead(&mut self, o: &crate::input::Overhead) {
@@ -808,8 +790,11 @@ impl Engine {
         };
         let key = self
             .tuple_flows
-            .get(&(o.meta.src, o.meta.dst))
-            .or_else(|| self.tuple_flows.get(&(o.meta.dst, o.meta.src)))
+            .get(&pkt.tuple)
+            .or_else(|| {
+                let back = crate::matcher::tuple_hash(&o.meta.dst, &o.meta.src);
+                self.tuple_flows.get(&back)
+            })
             .cloned();
         if let Some(r) = key.and_then(|k| self.flows.find(&k)) {
             if let Some(f) = self.flows.get_mut(r) {

@@ -17,7 +17,7 @@ impl Engine {
         let key = FlowKey::Datagram {
             server_port: server_port(&pkt.src, &pkt.dst),
         };
-        self.remember_tuple(pkt.tuple, pkt.src, pkt.dst, &key);
+        self.remember_tuple(pkt.tuple, &key);
         let forced = forced_mode(&self.cfg, (pkt.src.port(), pkt.dst.port()), None, None);
         let fr = self
             .flows

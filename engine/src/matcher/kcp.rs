@@ -91,7 +91,7 @@ impl Engine {
             _ => None,
         };
         let mfr = group.unwrap_or(fr);
-        self.remember_tuple(pkt.tuple, pkt.src, pkt.dst, &key);
+        self.remember_tuple(pkt.tuple, &key);
         if let Some(f) = self.flows.get_mut(fr) {
             f.mode = Some(if group.is_some() {
                 MatchMode::AppId

@@ -271,7 +271,7 @@ impl Engine {
                 conn: q.conn.clone(),
             },
         };
-        self.remember_tuple(pkt.tuple, pkt.src, pkt.dst, &key);
+        self.remember_tuple(pkt.tuple, &key);
         let fr = self
             .flows
             .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()));

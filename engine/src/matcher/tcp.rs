@@ -96,7 +96,7 @@ impl Engine {
             return;
         };
         let (key, src_is_client) = socket_key(t.meta.src, t.meta.dst);
-        self.remember_tuple(pkt.tuple, pkt.src, pkt.dst, &key);
+        self.remember_tuple(pkt.tuple, &key);
         let label = self.paths.label(pkt.path).to_owned();
         let fr = self.flows.get_or_insert(&key, pkt.ts_ns, || {
             Proto::Tcp(Box::new(TcpState {
