@@ -187,13 +187,7 @@ fn datagram_two_ends_match_ground_truth() {
     assert_eq!(o.lost, lost_both);
 
     // Records: one message record per message, exact per-copy latency.
-    let msgs: Vec<_> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Message(m) => Some(m),
-            _ => None,
-        })
-        .collect();
+    let msgs = messages(&records);
     assert_eq!(msgs.len() as u64, N);
     let m = msgs
         .iter()

@@ -295,13 +295,7 @@ fn una_fills_the_receiver_gap_and_single_path_runs_close_messages_when_acknowled
     );
     // The run has one path: each message closed when acknowledged, long before the message
     // timeout (the last acknowledgment is 0.6 s after the first send), with its exact RTT.
-    let msgs: Vec<_> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Message(m) => Some(m),
-            _ => None,
-        })
-        .collect();
+    let msgs = messages(&records);
     assert_eq!(msgs.len(), truth.len(), "{msgs:?}");
     for m in msgs {
         let sn: usize = m.id.trim_start_matches("up sn ").parse().unwrap();

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use tboxscope_engine::latency::LatencyHist;
-use tboxscope_engine::{CaptureId, Host, Observation, PacketMeta};
+use tboxscope_engine::{CaptureId, Host, MessageRecord, Observation, PacketMeta, Record};
 
 pub const T0: u64 = 1_796_000_000_000_000_000;
 
@@ -76,4 +76,15 @@ pub fn expected_quantile(sorted_us: &[u64], q: f64) -> u64 {
 pub fn sorted(mut v: Vec<Observation>) -> Vec<Observation> {
     v.sort_by_key(|o| o.ts_ns());
     v
+}
+
+/// The `message` records among `records`.
+pub fn messages(records: &[Record]) -> Vec<&MessageRecord> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Message(m) => Some(m),
+            _ => None,
+        })
+        .collect()
 }
