@@ -36,6 +36,9 @@ pub type StreamRanges = VecDeque<(u64, u64, u64)>;
 /// was held in when sent).
 pub type SentItem = (u64, u64, u64, u64, u32);
 
+/// Where messages started: (stream, offset) each, in order (inline for one).
+pub type MessageStarts = smallvec::SmallVec<[(u64, u64); 1]>;
+
 /// A sent packet waiting for its acknowledgment.
 #[derive(Clone, Debug)]
 pub struct Unacked {
@@ -65,6 +68,9 @@ pub struct QuicState {
     pub stream_msgs: HashMap<(u64, bool, u64), u64>,
     /// Frames of grouped connections whose stream's message was never named (head not seen).
     pub unmatched_frames: u64,
+    /// In a group matched by content: (connection tag, up, content hash) → where the messages
+    /// with that content started (stream, offset), in order (bounded).
+    pub content_heads: HashMap<(u64, bool, u64), MessageStarts>,
 }
 
 /// A frame's share of one message: (message key, name, bytes of the frame in it, whether the
@@ -73,6 +79,8 @@ pub(crate) type Part = (u64, MsgId, u64, bool);
 
 /// Streams remembered per group for frames that continue a message.
 const MAX_STREAM_MSGS: usize = 8192;
+/// Message starts remembered per connection with the same content.
+const MAX_SAME_CONTENT: usize = 4096;
 
 /// A stable tag of a connection label (keeps connections of a group apart).
 fn conn_hash(conn: &str) -> u64 {
@@ -91,6 +99,35 @@ impl QuicState {
             self.stream_msgs.clear();
         }
         self.stream_msgs.insert(key, msg);
+    }
+
+    /// Which occurrence of `content` on its connection the message starting at `head`
+    /// (stream, offset) is: the n-th message with the same content on one connection is a
+    /// copy of the n-th on another (identical messages, such as keep-alives, stay apart); a
+    /// retransmitted start is the same occurrence again.
+    fn content_occurrence(
+        &mut self,
+        conn_tag: u64,
+        up: bool,
+        content: u64,
+        head: (u64, u64),
+    ) -> u64 {
+        let key = (conn_tag, up, content);
+        if self.content_heads.len() >= MAX_STREAM_MSGS && !self.content_heads.contains_key(&key) {
+            self.content_heads.clear();
+        }
+        let heads = self.content_heads.entry(key).or_default();
+        let n = match heads.iter().position(|h| *h == head) {
+            Some(n) => n,
+            None => {
+                if heads.len() >= MAX_SAME_CONTENT {
+                    heads.remove(0);
+                }
+                heads.push(head);
+                heads.len() - 1
+            }
+        };
+        n as u64
     }
 
     /// The receive tracker of a stream (created; `None` past the stream bound).
@@ -231,8 +268,10 @@ impl Engine {
                 a != a2 && paths.canonical(*p) != paths.canonical(*p2) && c == c2
             })
         });
-        // Separate per-path connections are matched by content (or app id) across the group;
-        // a connection not (yet) seen on two paths whose frames carry hashes is treated so.
+        // Separate per-path connections are matched by app id (configured) or by content: a
+        // connection not seen on two paths whose frames carry ids is matched by them; by
+        // content, once another connection to the same server port is seen on another path
+        // (a single connection keeps its stream ranges and per-stream HOL tracking).
         let separate = !multipath;
         let forced = forced_mode(
             &self.cfg,
@@ -241,7 +280,12 @@ impl Engine {
             Some(&*q.conn),
         );
         let has_app = q.streams.iter().any(|s| s.app_msg_id.is_some());
-        let has_hash = q.streams.iter().any(|s| s.data_hash.is_some());
+        let has_hash = q.streams.iter().any(|s| s.data_hash.is_some())
+            && conns.iter().any(|(c, p, _)| {
+                conns
+                    .iter()
+                    .any(|(c2, p2, _)| c != c2 && paths.canonical(*p) != paths.canonical(*p2))
+            });
         // Once a connection joined a group, all its packets stay there (ACK-only packets and
         // frames without the id carry no id of their own).
         let joined = self.quic_conn_modes.get(&*q.conn).copied();
@@ -295,7 +339,13 @@ impl Engine {
                     Some((mix(&[6, u64::from(up), app]), MsgId::App(app)))
                 }
                 (MatchMode::Content, Some(h), _) => {
-                    Some((mix(&[5, u64::from(up), h]), MsgId::Hash(h)))
+                    let n = match self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                        Some(Proto::Quic(s)) => {
+                            s.content_occurrence(conn_tag, up, h, (sr.stream_id, sr.offset))
+                        }
+                        _ => 0,
+                    };
+                    Some((mix(&[5, u64::from(up), h, n]), MsgId::Hash(h)))
                 }
                 _ => None,
             };
