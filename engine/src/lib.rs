@@ -67,8 +67,8 @@ pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 pub use config::{Config, FlowSelector, MatchMode, ModeOverride};
 pub use engine::Engine;
 pub use input::{
-    payload_hash, AppIdRule, CaptureId, CapturePoint, CongState, Datagram, Host, KcpCmd,
-    KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket,
+    content_hash, payload_hash, AppIdRule, CaptureId, CapturePoint, CongState, Datagram, Host,
+    KcpCmd, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket,
     RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpSegment,
 };
 pub use record::{

@@ -193,7 +193,15 @@ impl Engine {
         paths.sort_by(|a, b| a.path.cmp(&b.path));
         let dup = ratio(f.on_all, f.messages);
         let n = f.path_count();
-        let verdict = redundancy_verdict(f.messages, dup, n, &paths);
+        let mut verdict = redundancy_verdict(f.messages, dup, n, &paths);
+        if f.on_all == 0 && n >= 2 && f.mode == Some(crate::config::MatchMode::Content) {
+            // Sessions per path whose copies differ in their bytes (a per-copy header, a send
+            // time) are matched by an application id instead.
+            verdict.push_str(
+                " — no copy matched by content: if the copies differ in their bytes but carry a \
+                 message id, match by it (--app-id OFFSET:WIDTH)",
+            );
+        }
         Some(RedundancyView {
             flow: f.key.name(),
             mode: f.mode,

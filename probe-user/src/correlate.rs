@@ -253,6 +253,7 @@ fn observation_labeled(
         Decoded::KcpSegment(seg) => {
             let mut k = kcp_segment(meta, seg);
             k.app_msg_id = packet.app_msg_id;
+            k.content_hash = packet.content_hash;
             Observation::Kcp(k)
         }
         Decoded::QuicPacket(p) if p.decrypted => {
@@ -301,6 +302,7 @@ fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
         una: seg.una,
         len: seg.len,
         app_msg_id: None,
+        content_hash: None,
     }
 }
 

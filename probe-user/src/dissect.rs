@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use serde::Serialize;
-use tboxscope_decode::kcp::{Detection, Detector, DetectorConfig, DetectorStats};
+use tboxscope_decode::kcp::{Cmd, Detection, Detector, DetectorConfig, DetectorStats};
 use tboxscope_decode::net::{FragmentStats, LinkType, NetParser, NetReject};
 use tboxscope_decode::quic::{
     DatagramInfo, DecoderConfig, Frame, Keylog, KeylogError, PacketSummary, ParseOptions,
@@ -113,6 +113,8 @@ pub struct DecodedPacket {
     /// Application message id read with [`DissectConfig::app_id`] from a KCP segment's or UDP
     /// datagram's payload.
     pub app_msg_id: Option<u64>,
+    /// For a KCP data segment: [`tboxscope_engine::content_hash`] of its payload.
+    pub content_hash: Option<u64>,
     /// For a decrypted QUIC packet: what names the messages its STREAM frames start.
     pub stream_heads: Vec<StreamHead>,
 }
@@ -127,13 +129,10 @@ pub struct StreamHead {
     pub offset: u64,
     /// Application message id (with [`DissectConfig::app_id`]), if the frame's data holds it.
     pub app_msg_id: Option<u64>,
-    /// Hash of the message's first bytes ([`CONTENT_PREFIX`]) for a frame at offset 0.
+    /// [`tboxscope_engine::content_hash`] of the message's first bytes, for a frame at
+    /// offset 0.
     pub content_hash: Option<u64>,
 }
-
-/// Bytes of a message's start hashed to match copies by content: enough to tell messages
-/// apart, bounded so that hashing costs the same for any message size.
-pub const CONTENT_PREFIX: usize = 256;
 
 /// Counters: every frame lands in exactly one of `unsupported_link`, `net_rejected`, or `udp`;
 /// every UDP datagram in exactly one of `kcp_datagrams`, `kcp_other`, `quic_datagrams` or
@@ -339,6 +338,8 @@ impl Dissector {
                     src,
                     dst,
                     app_msg_id,
+                    content_hash: (seg.cmd() == Cmd::Push && !seg.payload().is_empty())
+                        .then(|| tboxscope_engine::content_hash(seg.payload())),
                     stream_heads: Vec::new(),
                     decoded: Decoded::KcpSegment(KcpSegmentRecord {
                         framing,
@@ -399,6 +400,7 @@ impl Dissector {
                     src,
                     dst,
                     app_msg_id: None,
+                    content_hash: None,
                     stream_heads,
                     decoded: Decoded::QuicPacket(Box::new(p.summary())),
                 })
@@ -418,6 +420,7 @@ impl Dissector {
                 src,
                 dst,
                 app_msg_id: self.config.app_id.and_then(|r| r.extract(udp.payload)),
+                content_hash: None,
                 stream_heads: Vec::new(),
                 decoded: Decoded::UdpDatagram(UdpRecord {
                     len: udp.payload.len(),
@@ -457,8 +460,8 @@ fn stream_heads(
             let at = rule.offset.checked_sub(skip)?;
             AppIdRule { offset: at, ..rule }.extract(data)
         });
-        let content_hash = (offset == 0 && !data.is_empty())
-            .then(|| tboxscope_engine::payload_hash(&data[..data.len().min(CONTENT_PREFIX)]));
+        let content_hash =
+            (offset == 0 && !data.is_empty()).then(|| tboxscope_engine::content_hash(data));
         if app_msg_id.is_some() || content_hash.is_some() {
             out.push(StreamHead {
                 stream_id,

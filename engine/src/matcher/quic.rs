@@ -17,7 +17,7 @@ use crate::flow::{FlowKey, Proto};
 use crate::hol::GapTracker;
 use crate::input::QuicPacket;
 use crate::matcher::gaps::GapSel;
-use crate::matcher::{forced_mode, mix, server_port};
+use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
 use crate::message::{MsgId, SightArgs};
 use crate::paths::PathIdx;
 use crate::sent::SentQueue;
@@ -35,9 +35,6 @@ pub type StreamRanges = VecDeque<(u64, u64, u64)>;
 /// A STREAM frame of a sent packet: (message key, stream, offset, len, the slot the message
 /// was held in when sent).
 pub type SentItem = (u64, u64, u64, u64, u32);
-
-/// Where messages started: (stream, offset) each, in order (inline for one).
-pub type MessageStarts = smallvec::SmallVec<[(u64, u64); 1]>;
 
 /// A sent packet waiting for its acknowledgment.
 #[derive(Clone, Debug)]
@@ -68,9 +65,9 @@ pub struct QuicState {
     pub stream_msgs: HashMap<(u64, bool, u64), u64>,
     /// Frames of grouped connections whose stream's message was never named (head not seen).
     pub unmatched_frames: u64,
-    /// In a group matched by content: (connection tag, up, content hash) → where the messages
-    /// with that content started (stream, offset), in order (bounded).
-    pub content_heads: HashMap<(u64, bool, u64), MessageStarts>,
+    /// In a group matched by content: the order of each connection's messages by content
+    /// (starts are (stream, offset)).
+    pub content: ContentOrder,
 }
 
 /// A frame's share of one message: (message key, name, bytes of the frame in it, whether the
@@ -79,8 +76,6 @@ pub(crate) type Part = (u64, MsgId, u64, bool);
 
 /// Streams remembered per group for frames that continue a message.
 const MAX_STREAM_MSGS: usize = 8192;
-/// Message starts remembered per connection with the same content.
-const MAX_SAME_CONTENT: usize = 4096;
 
 /// A stable tag of a connection label (keeps connections of a group apart).
 fn conn_hash(conn: &str) -> u64 {
@@ -99,35 +94,6 @@ impl QuicState {
             self.stream_msgs.clear();
         }
         self.stream_msgs.insert(key, msg);
-    }
-
-    /// Which occurrence of `content` on its connection the message starting at `head`
-    /// (stream, offset) is: the n-th message with the same content on one connection is a
-    /// copy of the n-th on another (identical messages, such as keep-alives, stay apart); a
-    /// retransmitted start is the same occurrence again.
-    fn content_occurrence(
-        &mut self,
-        conn_tag: u64,
-        up: bool,
-        content: u64,
-        head: (u64, u64),
-    ) -> u64 {
-        let key = (conn_tag, up, content);
-        if self.content_heads.len() >= MAX_STREAM_MSGS && !self.content_heads.contains_key(&key) {
-            self.content_heads.clear();
-        }
-        let heads = self.content_heads.entry(key).or_default();
-        let n = match heads.iter().position(|h| *h == head) {
-            Some(n) => n,
-            None => {
-                if heads.len() >= MAX_SAME_CONTENT {
-                    heads.remove(0);
-                }
-                heads.push(head);
-                heads.len() - 1
-            }
-        };
-        n as u64
     }
 
     /// The receive tracker of a stream (created; `None` past the stream bound).
@@ -341,7 +307,8 @@ impl Engine {
                 (MatchMode::Content, Some(h), _) => {
                     let n = match self.flows.get_mut(fr).map(|f| &mut f.proto) {
                         Some(Proto::Quic(s)) => {
-                            s.content_occurrence(conn_tag, up, h, (sr.stream_id, sr.offset))
+                            s.content
+                                .occurrence(conn_tag, up, h, (sr.stream_id, sr.offset))
                         }
                         _ => 0,
                     };
