@@ -385,7 +385,7 @@ impl AppIdRule {
 /// Bytes of a message's start that [`content_hash`] covers: enough to tell messages apart
 /// (copies with the same start are told apart by their order), bounded so that hashing costs
 /// the same for any message size.
-pub const CONTENT_PREFIX: usize = 128;
+pub const CONTENT_PREFIX: usize = 64;
 
 /// The hash the engine expects in [`StreamRange::data_hash`] and
 /// [`KcpSegment::content_hash`]: of the first [`CONTENT_PREFIX`] bytes of a message's data
