@@ -199,6 +199,13 @@ impl CaptureTable {
     pub fn declare(&mut self, point: CapturePoint, path: PathIdx) {
         let host = point.host;
         let offset = point.clock_offset_ns.unwrap_or(0);
+        if offset != 0 {
+            self.say(format!(
+                "clock offset of `{}` given: {:+.3} ms",
+                point.name,
+                offset as f64 / 1e6
+            ));
+        }
         let st = CaptureState {
             path,
             host,
@@ -398,11 +405,32 @@ impl CaptureTable {
         (tbox, gw)
     }
 
+    /// Whether two captures or more are not paired (yet): two of them may show the same path
+    /// at its two ends.
+    pub fn several_unpaired(&self) -> bool {
+        self.caps
+            .values()
+            .filter(|c| c.paired.is_none())
+            .nth(1)
+            .is_some()
+    }
+
+    /// Whether the clock of capture `id` is settled: its offset given, estimated, or not needed
+    /// (it is the reference: unpaired, or the T-Box end of its path).
+    pub fn clock_settled(&self, id: CaptureId) -> bool {
+        self.caps.get(&id).is_none_or(|c| {
+            c.paired.is_none()
+                || c.point.clock_offset_ns.is_some()
+                || c.offset_estimated
+                || c.host == Host::Tbox
+        })
+    }
+
     /// Records the delay of one copy seen at both ends of a paired path (raw timestamps) and
-    /// re-estimates the clock offset.
-    pub fn record_delay(&mut self, sender: (CaptureId, u64), receiver: (CaptureId, u64)) {
+    /// re-estimates the clock offset; true if this gave the first estimate.
+    pub fn record_delay(&mut self, sender: (CaptureId, u64), receiver: (CaptureId, u64)) -> bool {
         let (Some(s), Some(r)) = (self.caps.get(&sender.0), self.caps.get(&receiver.0)) else {
-            return;
+            return false;
         };
         let (tbox, gw, uplink) = match (s.host, r.host) {
             (Host::Tbox, _) => (sender, receiver, true),
@@ -423,7 +451,7 @@ impl CaptureTable {
         let e = *e;
         let given = self.caps.get(&gw.0).and_then(|c| c.point.clock_offset_ns);
         if given.is_some() {
-            return;
+            return false;
         }
         if let (Some(up), Some(down)) = (e.min_up, e.min_down) {
             let tbox_off = self.offset(tbox.0);
@@ -443,7 +471,9 @@ impl CaptureTable {
                     est as f64 / 1e6
                 ));
             }
+            return first;
         }
+        false
     }
 
     /// Views for the snapshot.

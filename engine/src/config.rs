@@ -21,6 +21,15 @@ pub enum MatchMode {
 }
 
 impl MatchMode {
+    /// Every mode.
+    pub const ALL: [MatchMode; 5] = [
+        MatchMode::Datagram,
+        MatchMode::KcpSn,
+        MatchMode::QuicStream,
+        MatchMode::Content,
+        MatchMode::AppId,
+    ];
+
     /// Short name used in reports.
     pub fn name(self) -> &'static str {
         match self {

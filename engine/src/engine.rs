@@ -10,7 +10,7 @@ use crate::capture::{is_uplink, CaptureTable, Dir};
 use crate::config::{Config, MatchMode};
 use crate::flow::{FlowKey, FlowRef, FlowTable};
 use crate::hol::IncidentBook;
-use crate::input::{CaptureId, Observation, PacketMeta};
+use crate::input::{CaptureId, Host, Observation, PacketMeta};
 use crate::latency::{LatencyHist, WindowedHist, PATH_SIGFIG};
 use crate::message::{MessageStore, OpenMessage, ResolvedCopy, SightArgs, SightResult};
 use crate::outage::OutageBook;
@@ -21,6 +21,8 @@ use crate::FastMap as HashMap;
 
 /// Sends left unanswered before silence on a path whose sends are observed is an outage.
 const MIN_UNANSWERED_SENDS: u32 = 3;
+/// ACKs remembered until seen at the other end of their path.
+const MAX_ECHOES: usize = 4096;
 
 /// Accumulators for the current window.
 #[derive(Clone, Debug, Default)]
@@ -93,6 +95,9 @@ pub struct Engine {
     pub(crate) una_done: Vec<(u64, (u64, u64, u32))>,
     /// Scratch for QUIC packets acknowledged by one ACK packet, and each one's ACK delay.
     pub(crate) quic_acked: (Vec<(u64, crate::matcher::quic::Unacked)>, Vec<u64>),
+    /// Packets that carry no message (ACKs) seen at one end of a paired path, by identity:
+    /// (capture, capture-clock time), to time them at the other end (bounded).
+    pub(crate) echoes: HashMap<u64, (CaptureId, u64)>,
     /// Server port → KCP sessions seen (conv, path), to detect per-path sessions.
     pub(crate) kcp_sessions: HashMap<u16, Vec<(u32, PathIdx)>>,
     /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
@@ -135,6 +140,7 @@ impl Engine {
             tuple_flows: HashMap::default(),
             una_done: Vec::new(),
             quic_acked: (Vec::new(), Vec::new()),
+            echoes: HashMap::default(),
             kcp_sessions: HashMap::default(),
             quic_conns: HashMap::default(),
             quic_conn_modes: HashMap::default(),
@@ -234,7 +240,7 @@ impl Engine {
         self.paths.merge(alias, target);
         self.msgs.merge_paths(alias, target);
         for (sender, receiver) in self.msgs.seen_at_both(keep, other, &self.caps) {
-            self.caps.record_delay(sender, receiver);
+            self.delay_sample(sender, receiver);
         }
         for f in self.flows.iter_mut() {
             if alias < 64 && f.paths_mask & (1 << alias) != 0 {
@@ -259,6 +265,7 @@ impl Engine {
             Severity::Info,
             format!("path `{a}` is the far end of `{t}`"),
         );
+        self.recheck_open_messages();
     }
 
     /// Moves engine time forward: closes windows, times out messages, detects outages.
@@ -505,7 +512,7 @@ impl Engine {
                     (Dir::Out, _) | (_, Dir::In) => ((other, other_raw), (a.capture, a.raw_ns)),
                     _ => ((a.capture, a.raw_ns), (other, other_raw)),
                 };
-                self.caps.record_delay(sender, receiver);
+                self.delay_sample(sender, receiver);
             }
         }
         if let Some(slot) = r.slot {
@@ -514,18 +521,68 @@ impl Engine {
         r
     }
 
+    /// One delay sample of a paired path; with the first estimate of its clock offset, the
+    /// messages that waited for it close.
+    fn delay_sample(&mut self, sender: (CaptureId, u64), receiver: (CaptureId, u64)) {
+        if self.caps.record_delay(sender, receiver) {
+            self.recheck_open_messages();
+        }
+    }
+
+    /// Closes the open messages that are complete now (after what they waited for: pairing,
+    /// a clock offset).
+    fn recheck_open_messages(&mut self) {
+        for (flow, slot) in self.msgs.open_slots() {
+            self.maybe_complete(flow, slot);
+        }
+    }
+
+    /// A packet that carries no message copy (an ACK), named by `identity` (the same at both
+    /// ends of a path): seen at both ends of a paired path, its delay is a sample for the clock
+    /// offset like a copy's (ACKs travel the other way than data: with data alone there would
+    /// be samples in one direction only, and no estimate).
+    pub(crate) fn echo(&mut self, identity: u64, pkt: &Pkt) {
+        let Some(other_end) = self.caps.paired(pkt.capture) else {
+            return;
+        };
+        match self.echoes.remove(&identity) {
+            Some((first, first_raw)) if first == other_end => {
+                let host = |c| self.caps.get(c).map(|s| s.host);
+                // The sender: the T-Box for client-to-server packets, the gateway otherwise.
+                let sender_host = match pkt.up {
+                    Some(true) => Host::Tbox,
+                    _ => Host::Gateway,
+                };
+                let (sender, receiver) = if host(first) == Some(sender_host) {
+                    ((first, first_raw), (pkt.capture, pkt.raw_ns))
+                } else {
+                    ((pkt.capture, pkt.raw_ns), (first, first_raw))
+                };
+                self.delay_sample(sender, receiver);
+            }
+            _ => {
+                if self.echoes.len() >= MAX_ECHOES {
+                    self.echoes.clear();
+                }
+                self.echoes.insert(identity, (pkt.capture, pkt.raw_ns));
+            }
+        }
+    }
+
     /// Closes the message held in `slot` (of flow `flow`) now if every path of its flow has a
     /// finished copy.
     pub(crate) fn maybe_complete(&mut self, flow: FlowRef, slot: u32) {
         let mask = match self.flows.get_mut(flow) {
             // A flow seen on one path so far may still show its second path, if the run has
-            // another: while it is younger than the message timeout, its messages wait (they
-            // close by timeout). With a single path (one capture, or both ends of one path)
+            // another, and captures not yet paired may still turn out to be the two ends of a
+            // path (until then a copy seen at one end looks finished by its ACK): while the
+            // flow is younger than the message timeout, its messages wait (they close by
+            // timeout). With a single path (one capture, or both ends of one path, paired)
             // there is none to wait for.
             Some(f)
-                if f.paths_mask.count_ones() < 2
-                    && self.paths.several_live()
-                    && self.now.saturating_sub(f.first_ns) < self.cfg.message_timeout_ns =>
+                if self.now.saturating_sub(f.first_ns) < self.cfg.message_timeout_ns
+                    && ((f.paths_mask.count_ones() < 2 && self.paths.several_live())
+                        || self.caps.several_unpaired()) =>
             {
                 return
             }

@@ -214,7 +214,12 @@ impl OpenMessage {
                         && caps.paired(s.capture).is_none()
                         && (s.dir_now(caps) != Dir::Out || c.ack_ns.is_some())
                 }
-                many => many.iter().filter(|s| done_frags(s)).count() >= 2,
+                // Both ends: once the far end's clock is known (its offset given or
+                // estimated), so that the copy's latency is on one clock.
+                many => {
+                    many.iter().filter(|s| done_frags(s)).count() >= 2
+                        && many.iter().all(|s| caps.clock_settled(s.capture))
+                }
             };
             if ok && c.path < 64 {
                 seen |= 1 << c.path;
@@ -650,6 +655,15 @@ impl MessageStore {
         // First seen first; messages first seen at the same time in the order they opened.
         v.sort_by_key(|(stamp, m)| (m.first_ns, *stamp));
         v.into_iter().map(|(_, m)| m).collect()
+    }
+
+    /// (flow, slot) of every open message.
+    pub fn open_slots(&self) -> Vec<(FlowRef, u32)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((s.msg.as_ref()?.flow, u32::try_from(i).ok()?)))
+            .collect()
     }
 
     fn open_messages(&self) -> impl Iterator<Item = &OpenMessage> {

@@ -234,7 +234,7 @@ pub fn render(s: &Summary) -> String {
     }
     if !s.health.inferences.is_empty() {
         let _ = writeln!(o);
-        let _ = writeln!(o, "Inferred:");
+        let _ = writeln!(o, "Captures (stated or inferred):");
         for l in &s.health.inferences {
             let _ = writeln!(o, "  {l}");
         }

@@ -23,6 +23,18 @@ const MAX_LABELS: usize = 256;
 /// QUIC connection labels kept for sharing (forgotten all at once past this many).
 const MAX_QUIC_LABELS: usize = 4096;
 
+/// What the user states about one capture, named by its path label, instead of what the
+/// engine would infer from the traffic.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CaptureHint {
+    /// The host the capture was taken on.
+    pub host: Option<Host>,
+    /// Offset added to the capture's timestamps to bring them onto the reference clock.
+    pub clock_offset_ns: Option<i64>,
+    /// Path label of the capture at the other end of the same path.
+    pub pair_with: Option<String>,
+}
+
 /// Feeds decoded packets to an [`Engine`].
 pub struct Correlator {
     engine: Engine,
@@ -34,6 +46,8 @@ pub struct Correlator {
     quic_labels: HashMap<u64, Arc<str>>,
     /// Path labels announced by [`Correlator::expect_paths`], declared with the next packet.
     expected: Vec<String>,
+    /// What the user stated about captures, by path label ([`Correlator::state`]).
+    hints: Vec<(String, CaptureHint)>,
 }
 
 impl Correlator {
@@ -45,7 +59,25 @@ impl Correlator {
             labels: Vec::new(),
             quic_labels: HashMap::new(),
             expected: Vec::new(),
+            hints: Vec::new(),
         }
+    }
+
+    /// States facts about the capture whose path label is `label` (host, clock offset, the
+    /// capture at the other end of its path), for captures not yet met; a later statement
+    /// about the same capture adds to the earlier ones.
+    pub fn state(&mut self, label: &str, hint: CaptureHint) {
+        let known = match self.hints.iter_mut().find(|(l, _)| l == label) {
+            Some((_, h)) => h,
+            None => {
+                self.hints.push((label.to_owned(), CaptureHint::default()));
+                let last = self.hints.len() - 1;
+                &mut self.hints[last].1
+            }
+        };
+        known.host = hint.host.or(known.host);
+        known.clock_offset_ns = hint.clock_offset_ns.or(known.clock_offset_ns);
+        known.pair_with = hint.pair_with.or(known.pair_with.take());
     }
 
     /// The engine (for snapshots, records and the summary).
@@ -177,15 +209,25 @@ impl Correlator {
             return *id;
         }
         let id = CaptureId::try_from(self.captures.len()).unwrap_or(CaptureId::MAX);
+        let hint = self
+            .hints
+            .iter()
+            .find(|(l, _)| l == path)
+            .map(|(_, h)| h.clone())
+            .unwrap_or_default();
+        // The id is taken before the stated partner is declared (which may state this one).
+        let label = self.label(path);
+        self.captures.push((label, id));
+        let pair_with = hint.pair_with.map(|other| self.capture_id(&other, ts_ns));
         self.declare(CapturePoint {
             ts_ns,
             capture: id,
             name: path.to_owned(),
             path: path.to_owned(),
-            host: Host::Unknown,
+            host: hint.host.unwrap_or(Host::Unknown),
             local_addrs: Vec::new(),
-            clock_offset_ns: None,
-            pair_with: None,
+            clock_offset_ns: hint.clock_offset_ns,
+            pair_with,
         });
         id
     }

@@ -284,6 +284,156 @@ pub struct AnalyzeArgs {
         default_value_t = 5.0
     )]
     pub message_timeout_s: f64,
+    #[command(flatten)]
+    pub stated: StatedArgs,
+}
+
+/// What the user states instead of what tboxscope infers from the traffic. Captures are named
+/// by their path label, as the report's first lines name them (a pcap file's name without
+/// its extension, a pcapng interface's name).
+#[derive(Debug, Args)]
+pub struct StatedArgs {
+    /// Two captures that show the same path at its two ends, `LABEL=LABEL` (repeatable);
+    /// otherwise inferred from copies seen at both.
+    #[arg(long = "pair", value_name = "LABEL=LABEL", value_parser = parse_pair)]
+    pub pairs: Vec<(String, String)>,
+    /// The host a capture was taken on, `LABEL=tbox` or `LABEL=gateway` (repeatable);
+    /// otherwise inferred from which end saw client-to-server copies first.
+    #[arg(long = "host", value_name = "LABEL=tbox|gateway", value_parser = parse_host)]
+    pub hosts: Vec<(String, probe_user::engine::Host)>,
+    /// A capture's clock offset, `LABEL=MS`: milliseconds added to its timestamps to bring
+    /// them onto the T-Box's clock (repeatable; e.g. `gw-g0=-12.5`); otherwise estimated from
+    /// copies in both directions.
+    #[arg(
+        long = "clock-offset",
+        value_name = "LABEL=MS",
+        allow_hyphen_values = true,
+        value_parser = parse_clock_offset
+    )]
+    pub clock_offsets: Vec<(String, i64)>,
+    /// The matching mode of the flows a selector picks, `SELECTOR=MODE` (repeatable): SELECTOR
+    /// `port:N`, `conv:N` (KCP) or `conn:LABEL` (QUIC, as the report names it); MODE
+    /// `datagram`, `kcp-sn`, `quic-stream`, `content` or `app-id`; otherwise chosen per flow.
+    #[arg(long = "match", value_name = "SELECTOR=MODE", value_parser = parse_mode_override)]
+    pub modes: Vec<probe_user::engine::ModeOverride>,
+}
+
+impl StatedArgs {
+    /// The statements per capture label, for [`probe_user::correlate::Correlator::state`].
+    pub fn captures(&self) -> Vec<(String, probe_user::correlate::CaptureHint)> {
+        use probe_user::correlate::CaptureHint;
+        let pairs = self.pairs.iter().map(|(a, b)| {
+            let hint = CaptureHint {
+                pair_with: Some(b.clone()),
+                ..CaptureHint::default()
+            };
+            (a.clone(), hint)
+        });
+        let hosts = self.hosts.iter().map(|(l, h)| {
+            let hint = CaptureHint {
+                host: Some(*h),
+                ..CaptureHint::default()
+            };
+            (l.clone(), hint)
+        });
+        let offsets = self.clock_offsets.iter().map(|(l, ns)| {
+            let hint = CaptureHint {
+                clock_offset_ns: Some(*ns),
+                ..CaptureHint::default()
+            };
+            (l.clone(), hint)
+        });
+        pairs.chain(hosts).chain(offsets).collect()
+    }
+
+    /// Every capture label named.
+    pub fn labels(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self
+            .pairs
+            .iter()
+            .flat_map(|(a, b)| [a.as_str(), b.as_str()])
+            .chain(self.hosts.iter().map(|(l, _)| l.as_str()))
+            .chain(self.clock_offsets.iter().map(|(l, _)| l.as_str()))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
+/// Splits `LABEL=VALUE` (the label must not be empty).
+fn label_and_value(s: &str) -> Result<(String, &str), String> {
+    match s.rsplit_once('=') {
+        Some((l, v)) if !l.is_empty() => Ok((l.to_owned(), v)),
+        _ => Err(format!("expected LABEL=VALUE, got {s:?}")),
+    }
+}
+
+/// Parses `LABEL=LABEL`.
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    let (a, b) = label_and_value(s)?;
+    if b.is_empty() || a == b {
+        return Err(format!(
+            "expected two different labels LABEL=LABEL, got {s:?}"
+        ));
+    }
+    Ok((a, b.to_owned()))
+}
+
+/// Parses `LABEL=tbox|gateway`.
+fn parse_host(s: &str) -> Result<(String, probe_user::engine::Host), String> {
+    use probe_user::engine::Host;
+    let (l, v) = label_and_value(s)?;
+    let host = match v {
+        "tbox" | "t-box" => Host::Tbox,
+        "gateway" | "gw" => Host::Gateway,
+        _ => return Err(format!("host must be tbox or gateway, got {v:?}")),
+    };
+    Ok((l, host))
+}
+
+/// Parses `LABEL=MS` (signed milliseconds, fractions allowed) into nanoseconds.
+fn parse_clock_offset(s: &str) -> Result<(String, i64), String> {
+    let (l, v) = label_and_value(s)?;
+    let ms: f64 = v
+        .trim_start_matches('+')
+        .parse()
+        .map_err(|_| format!("offset must be milliseconds, got {v:?}"))?;
+    if !ms.is_finite() || ms.abs() > 86_400_000.0 {
+        return Err(format!("offset must be within a day, got {v:?}"));
+    }
+    Ok((l, (ms * 1e6).round() as i64))
+}
+
+/// Parses `port:N=MODE`, `conv:N=MODE` or `conn:LABEL=MODE`.
+fn parse_mode_override(s: &str) -> Result<probe_user::engine::ModeOverride, String> {
+    use probe_user::engine::{FlowSelector, MatchMode, ModeOverride};
+    let (sel, mode) = label_and_value(s)?;
+    let mode = MatchMode::ALL
+        .into_iter()
+        .find(|m| m.name() == mode)
+        .ok_or_else(|| {
+            let names: Vec<&str> = MatchMode::ALL.iter().map(|m| m.name()).collect();
+            format!("mode must be one of {}, got {mode:?}", names.join(", "))
+        })?;
+    let bad = || format!("selector must be port:N, conv:N or conn:LABEL, got {sel:?}");
+    let (kind, value) = sel.split_once(':').ok_or_else(bad)?;
+    let selector = match kind {
+        "port" => FlowSelector {
+            port: Some(value.parse().map_err(|_| bad())?),
+            ..FlowSelector::default()
+        },
+        "conv" => FlowSelector {
+            conv: Some(value.parse().map_err(|_| bad())?),
+            ..FlowSelector::default()
+        },
+        "conn" if !value.is_empty() => FlowSelector {
+            conn: Some(value.to_owned()),
+            ..FlowSelector::default()
+        },
+        _ => return Err(bad()),
+    };
+    Ok(ModeOverride { selector, mode })
 }
 
 /// `tboxscope replay`.

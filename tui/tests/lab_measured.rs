@@ -169,6 +169,10 @@ fn offline_analysis_agrees(dir: &Path, live: &Measured) {
                 let offline = f["duplication"].as_f64().unwrap() * 100.0;
                 assert!((offline - dup).abs() <= 0.5, "{ctx}");
             }
+            // The same latency (per-flow histograms: 2 significant digits).
+            let p50_ms = f["latency"]["p50_us"].as_f64().unwrap() / 1000.0;
+            let live_p50 = t.p50_ms.unwrap();
+            assert!((p50_ms - live_p50).abs() <= 0.01 * live_p50 + 0.1, "{ctx}");
         }
     }
     let outages = summary["outages"].as_array().unwrap();

@@ -154,6 +154,8 @@ impl Engine {
         match k.cmd {
             KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, up),
             KcpCmd::Ack => {
+                let identity = [8, u64::from(k.conv), u64::from(k.sn), u64::from(k.una)];
+                self.echo(mix(&[mix(&identity), u64::from(k.ts), pkt.tuple]), &pkt);
                 if pkt.dir == Dir::In {
                     let data_up = !up;
                     self.kcp_acked(fr, data_up, pkt.path, k.sn, pkt.ts_ns);

@@ -273,6 +273,11 @@ impl Engine {
         }
         // In a group, packet numbers and stream ids repeat across its connections.
         let conn_tag = if grouped { conn_hash(&q.conn) } else { 0 };
+        if q.streams.is_empty() {
+            // An ACK-only packet: timed at both ends of its path for the clock offset.
+            let identity = mix(&[9, conn_hash(&q.conn), q.path_id, q.pn, pkt.tuple]);
+            self.echo(identity, &pkt);
+        }
         let key = match mode {
             MatchMode::Content | MatchMode::AppId => FlowKey::QuicGroup {
                 server_port: server,

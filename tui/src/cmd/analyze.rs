@@ -33,8 +33,12 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         message_timeout_ns: (args.message_timeout_s * 1e9) as u64,
         // The text report shows only the summary: per-message records would be dropped.
         emit_messages: json_target.is_some(),
+        mode_overrides: args.stated.modes.clone(),
         ..EngineConfig::default()
     });
+    for (label, hint) in args.stated.captures() {
+        correlator.state(&label, hint);
+    }
     let ok = match json_target {
         Some(target) => {
             let out: Box<dyn Write> = if target == "-" {
@@ -63,7 +67,21 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             errors.is_empty()
         }
     };
-    Ok(if ok {
+    // A statement about a capture no file has was not applied: say so, and fail the run.
+    let unknown: Vec<&str> = args
+        .stated
+        .labels()
+        .into_iter()
+        .filter(|l| !analyzer.paths().iter().any(|p| p == l))
+        .collect();
+    if !unknown.is_empty() {
+        eprintln!(
+            "tboxscope: no capture is labelled {} (the captures: {}); those statements were not applied",
+            unknown.join(", "),
+            analyzer.paths().join(", ")
+        );
+    }
+    Ok(if ok && unknown.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

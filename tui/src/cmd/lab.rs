@@ -190,9 +190,10 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .flat_map(|p| {
                 [
-                    format!("tbox-{}.pcap", p.tbox_iface()),
-                    format!("gateway-{}.pcap", p.gateway_iface()),
+                    labcap::point_label("tbox", p.tbox_iface()),
+                    labcap::point_label("gateway", p.gateway_iface()),
                 ]
+                .map(|label| format!("{label}.pcap"))
             })
             .map(|f| dir.join(f).display().to_string())
             .collect();

@@ -215,8 +215,8 @@ impl LabCapture {
     }
 }
 
-/// The label of a capture point: `tbox-eth0`, `gateway-g1`.
-fn point_label(side: &str, interface: &str) -> String {
+/// The label of a capture point: `tbox-eth0`, `gateway-g1` (also its pcap file's name).
+pub fn point_label(side: &str, interface: &str) -> String {
     format!("{side}-{interface}")
 }
 
@@ -240,15 +240,26 @@ pub fn message_timeout_s(duration_s: f64, drain_s: f64) -> f64 {
 }
 
 /// The `tboxscope analyze` options that analyze a lab run's captures as the run itself did:
-/// the lab messages' application id and the run's message timeout.
+/// the lab messages' application id, the run's message timeout, and the gateway captures'
+/// clock offset, zero (the lab's namespaces share one clock).
 pub fn analyze_options(duration_s: f64, drain_s: f64) -> String {
     let r = LAB_APP_ID;
+    let clocks: Vec<String> = PathId::BOTH
+        .iter()
+        .map(|p| {
+            format!(
+                "--clock-offset {}=0",
+                point_label("gateway", p.gateway_iface())
+            )
+        })
+        .collect();
     format!(
-        "--app-id {}:{}{} --message-timeout {}",
+        "--app-id {}:{}{} --message-timeout {} {}",
         r.offset,
         r.width,
         if r.little_endian { ":le" } else { "" },
-        message_timeout_s(duration_s, drain_s).ceil()
+        message_timeout_s(duration_s, drain_s).ceil(),
+        clocks.join(" ")
     )
 }
 
