@@ -79,6 +79,7 @@ fn kcp_trace(n: u64) -> Vec<Observation> {
                     una: 0,
                     len: 600,
                     app_msg_id: None,
+                    content_hash: None,
                 })
             };
             v.push(s(base, KcpCmd::Push, true));

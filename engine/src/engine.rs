@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use crate::capture::{is_uplink, CaptureTable, Dir};
-use crate::config::Config;
+use crate::config::{Config, MatchMode};
 use crate::flow::{FlowKey, FlowRef, FlowTable};
 use crate::hol::IncidentBook;
 use crate::input::{CaptureId, Observation, PacketMeta};
@@ -93,6 +93,8 @@ pub struct Engine {
     pub(crate) una_done: Vec<(u64, crate::matcher::kcp::Unacked)>,
     /// Scratch for QUIC packets acknowledged by one ACK packet, and each one's ACK delay.
     pub(crate) quic_acked: (Vec<(u64, crate::matcher::quic::Unacked)>, Vec<u64>),
+    /// Server port → KCP sessions seen (conv, path), to detect per-path sessions.
+    pub(crate) kcp_sessions: HashMap<u16, Vec<(u32, PathIdx)>>,
     /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
     /// connections.
     pub(crate) quic_conns: HashMap<u16, Vec<(std::sync::Arc<str>, PathIdx, u64)>>,
@@ -133,6 +135,7 @@ impl Engine {
             tuple_flows: HashMap::default(),
             una_done: Vec::new(),
             quic_acked: (Vec::new(), Vec::new()),
+            kcp_sessions: HashMap::default(),
             quic_conns: HashMap::default(),
             quic_conn_modes: HashMap::default(),
             cfg,
@@ -460,7 +463,10 @@ impl Engine {
                 f.paths_mask |= 1 << a.path;
             }
             f.last_ns = f.last_ns.max(a.ts_ns);
-            redundant = f.paths_mask.count_ones() >= 2;
+            // Sessions per path matched by id or content are redundant once a message was
+            // carried on every path (before, their copies may not match at all).
+            let grouped = matches!(f.mode, Some(MatchMode::AppId | MatchMode::Content));
+            redundant = f.paths_mask.count_ones() >= 2 && (!grouped || f.on_all > 0);
         }
         // Copies of flows sent on several paths: a path that stops carrying them while
         // another goes on is silent for a reason (single-path flows say nothing about that).

@@ -106,6 +106,15 @@ pub struct Amp {
 }
 
 impl Amp {
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &Amp) {
+        self.wire += other.wire;
+        self.unique += other.unique;
+        self.retransmit += other.retransmit;
+        self.ack += other.ack;
+        self.overhead += other.overhead;
+    }
+
     /// wire / unique, 0 when nothing delivered.
     pub fn ratio(&self) -> f64 {
         if self.unique == 0 {

@@ -170,6 +170,10 @@ pub struct KcpSegment {
     /// separate KCP sessions (one per path) are matched by it.
     #[serde(default)]
     pub app_msg_id: Option<u64>,
+    /// [`content_hash`] of the data (data segments): copies sent on separate KCP sessions
+    /// (one per path) are matched by it when no application id is configured.
+    #[serde(default)]
+    pub content_hash: Option<u64>,
 }
 
 /// A byte range of one QUIC stream carried in a packet.
@@ -183,7 +187,8 @@ pub struct StreamRange {
     pub len: u64,
     /// FIN bit.
     pub fin: bool,
-    /// Hash of the range's bytes, for matching two separate connections by content.
+    /// [`content_hash`] of the message's first bytes, given for a frame that starts its
+    /// message (at the stream's offset 0), for matching separate connections by content.
     pub data_hash: Option<u64>,
     /// Application message id read at the configured offset, if any.
     pub app_msg_id: Option<u64>,
@@ -377,8 +382,22 @@ impl AppIdRule {
     }
 }
 
-/// The payload hash the engine expects in [`Datagram::payload_hash`] and
-/// [`StreamRange::data_hash`]: 64-bit FNV-1a. Any stable 64-bit hash works if used consistently.
+/// Bytes of a message's start that [`content_hash`] covers: enough to tell messages apart
+/// (copies with the same start are told apart by their order), bounded so that hashing costs
+/// the same for any message size.
+pub const CONTENT_PREFIX: usize = 64;
+
+/// The hash the engine expects in [`StreamRange::data_hash`] and
+/// [`KcpSegment::content_hash`]: of the first [`CONTENT_PREFIX`] bytes of a message's data
+/// (foldhash with a fixed seed, stable across runs and processes).
+pub fn content_hash(data: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    let prefix = data.get(..CONTENT_PREFIX).unwrap_or(data);
+    foldhash::fast::FixedState::with_seed(0x7462_6f78_6d73_6721).hash_one(prefix)
+}
+
+/// The payload hash the engine expects in [`Datagram::payload_hash`]: 64-bit FNV-1a. Any
+/// stable 64-bit hash works if used consistently.
 pub fn payload_hash(payload: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in payload {

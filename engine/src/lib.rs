@@ -61,12 +61,14 @@ mod view;
 /// a passive analyzer it cannot observe. Every table is also bounded in size (see Memory).
 /// foldhash is several times faster than SipHash on the engine's small integer keys.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// The set counterpart of [`FastMap`].
+pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 pub use config::{Config, FlowSelector, MatchMode, ModeOverride};
 pub use engine::Engine;
 pub use input::{
-    payload_hash, AppIdRule, CaptureId, CapturePoint, CongState, Datagram, Host, KcpCmd,
-    KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket,
+    content_hash, payload_hash, AppIdRule, CaptureId, CapturePoint, CongState, Datagram, Host,
+    KcpCmd, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket,
     RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpSegment,
 };
 pub use record::{

@@ -313,8 +313,8 @@ const MAX_SPARE: usize = 256;
 /// a key is remembered for at least `per_generation` and at most twice that many closures.
 #[derive(Debug, Default)]
 struct ClosedKeys {
-    current: std::collections::HashSet<u64, foldhash::fast::RandomState>,
-    previous: std::collections::HashSet<u64, foldhash::fast::RandomState>,
+    current: crate::FastSet<u64>,
+    previous: crate::FastSet<u64>,
     per_generation: usize,
     fingerprint: foldhash::fast::RandomState,
 }

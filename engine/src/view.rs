@@ -2,7 +2,7 @@
 //! the independent-paths prediction.
 
 use crate::engine::{ratio, Engine};
-use crate::flow::{Flow, Proto};
+use crate::flow::{Amp, Flow, FlowKey, FlowRef, Proto};
 use crate::paths::PathIdx;
 use crate::record::{FlowSummary, Record, Summary};
 use crate::snapshot::{
@@ -10,6 +10,29 @@ use crate::snapshot::{
     LatencyView, PathShare, PathView, Percentiles, QuicConnView, RedundancyView, Snapshot,
     TailPoint, TcpSocketView,
 };
+use crate::{FastMap as HashMap, FastSet as HashSet};
+
+/// Flows reported as part of their group, and what each group gains from its members.
+#[derive(Debug, Default)]
+struct GroupMembers {
+    /// Uids of member flows not listed on their own.
+    folded: HashSet<u64>,
+    /// Group uid → (members' HOL incidents, members' bytes).
+    extra: HashMap<u64, (u64, Amp)>,
+}
+
+impl GroupMembers {
+    /// A flow's HOL incidents and bytes with those of its members.
+    fn totals(&self, f: &Flow) -> (u64, Amp) {
+        let mut amp = f.amp;
+        let mut incidents = f.incidents;
+        if let Some((i, a)) = self.extra.get(&f.uid) {
+            incidents += i;
+            amp.add(a);
+        }
+        (incidents, amp)
+    }
+}
 
 /// Flows listed per protocol in a snapshot (most recently active first).
 const MAX_FLOWS_SHOWN: usize = 256;
@@ -32,11 +55,14 @@ impl Engine {
                 .filter_map(|f| self.redundancy(f))
                 .collect(),
             latency: self.latency_view(),
-            amplification: self
-                .recent_flows()
-                .iter()
-                .map(|f| self.amplification(f))
-                .collect(),
+            amplification: {
+                let members = self.group_members();
+                self.recent_flows()
+                    .iter()
+                    .filter(|f| !members.folded.contains(&f.uid))
+                    .map(|f| self.amplification(f, &members.totals(f).1))
+                    .collect()
+            },
             health: self.health(),
             flows: self.flows_view(),
             incidents: self.incidents.newest_first(now, MAX_INCIDENTS_SHOWN),
@@ -65,27 +91,35 @@ impl Engine {
         for o in self.outages.finish(end) {
             self.push_record(Record::Outage(o));
         }
+        let members = self.group_members();
         let flows: Vec<&Flow> = {
-            let mut v: Vec<&Flow> = self.flows.iter().collect();
+            let mut v: Vec<&Flow> = self
+                .flows
+                .iter()
+                .filter(|f| !members.folded.contains(&f.uid))
+                .collect();
             v.sort_by(|a, b| b.messages.cmp(&a.messages).then(a.uid.cmp(&b.uid)));
             v
         };
         let flow_summaries = flows
             .iter()
-            .map(|f| FlowSummary {
-                flow: f.key.name(),
-                protocol: f.key.protocol().to_owned(),
-                mode: f.mode,
-                latency: f
-                    .latency
-                    .as_ref()
-                    .map(|h| h.percentiles())
-                    .unwrap_or_default(),
-                duplication: ratio(f.on_all, f.messages),
-                messages: f.messages,
-                amplification: f.amp.ratio(),
-                outages: self.outages.overlapping(f.first_ns, f.last_ns),
-                hol_incidents: f.incidents,
+            .map(|f| {
+                let (incidents, amp) = members.totals(f);
+                FlowSummary {
+                    flow: f.key.name(),
+                    protocol: f.key.protocol().to_owned(),
+                    mode: f.mode,
+                    latency: f
+                        .latency
+                        .as_ref()
+                        .map(|h| h.percentiles())
+                        .unwrap_or_default(),
+                    duplication: ratio(f.on_all, f.messages),
+                    messages: f.messages,
+                    amplification: amp.ratio(),
+                    outages: self.outages.overlapping(f.first_ns, f.last_ns),
+                    hol_incidents: incidents,
+                }
             })
             .collect();
         Summary {
@@ -95,7 +129,10 @@ impl Engine {
             paths: self.path_views(end),
             redundancy: flows.iter().filter_map(|f| self.redundancy(f)).collect(),
             latency: self.latency_view(),
-            amplification: flows.iter().map(|f| self.amplification(f)).collect(),
+            amplification: flows
+                .iter()
+                .map(|f| self.amplification(f, &members.totals(f).1))
+                .collect(),
             outages: self.outages.newest_first(end).into_iter().rev().collect(),
             hol_incidents: {
                 let mut v = self.incidents.newest_first(end, usize::MAX);
@@ -156,7 +193,15 @@ impl Engine {
         paths.sort_by(|a, b| a.path.cmp(&b.path));
         let dup = ratio(f.on_all, f.messages);
         let n = f.path_count();
-        let verdict = redundancy_verdict(f.messages, dup, n, &paths);
+        let mut verdict = redundancy_verdict(f.messages, dup, n, &paths);
+        if f.on_all == 0 && n >= 2 && f.mode == Some(crate::config::MatchMode::Content) {
+            // Sessions per path whose copies differ in their bytes (a per-copy header, a send
+            // time) are matched by an application id instead.
+            verdict.push_str(
+                " — no copy matched by content: if the copies differ in their bytes but carry a \
+                 message id, match by it (--app-id OFFSET:WIDTH)",
+            );
+        }
         Some(RedundancyView {
             flow: f.key.name(),
             mode: f.mode,
@@ -174,17 +219,57 @@ impl Engine {
         })
     }
 
-    fn amplification(&self, f: &Flow) -> AmplificationView {
+    /// The amplification of flow `f` from its byte counts `amp` (its own, with those of its
+    /// group's members: [`GroupMembers::totals`]).
+    fn amplification(&self, f: &Flow, amp: &Amp) -> AmplificationView {
         AmplificationView {
             flow: f.key.name(),
             protocol: f.key.protocol().to_owned(),
-            wire_bytes: f.amp.wire,
-            unique_payload_bytes: f.amp.unique,
-            ratio: f.amp.ratio(),
-            retransmit_bytes: f.amp.retransmit,
-            ack_bytes: f.amp.ack,
-            overhead_bytes: f.amp.overhead,
+            wire_bytes: amp.wire,
+            unique_payload_bytes: amp.unique,
+            ratio: amp.ratio(),
+            retransmit_bytes: amp.retransmit,
+            ack_bytes: amp.ack,
+            overhead_bytes: amp.overhead,
         }
+    }
+
+    /// The group flow `f` is part of: a KCP session that is one of several per-path sessions
+    /// matched by application id, or a QUIC connection (as first seen, before it joined) of a
+    /// group of per-path connections.
+    fn group_of(&self, f: &Flow) -> Option<FlowRef> {
+        match (&f.key, &f.proto) {
+            (_, Proto::Kcp(s)) => s.group,
+            (FlowKey::Quic { conn }, _) if self.quic_conn_modes.contains_key(conn) => {
+                let server_port = self
+                    .quic_conns
+                    .iter()
+                    .find(|(_, conns)| conns.iter().any(|(c, ..)| c == conn))
+                    .map(|(port, _)| *port)?;
+                self.flows.find(&FlowKey::QuicGroup { server_port })
+            }
+            _ => None,
+        }
+        .filter(|g| g.uid != f.uid)
+    }
+
+    /// Which flows are reported as part of their group ([`Engine::group_of`]): the members
+    /// that carry no message of their own are folded into their group's row, which gains
+    /// their HOL incidents (sn order is per session) and their bytes on the wire.
+    fn group_members(&self) -> GroupMembers {
+        let mut m = GroupMembers::default();
+        for f in self.flows.iter() {
+            let Some(g) = self.group_of(f) else {
+                continue;
+            };
+            let (incidents, amp) = m.extra.entry(g.uid).or_default();
+            *incidents += f.incidents;
+            amp.add(&f.amp);
+            if f.messages == 0 {
+                m.folded.insert(f.uid);
+            }
+        }
+        m
     }
 
     fn latency_view(&self) -> LatencyView {

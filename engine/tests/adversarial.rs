@@ -41,6 +41,7 @@ fn million_flows_stay_bounded_and_evictions_are_counted() {
             una: 0,
             len: 600,
             app_msg_id: None,
+            content_hash: None,
         }));
         if i % 10_000 == 0 {
             records += e.drain_records().count() as u64;

@@ -24,6 +24,7 @@ fn kcp(ts: u64, p: usize, cmd: KcpCmd, sn: u32) -> Observation {
         una: 0,
         len: if cmd == KcpCmd::Push { 48 } else { 0 },
         app_msg_id: None,
+        content_hash: None,
     })
 }
 

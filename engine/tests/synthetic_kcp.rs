@@ -35,6 +35,7 @@ fn seg(
         una: 0,
         len,
         app_msg_id: None,
+        content_hash: None,
     })
 }
 

@@ -213,11 +213,25 @@ fn separate_connections_match_by_content_hash() {
     ];
     let base = T0 + 1_000_000_000;
     let mut lost_on_1 = 0;
+    let conns = [(2u16, "10.0.0.2:50000", "a"), (3, "10.1.0.2:50001", "b")];
+    // Each connection's handshake comes before its messages: a connection is matched by
+    // content once another one to the same server port is seen on another path.
+    for (p, (cap, cli, conn)) in conns.iter().enumerate() {
+        let ts = base - 100_000_000 + p as u64 * 1_000_000;
+        let q = pkt(
+            ts,
+            ["eth0", "eth1"][p],
+            *cap,
+            cli,
+            "192.0.2.1:443",
+            conn,
+            0,
+            1000,
+        );
+        obs.push(Observation::Quic(q));
+    }
     for i in 0..200u64 {
-        for (p, (cap, cli, conn)) in [(2u16, "10.0.0.2:50000", "a"), (3, "10.1.0.2:50001", "b")]
-            .iter()
-            .enumerate()
-        {
+        for (p, (cap, cli, conn)) in conns.iter().enumerate() {
             if p == 1 && i % 40 == 0 {
                 lost_on_1 += 1;
                 continue;
@@ -235,7 +249,9 @@ fn separate_connections_match_by_content_hash() {
             );
             // Connection b frames its stream at different offsets: only the content matches.
             let mut r = range(0, i * MSG + p as u64 * 17, MSG);
-            r.data_hash = Some(0x5eed_0000 + i);
+            // Every tenth message is the same keep-alive: the n-th on one connection is a
+            // copy of the n-th on the other.
+            r.data_hash = Some(if i % 10 == 5 { 0x4b41 } else { 0x5eed_0000 + i });
             q.streams.push(r);
             obs.push(Observation::Quic(q));
         }

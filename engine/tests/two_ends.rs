@@ -37,9 +37,9 @@ fn run(obs: Vec<Observation>, cfg: Config) -> Summary {
 }
 
 /// Runs a trace of one session per path and checks what such traces must give: one flow with
-/// messages, matched by application id, all N on both paths, and first send → first arrival =
-/// path B's delay exactly (2 significant digits per flow).
-fn one_app_id_flow(obs: Vec<Observation>) -> FlowSummary {
+/// messages, matched in `mode`, all N on both paths, and first send → first arrival = path B's
+/// delay exactly (2 significant digits per flow).
+fn one_group_flow(obs: Vec<Observation>, mode: MatchMode) -> FlowSummary {
     let s = run(
         obs,
         Config {
@@ -47,11 +47,11 @@ fn one_app_id_flow(obs: Vec<Observation>) -> FlowSummary {
             ..Config::default()
         },
     );
-    let mut with_messages: Vec<FlowSummary> =
-        s.flows.iter().filter(|f| f.messages > 0).cloned().collect();
-    assert_eq!(with_messages.len(), 1, "{:#?}", s.flows);
-    let f = with_messages.remove(0);
-    assert_eq!(f.mode, Some(MatchMode::AppId), "{f:?}");
+    // The sessions (connections) are reported as part of their group: one row.
+    assert_eq!(s.flows.len(), 1, "{:#?}", s.flows);
+    assert_eq!(s.amplification.len(), 1, "{:#?}", s.amplification);
+    let f = s.flows[0].clone();
+    assert_eq!(f.mode, Some(mode), "{f:?}");
     assert_eq!(f.messages, N);
     assert_eq!(f.duplication, 1.0);
     let q = tboxscope_engine::latency::LatencyHist::new(60_000_000, 2).quantized(DELAY[1] / 1000);
@@ -159,7 +159,7 @@ fn quic_connection_per_path_split_frames_and_acks_give_one_message_each() {
             });
         }
     }
-    let f = one_app_id_flow(obs);
+    let f = one_group_flow(obs, MatchMode::AppId);
     // Every packet is counted once (at its sender) once the captures are paired: the few
     // before the third matching copy count at both ends. Unique bytes are 600 per message.
     let wire = N * 2 * (460 + 260 + 80);
@@ -205,6 +205,7 @@ fn kcp(
         una: if up { 0 } else { sn + 1 },
         len: if cmd == KcpCmd::Push { 600 } else { 0 },
         app_msg_id: app,
+        content_hash: None,
     })
 }
 
@@ -224,13 +225,61 @@ fn kcp_session_per_path_is_matched_by_application_id() {
             });
         }
     }
-    let f = one_app_id_flow(obs);
+    let f = one_group_flow(obs, MatchMode::AppId);
     let expect = (N * 2 * (652 + 52)) as f64 / (N * 600) as f64;
     assert!(
         (f.amplification - expect).abs() < 1e-9,
         "{} vs {expect}",
         f.amplification
     );
+}
+
+/// The same sessions without an application id: byte-identical copies are matched by content
+/// (every tenth message is the same keep-alive: paired in order), also with the sessions'
+/// sns apart and a message retransmitted on one path. Sessions are known to be per-path ones
+/// once both were seen (KCP has no handshake to tell it earlier): the sighting of the first
+/// message at the T-Box, before the other session was seen, stays in its session's own flow
+/// as a message of its own (its arrival at the gateway is matched in the group).
+#[test]
+fn kcp_session_per_path_is_matched_by_content() {
+    let mut obs = declared();
+    let content = |i: u64| if i % 10 == 5 { 0x4b41 } else { 0xc0_0000 + i };
+    for i in 0..N {
+        let t = T0 + 1_000_000_000 + i * GAP;
+        for p in 0..2usize {
+            let sn = (i + 7 * p as u64) as u32;
+            let push = |ts, l: &str, c| {
+                let mut o = kcp(ts, l, c, p, KcpCmd::Push, sn, None);
+                if let Observation::Kcp(k) = &mut o {
+                    k.content_hash = Some(content(i));
+                }
+                o
+            };
+            both_ends(&mut obs, p, t, true, push);
+            if p == 0 && i % 50 == 7 {
+                // Sent again before the ACK came: the same message, not the next one.
+                both_ends(&mut obs, p, t + 3 * MS, true, push);
+            }
+            both_ends(&mut obs, p, t + DELAY[p] + 4 * MS, false, |ts, l, c| {
+                kcp(ts, l, c, p, KcpCmd::Ack, sn, None)
+            });
+        }
+    }
+    let s = run(
+        obs,
+        Config {
+            emit_messages: false,
+            ..Config::default()
+        },
+    );
+    let first = s.flows.iter().find(|f| f.flow == "kcp conv 4096").unwrap();
+    assert_eq!(first.messages, 1);
+    let group = s.flows.iter().find(|f| f.messages > 1).unwrap();
+    assert_eq!(group.mode, Some(MatchMode::Content), "{:#?}", s.flows);
+    assert_eq!(s.flows.len(), 2, "{:#?}", s.flows);
+    assert_eq!(group.messages, N);
+    let red = s.redundancy.iter().find(|r| r.flow == group.flow).unwrap();
+    assert_eq!(red.on_all_paths, N, "{red:#?}");
 }
 
 #[test]

@@ -253,16 +253,20 @@ fn observation_labeled(
         Decoded::KcpSegment(seg) => {
             let mut k = kcp_segment(meta, seg);
             k.app_msg_id = packet.app_msg_id;
+            k.content_hash = packet.content_hash;
             Observation::Kcp(k)
         }
         Decoded::QuicPacket(p) if p.decrypted => {
             let mut q = quic_packet(meta, p, conn(p));
             for s in &mut q.streams {
-                s.app_msg_id = packet
-                    .stream_app_ids
+                if let Some(h) = packet
+                    .stream_heads
                     .iter()
-                    .find(|(id, off, _)| *id == s.stream_id && *off == s.offset)
-                    .map(|x| x.2);
+                    .find(|h| h.stream_id == s.stream_id && h.offset == s.offset)
+                {
+                    s.app_msg_id = h.app_msg_id;
+                    s.data_hash = h.content_hash;
+                }
             }
             Observation::Quic(q)
         }
@@ -298,6 +302,7 @@ fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
         una: seg.una,
         len: seg.len,
         app_msg_id: None,
+        content_hash: None,
     }
 }
 

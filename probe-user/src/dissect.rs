@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use serde::Serialize;
-use tboxscope_decode::kcp::{Detection, Detector, DetectorConfig, DetectorStats};
+use tboxscope_decode::kcp::{Cmd, Detection, Detector, DetectorConfig, DetectorStats};
 use tboxscope_decode::net::{FragmentStats, LinkType, NetParser, NetReject};
 use tboxscope_decode::quic::{
     DatagramInfo, DecoderConfig, Frame, Keylog, KeylogError, PacketSummary, ParseOptions,
@@ -113,9 +113,25 @@ pub struct DecodedPacket {
     /// Application message id read with [`DissectConfig::app_id`] from a KCP segment's or UDP
     /// datagram's payload.
     pub app_msg_id: Option<u64>,
-    /// For a QUIC packet: `(stream id, frame offset, application message id)` of each STREAM
-    /// frame whose data holds the id (with [`DissectConfig::app_id`]).
-    pub stream_app_ids: Vec<(u64, u64, u64)>,
+    /// For a KCP data segment: [`tboxscope_engine::content_hash`] of its payload.
+    pub content_hash: Option<u64>,
+    /// For a decrypted QUIC packet: what names the messages its STREAM frames start.
+    pub stream_heads: Vec<StreamHead>,
+}
+
+/// How a QUIC STREAM frame at a stream's start names its message, for matching copies sent on
+/// separate connections per path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamHead {
+    /// Stream id.
+    pub stream_id: u64,
+    /// The frame's offset in the stream.
+    pub offset: u64,
+    /// Application message id (with [`DissectConfig::app_id`]), if the frame's data holds it.
+    pub app_msg_id: Option<u64>,
+    /// [`tboxscope_engine::content_hash`] of the message's first bytes, for a frame at
+    /// offset 0.
+    pub content_hash: Option<u64>,
 }
 
 /// Counters: every frame lands in exactly one of `unsupported_link`, `net_rejected`, or `udp`;
@@ -322,7 +338,9 @@ impl Dissector {
                     src,
                     dst,
                     app_msg_id,
-                    stream_app_ids: Vec::new(),
+                    content_hash: (seg.cmd() == Cmd::Push && !seg.payload().is_empty())
+                        .then(|| tboxscope_engine::content_hash(seg.payload())),
+                    stream_heads: Vec::new(),
                     decoded: Decoded::KcpSegment(KcpSegmentRecord {
                         framing,
                         index: u16::try_from(i).unwrap_or(u16::MAX),
@@ -375,17 +393,15 @@ impl Dissector {
                     unknown_short += 1;
                     return;
                 }
-                let stream_app_ids = match app_rule {
-                    Some(rule) => stream_app_ids(p, rule),
-                    None => Vec::new(),
-                };
+                let stream_heads = stream_heads(p, app_rule);
                 quic_records += 1;
                 each(DecodedPacket {
                     ts_ns,
                     src,
                     dst,
                     app_msg_id: None,
-                    stream_app_ids,
+                    content_hash: None,
+                    stream_heads,
                     decoded: Decoded::QuicPacket(Box::new(p.summary())),
                 })
             });
@@ -404,7 +420,8 @@ impl Dissector {
                 src,
                 dst,
                 app_msg_id: self.config.app_id.and_then(|r| r.extract(udp.payload)),
-                stream_app_ids: Vec::new(),
+                content_hash: None,
+                stream_heads: Vec::new(),
                 decoded: Decoded::UdpDatagram(UdpRecord {
                     len: udp.payload.len(),
                     payload_hash: tboxscope_engine::payload_hash(udp.payload),
@@ -416,13 +433,14 @@ impl Dissector {
     }
 }
 
-/// The application ids in a decrypted QUIC packet's STREAM frames: the id is read from the
-/// message's first bytes, so only frames whose data covers `[offset, offset + width)` of the
-/// stream give one.
-fn stream_app_ids(
+/// The message heads in a decrypted QUIC packet's STREAM frames: a frame at the stream's
+/// start gives the hash of the message's first bytes; with an app id rule, a frame whose data
+/// covers `[offset, offset + width)` of the stream gives the id (the id is read from the
+/// message's first bytes: a message is a stream's data from offset 0).
+fn stream_heads(
     p: &tboxscope_decode::quic::DecodedPacket<'_>,
-    rule: AppIdRule,
-) -> Vec<(u64, u64, u64)> {
+    rule: Option<AppIdRule>,
+) -> Vec<StreamHead> {
     let mut out = Vec::new();
     for frame in p.frames() {
         let Ok(Frame::Stream {
@@ -438,12 +456,19 @@ fn stream_app_ids(
             continue;
         };
         // The id's position within this frame's data (only a frame from the stream start).
-        let Some(at) = rule.offset.checked_sub(skip) else {
-            continue;
-        };
-        let shifted = AppIdRule { offset: at, ..rule };
-        if let Some(id) = shifted.extract(data) {
-            out.push((stream_id, offset, id));
+        let app_msg_id = rule.and_then(|rule| {
+            let at = rule.offset.checked_sub(skip)?;
+            AppIdRule { offset: at, ..rule }.extract(data)
+        });
+        let content_hash =
+            (offset == 0 && !data.is_empty()).then(|| tboxscope_engine::content_hash(data));
+        if app_msg_id.is_some() || content_hash.is_some() {
+            out.push(StreamHead {
+                stream_id,
+                offset,
+                app_msg_id,
+                content_hash,
+            });
         }
     }
     out

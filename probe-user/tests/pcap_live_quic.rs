@@ -7,17 +7,20 @@ mod pcap_common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use pcap_common::netns::{spawn_in, Lab};
 use pcap_common::Ng;
 use probe_user::analyze::Analyzer;
+use probe_user::correlate::{Correlator, FrameFeed};
 use probe_user::decode::net::NetParser;
 use probe_user::decode::quic::{
     DatagramInfo, DecoderConfig, Frame, Keylog, ParseOptions, QuicDecoder,
 };
 use probe_user::dissect::{gso_segment_size, Decoded, DissectConfig};
+use probe_user::engine::{Config as EngineConfig, MatchMode};
 use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 
@@ -32,6 +35,19 @@ fn messages() -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The key log every connection of this test binary writes to (rustls appends to the file
+/// named by SSLKEYLOGFILE, set once before any test starts a connection).
+fn key_log_file() -> PathBuf {
+    static FILE: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, path) = FILE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sslkeys.log");
+        std::env::set_var("SSLKEYLOGFILE", &path);
+        (dir, path)
+    });
+    path.clone()
+}
+
 /// The server certificate (DER) and its PKCS#8 key.
 type Identity = (rustls::pki_types::CertificateDer<'static>, Vec<u8>);
 
@@ -39,8 +55,9 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Server: accepts one connection, reads every uni stream to the end, returns them by id.
-fn server(addr: SocketAddr, cert: Identity, n: usize) -> BTreeMap<u64, Vec<u8>> {
+/// Server: accepts `conns` connections, reads every uni stream of each to the end (`n` per
+/// connection), returns them by id, per connection in the order accepted.
+fn server(addr: SocketAddr, cert: Identity, conns: usize, n: usize) -> Vec<BTreeMap<u64, Vec<u8>>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -58,16 +75,26 @@ fn server(addr: SocketAddr, cert: Identity, n: usize) -> BTreeMap<u64, Vec<u8>> 
         let ep = quinn::Endpoint::server(quinn::ServerConfig::with_crypto(Arc::new(crypto)), addr)
             .unwrap();
         let work = async {
-            let conn = ep.accept().await.unwrap().await.unwrap();
-            let mut got = BTreeMap::new();
-            while got.len() < n {
-                let mut s = conn.accept_uni().await.unwrap();
-                let id = s.id().index() * 4 + 2;
-                got.insert(id, s.read_to_end(1 << 20).await.unwrap());
+            let mut readers = Vec::new();
+            for _ in 0..conns {
+                let conn = ep.accept().await.unwrap().await.unwrap();
+                readers.push(tokio::spawn(async move {
+                    let mut got = BTreeMap::new();
+                    while got.len() < n {
+                        let mut s = conn.accept_uni().await.unwrap();
+                        let id = s.id().index() * 4 + 2;
+                        got.insert(id, s.read_to_end(1 << 20).await.unwrap());
+                    }
+                    conn.close(0u32.into(), b"done");
+                    got
+                }));
             }
-            conn.close(0u32.into(), b"done");
+            let mut all = Vec::new();
+            for r in readers {
+                all.push(r.await.unwrap());
+            }
             ep.wait_idle().await;
-            got
+            all
         };
         tokio::time::timeout(Duration::from_secs(20), work)
             .await
@@ -75,8 +102,17 @@ fn server(addr: SocketAddr, cert: Identity, n: usize) -> BTreeMap<u64, Vec<u8>> 
     })
 }
 
-/// Client: opens one uni stream per message, writes it, finishes; waits for the server to close.
-fn client(local: SocketAddr, server: SocketAddr, cert: Identity, msgs: Vec<Vec<u8>>) {
+/// Client: connects, waits at `ready` (if given) until the other clients are connected too,
+/// opens one uni stream per message, writes it, finishes (`pace` apart); waits for the server
+/// to close.
+fn client(
+    local: SocketAddr,
+    server: SocketAddr,
+    cert: Identity,
+    msgs: Vec<Vec<u8>>,
+    pace: Duration,
+    ready: Option<Arc<Barrier>>,
+) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -100,10 +136,14 @@ fn client(local: SocketAddr, server: SocketAddr, cert: Identity, msgs: Vec<Vec<u
                 .unwrap()
                 .await
                 .unwrap();
+            if let Some(b) = ready {
+                b.wait();
+            }
             for m in &msgs {
                 let mut s = conn.open_uni().await.unwrap();
                 s.write_all(m).await.unwrap();
                 s.finish().unwrap();
+                tokio::time::sleep(pace).await;
             }
             conn.closed().await;
             ep.wait_idle().await;
@@ -117,9 +157,7 @@ fn client(local: SocketAddr, server: SocketAddr, cert: Identity, msgs: Vec<Vec<u
 #[test]
 fn quinn_peers_captured_live_decode_to_the_sent_streams() {
     let dir = tempfile::tempdir().unwrap();
-    let keylog = dir.path().join("sslkeys.log");
-    // This test binary runs only this test: setting the variable cannot race another test.
-    std::env::set_var("SSLKEYLOGFILE", &keylog);
+    let keylog = key_log_file();
 
     let lab = Lab::new("q", 1);
     let (t_if, _, t_addr, c_addr) = lab.links[0].clone();
@@ -150,15 +188,15 @@ fn quinn_peers_captured_live_decode_to_the_sent_streams() {
     let server_addr: SocketAddr = format!("{c_addr}:4433").parse().unwrap();
     let client_addr: SocketAddr = format!("{t_addr}:0").parse().unwrap();
     let (cert2, n) = (cert.clone(), sent.len());
-    let srv = spawn_in(&lab.cloud, move || server(server_addr, cert2, n));
+    let srv = spawn_in(&lab.cloud, move || server(server_addr, cert2, 1, n));
     std::thread::sleep(Duration::from_millis(100));
     let msgs = sent.clone();
     spawn_in(&lab.tbox, move || {
-        client(client_addr, server_addr, cert, msgs)
+        client(client_addr, server_addr, cert, msgs, Duration::ZERO, None)
     })
     .join()
     .unwrap();
-    let received = srv.join().unwrap();
+    let received = srv.join().unwrap().remove(0);
     // Client uni streams are 2, 6, 10, ... in the order opened.
     let expected: BTreeMap<u64, Vec<u8>> = sent
         .iter()
@@ -288,5 +326,142 @@ fn quinn_peers_captured_live_decode_to_the_sent_streams() {
         }
     }
     assert_eq!(rebuilt, expected);
+    drop(lab);
+}
+
+/// Application-level redundancy over two QUIC connections, one per path: the T-Box sends every
+/// message on both (byte-identical copies, one uni stream each, 5 ms apart; every tenth is
+/// the same keep-alive). Captured live on both T-Box interfaces and analyzed with nothing
+/// configured (no application id), the engine matches the copies by content: one flow, every
+/// message on both paths, the keep-alives paired in order.
+#[test]
+fn two_connections_one_per_path_match_by_content() {
+    let keylog = key_log_file();
+    let lab = Lab::new("m", 2);
+    let labels = ["eth0", "eth1"];
+    let cfg = LiveConfig {
+        interfaces: lab
+            .links
+            .iter()
+            .zip(labels)
+            .map(|(l, name)| InterfaceSpec::parse(&format!("{}={name}", l.0)).unwrap())
+            .collect(),
+        filter: Some("udp port 4433".to_owned()),
+        ..LiveConfig::default()
+    };
+    let mut cap = spawn_in(&lab.tbox, move || LiveCapture::start(cfg))
+        .join()
+        .unwrap()
+        .unwrap();
+    let mut events = Vec::new();
+    let (mut up, until) = (0, Instant::now() + Duration::from_secs(5));
+    while up < 2 && Instant::now() < until {
+        if let Ok(ev) = cap.events().recv_timeout(Duration::from_millis(20)) {
+            up += usize::from(matches!(ev, LiveEvent::PathUp { .. }));
+            events.push(ev);
+        }
+    }
+
+    const N: usize = 60;
+    let sent: Vec<Vec<u8>> = (0..N)
+        .map(|i| {
+            let mut m = vec![0x6b; 600];
+            if i % 10 != 5 {
+                m[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            }
+            m
+        })
+        .collect();
+    let ck = rcgen::generate_simple_self_signed(vec![NAME.to_owned()]).unwrap();
+    let cert: Identity = (ck.cert.der().clone(), ck.key_pair.serialize_der());
+    let any: SocketAddr = "0.0.0.0:4433".parse().unwrap();
+    let cert2 = cert.clone();
+    let srv = spawn_in(&lab.cloud, move || server(any, cert2, 2, N));
+    std::thread::sleep(Duration::from_millis(100));
+    // The connections are up before the messages start (as a T-Box opens both at start).
+    let ready = Arc::new(Barrier::new(2));
+    let clients: Vec<_> = lab
+        .links
+        .iter()
+        .map(|(_, _, t_addr, c_addr)| {
+            let local: SocketAddr = format!("{t_addr}:0").parse().unwrap();
+            let remote: SocketAddr = format!("{c_addr}:4433").parse().unwrap();
+            let (cert, msgs, ready) = (cert.clone(), sent.clone(), ready.clone());
+            spawn_in(&lab.tbox, move || {
+                client(
+                    local,
+                    remote,
+                    cert,
+                    msgs,
+                    Duration::from_millis(5),
+                    Some(ready),
+                )
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let received = srv.join().unwrap();
+    assert_eq!(received.len(), 2);
+    for got in &received {
+        assert_eq!(
+            got.values().cloned().collect::<Vec<_>>(),
+            sent,
+            "quinn delivered"
+        );
+    }
+
+    std::thread::sleep(Duration::from_millis(100));
+    cap.stop();
+    while let Ok(ev) = cap.events().try_recv() {
+        events.push(ev);
+    }
+    let mut ng = Ng::new(false);
+    for name in labels {
+        ng.idb(1, 65535, Some(name), Some(9));
+    }
+    // The file holds both interfaces' packets in time order (as `capture` writes them).
+    let mut packets: Vec<_> = events
+        .iter()
+        .filter_map(|ev| match ev {
+            LiveEvent::Packets(batch) => Some(batch.iter()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    packets.sort_by_key(|p| p.ts_ns);
+    for p in packets {
+        ng.epb(p.path as u32, p.ts_ns, p.orig_len, &p.data);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("two-connections.pcapng");
+    std::fs::write(&file, &ng.bytes).unwrap();
+
+    let mut analyzer = Analyzer::new(DissectConfig {
+        keylog: Some(Keylog::from_file(&keylog).unwrap()),
+        ..DissectConfig::default()
+    });
+    let mut correlator = Correlator::new(EngineConfig::default());
+    correlator.expect_paths(&labels);
+    let mut feed = FrameFeed::default();
+    analyzer
+        .run_file(&file, &mut |r| {
+            feed.observe(&mut correlator, &r);
+            correlator.engine_mut().drain_records().for_each(drop);
+            Ok::<(), ()>(())
+        })
+        .unwrap()
+        .unwrap();
+    let summary = correlator.engine_mut().finish(feed.last_ts() + 1);
+    assert_eq!(summary.flows.len(), 1, "{:#?}", summary.flows);
+    let red = &summary.redundancy[0];
+    let ctx = format!("{red:#?}");
+    assert_eq!(red.mode, Some(MatchMode::Content), "{ctx}");
+    assert_eq!(red.messages, N as u64, "{ctx}");
+    assert_eq!(red.on_all_paths, N as u64, "{ctx}");
+    for p in &red.paths {
+        assert_eq!(p.carried, N as u64, "{ctx}");
+    }
     drop(lab);
 }

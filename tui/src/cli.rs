@@ -237,7 +237,8 @@ pub struct DecodeArgs {
     pub kcp_ports: Vec<u16>,
     /// Where each message carries an application id, `OFFSET:WIDTH[:le]` (bytes; big-endian
     /// unless `le`): copies sent on separate sessions per path are matched by it (the lab's
-    /// messages: `8:8:le`).
+    /// messages: `8:8:le`). Without it, separate QUIC connections per path are matched by
+    /// each stream's content (byte-identical copies).
     #[arg(long = "app-id", value_name = "OFFSET:WIDTH[:le]", value_parser = parse_app_id)]
     pub app_id: Option<probe_user::engine::AppIdRule>,
 }

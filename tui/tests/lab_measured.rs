@@ -15,6 +15,8 @@
 //!   transports, by any backlog queued behind the outage (not visible on the wire at all).
 //! - Amplification: the lab counts IP bytes with nftables, tboxscope whole frames (14 more
 //!   bytes per packet), over the messages delivered.
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -23,18 +25,23 @@ use tboxscope_lab::peers::Transport;
 use tboxscope_lab::run::{run, RunOptions, RunReport};
 use tboxscope_lab::{LabNames, Scenario};
 
-/// Runs S4 for 12 s with `transports`, captured by tboxscope; one run at a time.
-fn run_s4(tag: &str, transports: Vec<Transport>) -> (RunReport, Measured) {
+/// Seconds of messages, and of draining after them, in each run.
+const RUN_S: u64 = 12;
+const DRAIN_S: u64 = 8;
+
+/// Runs S4 for 12 s with `transports`, captured by tboxscope (the four captures also written
+/// to `pcap_dir`); one run at a time.
+fn run_s4(tag: &str, transports: Vec<Transport>, pcap_dir: Option<&Path>) -> (RunReport, Measured) {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let names = LabNames::for_test(tag).unwrap();
     let mut opts = RunOptions::new(names.clone());
-    opts.duration = Duration::from_secs(12);
-    opts.drain = Duration::from_secs(8);
+    opts.duration = Duration::from_secs(RUN_S);
+    opts.drain = Duration::from_secs(DRAIN_S);
     opts.transports = transports;
     // The 5 s outage is centred: from 3.5 s to 8.5 s.
     let scenario = Scenario::preset("S4").unwrap();
-    let mut capture = LabCapture::new(None);
+    let mut capture = LabCapture::new(pcap_dir.map(Path::to_path_buf));
     let result = run(&scenario, &opts, &mut capture);
     let _ = tboxscope_lab::down(&names);
     let report = result.unwrap();
@@ -49,6 +56,7 @@ fn run_s4(tag: &str, transports: Vec<Transport>) -> (RunReport, Measured) {
 
 #[test]
 fn tboxscope_measures_what_the_peers_saw() {
+    let dir = tempfile::tempdir().unwrap();
     let (report, m) = &run_s4(
         "measured",
         vec![
@@ -57,6 +65,7 @@ fn tboxscope_measures_what_the_peers_saw() {
             Transport::Quic,
             Transport::QuicRedundant,
         ],
+        Some(dir.path()),
     );
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     for t in &report.transports {
@@ -117,6 +126,60 @@ fn tboxscope_measures_what_the_peers_saw() {
     );
     // Each redundant transport's messages of those 5 s came over path B alone (50/s each).
     assert!(o.carried_by_others >= 2 * 240, "{o:?}");
+    offline_analysis_agrees(dir.path(), m);
+}
+
+/// `tboxscope analyze` of the run's four captures, with the options `lab run` prints for them,
+/// finds by itself which captures show the two ends of each path and gives the figures the
+/// live capture gave: per transport the same messages and duplication, and the same outage.
+fn offline_analysis_agrees(dir: &Path, live: &Measured) {
+    let files: Vec<String> = ["tbox-eth0", "gateway-g0", "tbox-eth1", "gateway-g1"]
+        .iter()
+        .map(|f| dir.join(format!("{f}.pcap")).display().to_string())
+        .collect();
+    let options = tboxscope::labcap::analyze_options(RUN_S as f64, DRAIN_S as f64);
+    let keylog = dir.join("quic-keylog.txt").display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .arg("analyze")
+        .args(options.split(' '))
+        .args(["--keylog", &keylog, "--json", "-"])
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["type"] == "summary")
+        .unwrap();
+    let flows = summary["flows"].as_array().unwrap();
+    for t in &live.transports {
+        for name in &t.flows {
+            let f = flows
+                .iter()
+                .find(|f| f["flow"] == name.as_str())
+                .unwrap_or_else(|| panic!("{name} not in {flows:#?}"));
+            let ctx = format!("{name}: offline {f}\nlive {t:?}");
+            assert_eq!(f["messages"].as_u64(), Some(t.messages), "{ctx}");
+            if let Some(dup) = t.duplication_pct {
+                let offline = f["duplication"].as_f64().unwrap() * 100.0;
+                assert!((offline - dup).abs() <= 0.5, "{ctx}");
+            }
+        }
+    }
+    let outages = summary["outages"].as_array().unwrap();
+    assert_eq!(outages.len(), live.outages.len(), "{outages:#?}");
+    let (offline, live) = (&outages[0], &live.outages[0]);
+    assert_eq!(offline["path"], live.path.as_str());
+    let d = offline["duration_ns"].as_f64().unwrap() / 1e9;
+    assert!(
+        (d - live.duration_s.unwrap()).abs() <= 0.05,
+        "{offline} vs {live:?}"
+    );
 }
 
 /// The outage injected on path A, seconds.
@@ -132,7 +195,7 @@ fn injected_outage_s(report: &RunReport) -> f64 {
 
 #[test]
 fn tboxscope_measures_the_tcp_baseline() {
-    let (report, m) = &run_s4("measuredtcp", vec![Transport::Tcp]);
+    let (report, m) = &run_s4("measuredtcp", vec![Transport::Tcp], None);
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let t = report
         .transports

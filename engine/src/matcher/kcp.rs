@@ -4,8 +4,10 @@
 //! acknowledgment. The receiver's in-order delivery (sn gaps) gives HOL incidents.
 //! Separate sessions, one per path, that carry the same messages (application-level
 //! duplication, each session with its own conv) are matched by an application message id
-//! ([`crate::KcpSegment::app_msg_id`]): their messages go to one group flow per server port,
-//! while each session keeps its own sn state (ACKs, HOL incidents).
+//! ([`crate::KcpSegment::app_msg_id`]) or, without one, once sessions to the server port are
+//! seen on two paths, by content ([`crate::KcpSegment::content_hash`], the n-th message of a
+//! content on one session with the n-th on another): their messages go to one group flow per
+//! server port, while each session keeps its own sn state (ACKs, HOL incidents).
 
 use std::collections::VecDeque;
 
@@ -16,7 +18,7 @@ use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::{GapTracker, Resend, Transmission};
 use crate::input::{KcpCmd, KcpSegment};
 use crate::matcher::gaps::GapSel;
-use crate::matcher::{forced_mode, mix, server_port};
+use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
 use crate::message::{MsgId, SightArgs};
 use crate::paths::PathIdx;
 use crate::sent::SentQueue;
@@ -129,9 +131,20 @@ pub struct KcpState {
     /// Newest KCP `ts` seen on data per direction (receiver-side retransmission heuristic).
     pub newest_ts: [Option<u32>; 2],
     /// The flow this conversation's messages belong to when it is one of several per-path
-    /// sessions matched by application id (`None`: its own).
+    /// sessions matched by application id or content (`None`: its own).
     pub group: Option<FlowRef>,
+    /// In a group matched by content: the order of each session's messages by content
+    /// (starts are (0, sn)).
+    pub content: ContentOrder,
+    /// In a group matched by content: (conv, up, message sn) → the message's key, so that
+    /// every fragment of a message and every retransmission is the same message.
+    pub content_msgs: crate::FastMap<(u32, bool, u32), u64>,
 }
+
+/// Messages remembered per group matched by content.
+const MAX_CONTENT_MSGS: usize = 8192;
+/// Sessions remembered per server port for per-path detection.
+const MAX_SESSIONS_PER_PORT: usize = 64;
 
 impl Engine {
     pub(crate) fn on_kcp(&mut self, k: &KcpSegment) {
@@ -152,38 +165,58 @@ impl Engine {
             Some(k.conv),
             None,
         );
-        let wants_group = match forced {
-            Some(m) => m == MatchMode::AppId,
-            None => k.app_msg_id.is_some(),
-        };
         let known_group = match self.flows.get_mut(fr).map(|f| &f.proto) {
             Some(Proto::Kcp(s)) => s.group,
             _ => None,
         };
-        let group = match known_group {
-            Some(g) if self.flows.get_mut(g).is_some() => Some(g),
-            _ if wants_group => {
+        let known_group = known_group.and_then(|g| Some((g, self.flows.get_mut(g)?.mode?)));
+        // Without an application id, sessions to one server port seen on two paths are
+        // matched by content.
+        let server = server_port(&pkt.src, &pkt.dst);
+        let group_mode = match (known_group, forced) {
+            (Some((_, m)), _) => Some(m),
+            (None, Some(m @ (MatchMode::AppId | MatchMode::Content))) => Some(m),
+            (None, Some(_)) => None,
+            (None, None) if k.app_msg_id.is_some() => Some(MatchMode::AppId),
+            (None, None)
+                if k.content_hash.is_some()
+                    && self.kcp_sessions_per_path(server, k.conv, pkt.path) =>
+            {
+                Some(MatchMode::Content)
+            }
+            (None, None) => None,
+        };
+        let group = match (known_group, group_mode) {
+            (Some((g, _)), _) => Some(g),
+            (None, Some(mode)) => {
                 let gkey = FlowKey::KcpGroup {
-                    server_port: server_port(&pkt.src, &pkt.dst),
+                    server_port: server,
                 };
                 let g = self
                     .flows
                     .get_or_insert(&gkey, pkt.ts_ns, || Proto::Kcp(Box::default()));
+                if let Some(f) = self.flows.get_mut(g) {
+                    f.mode.get_or_insert(mode);
+                }
                 if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
                     s.group = Some(g);
                 }
                 Some(g)
             }
-            _ => None,
+            (None, None) => None,
+        };
+        let mode = match group {
+            Some(g) => self
+                .flows
+                .get_mut(g)
+                .and_then(|f| f.mode)
+                .unwrap_or(MatchMode::AppId),
+            None => MatchMode::KcpSn,
         };
         let mfr = group.unwrap_or(fr);
         self.remember_tuple(pkt.tuple, &key);
         if let Some(f) = self.flows.get_mut(fr) {
-            f.mode = Some(if group.is_some() {
-                MatchMode::AppId
-            } else {
-                MatchMode::KcpSn
-            });
+            f.mode = Some(mode);
             f.forced = forced.is_some();
             if pkt.path < 64 {
                 f.paths_mask |= 1 << pkt.path;
@@ -194,11 +227,7 @@ impl Engine {
             }
         }
         if let Some(f) = self.flows.get_mut(mfr) {
-            f.mode = Some(if group.is_some() {
-                MatchMode::AppId
-            } else {
-                MatchMode::KcpSn
-            });
+            f.mode = Some(mode);
             if pkt.count_wire {
                 f.amp.wire += pkt.wire;
                 match k.cmd {
@@ -209,7 +238,7 @@ impl Engine {
             }
         }
         match k.cmd {
-            KcpCmd::Push => self.kcp_push(fr, mfr, k, &pkt, up),
+            KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, up),
             KcpCmd::Ack => {
                 if pkt.dir == Dir::In {
                     let data_up = !up;
@@ -263,17 +292,36 @@ impl Engine {
         }
     }
 
+    /// Whether sessions to `server` other than `conv` were seen on another path than `path`
+    /// (remembering `conv` on `path`): separate sessions, one per path.
+    fn kcp_sessions_per_path(&mut self, server: u16, conv: u32, path: PathIdx) -> bool {
+        let sessions = self.kcp_sessions.entry(server).or_default();
+        if !sessions.contains(&(conv, path)) && sessions.len() < MAX_SESSIONS_PER_PORT {
+            sessions.push((conv, path));
+        }
+        let paths = &self.paths;
+        sessions
+            .iter()
+            .any(|(c, p)| *c != conv && paths.canonical(*p) != paths.canonical(path))
+    }
+
     fn kcp_push(
         &mut self,
         fr: FlowRef,
         mfr: FlowRef,
+        mode: MatchMode,
         k: &KcpSegment,
         pkt: &crate::engine::Pkt,
         up: bool,
     ) {
         let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
-        let (mkey, id) = match k.app_msg_id {
-            Some(app) if mfr != fr => (mix(&[6, u64::from(up), app]), MsgId::App(app)),
+        let content = match (mode, k.content_hash) {
+            (MatchMode::Content, Some(h)) if mfr != fr => self.kcp_content_key(mfr, k, up, h),
+            _ => None,
+        };
+        let (mkey, id) = match (content, k.app_msg_id) {
+            (Some(named), _) => named,
+            (None, Some(app)) if mfr != fr => (mix(&[6, u64::from(up), app]), MsgId::App(app)),
             // In a group, a segment without the id (a later fragment) stays within its session.
             _ if mfr != fr => (
                 mix(&[3, u64::from(k.conv), u64::from(up), u64::from(msg_sn)]),
@@ -285,7 +333,7 @@ impl Engine {
             ),
         };
         // A message past the newest one of the conversation was never seen (its own messages
-        // only: a group's are named by application id).
+        // only: a group's are named by application id or content).
         let mut new_key = false;
         if mfr == fr {
             if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
@@ -434,6 +482,33 @@ impl Engine {
             };
             self.kcp_una(fr, !up, pkt.path, k.una, pkt.ts_ns, !receiver_seen);
         }
+    }
+
+    /// The key of the message a data segment of a session in group `mfr` (matched by content)
+    /// belongs to: its message's first fragment seen names it by content and order.
+    fn kcp_content_key(
+        &mut self,
+        mfr: FlowRef,
+        k: &KcpSegment,
+        up: bool,
+        content: u64,
+    ) -> Option<(u64, MsgId)> {
+        let Some(Proto::Kcp(g)) = self.flows.get_mut(mfr).map(|f| &mut f.proto) else {
+            return None;
+        };
+        let msg = (k.conv, up, k.sn.wrapping_add(u32::from(k.frg)));
+        if let Some(key) = g.content_msgs.get(&msg) {
+            return Some((*key, MsgId::Hash(content)));
+        }
+        let n = g
+            .content
+            .occurrence(u64::from(k.conv), up, content, (0, u64::from(k.sn)));
+        let key = mix(&[5, u64::from(up), content, u64::from(k.frg), n]);
+        if g.content_msgs.len() >= MAX_CONTENT_MSGS {
+            g.content_msgs.clear();
+        }
+        g.content_msgs.insert(msg, key);
+        Some((key, MsgId::Hash(content)))
     }
 
     fn kcp_acked(&mut self, fr: FlowRef, data_up: bool, path: PathIdx, sn: u32, ts: u64) {

@@ -11,6 +11,47 @@ pub mod tcp;
 use std::net::SocketAddr;
 
 use crate::config::{Config, MatchMode};
+use crate::FastMap;
+
+/// Message starts remembered per session and content.
+const MAX_SAME_CONTENT: usize = 4096;
+/// (session, direction, content) entries remembered.
+const MAX_CONTENTS: usize = 8192;
+
+/// Where messages started: (stream or 0, offset or sn) each, in order (inline for one).
+pub type MessageStarts = smallvec::SmallVec<[(u64, u64); 1]>;
+
+/// The order of the messages with the same content on each session (connection) of a group of
+/// per-path sessions matched by content: the n-th message with a content on one session is a
+/// copy of the n-th on another, so identical messages (keep-alives) stay apart.
+#[derive(Debug, Default)]
+pub struct ContentOrder {
+    /// (session tag, up, content hash) → where those messages started, in order (bounded).
+    starts: FastMap<(u64, bool, u64), MessageStarts>,
+}
+
+impl ContentOrder {
+    /// Which occurrence of `content` on `session` the message starting at `start` is; a
+    /// retransmitted start is the same occurrence again.
+    pub fn occurrence(&mut self, session: u64, up: bool, content: u64, start: (u64, u64)) -> u64 {
+        let key = (session, up, content);
+        if self.starts.len() >= MAX_CONTENTS && !self.starts.contains_key(&key) {
+            self.starts.clear();
+        }
+        let starts = self.starts.entry(key).or_default();
+        let n = match starts.iter().position(|s| *s == start) {
+            Some(n) => n,
+            None => {
+                if starts.len() >= MAX_SAME_CONTENT {
+                    starts.remove(0);
+                }
+                starts.push(start);
+                starts.len() - 1
+            }
+        };
+        n as u64
+    }
+}
 
 /// Mixes values into a 64-bit key (splitmix64 finalizer over a running state).
 pub fn mix(parts: &[u64]) -> u64 {

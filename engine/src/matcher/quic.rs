@@ -17,7 +17,7 @@ use crate::flow::{FlowKey, Proto};
 use crate::hol::GapTracker;
 use crate::input::QuicPacket;
 use crate::matcher::gaps::GapSel;
-use crate::matcher::{forced_mode, mix, server_port};
+use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
 use crate::message::{MsgId, SightArgs};
 use crate::paths::PathIdx;
 use crate::sent::SentQueue;
@@ -65,6 +65,9 @@ pub struct QuicState {
     pub stream_msgs: HashMap<(u64, bool, u64), u64>,
     /// Frames of grouped connections whose stream's message was never named (head not seen).
     pub unmatched_frames: u64,
+    /// In a group matched by content: the order of each connection's messages by content
+    /// (starts are (stream, offset)).
+    pub content: ContentOrder,
 }
 
 /// A frame's share of one message: (message key, name, bytes of the frame in it, whether the
@@ -231,8 +234,10 @@ impl Engine {
                 a != a2 && paths.canonical(*p) != paths.canonical(*p2) && c == c2
             })
         });
-        // Separate per-path connections are matched by content (or app id) across the group;
-        // a connection not (yet) seen on two paths whose frames carry hashes is treated so.
+        // Separate per-path connections are matched by app id (configured) or by content: a
+        // connection not seen on two paths whose frames carry ids is matched by them; by
+        // content, once another connection to the same server port is seen on another path
+        // (a single connection keeps its stream ranges and per-stream HOL tracking).
         let separate = !multipath;
         let forced = forced_mode(
             &self.cfg,
@@ -241,7 +246,12 @@ impl Engine {
             Some(&*q.conn),
         );
         let has_app = q.streams.iter().any(|s| s.app_msg_id.is_some());
-        let has_hash = q.streams.iter().any(|s| s.data_hash.is_some());
+        let has_hash = q.streams.iter().any(|s| s.data_hash.is_some())
+            && conns.iter().any(|(c, p, _)| {
+                conns
+                    .iter()
+                    .any(|(c2, p2, _)| c != c2 && paths.canonical(*p) != paths.canonical(*p2))
+            });
         // Once a connection joined a group, all its packets stay there (ACK-only packets and
         // frames without the id carry no id of their own).
         let joined = self.quic_conn_modes.get(&*q.conn).copied();
@@ -295,7 +305,14 @@ impl Engine {
                     Some((mix(&[6, u64::from(up), app]), MsgId::App(app)))
                 }
                 (MatchMode::Content, Some(h), _) => {
-                    Some((mix(&[5, u64::from(up), h]), MsgId::Hash(h)))
+                    let n = match self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                        Some(Proto::Quic(s)) => {
+                            s.content
+                                .occurrence(conn_tag, up, h, (sr.stream_id, sr.offset))
+                        }
+                        _ => 0,
+                    };
+                    Some((mix(&[5, u64::from(up), h, n]), MsgId::Hash(h)))
                 }
                 _ => None,
             };

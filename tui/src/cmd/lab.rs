@@ -197,7 +197,8 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
             .map(|f| dir.join(f).display().to_string())
             .collect();
         println!(
-            "captures: tboxscope analyze --keylog {} {}",
+            "captures: tboxscope analyze {} --keylog {} {}",
+            labcap::analyze_options(opts.duration.as_secs_f64(), opts.drain.as_secs_f64()),
             dir.join("quic-keylog.txt").display(),
             files.join(" ")
         );

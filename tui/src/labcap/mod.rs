@@ -232,15 +232,32 @@ fn tcp_port(plan: &CapturePlan) -> Option<u16> {
         .map(|(_, port, _)| *port)
 }
 
+/// How long a lab run's messages stay open (seconds): until the run ends, so that a copy
+/// held back (through an outage, behind a backlog) and delivered late counts as delivered, as
+/// it does in the peers' ground truth.
+pub fn message_timeout_s(duration_s: f64, drain_s: f64) -> f64 {
+    duration_s + drain_s + 1.0
+}
+
+/// The `tboxscope analyze` options that analyze a lab run's captures as the run itself did:
+/// the lab messages' application id and the run's message timeout.
+pub fn analyze_options(duration_s: f64, drain_s: f64) -> String {
+    let r = LAB_APP_ID;
+    format!(
+        "--app-id {}:{}{} --message-timeout {}",
+        r.offset,
+        r.width,
+        if r.little_endian { ":le" } else { "" },
+        message_timeout_s(duration_s, drain_s).ceil()
+    )
+}
+
 /// The engine's and the dissector's configuration for a lab run.
 fn engine_feed(plan: &CapturePlan, keylog: Option<Keylog>, follow: Option<PathBuf>) -> EngineFeed {
-    // Transports hold messages back (through an outage, behind a backlog) and deliver them
-    // late: a message stays open until the run ends, so that a late copy counts as delivered
-    // as it does in the peers' ground truth.
     let config = Config {
         app_id: Some(LAB_APP_ID),
         emit_messages: false,
-        message_timeout_ns: ((plan.duration_s + plan.drain_s + 1.0) * 1e9) as u64,
+        message_timeout_ns: (message_timeout_s(plan.duration_s, plan.drain_s) * 1e9) as u64,
         ..Config::default()
     };
     EngineFeed::new(
