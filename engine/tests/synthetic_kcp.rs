@@ -387,6 +387,7 @@ fn lost_pair_seen_at_both_ends(resend: Resend) -> (Vec<tboxscope_engine::HolInci
             una,
             len,
             app_msg_id: None,
+            content_hash: None,
         })
     };
     let base = T0 + 1_000_000_000;
