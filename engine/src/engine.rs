@@ -91,8 +91,8 @@ pub struct Engine {
     /// Address pair → flow, to attribute overhead packets (bounded).
     /// (keyed by the pair's [`crate::matcher::tuple_hash`], which every packet carries).
     pub(crate) tuple_flows: HashMap<u64, FlowKey>,
-    /// Scratch for KCP segments acknowledged by una (sn, (send time, message key, slot)).
-    pub(crate) una_done: Vec<(u64, (u64, u64, u32))>,
+    /// Scratch for KCP segments acknowledged by una (sn, segment).
+    pub(crate) una_done: Vec<(u64, crate::matcher::kcp::Unacked)>,
     /// Scratch for QUIC packets acknowledged by one ACK packet, and each one's ACK delay.
     pub(crate) quic_acked: (Vec<(u64, crate::matcher::quic::Unacked)>, Vec<u64>),
     /// Packets that carry no message (ACKs) seen at one end of a paired path, by identity:

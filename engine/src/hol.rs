@@ -10,6 +10,10 @@ use crate::record::{Evidence, HolIncident, Recovery};
 pub const MAX_EVIDENCE: usize = 24;
 /// Out-of-order pieces buffered per tracker.
 const MAX_BUFFERED: usize = 4096;
+/// Units whose retransmissions wait for an incident, per tracker.
+const MAX_PENDING: usize = 1024;
+/// Retransmission times kept per unit while waiting for an incident.
+const PENDING_EVIDENCE: usize = 4;
 
 /// A piece delivered beyond a gap.
 #[derive(Clone, Copy, Debug)]
@@ -21,15 +25,84 @@ struct Held {
     path: PathIdx,
 }
 
-/// The gap currently holding data back.
+/// The gap currently holding data back: the units missing in front of the first held piece
+/// when the stall began. It stays one gap until all of them are filled, however many pieces
+/// that takes (several consecutive units lost, or pieces of the run arriving out of order and
+/// releasing some of it).
 #[derive(Clone, Copy, Debug)]
 pub struct OpenGap {
     /// Incident id.
     pub incident: u64,
     /// First missing unit.
     pub missing: u64,
+    /// End (exclusive) of the missing run when the gap opened.
+    pub missing_end: u64,
     /// Path of the piece that revealed the gap.
     pub revealed_on: PathIdx,
+    /// Retransmissions of the missing units whose kind is not known.
+    pub unknown_resends: u32,
+    /// Message ends and bytes released so far by partial fills.
+    pub released: (u64, u64),
+    /// Which transmissions filled missing units so far ([`filled_by`] bits).
+    pub filled_by: u8,
+}
+
+/// Which transmission of a unit a delivered piece is, as the sender's capture tells (KCP: by
+/// the segment's `ts`, the sender's clock when it sent that copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transmission {
+    /// The first transmission.
+    Original,
+    /// A retransmission of this kind.
+    Retransmission(Resend),
+}
+
+/// Which transmissions filled a gap's missing units (bits).
+pub mod filled_by {
+    /// A first transmission (late: reordering).
+    pub const ORIGINAL: u8 = 1;
+    /// A fast resend.
+    pub const FAST: u8 = 2;
+    /// A timeout retransmission.
+    pub const TIMEOUT: u8 = 4;
+    /// A piece whose transmission is not known (no sender record, or an acknowledgment).
+    pub const UNKNOWN: u8 = 8;
+
+    /// The bit of a filling piece.
+    pub fn bit(t: Option<super::Transmission>) -> u8 {
+        use super::{Resend, Transmission};
+        match t {
+            Some(Transmission::Original) => ORIGINAL,
+            Some(Transmission::Retransmission(Resend::Fast)) => FAST,
+            Some(Transmission::Retransmission(Resend::Timeout)) => TIMEOUT,
+            Some(Transmission::Retransmission(Resend::Unknown)) | None => UNKNOWN,
+        }
+    }
+}
+
+/// How a sender's retransmission was triggered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resend {
+    /// Fast resend: later units acknowledged.
+    Fast,
+    /// Retransmission timeout.
+    Timeout,
+    /// Not known (the previous transmission was not seen).
+    Unknown,
+}
+
+/// Retransmissions of one unit seen at the sender before an incident could take them (the
+/// receiver had not seen the gap yet, or the unit is missing behind another gap).
+#[derive(Clone, Debug, Default)]
+pub struct PendingResends {
+    /// When, on which path, which kind (the first few).
+    pub seen: smallvec::SmallVec<[(u64, PathIdx, Resend); PENDING_EVIDENCE]>,
+    /// Fast resends.
+    pub fast: u32,
+    /// Timeout retransmissions.
+    pub timeout: u32,
+    /// Retransmissions of unknown kind.
+    pub unknown: u32,
 }
 
 /// What a delivery did.
@@ -44,6 +117,13 @@ pub enum Delivery {
         /// A new gap.
         opened: bool,
     },
+    /// Filled part of the gap (units of the missing run still missing): the stall goes on.
+    Narrowed {
+        /// Message ends released (pieces that had arrived inside the run).
+        messages: u64,
+        /// Bytes released.
+        bytes: u64,
+    },
     /// Filled the gap: pieces released behind it.
     Filled {
         /// Message ends released.
@@ -52,6 +132,8 @@ pub enum Delivery {
         bytes: u64,
         /// Earliest arrival among pieces still buffered (another gap remains).
         still_gapped_since: Option<u64>,
+        /// Which transmissions filled the gap's missing units ([`filled_by`] bits).
+        filled_by: u8,
     },
 }
 
@@ -67,12 +149,27 @@ pub struct GapTracker {
     pub gap: Option<OpenGap>,
     /// Buffered pieces forgotten to stay bounded.
     pub dropped: u64,
+    /// Sender retransmissions waiting for the incident of the gap their unit is in.
+    pending: BTreeMap<u64, PendingResends>,
+    /// Paths (bit per path) on which the sender's transmissions are observed: a gap filled
+    /// there with no retransmission was filled by the original, late.
+    pub sender_paths: u64,
+    /// Which transmission the next delivered piece is, when known (set just before
+    /// [`GapTracker::deliver`], which takes it).
+    pub arriving: Option<Transmission>,
 }
 
 impl GapTracker {
     /// Units buffered behind the gap.
     pub fn held(&self) -> (u64, u64) {
         (self.held_messages, self.held_bytes)
+    }
+
+    /// Message ends and bytes held by the open gap so far: released by partial fills and still
+    /// buffered.
+    pub fn held_by_gap(&self) -> (u64, u64) {
+        let r = self.gap.map_or((0, 0), |g| g.released);
+        (r.0 + self.held_messages, r.1 + self.held_bytes)
     }
 
     fn hold(&mut self, start: u64, h: Held) {
@@ -101,6 +198,52 @@ impl GapTracker {
         self.next.is_some_and(|n| unit < n) || self.buffered.contains_key(&unit)
     }
 
+    /// Whether `unit` is one of the open gap's missing units, not received yet.
+    pub fn blocks(&self, unit: u64) -> bool {
+        self.gap.is_some_and(|g| unit < g.missing_end)
+            && self.next.is_some_and(|n| unit >= n)
+            && !self.buffered.contains_key(&unit)
+    }
+
+    /// Keeps a retransmission of `unit` for the incident of the gap it will be found in.
+    pub fn note_resend(&mut self, unit: u64, ts_ns: u64, path: PathIdx, kind: Resend) {
+        if self.has(unit) {
+            // The receiver already has it: not part of any stall.
+            return;
+        }
+        let p = self.pending.entry(unit).or_default();
+        match kind {
+            Resend::Fast => p.fast += 1,
+            Resend::Timeout => p.timeout += 1,
+            Resend::Unknown => p.unknown += 1,
+        }
+        if p.seen.len() < PENDING_EVIDENCE {
+            p.seen.push((ts_ns, path, kind));
+        }
+        while self.pending.len() > MAX_PENDING {
+            self.pending.pop_first();
+        }
+    }
+
+    /// Takes the waiting retransmissions of units below `end`.
+    pub fn take_pending(&mut self, end: u64) -> Vec<(u64, PendingResends)> {
+        let rest = self.pending.split_off(&end);
+        let taken = std::mem::replace(&mut self.pending, rest);
+        taken.into_iter().collect()
+    }
+
+    /// Forgets waiting retransmissions of units delivered with no gap (the original or an
+    /// earlier copy got through).
+    fn forget_pending_below(&mut self, end: u64) {
+        if self
+            .pending
+            .first_key_value()
+            .is_some_and(|(&u, _)| u < end)
+        {
+            self.pending = self.pending.split_off(&end);
+        }
+    }
+
     /// Records the delivery of `[start, end)` at `ts_ns`. The first delivery sets the origin.
     /// Opening a gap needs an incident id, given by `open` when called.
     #[allow(clippy::too_many_arguments)]
@@ -114,6 +257,7 @@ impl GapTracker {
         path: PathIdx,
         open: impl FnOnce(u64) -> u64,
     ) -> Delivery {
+        let arriving = self.arriving.take();
         if end <= start {
             return Delivery::Duplicate;
         }
@@ -136,14 +280,30 @@ impl GapTracker {
                 }
             }
             self.next = Some(n);
-            if self.gap.take().is_some() {
+            if let Some(g) = self.gap.as_mut() {
+                g.filled_by |= filled_by::bit(arriving);
+                if n < g.missing_end && !self.buffered.is_empty() {
+                    // Part of the missing run filled, the rest still holds the data behind
+                    // it: the same stall.
+                    g.released.0 += messages;
+                    g.released.1 += released;
+                    return Delivery::Narrowed {
+                        messages,
+                        bytes: released,
+                    };
+                }
+            }
+            if let Some(g) = self.gap.take() {
+                let (messages, released) = (messages + g.released.0, released + g.released.1);
                 let still = self.buffered.values().map(|h| h.ts_ns).min();
                 return Delivery::Filled {
                     messages,
                     bytes: released,
                     still_gapped_since: still,
+                    filled_by: g.filled_by,
                 };
             }
+            self.forget_pending_below(n);
             return Delivery::InOrder;
         }
         if let Some(h) = self.buffered.get_mut(&start) {
@@ -172,20 +332,35 @@ impl GapTracker {
             self.gap = Some(OpenGap {
                 incident: open(next),
                 missing: next,
+                missing_end: start,
                 revealed_on: path,
+                unknown_resends: 0,
+                released: (0, 0),
+                filled_by: 0,
             });
             return Delivery::Buffered { opened: true };
         }
         Delivery::Buffered { opened: false }
     }
 
+    /// The missing run in front of the first held piece, `[next, first held)`.
+    pub fn hole(&self) -> Option<(u64, u64)> {
+        let n = self.next?;
+        let (&s, _) = self.buffered.first_key_value()?;
+        Some((n, s))
+    }
+
     /// Starts tracking a remaining gap after a fill (another piece is still missing).
     pub fn reopen(&mut self, incident: u64) {
-        if let (Some(n), Some(h)) = (self.next, self.buffered.values().next()) {
+        if let (Some(n), Some((&s, h))) = (self.next, self.buffered.first_key_value()) {
             self.gap = Some(OpenGap {
                 incident,
                 missing: n,
+                missing_end: s,
                 revealed_on: h.path,
+                unknown_resends: 0,
+                released: (0, 0),
+                filled_by: 0,
             });
         }
     }
@@ -277,16 +452,22 @@ impl IncidentBook {
     }
 }
 
-/// Appends evidence, keeping the first half and the latest entries when over the bound.
+/// Adds evidence in time order (an entry older than the newest, e.g. a retransmission seen
+/// before the receiver showed the gap, goes to its place), keeping the first half and the
+/// latest entries when over the bound.
 pub fn push_evidence(inc: &mut HolIncident, ts_ns: u64, path: &str, what: String) {
     if inc.evidence.len() >= MAX_EVIDENCE {
         inc.evidence.remove(MAX_EVIDENCE / 2);
     }
-    inc.evidence.push(Evidence {
-        ts_ns,
-        path: path.to_owned(),
-        what,
-    });
+    let at = inc.evidence.partition_point(|e| e.ts_ns <= ts_ns);
+    inc.evidence.insert(
+        at,
+        Evidence {
+            ts_ns,
+            path: path.to_owned(),
+            what,
+        },
+    );
 }
 
 #[cfg(test)]
@@ -324,7 +505,8 @@ mod tests {
             Delivery::Filled {
                 messages: 2,
                 bytes: 200,
-                still_gapped_since: None
+                still_gapped_since: None,
+                filled_by: filled_by::UNKNOWN,
             }
         );
         assert_eq!(g.next(), Some(4));
@@ -333,5 +515,52 @@ mod tests {
             g.deliver(0, 1, 50, 100, true, 0, &mut open),
             Delivery::Duplicate
         );
+    }
+
+    #[test]
+    fn a_missing_run_is_one_gap_until_all_of_it_is_filled() {
+        let mut g = GapTracker::default();
+        let mut ids = 0;
+        let mut open = |_m: u64| {
+            ids += 1;
+            ids
+        };
+        g.deliver(0, 1, 0, 100, true, 0, &mut open);
+        // 1..=4 missing: 5 held, then 3 arrives inside the run.
+        assert_eq!(
+            g.deliver(5, 6, 10, 100, true, 0, &mut open),
+            Delivery::Buffered { opened: true }
+        );
+        g.deliver(3, 4, 11, 100, true, 0, &mut open);
+        assert_eq!(g.gap.map(|x| (x.missing, x.missing_end)), Some((1, 5)));
+        // 1 and 2 release 3, 4 is still missing: the same gap.
+        g.arriving = Some(Transmission::Retransmission(Resend::Fast));
+        assert_eq!(
+            g.deliver(1, 2, 20, 100, true, 0, &mut open),
+            Delivery::Narrowed {
+                messages: 0,
+                bytes: 0
+            }
+        );
+        g.arriving = Some(Transmission::Original);
+        assert_eq!(
+            g.deliver(2, 3, 21, 100, true, 0, &mut open),
+            Delivery::Narrowed {
+                messages: 1,
+                bytes: 100
+            }
+        );
+        assert_eq!(g.held_by_gap(), (2, 200));
+        g.arriving = Some(Transmission::Retransmission(Resend::Timeout));
+        assert_eq!(
+            g.deliver(4, 5, 30, 100, true, 0, &mut open),
+            Delivery::Filled {
+                messages: 2,
+                bytes: 200,
+                still_gapped_since: None,
+                filled_by: filled_by::FAST | filled_by::ORIGINAL | filled_by::TIMEOUT,
+            }
+        );
+        assert_eq!(ids, 1);
     }
 }

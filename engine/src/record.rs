@@ -114,6 +114,9 @@ pub enum Recovery {
     Timeout,
     /// Filled by a copy on another path.
     OtherPath,
+    /// Filled by the original transmission arriving late (reordering): the sender's capture
+    /// shows no retransmission.
+    Reordered,
     /// Not known (yet).
     #[default]
     Unknown,

@@ -79,6 +79,13 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
         Some((*g, seq, v))
     }
 
+    /// The packet `seq` of group `g`.
+    pub fn get_mut(&mut self, g: G, seq: u64) -> Option<&mut V> {
+        let ring = self.ring(g)?;
+        let i = ring.binary_search_by(|x| x.0.cmp(&seq)).ok()?;
+        ring.get_mut(i).map(|x| &mut x.1)
+    }
+
     /// Removes the packet `seq` of group `g`.
     pub fn remove(&mut self, g: G, seq: u64) -> Option<V> {
         let ring = self.ring(g)?;

@@ -326,3 +326,234 @@ fn the_report_gives_copy_spacing_only_where_messages_had_two_copies() {
     assert!(text.contains("eth0 wins 100.0%"), "{text}");
     assert!(!text.contains("copy spacing"), "{text}");
 }
+
+const MS: u64 = 1_000_000;
+/// One-way delay of the path, both ways.
+const DELAY: u64 = 40 * MS;
+
+/// How the sender recovers the lost segments in [`lost_pair_seen_at_both_ends`].
+#[derive(Clone, Copy, PartialEq)]
+enum Resend {
+    /// 1 ms after the second ACK datagram acknowledging a later sn reaches it (ikcp's fast
+    /// resend, resend=2).
+    Fast,
+    /// 110 ms after the first transmission, before any later sn is acknowledged.
+    Timeout,
+}
+
+/// What the receiver lived through, from the trace's construction.
+#[derive(Debug)]
+struct Stall {
+    missing: &'static str,
+    start: u64,
+    end: u64,
+    held: u64,
+}
+
+/// One path captured at both ends (T-Box capture 0, gateway capture 1, paired, same clock):
+/// 40 PUSH segments of 600 bytes every 20 ms, each acknowledged by the gateway on arrival
+/// (ACK datagram: the sn, `una` = next in order). sn 10 and 11 are lost and retransmitted
+/// together in one datagram; sn 22 is lost and retransmitted alone, later; sn 32 is delayed
+/// 25 ms and overtaken by sn 33 (no retransmission). Returns the engine's incidents and the
+/// stalls the receiver had.
+fn lost_pair_seen_at_both_ends(resend: Resend) -> (Vec<tboxscope_engine::HolIncident>, Vec<Stall>) {
+    let (tbox, gw) = ("10.40.0.2:50000", "10.40.0.1:7101");
+    let at = |c: u16| if c == 0 { "eth0" } else { "g0" };
+    let mut obs: Vec<Observation> = (0..2u16)
+        .map(|c| {
+            Observation::Capture(tboxscope_engine::CapturePoint {
+                ts_ns: T0,
+                capture: c,
+                name: at(c).to_owned(),
+                path: at(c).to_owned(),
+                host: if c == 0 { Host::Tbox } else { Host::Gateway },
+                local_addrs: Vec::new(),
+                clock_offset_ns: Some(0),
+                pair_with: Some(1 - c),
+            })
+        })
+        .collect();
+    let kseg = |ts: u64, c: u16, up: bool, cmd, sn: u32, kts: u32, una: u32| {
+        let (src, dst) = if up { (tbox, gw) } else { (gw, tbox) };
+        let len = if cmd == KcpCmd::Push { 600 } else { 0 };
+        Observation::Kcp(KcpSegment {
+            meta: meta(ts, at(c), c, addr(src), addr(dst), 24 + len + 28),
+            conv: 9,
+            cmd,
+            frg: 0,
+            wnd: 128,
+            ts: kts,
+            sn,
+            una,
+            len,
+            app_msg_id: None,
+            content_hash: None,
+        })
+    };
+    let base = T0 + 1_000_000_000;
+    let kts = |t: u64| ((t - T0) / MS) as u32;
+    let send = |sn: u32| base + u64::from(sn) * GAP;
+    // (arrival at the gateway, sn, the copy's ts) of every copy that gets through.
+    let mut arrivals: Vec<(u64, u32, u32)> = Vec::new();
+    for sn in 0..40u32 {
+        let t = send(sn);
+        obs.push(kseg(t, 0, true, KcpCmd::Push, sn, kts(t), 0));
+        match sn {
+            10 | 11 | 22 => {}
+            32 => arrivals.push((t + DELAY + 25 * MS, sn, kts(t))),
+            _ => arrivals.push((t + DELAY, sn, kts(t))),
+        }
+    }
+    // The ACK datagram of the gateway for an arrival leaves 0.5 ms later.
+    let ack_back = |arrive: u64| arrive + MS / 2 + DELAY;
+    // Each loss: the lost sns, and the second later sn to arrive (its ACK datagram is the
+    // second to acknowledge a later sn since the loss).
+    let resends: Vec<(u64, Vec<u32>)> = [(vec![10u32, 11], 13u32), (vec![22], 24)]
+        .into_iter()
+        .map(|(sns, second_later)| {
+            let t = match resend {
+                Resend::Fast => ack_back(send(second_later) + DELAY) + MS,
+                Resend::Timeout => send(sns[0]) + 110 * MS,
+            };
+            (t, sns)
+        })
+        .collect();
+    for (t, sns) in &resends {
+        for &sn in sns {
+            obs.push(kseg(*t, 0, true, KcpCmd::Push, sn, kts(*t), 0));
+            arrivals.push((*t + DELAY, sn, kts(*t)));
+        }
+    }
+    arrivals.sort();
+    // The receiver: in-order delivery, its ACKs, and the stalls it had.
+    let (mut next, mut held) = (0u32, std::collections::BTreeMap::new());
+    let mut stalls = Vec::new();
+    let mut open: Option<(u64, &'static str, u64)> = None;
+    let mut i = 0;
+    while i < arrivals.len() {
+        // Copies arriving at the same instant travel in one datagram.
+        let t = arrivals[i].0;
+        let mut acks = Vec::new();
+        while i < arrivals.len() && arrivals[i].0 == t {
+            let (_, sn, ts) = arrivals[i];
+            obs.push(kseg(t, 1, true, KcpCmd::Push, sn, ts, 0));
+            acks.push((sn, ts));
+            if sn > next {
+                held.insert(sn, t);
+                if open.is_none() {
+                    let name = match next {
+                        10 => "sn 10–11",
+                        22 => "sn 22",
+                        _ => "sn 32",
+                    };
+                    open = Some((t, name, 0));
+                }
+            } else if sn == next {
+                next += 1;
+                while held.remove(&next).is_some() {
+                    next += 1;
+                    if let Some(o) = open.as_mut() {
+                        o.2 += 1;
+                    }
+                }
+                if held.is_empty() {
+                    if let Some((start, missing, n)) = open.take() {
+                        stalls.push(Stall {
+                            missing,
+                            start,
+                            end: t,
+                            held: n,
+                        });
+                    }
+                }
+            }
+            i += 1;
+        }
+        for (sn, ts) in acks {
+            let sent = t + MS / 2;
+            obs.push(kseg(sent, 1, false, KcpCmd::Ack, sn, ts, next));
+            obs.push(kseg(sent + DELAY, 0, false, KcpCmd::Ack, sn, ts, next));
+        }
+    }
+    assert!(open.is_none() && held.is_empty() && next == 40);
+    let mut e = Engine::new(Config::default());
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let incidents = e
+        .drain_records()
+        .filter_map(|r| match r {
+            Record::HolIncident(h) => Some(h),
+            _ => None,
+        })
+        .collect();
+    (incidents, stalls)
+}
+
+fn check_stalls(resend: Resend, recovery: Recovery, held: [u64; 3]) {
+    let (incs, stalls) = lost_pair_seen_at_both_ends(resend);
+    // The trace's own account: three stalls, the first holding what arrived behind sn 10–11.
+    assert_eq!(
+        stalls.iter().map(|s| s.held).collect::<Vec<_>>(),
+        held,
+        "{stalls:?}"
+    );
+    // One incident per stall: two segments lost together are one stall, not two.
+    assert_eq!(incs.len(), stalls.len(), "{incs:#?}");
+    for (h, s) in incs.iter().zip(&stalls) {
+        let ctx = format!("{h:#?}\n{s:?}");
+        assert_eq!(h.protocol, HolProtocol::Kcp);
+        assert_eq!(h.missing, s.missing, "{ctx}");
+        assert_eq!(h.start_ns, s.start, "{ctx}");
+        assert_eq!(h.end_ns, Some(s.end), "{ctx}");
+        assert_eq!(h.stall_ns, s.end - s.start, "{ctx}");
+        assert_eq!(h.messages_held, s.held, "{ctx}");
+        assert_eq!(h.bytes_held, s.held * 600, "{ctx}");
+    }
+    // sn 10 and 11, each retransmitted once (seen at the T-Box, before the gateway saw the
+    // gap), of the kind the T-Box's own view shows; then sn 22 alone.
+    let counts = |h: &tboxscope_engine::HolIncident| (h.fast_retransmits, h.timeout_retransmits);
+    let (two, one) = match recovery {
+        Recovery::Fast => ((2, 0), (1, 0)),
+        _ => ((0, 2), (0, 1)),
+    };
+    assert_eq!(
+        (incs[0].recovery, counts(&incs[0])),
+        (recovery, two),
+        "{incs:#?}"
+    );
+    assert_eq!(
+        (incs[1].recovery, counts(&incs[1])),
+        (recovery, one),
+        "{incs:#?}"
+    );
+    let resent: Vec<&str> = incs[0]
+        .evidence
+        .iter()
+        .filter(|e| e.what.contains("retransmitted"))
+        .map(|e| e.what.as_str())
+        .collect();
+    assert_eq!(resent.len(), 2, "{:#?}", incs[0].evidence);
+    assert!(incs[0]
+        .evidence
+        .windows(2)
+        .all(|w| w[0].ts_ns <= w[1].ts_ns));
+    // sn 32 overtaken by sn 33: the late original filled it, nothing was retransmitted.
+    assert_eq!(
+        (incs[2].recovery, counts(&incs[2])),
+        (Recovery::Reordered, (0, 0)),
+        "{incs:#?}"
+    );
+}
+
+#[test]
+fn two_lost_segments_resent_together_are_one_incident_with_fast_recovery() {
+    // sn 12..17 arrive (280..380 ms) before the resent pair (381.5 ms): 6 held.
+    check_stalls(Resend::Fast, Recovery::Fast, [6, 6, 1]);
+}
+
+#[test]
+fn two_lost_segments_resent_together_are_one_incident_with_timeout_recovery() {
+    // sn 12..15 arrive (280..340 ms) before the resent pair (350 ms): 4 held.
+    check_stalls(Resend::Timeout, Recovery::Timeout, [4, 5, 1]);
+}

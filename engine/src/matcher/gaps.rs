@@ -1,10 +1,13 @@
 //! Engine glue for receive-side gaps (KCP sn, QUIC stream offsets): opening, annotating and
-//! closing HOL incidents.
+//! closing HOL incidents. One incident is one stall at the receiver: from the first piece held
+//! behind a gap until the pieces that fill it release the held data, however many units were
+//! missing; its retransmissions are those of the missing units, seen at the sender before or
+//! during the stall.
 
 use crate::engine::Engine;
 use crate::flow::{FlowRef, Proto};
-use crate::hol::{push_evidence, Delivery, GapTracker};
-use crate::paths::PathIdx;
+use crate::hol::{filled_by, push_evidence, Delivery, GapTracker, OpenGap, PendingResends, Resend};
+use crate::paths::{PathIdx, PathTable};
 use crate::record::{HolIncident, HolProtocol, Recovery};
 use crate::snapshot::Severity;
 
@@ -42,6 +45,146 @@ fn tracker(proto: &mut Proto, sel: GapSel) -> Option<&mut GapTracker> {
     }
 }
 
+/// The name of a missing run `[from, to)`: `sn 41`, `sn 41–42` (KCP counts units), or
+/// `offset 1200` (QUIC: a byte offset).
+fn missing_name(sel: GapSel, from: u64, to: u64) -> String {
+    match sel {
+        GapSel::Kcp { .. } if to > from.saturating_add(1) => {
+            format!("sn {from}–{}", to - 1)
+        }
+        _ => format!("{} {from}", sel.unit()),
+    }
+}
+
+fn resend_name(kind: Resend) -> &'static str {
+    match kind {
+        Resend::Fast => "fast",
+        Resend::Timeout => "timeout",
+        Resend::Unknown => "kind unknown",
+    }
+}
+
+/// Counts one retransmission of a missing unit on an incident, with its evidence.
+#[allow(clippy::too_many_arguments)]
+fn count_resend(
+    inc: &mut HolIncident,
+    unknown: &mut u32,
+    unit_name: &str,
+    unit: u64,
+    kind: Resend,
+    ts: u64,
+    label: &str,
+) {
+    match kind {
+        Resend::Fast => inc.fast_retransmits += 1,
+        Resend::Timeout => inc.timeout_retransmits += 1,
+        Resend::Unknown => *unknown += 1,
+    }
+    push_evidence(
+        inc,
+        ts,
+        label,
+        format!(
+            "{unit_name} {unit} retransmitted on {label} ({})",
+            resend_name(kind)
+        ),
+    );
+}
+
+/// Retransmissions that waited for an incident listed one by one in its evidence, per
+/// attachment (the rest are counted and summed up in one line): the gap's own entries keep
+/// their place in the bounded timeline.
+const PENDING_SHOWN: usize = 6;
+
+/// Moves retransmissions that waited for this incident onto it: all counted, the first few
+/// from `not_before` on listed in the evidence.
+fn attach_pending(
+    inc: &mut HolIncident,
+    unknown: &mut u32,
+    unit_name: &str,
+    pending: Vec<(u64, PendingResends)>,
+    paths: &PathTable,
+    not_before: u64,
+) {
+    let mut shown = 0usize;
+    let mut more = 0u32;
+    let mut more_from: Option<(u64, PathIdx)> = None;
+    for (unit, p) in pending {
+        let mut listed = (0u32, 0u32, 0u32);
+        for &(ts, path, kind) in &p.seen {
+            if shown >= PENDING_SHOWN || ts < not_before {
+                continue;
+            }
+            shown += 1;
+            count_resend(inc, unknown, unit_name, unit, kind, ts, paths.label(path));
+            match kind {
+                Resend::Fast => listed.0 += 1,
+                Resend::Timeout => listed.1 += 1,
+                Resend::Unknown => listed.2 += 1,
+            }
+        }
+        let rest = (
+            p.fast.saturating_sub(listed.0),
+            p.timeout.saturating_sub(listed.1),
+            p.unknown.saturating_sub(listed.2),
+        );
+        inc.fast_retransmits += rest.0;
+        inc.timeout_retransmits += rest.1;
+        *unknown += rest.2;
+        let n = rest.0 + rest.1 + rest.2;
+        if n > 0 {
+            more += n;
+            if let Some(&(ts, path, _)) = p.seen.iter().find(|s| s.0 >= not_before) {
+                more_from = Some(more_from.map_or((ts, path), |m| m.min((ts, path))));
+            }
+        }
+    }
+    if more > 0 {
+        let (ts, path) = more_from.unwrap_or((not_before, 0));
+        push_evidence(
+            inc,
+            ts.max(not_before),
+            paths.label(path),
+            format!("{more} more retransmission(s) of missing {unit_name}s"),
+        );
+    }
+}
+
+/// How a stall ended. When the sender's capture names the transmission of every piece that
+/// filled a missing unit, by those (a timeout retransmission among them makes it a timeout, as
+/// for TCP; only late originals: reordering, or the other path's copy); otherwise by the
+/// retransmissions seen (the incident book's rule when it closes), or, none seen where the
+/// sender is observed, the late original.
+fn recovery(
+    inc: &HolIncident,
+    g: &OpenGap,
+    fills: u8,
+    other_path: bool,
+    sender_seen: bool,
+) -> Recovery {
+    let late_original = if other_path {
+        Recovery::OtherPath
+    } else {
+        Recovery::Reordered
+    };
+    if fills != 0 && fills & filled_by::UNKNOWN == 0 {
+        return if fills & filled_by::TIMEOUT != 0 {
+            Recovery::Timeout
+        } else if fills & filled_by::FAST != 0 {
+            Recovery::Fast
+        } else {
+            late_original
+        };
+    }
+    let retransmitted =
+        inc.fast_retransmits > 0 || inc.timeout_retransmits > 0 || g.unknown_resends > 0;
+    if !retransmitted && (other_path || sender_seen) {
+        late_original
+    } else {
+        inc.recovery
+    }
+}
+
 impl Engine {
     /// Records that the receiver got `[start, start+len)`; opens/closes HOL incidents.
     #[allow(clippy::too_many_arguments)]
@@ -56,7 +199,8 @@ impl Engine {
         path: PathIdx,
         ts: u64,
     ) {
-        let label = self.paths.label(path);
+        let paths = &self.paths;
+        let label = paths.label(path);
         let Some(f) = self.flows.get_mut(fr) else {
             return;
         };
@@ -71,6 +215,8 @@ impl Engine {
         };
         let unit = sel.unit();
         let gap_before = t.gap;
+        // The first unit this piece brings that was not delivered yet.
+        let first_new = t.next().map_or(start, |n| start.max(n));
         let mut opened = false;
         let d = t.deliver(
             start,
@@ -85,7 +231,7 @@ impl Engine {
                     protocol,
                     flow: key.name(),
                     stream,
-                    missing: format!("{unit} {missing}"),
+                    missing: missing_name(sel, missing, start),
                     start_ns: ts,
                     ..HolIncident::default()
                 };
@@ -100,48 +246,77 @@ impl Engine {
         );
         match d {
             Delivery::Buffered { .. } => {
-                if !opened {
-                    if let Some(g) = t.gap {
-                        if let Some(inc) = incidents.get_mut(g.incident) {
-                            let (m, b) = t.held();
-                            inc.messages_held = m;
-                            inc.bytes_held = b;
-                        }
-                    }
-                } else {
+                let Some(g) = t.gap else { return };
+                if opened {
                     f.incidents += 1;
+                    // Retransmissions the sender made before the receiver showed the gap.
+                    let pending = t.take_pending(g.missing_end);
+                    if let (Some(inc), Some(g)) = (incidents.get_mut(g.incident), t.gap.as_mut()) {
+                        attach_pending(inc, &mut g.unknown_resends, unit, pending, paths, 0);
+                    }
+                }
+                if let Some(inc) = incidents.get_mut(g.incident) {
+                    (inc.messages_held, inc.bytes_held) = t.held_by_gap();
+                }
+            }
+            Delivery::Narrowed { messages, bytes } => {
+                let (Some(g), Some(next)) = (t.gap, t.next()) else {
+                    return;
+                };
+                if let Some(inc) = incidents.get_mut(g.incident) {
+                    (inc.messages_held, inc.bytes_held) = t.held_by_gap();
+                    let released = if messages > 0 || bytes > 0 {
+                        format!(" ({messages} message(s), {bytes} bytes released)")
+                    } else {
+                        String::new()
+                    };
+                    push_evidence(
+                        inc,
+                        ts,
+                        label,
+                        format!(
+                            "{unit} {first_new} arrived{released}; {unit} {next} still missing"
+                        ),
+                    );
                 }
             }
             Delivery::Filled {
                 messages,
                 bytes: held_bytes,
                 still_gapped_since,
+                filled_by: fills,
             } => {
-                let Some(g) = gap_before else { return };
+                let Some(mut g) = gap_before else { return };
                 let other_path = g.revealed_on != path;
+                let next = t.next().unwrap_or(0);
+                // Retransmissions of the missing units not counted yet; those of units lost
+                // behind the held data and recovered before it was released had no stall of
+                // their own and are not this one's.
+                let mut pending = t.take_pending(next);
+                pending.retain(|(u, _)| *u < g.missing_end);
+                let sender_seen = path < 64 && t.sender_paths & (1 << path) != 0;
                 if let Some(inc) = incidents.get_mut(g.incident) {
+                    let since = inc.start_ns;
+                    attach_pending(inc, &mut g.unknown_resends, unit, pending, paths, since);
                     inc.messages_held = messages;
                     inc.bytes_held = held_bytes;
-                    if inc.fast_retransmits == 0 && inc.timeout_retransmits == 0 && other_path {
-                        inc.recovery = Recovery::OtherPath;
-                    }
+                    inc.recovery = recovery(inc, &g, fills, other_path, sender_seen);
                     push_evidence(
                         inc,
                         ts,
                         label,
                         format!(
-                            "{unit} {} arrived; {messages} message(s), {held_bytes} bytes released",
-                            g.missing
+                            "{unit} {first_new} arrived, gap filled; {messages} message(s), {held_bytes} bytes were held"
                         ),
                     );
                 }
                 let reopen = still_gapped_since.map(|since| {
-                    let next = t.next().unwrap_or(0);
+                    let end = t.hole().map_or(next.saturating_add(1), |h| h.1);
                     let mut inc = HolIncident {
                         protocol,
                         flow: f.key.name(),
                         stream,
-                        missing: format!("{unit} {next}"),
+                        missing: missing_name(sel, next, end),
                         start_ns: since,
                         ..HolIncident::default()
                     };
@@ -156,6 +331,20 @@ impl Engine {
                 if let Some(id) = reopen {
                     t.reopen(id);
                     f.incidents += 1;
+                    if let Some(end) = t.hole().map(|h| h.1) {
+                        let pending = t.take_pending(end);
+                        if let (Some(inc), Some(g)) = (incidents.get_mut(id), t.gap.as_mut()) {
+                            let since = inc.start_ns;
+                            attach_pending(
+                                inc,
+                                &mut g.unknown_resends,
+                                unit,
+                                pending,
+                                paths,
+                                since,
+                            );
+                        }
+                    }
                 }
                 if let Some(mut inc) = incidents.close(g.incident, ts) {
                     if let (GapSel::Quic { up, stream }, Proto::Quic(q)) = (sel, &f.proto) {
@@ -182,8 +371,9 @@ impl Engine {
         }
     }
 
-    /// A retransmission of `unit` was seen: if it is the missing piece, count it as fast (at
-    /// least two later pieces had arrived) or timeout.
+    /// A retransmission of `unit` was seen: if it is missing in front of the held data, count
+    /// it as fast (at least two later pieces had arrived) or timeout. Used where the sender's
+    /// side is not observed or its timing not interpreted (QUIC, KCP seen at the receiver).
     pub(crate) fn gap_retransmit(
         &mut self,
         fr: FlowRef,
@@ -201,7 +391,7 @@ impl Engine {
             return;
         };
         let Some(g) = t.gap else { return };
-        if g.missing != unit {
+        if !t.blocks(unit) {
             return;
         }
         let fast = t.waiting() >= 2;
@@ -220,6 +410,44 @@ impl Engine {
                     if fast { "fast" } else { "timeout" }
                 ),
             );
+        }
+    }
+
+    /// The sender retransmitted `unit` (its kind told from the sender's own view): counted on
+    /// the incident whose stall it is missing in, now or when the receiver shows the gap.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gap_resent(
+        &mut self,
+        fr: FlowRef,
+        sel: GapSel,
+        unit: u64,
+        kind: Resend,
+        path: PathIdx,
+        ts: u64,
+    ) {
+        let label = self.paths.label(path);
+        let Some(f) = self.flows.get_mut(fr) else {
+            return;
+        };
+        let Some(t) = tracker(&mut f.proto, sel) else {
+            return;
+        };
+        let open = t.gap.filter(|_| t.blocks(unit));
+        match open.and_then(|g| self.incidents.get_mut(g.incident)) {
+            Some(inc) => {
+                if let Some(g) = t.gap.as_mut() {
+                    count_resend(
+                        inc,
+                        &mut g.unknown_resends,
+                        sel.unit(),
+                        unit,
+                        kind,
+                        ts,
+                        label,
+                    );
+                }
+            }
+            None => t.note_resend(unit, ts, path, kind),
         }
     }
 }

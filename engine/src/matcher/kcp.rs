@@ -9,17 +9,98 @@
 //! content on one session with the n-th on another): their messages go to one group flow per
 //! server port, while each session keeps its own sn state (ACKs, HOL incidents).
 
+use std::collections::VecDeque;
+
 use crate::capture::Dir;
 use crate::config::MatchMode;
 use crate::engine::Engine;
 use crate::flow::{FlowKey, FlowRef, Proto};
-use crate::hol::GapTracker;
+use crate::hol::{GapTracker, Resend, Transmission};
 use crate::input::{KcpCmd, KcpSegment};
 use crate::matcher::gaps::GapSel;
 use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
 use crate::message::{MsgId, SightArgs};
 use crate::paths::PathIdx;
 use crate::sent::SentQueue;
+
+/// ACK datagrams acknowledging later sns since a segment was last sent that make ikcp
+/// fast-resend it (`resend` of the common fast profile, `ikcp_nodelay(kcp, 1, 10, 2, 1)`).
+const FAST_RESEND_ACKS: u32 = 2;
+/// A fast resend leaves with the flush that follows the ACK datagram that triggered it:
+/// within one flush interval of the fast profile.
+const FAST_RESEND_WINDOW_NS: u64 = 10_000_000;
+/// ikcp fast-resends a segment sent at most this many times (`fastlimit`).
+const FAST_RESEND_LIMIT: u32 = 5;
+/// ACK datagrams remembered per direction for telling fast resends from timeouts.
+const ACK_HISTORY: usize = 128;
+/// Latest retransmissions remembered per segment (to name the copy that reaches the receiver).
+const RESENDS_KEPT: usize = 3;
+
+/// A data segment sent and not yet acknowledged, seen at the sender.
+#[derive(Clone, Copy, Debug)]
+pub struct Unacked {
+    /// Message key.
+    pub mkey: u64,
+    /// The message's slot when sent.
+    pub slot: u32,
+    /// Latest transmission.
+    pub last_ns: u64,
+    /// Transmissions so far.
+    pub sends: u32,
+    /// KCP `ts` of the first transmission.
+    pub first_ts: u32,
+    /// KCP `ts` and kind of the latest retransmissions (the newest at `(sends - 2) % 3`).
+    pub resends: [(u32, Resend); RESENDS_KEPT],
+}
+
+impl Unacked {
+    /// Which transmission a copy stamped `ts` is, if it is one seen at the sender.
+    pub fn transmission(&self, ts: u32) -> Option<Transmission> {
+        let kept = (self.sends.saturating_sub(1) as usize).min(RESENDS_KEPT);
+        // Newest first: a later retransmission in the same millisecond counts as that one.
+        (0..kept)
+            .map(|back| {
+                let i = (self.sends as usize + 2 * RESENDS_KEPT - 2 - back) % RESENDS_KEPT;
+                self.resends[i]
+            })
+            .find(|r| r.0 == ts)
+            .map(|r| Transmission::Retransmission(r.1))
+            .or((ts == self.first_ts).then_some(Transmission::Original))
+    }
+
+    /// Records a retransmission stamped `ts`.
+    fn resent(&mut self, ts: u32, kind: Resend, at: u64) {
+        let i = (self.sends as usize + RESENDS_KEPT - 1) % RESENDS_KEPT;
+        self.resends[i] = (ts, kind);
+        self.sends = self.sends.saturating_add(1);
+        self.last_ns = at;
+    }
+}
+
+/// How ikcp decided to retransmit a segment last sent at `last_ns` (`sends` times so far),
+/// from the ACK datagrams the sender received (`acks`: arrival, highest sn acknowledged, oldest
+/// first): a fast resend follows, within a flush interval, the ACK datagram that made
+/// [`FAST_RESEND_ACKS`] acknowledging later sns since that transmission; anything else is the
+/// retransmission timeout.
+fn resend_kind(acks: &VecDeque<(u64, u32)>, sn: u32, last_ns: u64, sends: u32, now: u64) -> Resend {
+    let mut skipping = 0u32;
+    let mut newest = None;
+    for &(at, max_sn) in acks.iter().rev() {
+        if at <= last_ns {
+            break;
+        }
+        if at <= now && (max_sn.wrapping_sub(sn) as i32) > 0 {
+            skipping += 1;
+            newest = newest.or(Some(at));
+        }
+    }
+    let recent = newest.is_some_and(|at| now.saturating_sub(at) <= FAST_RESEND_WINDOW_NS);
+    if sends <= FAST_RESEND_LIMIT && skipping >= FAST_RESEND_ACKS && recent {
+        Resend::Fast
+    } else {
+        Resend::Timeout
+    }
+}
 
 /// Per-conversation KCP state.
 #[derive(Debug, Default)]
@@ -34,9 +115,14 @@ pub struct KcpState {
     pub una: u32,
     /// Latest window.
     pub wnd: u16,
-    /// Sent, not yet acknowledged: (up, path), sn → (send time, message key, the message's
-    /// slot when sent).
-    pub unacked: SentQueue<(bool, PathIdx), (u64, u64, u32)>,
+    /// Sent, not yet acknowledged, by (up, path) and sn.
+    pub unacked: SentQueue<(bool, PathIdx), Unacked>,
+    /// ACK datagrams received by the sender per data direction (index: up as usize): arrival
+    /// and highest sn acknowledged, oldest first (bounded by [`ACK_HISTORY`]).
+    pub acks_at_sender: [VecDeque<(u64, u32)>; 2],
+    /// Whether the receiver's arrivals are observed, per data direction: its ACKs then add
+    /// nothing to the receiver's in-order delivery.
+    pub receiver_seen: [bool; 2],
     /// Newest message sn (sn of the last fragment) of this conversation's own messages, per
     /// direction (index: up as usize): a message past it was never seen.
     pub newest_msg_sn: [Option<u32>; 2],
@@ -158,18 +244,42 @@ impl Engine {
                 self.echo(mix(&[mix(&identity), u64::from(k.ts), pkt.tuple]), &pkt);
                 if pkt.dir == Dir::In {
                     let data_up = !up;
+                    let mut receiver_seen = false;
+                    if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                        let d = usize::from(data_up);
+                        receiver_seen = s.receiver_seen[d];
+                        let acks = &mut s.acks_at_sender[d];
+                        // The segments of one ACK datagram share its arrival time.
+                        match acks.back_mut() {
+                            Some((at, max_sn)) if *at == pkt.ts_ns => {
+                                if (k.sn.wrapping_sub(*max_sn) as i32) > 0 {
+                                    *max_sn = k.sn;
+                                }
+                            }
+                            _ => {
+                                if acks.len() >= ACK_HISTORY {
+                                    acks.pop_front();
+                                }
+                                acks.push_back((pkt.ts_ns, k.sn));
+                            }
+                        }
+                    }
                     self.kcp_acked(fr, data_up, pkt.path, k.sn, pkt.ts_ns);
-                    self.kcp_una(fr, data_up, pkt.path, k.una, pkt.ts_ns);
-                    self.gap_deliver(
-                        fr,
-                        GapSel::Kcp { up: data_up },
-                        u64::from(k.sn),
-                        1,
-                        0,
-                        false,
-                        pkt.path,
-                        pkt.ts_ns,
-                    );
+                    self.kcp_una(fr, data_up, pkt.path, k.una, pkt.ts_ns, !receiver_seen);
+                    // Seen at the sender, an ACK says the receiver holds the sn; where the
+                    // receiver's own capture shows its arrivals, those are the better clock.
+                    if !receiver_seen {
+                        self.gap_deliver(
+                            fr,
+                            GapSel::Kcp { up: data_up },
+                            u64::from(k.sn),
+                            1,
+                            0,
+                            false,
+                            pkt.path,
+                            pkt.ts_ns,
+                        );
+                    }
                 }
             }
             KcpCmd::WindowAsk | KcpCmd::WindowTell => {}
@@ -254,6 +364,7 @@ impl Engine {
         let max_unacked = self.cfg.max_unacked_per_flow;
         let mut evicted = 0u64;
         let retrans = (r.repeat || r.late) && pkt.dir != Dir::In;
+        let mut resent: Option<Resend> = None;
         if let Some(f) = self.flows.get_mut(mfr) {
             if retrans && pkt.count_wire {
                 f.amp.retransmit += pkt.wire;
@@ -266,19 +377,52 @@ impl Engine {
                 if retrans {
                     s.retransmissions += 1;
                 }
-                if pkt.dir == Dir::Out && !r.repeat && !r.late {
-                    let slot = r.slot.unwrap_or(u32::MAX);
-                    s.unacked
-                        .insert((up, pkt.path), u64::from(k.sn), (pkt.ts_ns, mkey, slot));
-                    while s.unacked.len() > max_unacked {
-                        s.unacked.pop_first();
-                        evicted += 1;
+                if pkt.dir == Dir::Out {
+                    if pkt.path < 64 {
+                        s.rx[usize::from(up)].sender_paths |= 1 << pkt.path;
+                    }
+                    if !r.repeat && !r.late {
+                        let slot = r.slot.unwrap_or(u32::MAX);
+                        let u = Unacked {
+                            mkey,
+                            slot,
+                            last_ns: pkt.ts_ns,
+                            sends: 1,
+                            first_ts: k.ts,
+                            resends: [(0, Resend::Unknown); RESENDS_KEPT],
+                        };
+                        s.unacked.insert((up, pkt.path), u64::from(k.sn), u);
+                        while s.unacked.len() > max_unacked {
+                            s.unacked.pop_first();
+                            evicted += 1;
+                        }
+                    } else {
+                        // A retransmission seen at the sender: what triggered it.
+                        let acks = &s.acks_at_sender[usize::from(up)];
+                        resent = Some(match s.unacked.get_mut((up, pkt.path), u64::from(k.sn)) {
+                            Some(u) => {
+                                let kind = resend_kind(acks, k.sn, u.last_ns, u.sends, pkt.ts_ns);
+                                u.resent(k.ts, kind, pkt.ts_ns);
+                                kind
+                            }
+                            None => Resend::Unknown,
+                        });
                     }
                 }
             }
         }
         self.evicted_unacked += evicted;
-        if (r.repeat || r.late) && pkt.dir != Dir::In {
+        if let Some(kind) = resent {
+            self.gap_resent(
+                fr,
+                GapSel::Kcp { up },
+                u64::from(k.sn),
+                kind,
+                pkt.path,
+                pkt.ts_ns,
+            );
+        } else if retrans {
+            // Retransmission seen where the capture's direction is not known.
             self.gap_retransmit(
                 fr,
                 GapSel::Kcp { up },
@@ -296,8 +440,14 @@ impl Engine {
             if let Some(f) = self.flows.get_mut(fr) {
                 if let Proto::Kcp(s) = &mut f.proto {
                     let d = usize::from(up);
+                    s.receiver_seen[d] = true;
+                    // Which of the sender's transmissions this copy is (its ts names it).
+                    s.rx[d].arriving = s
+                        .unacked
+                        .get_mut((up, pkt.path), u64::from(k.sn))
+                        .and_then(|u| u.transmission(k.ts));
                     let newest = s.newest_ts[d];
-                    let filling = s.rx[d].gap.is_some_and(|g| g.missing == u64::from(k.sn));
+                    let filling = s.rx[d].blocks(u64::from(k.sn));
                     retransmitted_fill = unpaired
                         && filling
                         && newest.is_some_and(|n| (k.ts.wrapping_sub(n) as i32) > 0);
@@ -328,7 +478,11 @@ impl Engine {
                 pkt.ts_ns,
             );
             // A data segment's una acknowledges the other direction's data.
-            self.kcp_una(fr, !up, pkt.path, k.una, pkt.ts_ns);
+            let receiver_seen = match self.flows.get_mut(fr).map(|f| &f.proto) {
+                Some(Proto::Kcp(s)) => s.receiver_seen[usize::from(!up)],
+                _ => false,
+            };
+            self.kcp_una(fr, !up, pkt.path, k.una, pkt.ts_ns, !receiver_seen);
         }
     }
 
@@ -367,18 +521,28 @@ impl Engine {
             },
             None => None,
         };
-        if let Some((_, mkey, hint)) = hit {
+        if let Some(u) = hit {
             let mfr = self.kcp_message_flow(fr);
-            if let Some(slot) = self.msgs.ack(mfr.uid, mkey, hint, path, ts) {
+            if let Some(slot) = self.msgs.ack(mfr.uid, u.mkey, u.slot, path, ts) {
                 self.maybe_complete(mfr, slot);
             }
         }
     }
 
-    fn kcp_una(&mut self, fr: FlowRef, data_up: bool, path: PathIdx, una: u32, ts: u64) {
+    /// `una` from the receiver of `data_up` data: acknowledges the sns below it and, with
+    /// `fills_gaps` (the receiver's arrivals are not observed), fills its gaps.
+    fn kcp_una(
+        &mut self,
+        fr: FlowRef,
+        data_up: bool,
+        path: PathIdx,
+        una: u32,
+        ts: u64,
+        fills_gaps: bool,
+    ) {
         // The receiver holds every sn below una in order: that fills any gap there (an ACK
         // datagram may name only its newest segments and leave the older ones to una).
-        if una > 0 {
+        if una > 0 && fills_gaps {
             self.gap_deliver(
                 fr,
                 GapSel::Kcp { up: data_up },
@@ -398,8 +562,8 @@ impl Engine {
         }
         if !done.is_empty() {
             let mfr = self.kcp_message_flow(fr);
-            for &(_, (_, mkey, hint)) in &done {
-                if let Some(slot) = self.msgs.ack(mfr.uid, mkey, hint, path, ts) {
+            for &(_, u) in &done {
+                if let Some(slot) = self.msgs.ack(mfr.uid, u.mkey, u.slot, path, ts) {
                     self.maybe_complete(mfr, slot);
                 }
             }

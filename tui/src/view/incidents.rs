@@ -106,6 +106,7 @@ fn recovery(r: Recovery) -> &'static str {
         Recovery::Fast => "fast retransmit",
         Recovery::Timeout => "timeout retransmit",
         Recovery::OtherPath => "filled by the other path",
+        Recovery::Reordered => "filled by the late original (reordering)",
         Recovery::Unknown => "recovery unknown",
     }
 }
