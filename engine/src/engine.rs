@@ -538,13 +538,14 @@ impl Engine {
     }
 
     /// A packet that carries no message copy (an ACK), named by `identity` (the same at both
-    /// ends of a path): seen at both ends of a paired path, its delay is a sample for the clock
+    /// ends of a path; computed only where the capture is paired): seen at both ends of a paired path, its delay is a sample for the clock
     /// offset like a copy's (ACKs travel the other way than data: with data alone there would
     /// be samples in one direction only, and no estimate).
-    pub(crate) fn echo(&mut self, identity: u64, pkt: &Pkt) {
+    pub(crate) fn echo(&mut self, identity: impl FnOnce() -> u64, pkt: &Pkt) {
         let Some(other_end) = self.caps.paired(pkt.capture) else {
             return;
         };
+        let identity = identity();
         match self.echoes.remove(&identity) {
             Some((first, first_raw)) if first == other_end => {
                 let host = |c| self.caps.get(c).map(|s| s.host);

@@ -180,6 +180,7 @@ impl Engine {
             (None, None) if k.app_msg_id.is_some() => Some(MatchMode::AppId),
             (None, None)
                 if k.content_hash.is_some()
+                    && self.paths.several_live()
                     && self.kcp_sessions_per_path(server, k.conv, pkt.path) =>
             {
                 Some(MatchMode::Content)
@@ -241,7 +242,7 @@ impl Engine {
             KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, up),
             KcpCmd::Ack => {
                 let identity = [8, u64::from(k.conv), u64::from(k.sn), u64::from(k.una)];
-                self.echo(mix(&[mix(&identity), u64::from(k.ts), pkt.tuple]), &pkt);
+                self.echo(|| mix(&[mix(&identity), u64::from(k.ts), pkt.tuple]), &pkt);
                 if pkt.dir == Dir::In {
                     let data_up = !up;
                     let mut receiver_seen = false;

@@ -275,7 +275,7 @@ impl Engine {
         let conn_tag = if grouped { conn_hash(&q.conn) } else { 0 };
         if q.streams.is_empty() {
             // An ACK-only packet: timed at both ends of its path for the clock offset.
-            let identity = mix(&[9, conn_hash(&q.conn), q.path_id, q.pn, pkt.tuple]);
+            let identity = || mix(&[9, conn_hash(&q.conn), q.path_id, q.pn, pkt.tuple]);
             self.echo(identity, &pkt);
         }
         let key = match mode {
