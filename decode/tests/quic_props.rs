@@ -6,7 +6,7 @@ mod common;
 
 use common::unhex;
 use proptest::prelude::*;
-use tboxscope_decode::quic::frame::{FrameError, Frames};
+use tboxscope_decode::quic::frame::{Frame, FrameError, Frames};
 use tboxscope_decode::quic::header::{parse_header, HeaderError, ParseOptions};
 use tboxscope_decode::quic::varint::Truncated;
 use tboxscope_decode::quic::{DatagramInfo, QuicDecoder};
@@ -236,6 +236,38 @@ fn malformed_and_unknown_frames_stop_and_report() {
             offset: 1
         })
     );
+}
+
+/// quinn bundles IMMEDIATE_ACK (0x1f) with data and PMTU probes and may send ACK_FREQUENCY
+/// (0xaf): both are decoded, so the STREAM frames after them are not lost.
+#[test]
+fn ack_frequency_frames_do_not_hide_the_frames_after_them() {
+    // IMMEDIATE_ACK (old and current type), ACK_FREQUENCY {1, 2, 25 000 µs, 3}, STREAM 2 "hi" FIN.
+    let payload = unhex("1f 40ac 40af 01 02 800061a8 03 0b 02 02 6869");
+    let frames: Vec<_> = Frames::new(&payload).collect::<Result<_, _>>().unwrap();
+    let names: Vec<&str> = frames.iter().map(|f| f.name()).collect();
+    assert_eq!(
+        names,
+        ["immediate_ack", "immediate_ack", "ack_frequency", "stream"]
+    );
+    assert!(matches!(
+        frames[2],
+        Frame::AckFrequency {
+            seq: 1,
+            ack_eliciting_threshold: 2,
+            request_max_ack_delay_us: 25_000,
+            reordering_threshold: 3
+        }
+    ));
+    assert!(matches!(
+        frames[3],
+        Frame::Stream {
+            stream_id: 2,
+            data: b"hi",
+            fin: true,
+            ..
+        }
+    ));
 }
 
 proptest! {

@@ -254,7 +254,27 @@ pub enum Frame<'a> {
         /// Next sequence number.
         next_seq: u64,
     },
+    /// ACK_FREQUENCY (0xaf, draft-ietf-quic-ack-frequency): how often the peer should ACK.
+    AckFrequency {
+        /// Sequence number (a larger one replaces the values of a smaller one).
+        seq: u64,
+        /// Ack-eliciting packets received before an ACK is due.
+        ack_eliciting_threshold: u64,
+        /// Requested max_ack_delay, µs.
+        request_max_ack_delay_us: u64,
+        /// Out-of-order packets tolerated before an immediate ACK (0: never).
+        reordering_threshold: u64,
+    },
+    /// IMMEDIATE_ACK (0x1f in the drafts quinn implements, 0xac since): ACK right away.
+    ImmediateAck,
 }
+
+/// ACK_FREQUENCY frame type.
+const ACK_FREQUENCY: u64 = 0xaf;
+/// IMMEDIATE_ACK frame type, as draft-ietf-quic-ack-frequency-04 to -10 (and quinn) send it.
+const IMMEDIATE_ACK_OLD: u64 = 0x1f;
+/// IMMEDIATE_ACK frame type since draft-ietf-quic-ack-frequency-11.
+const IMMEDIATE_ACK: u64 = 0xac;
 
 impl Frame<'_> {
     /// Short name for summaries.
@@ -293,6 +313,8 @@ impl Frame<'_> {
             Self::MaxPathId(_) => "max_path_id",
             Self::PathsBlocked(_) => "paths_blocked",
             Self::PathCidsBlocked { .. } => "path_cids_blocked",
+            Self::AckFrequency { .. } => "ack_frequency",
+            Self::ImmediateAck => "immediate_ack",
         }
     }
 }
@@ -605,6 +627,13 @@ fn parse_frame<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
             path_id: r.varint("path id").map_err(t)?,
             next_seq: r.varint("next sequence number").map_err(t)?,
         },
+        ACK_FREQUENCY => Frame::AckFrequency {
+            seq: r.varint("sequence number").map_err(t)?,
+            ack_eliciting_threshold: r.varint("ack-eliciting threshold").map_err(t)?,
+            request_max_ack_delay_us: r.varint("request max ack delay").map_err(t)?,
+            reordering_threshold: r.varint("reordering threshold").map_err(t)?,
+        },
+        IMMEDIATE_ACK | IMMEDIATE_ACK_OLD => Frame::ImmediateAck,
         _ => {
             return Err(FrameError::UnknownType {
                 frame_type: ty,

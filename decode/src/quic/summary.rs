@@ -73,7 +73,7 @@ impl FrameSummary {
         };
         match f {
             Frame::Padding { len } => s.length = Some(*len as u64),
-            Frame::Ping | Frame::HandshakeDone => {}
+            Frame::Ping | Frame::HandshakeDone | Frame::ImmediateAck => {}
             Frame::Ack(a) => {
                 s.path_id = a.path_id;
                 s.ack_delay = Some(a.delay);
@@ -165,6 +165,7 @@ impl FrameSummary {
                 s.path_id = Some(*path_id);
                 s.seq = Some(*next_seq);
             }
+            Frame::AckFrequency { seq, .. } => s.seq = Some(*seq),
         }
         s
     }
