@@ -69,7 +69,7 @@ pub use engine::Engine;
 pub use input::{
     content_hash, payload_hash, AppIdRule, CaptureId, CapturePoint, CongState, Datagram, Host,
     KcpCmd, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket,
-    RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpSegment,
+    RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpSegment, CONTENT_PREFIX,
 };
 pub use record::{
     CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, MessageRecord, OutageRecord,

@@ -444,7 +444,7 @@ fn dissect_and_emit<E>(
     emit: &mut dyn FnMut(Record<'_>) -> Result<(), E>,
 ) -> Result<(), E> {
     let mut failed = None;
-    dissector.dissect_each(at.link, data, at.ts_ns, |packet| {
+    dissector.dissect_each(at.link, at.path, data, at.ts_ns, |packet| {
         if failed.is_none() {
             failed = emit(Record {
                 file: at.file,

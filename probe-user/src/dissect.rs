@@ -1,6 +1,7 @@
 //! From a captured frame to owned decoded records: L2–L4 ([`tboxscope_decode::net`]), then the
 //! UDP payload through the KCP detector (and the QUIC decoder), counting every frame under
 //! exactly one outcome.
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use serde::Serialize;
@@ -218,6 +219,90 @@ pub struct Dissector {
     kcp: Detector,
     quic: QuicDecoder,
     stats: DissectStats,
+    /// The first bytes of QUIC streams, until they name their message.
+    starts: StreamStarts,
+}
+
+/// Streams whose start is being gathered or was named, at most this many each.
+const MAX_STREAM_STARTS: usize = 8192;
+
+/// Which QUIC stream, one way, at which capture: (capture label's hash, connection, stream id,
+/// sender's port).
+type StreamKey = (u64, u64, u64, u16);
+
+/// The first bytes of each QUIC stream (a message), gathered across STREAM frames until they
+/// name the message — the application id's bytes and [`tboxscope_engine::CONTENT_PREFIX`]
+/// bytes for the content hash, or the whole message if shorter — so that a message whose
+/// first frame was cut short (a packet nearly full) is named like its copy that was not.
+#[derive(Debug, Default)]
+struct StreamStarts {
+    /// Streams whose start is incomplete: the bytes from offset 0 so far.
+    gathering: HashMap<StreamKey, Vec<u8>>,
+    /// Streams already named (their start again, retransmitted, names nothing).
+    named: HashSet<StreamKey>,
+}
+
+impl StreamStarts {
+    /// A STREAM frame of stream `key`; the head it completes, if it does (named on this frame).
+    fn frame(
+        &mut self,
+        key: StreamKey,
+        offset: u64,
+        data: &[u8],
+        fin: bool,
+        rule: Option<AppIdRule>,
+    ) -> Option<StreamHead> {
+        let need = rule
+            .map_or(0, |r| r.offset.saturating_add(r.width))
+            .max(tboxscope_engine::CONTENT_PREFIX);
+        let start = usize::try_from(offset).ok().filter(|o| *o < need)?;
+        if data.is_empty() && !fin || self.named.contains(&key) {
+            return None;
+        }
+        let whole = start == 0 && (data.len() >= need || fin);
+        let named = if whole {
+            self.gathering.remove(&key);
+            Self::name(data, rule)
+        } else {
+            if self.gathering.len() >= MAX_STREAM_STARTS && !self.gathering.contains_key(&key) {
+                self.gathering.clear();
+            }
+            let buf = self.gathering.entry(key).or_default();
+            // Contiguous bytes from offset 0 only (a piece past a hole waits for the hole).
+            if start > buf.len() {
+                return None;
+            }
+            let end = (start + data.len()).min(need);
+            if end > buf.len() {
+                let from = buf.len() - start;
+                buf.extend_from_slice(data.get(from..end - start)?);
+            }
+            let done = buf.len() >= need || (fin && start + data.len() <= buf.len());
+            if !done {
+                return None;
+            }
+            let buf = self.gathering.remove(&key)?;
+            Self::name(&buf, rule)
+        };
+        if self.named.len() >= MAX_STREAM_STARTS {
+            self.named.clear();
+        }
+        self.named.insert(key);
+        let (app_msg_id, content_hash) = named;
+        Some(StreamHead {
+            stream_id: key.2,
+            offset,
+            app_msg_id,
+            content_hash,
+        })
+    }
+
+    /// (application id, content hash) of a message starting with `start`.
+    fn name(start: &[u8], rule: Option<AppIdRule>) -> (Option<u64>, Option<u64>) {
+        let app = rule.and_then(|r| r.extract(start));
+        let content = (!start.is_empty()).then(|| tboxscope_engine::content_hash(start));
+        (app, content)
+    }
 }
 
 impl Dissector {
@@ -241,6 +326,7 @@ impl Dissector {
             kcp,
             quic,
             stats: DissectStats::default(),
+            starts: StreamStarts::default(),
         }
     }
 
@@ -272,16 +358,18 @@ impl Dissector {
         self.net.fragment_stats()
     }
 
-    /// Decodes one frame (link layer `link`, `None` if unsupported), appending what it holds to
-    /// `out` (not cleared). Returns the number of records appended.
+    /// Decodes one frame (link layer `link`, `None` if unsupported) captured by `capture` (its
+    /// path label: the same stream seen by two captures is followed at each), appending what
+    /// it holds to `out` (not cleared). Returns the number of records appended.
     pub fn dissect(
         &mut self,
         link: Option<LinkType>,
+        capture: &str,
         frame: &[u8],
         ts_ns: u64,
         out: &mut Vec<DecodedPacket>,
     ) -> usize {
-        self.dissect_each(link, frame, ts_ns, |p| out.push(p))
+        self.dissect_each(link, capture, frame, ts_ns, |p| out.push(p))
     }
 
     /// [`Dissector::dissect`] handing each record to `each` as it is decoded, in the same order
@@ -289,6 +377,7 @@ impl Dissector {
     pub fn dissect_each(
         &mut self,
         link: Option<LinkType>,
+        capture: &str,
         frame: &[u8],
         ts_ns: u64,
         mut each: impl FnMut(DecodedPacket),
@@ -379,6 +468,7 @@ impl Dissector {
             self.stats.gso_batches += 1;
         }
         let chunk = segment.unwrap_or(udp.payload.len()).max(1);
+        let starts = &mut self.starts;
         for datagram in udp.payload.chunks(chunk) {
             self.quic.decode_with(datagram, &info, |p| {
                 // Any byte pattern with the top bit set parses as a long header of *some*
@@ -393,7 +483,7 @@ impl Dissector {
                     unknown_short += 1;
                     return;
                 }
-                let stream_heads = stream_heads(p, app_rule);
+                let stream_heads = stream_heads(p, app_rule, capture, src.port(), starts);
                 quic_records += 1;
                 each(DecodedPacket {
                     ts_ns,
@@ -433,42 +523,30 @@ impl Dissector {
     }
 }
 
-/// The message heads in a decrypted QUIC packet's STREAM frames: a frame at the stream's
-/// start gives the hash of the message's first bytes; with an app id rule, a frame whose data
-/// covers `[offset, offset + width)` of the stream gives the id (the id is read from the
-/// message's first bytes: a message is a stream's data from offset 0).
+/// The message heads the STREAM frames of a decrypted QUIC packet sent from `port` and seen by
+/// `capture` complete ([`StreamStarts`]).
 fn stream_heads(
     p: &tboxscope_decode::quic::DecodedPacket<'_>,
     rule: Option<AppIdRule>,
+    capture: &str,
+    port: u16,
+    starts: &mut StreamStarts,
 ) -> Vec<StreamHead> {
+    let Some(conn) = p.connection else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
+    let capture = tboxscope_engine::payload_hash(capture.as_bytes());
     for frame in p.frames() {
-        let Ok(Frame::Stream {
+        if let Ok(Frame::Stream {
             stream_id,
             offset,
             data,
+            fin,
             ..
         }) = frame
-        else {
-            continue;
-        };
-        let Ok(skip) = usize::try_from(offset) else {
-            continue;
-        };
-        // The id's position within this frame's data (only a frame from the stream start).
-        let app_msg_id = rule.and_then(|rule| {
-            let at = rule.offset.checked_sub(skip)?;
-            AppIdRule { offset: at, ..rule }.extract(data)
-        });
-        let content_hash =
-            (offset == 0 && !data.is_empty()).then(|| tboxscope_engine::content_hash(data));
-        if app_msg_id.is_some() || content_hash.is_some() {
-            out.push(StreamHead {
-                stream_id,
-                offset,
-                app_msg_id,
-                content_hash,
-            });
+        {
+            out.extend(starts.frame((capture, conn, stream_id, port), offset, data, fin, rule));
         }
     }
     out
@@ -508,4 +586,81 @@ pub fn gso_segment_size(payload: &[u8]) -> Option<usize> {
         at += s;
     }
     Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAB: AppIdRule = AppIdRule {
+        offset: 8,
+        width: 8,
+        little_endian: true,
+    };
+
+    fn message(id: u64) -> Vec<u8> {
+        let mut m = vec![0x6b; 600];
+        m[8..16].copy_from_slice(&id.to_le_bytes());
+        m
+    }
+
+    /// A message cut after `cut` bytes in its first frame is named on the frame that completes
+    /// its start exactly as its copy sent whole; its start again (retransmitted) names nothing.
+    #[test]
+    fn a_start_cut_short_is_named_like_a_whole_one() {
+        let m = message(42);
+        let mut whole = StreamStarts::default();
+        let named = whole
+            .frame((0, 1, 2, 5000), 0, &m, true, Some(LAB))
+            .unwrap();
+        assert_eq!(named.app_msg_id, Some(42));
+        assert!(named.content_hash.is_some());
+        for cut in [1usize, 10, 12, 63, 64, 100] {
+            let mut starts = StreamStarts::default();
+            let key = (0, 7, 2, 6000);
+            let first = starts.frame(key, 0, &m[..cut], false, Some(LAB));
+            let rest = starts.frame(key, cut as u64, &m[cut..], true, Some(LAB));
+            let head = first.or(rest).unwrap();
+            assert_eq!(
+                (head.app_msg_id, head.content_hash),
+                (named.app_msg_id, named.content_hash),
+                "cut at {cut}"
+            );
+            let expect_offset = if cut >= tboxscope_engine::CONTENT_PREFIX {
+                0
+            } else {
+                cut as u64
+            };
+            assert_eq!(head.offset, expect_offset, "cut at {cut}");
+            assert_eq!(
+                starts.frame(key, 0, &m, true, Some(LAB)),
+                None,
+                "cut at {cut}"
+            );
+        }
+    }
+
+    /// A piece past a hole waits for the hole; a short message ends at its FIN; without an id
+    /// rule the content alone names it.
+    #[test]
+    fn holes_wait_and_short_messages_end_at_fin() {
+        let m = message(7);
+        let mut starts = StreamStarts::default();
+        let key = (0, 1, 6, 5000);
+        assert_eq!(starts.frame(key, 20, &m[20..40], false, None), None);
+        assert_eq!(starts.frame(key, 0, &m[..20], false, None), None);
+        let head = starts.frame(key, 20, &m[20..], true, None).unwrap();
+        let mut whole = StreamStarts::default();
+        let named = whole.frame((0, 2, 6, 5000), 0, &m, true, None).unwrap();
+        assert_eq!(head.content_hash, named.content_hash);
+        assert_eq!(head.app_msg_id, None);
+        let short = b"ping";
+        let mut starts = StreamStarts::default();
+        assert_eq!(starts.frame(key, 0, &short[..2], false, None), None);
+        let head = starts.frame(key, 2, &short[2..], true, None).unwrap();
+        assert_eq!(
+            head.content_hash,
+            Some(tboxscope_engine::content_hash(short))
+        );
+    }
 }

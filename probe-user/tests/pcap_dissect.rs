@@ -25,7 +25,7 @@ fn random_udp_payloads_decode_as_nothing() {
         let payload: Vec<u8> = (0..len).map(|_| xorshift(&mut seed) as u8).collect();
         let sport = 1024 + (i % 5000) as u16;
         let frame = ipv4_udp(sport, 53 + (i % 3) as u16 * 1000, &payload);
-        d.dissect(Some(LinkType::RawIp), &frame, i, &mut out);
+        d.dissect(Some(LinkType::RawIp), "test", &frame, i, &mut out);
     }
     assert!(out.is_empty(), "{:?}", out.first());
     let s = d.stats();
@@ -39,7 +39,10 @@ fn kcp_segments_are_decoded_with_their_payload_position() {
     payload.extend(kcp_segment(7, 82, 0, 32, 90, 3, 4, b""));
     let frame = ipv4_udp(4000, 5000, &payload);
     let mut out = Vec::new();
-    assert_eq!(d.dissect(Some(LinkType::RawIp), &frame, 9, &mut out), 2);
+    assert_eq!(
+        d.dissect(Some(LinkType::RawIp), "test", &frame, 9, &mut out),
+        2
+    );
     let Decoded::KcpSegment(push) = &out[0].decoded else {
         panic!()
     };

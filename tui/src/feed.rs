@@ -66,7 +66,7 @@ impl EngineFeed {
     ) -> &[DecodedPacket] {
         self.decoded.clear();
         self.dissector
-            .dissect(Some(p.link), &p.data, p.ts_ns, &mut self.decoded);
+            .dissect(Some(p.link), label, &p.data, p.ts_ns, &mut self.decoded);
         for (i, unit) in self.decoded.iter().enumerate() {
             match capture {
                 Some(c) => self
