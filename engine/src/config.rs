@@ -96,6 +96,12 @@ pub struct Config {
     pub mode_overrides: Vec<ModeOverride>,
     /// Combined tail observed / predicted above this ratio means "paths fail together".
     pub shared_cause_ratio: f64,
+    /// The captures may include both ends of a path, from two hosts (capture files brought
+    /// together), not yet paired: a young flow's messages wait for the pairing (up to the
+    /// message timeout) instead of closing on a copy seen at one end. Off for captures taken
+    /// on one host (live), which cannot show both ends of a path.
+    #[serde(default)]
+    pub await_pairing: bool,
 }
 
 impl Default for Config {
@@ -116,6 +122,7 @@ impl Default for Config {
             app_id: None,
             mode_overrides: Vec::new(),
             shared_cause_ratio: 10.0,
+            await_pairing: false,
         }
     }
 }

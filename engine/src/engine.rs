@@ -583,7 +583,7 @@ impl Engine {
             Some(f)
                 if self.now.saturating_sub(f.first_ns) < self.cfg.message_timeout_ns
                     && ((f.paths_mask.count_ones() < 2 && self.paths.several_live())
-                        || self.caps.several_unpaired()) =>
+                        || (self.cfg.await_pairing && self.caps.several_unpaired())) =>
             {
                 return
             }

@@ -32,6 +32,8 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         // The text report shows only the summary: per-message records would be dropped.
         emit_messages: json_target.is_some(),
         mode_overrides: args.stated.modes.clone(),
+        // Files may come from both ends of a path.
+        await_pairing: true,
         ..EngineConfig::default()
     });
     for (label, hint) in args.stated.captures() {

@@ -22,7 +22,8 @@ use crate::source::SnapshotFeed;
 pub struct PacketSettings {
     /// The decoders' settings.
     pub decode: DissectConfig,
-    /// The engine's settings (the player never emits per-message records: nobody reads them).
+    /// The engine's settings (the player never emits per-message records, nobody reads them,
+    /// and always lets messages wait for captures to pair).
     pub engine: EngineConfig,
     /// What the user stated about captures, by path label ([`Correlator::state`]).
     pub captures: Vec<(String, CaptureHint)>,
@@ -45,6 +46,8 @@ impl PacketSettings {
     fn correlator(&self) -> Correlator {
         let mut correlator = Correlator::new(EngineConfig {
             emit_messages: false,
+            // Files may come from both ends of a path, as in `analyze`.
+            await_pairing: true,
             ..self.engine.clone()
         });
         for (label, hint) in &self.captures {
