@@ -49,13 +49,55 @@ pub struct FileSummary {
     pub error: Option<String>,
 }
 
+/// Path labels of capture files' interfaces: an interface's own label, qualified with its
+/// file's name when another file already has an interface of that label.
+#[derive(Debug, Clone, Default)]
+pub struct PathLabels {
+    /// Labels of all paths so far (index = path id).
+    paths: Vec<String>,
+    /// The file number that claimed each label (to tell two files' same-named interfaces apart).
+    path_files: Vec<usize>,
+}
+
+impl PathLabels {
+    /// All labels, by path id.
+    pub fn all(&self) -> &[String] {
+        &self.paths
+    }
+
+    /// The path id for interface `label` of file number `file_no` (file name `file_name`): the
+    /// label itself unless another file already uses it, then `file_name:label`.
+    pub fn id_for(&mut self, file_no: usize, file_name: &str, label: &str) -> usize {
+        if let Some(i) = self.paths.iter().position(|p| p == label) {
+            if self.path_files[i] == file_no {
+                return i;
+            }
+            let qualified = format!("{file_name}:{label}");
+            if let Some(j) = self.paths.iter().position(|p| *p == qualified) {
+                return j;
+            }
+            self.paths.push(qualified);
+        } else {
+            self.paths.push(label.to_owned());
+        }
+        self.path_files.push(file_no);
+        self.paths.len() - 1
+    }
+}
+
+/// The name a file's interfaces are qualified with in [`PathLabels`]: its file name.
+pub fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
 /// Runs files through one dissector, assigning path labels.
 pub struct Analyzer {
     dissector: Dissector,
-    /// Labels of all paths so far (index = path id).
-    paths: Vec<String>,
-    /// The file stem that claimed each label (to tell two files' same-named interfaces apart).
-    path_files: Vec<usize>,
+    /// Labels of all paths so far.
+    labels: PathLabels,
     files: Vec<FileSummary>,
     warnings: Vec<String>,
     reading: FileReading,
@@ -66,8 +108,7 @@ impl Analyzer {
     pub fn new(config: DissectConfig) -> Self {
         Self {
             dissector: Dissector::new(config),
-            paths: Vec::new(),
-            path_files: Vec::new(),
+            labels: PathLabels::default(),
             files: Vec::new(),
             warnings: Vec::new(),
             reading: FileReading::Auto,
@@ -101,26 +142,7 @@ impl Analyzer {
 
     /// All path labels.
     pub fn paths(&self) -> &[String] {
-        &self.paths
-    }
-
-    /// The path id for interface `label` of file number `file_no` (file name `file_name`): the
-    /// label itself unless another file already uses it, then `file_name:label`.
-    fn path_for(&mut self, file_no: usize, file_name: &str, label: &str) -> usize {
-        if let Some(i) = self.paths.iter().position(|p| p == label) {
-            if self.path_files[i] == file_no {
-                return i;
-            }
-            let qualified = format!("{file_name}:{label}");
-            if let Some(j) = self.paths.iter().position(|p| *p == qualified) {
-                return j;
-            }
-            self.paths.push(qualified);
-        } else {
-            self.paths.push(label.to_owned());
-        }
-        self.path_files.push(file_no);
-        self.paths.len() - 1
+        self.labels.all()
     }
 
     /// Decodes every packet of `path`, calling `emit` for each decoded unit. A file that cannot
@@ -145,10 +167,7 @@ impl Analyzer {
             }
         };
         self.files[file_no].format = Some(reader.format());
-        let file_name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| name.clone());
+        let file_name = file_name(path);
         // Interface index in the file → (path id, link type); filled as interfaces appear.
         let mut iface_paths: Vec<(usize, Option<LinkType>)> = Vec::new();
         let mut summary = FileSummary {
@@ -184,8 +203,8 @@ impl Analyzer {
                 let at = FrameAt {
                     file: &name,
                     frame,
-                    path: &self.paths[path_id],
-                    paths: &self.paths,
+                    path: &self.labels.all()[path_id],
+                    paths: self.labels.all(),
                     link,
                     ts_ns,
                 };
@@ -195,8 +214,8 @@ impl Analyzer {
                 let at = FrameAt {
                     file: &name,
                     frame,
-                    path: &self.paths[path_id],
-                    paths: &self.paths,
+                    path: &self.labels.all()[path_id],
+                    paths: self.labels.all(),
                     link,
                     ts_ns,
                 };
@@ -256,10 +275,11 @@ impl Analyzer {
         for i in iface_paths.len()..reader.interfaces().len() {
             let iface = &reader.interfaces()[i];
             let (label, link) = (iface.label.clone(), iface.link);
-            let id = self.path_for(file_no, file_name, &label);
+            let id = self.labels.id_for(file_no, file_name, &label);
             iface_paths.push((id, link));
-            if !summary.paths.contains(&self.paths[id]) {
-                summary.paths.push(self.paths[id].clone());
+            let label = &self.labels.all()[id];
+            if !summary.paths.contains(label) {
+                summary.paths.push(label.clone());
             }
         }
     }
@@ -289,10 +309,7 @@ impl Analyzer {
             match CaptureFile::open_with(path, self.reading) {
                 Ok(reader) => {
                     self.files[file_no].format = Some(reader.format());
-                    let file_name = path
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| name.clone());
+                    let file_name = file_name(path);
                     open.push(MergedFile {
                         file_no,
                         name,
@@ -329,8 +346,8 @@ impl Analyzer {
                 let at = FrameAt {
                     file: &f.name,
                     frame: p.frame,
-                    path: &self.paths[path_id],
-                    paths: &self.paths,
+                    path: &self.labels.all()[path_id],
+                    paths: self.labels.all(),
                     link,
                     ts_ns: p.ts_ns,
                 };

@@ -276,22 +276,36 @@ pub struct AnalyzeArgs {
     /// With --packets, also emit a `udp_datagram` line for UDP that no decoder recognised.
     #[arg(long)]
     pub unknown_udp: bool,
-    /// Seconds a message waits for its copies on other paths before it is closed (a copy held
-    /// back through an outage longer than this counts as not carried).
-    #[arg(
-        long = "message-timeout",
-        value_name = "SECONDS",
-        default_value_t = 5.0
-    )]
-    pub message_timeout_s: f64,
+    #[command(flatten)]
+    pub timeout: TimeoutArgs,
     #[command(flatten)]
     pub stated: StatedArgs,
+}
+
+/// How long messages wait for their copies (`analyze`, `replay`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct TimeoutArgs {
+    /// Seconds a message waits for its copies on other paths before it is closed (a copy held
+    /// back through an outage longer than this counts as not carried) [default: 5].
+    #[arg(long = "message-timeout", value_name = "SECONDS")]
+    pub message_timeout_s: Option<f64>,
+}
+
+impl TimeoutArgs {
+    /// The message timeout in nanoseconds (5 s unless given); outside (0, 3600] s is an error.
+    pub fn message_timeout_ns(&self) -> anyhow::Result<u64> {
+        let secs = self.message_timeout_s.unwrap_or(5.0);
+        if !(secs > 0.0 && secs <= 3600.0) {
+            anyhow::bail!("--message-timeout must be within (0, 3600] seconds");
+        }
+        Ok((secs * 1e9) as u64)
+    }
 }
 
 /// What the user states instead of what tboxscope infers from the traffic. Captures are named
 /// by their path label, as the report's first lines name them (a pcap file's name without
 /// its extension, a pcapng interface's name).
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone, Default)]
 pub struct StatedArgs {
     /// Two captures that show the same path at its two ends, `LABEL=LABEL` (repeatable);
     /// otherwise inferred from copies seen at both.
@@ -445,6 +459,10 @@ pub struct ReplayArgs {
     pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub decode: DecodeArgs,
+    #[command(flatten)]
+    pub timeout: TimeoutArgs,
+    #[command(flatten)]
+    pub stated: StatedArgs,
     /// Replay speed (1 = as recorded, 2 = twice as fast).
     #[arg(long, default_value_t = 1.0)]
     pub speed: f64,
@@ -454,6 +472,30 @@ pub struct ReplayArgs {
     /// On exit, write the UI's cost (frames, wall time, UI-thread and process CPU) as JSON here.
     #[arg(long, value_name = "PATH", hide = true)]
     pub stats: Option<PathBuf>,
+}
+
+impl ReplayArgs {
+    /// The options given that apply to packet captures only (decoding, matching, statements
+    /// about captures), by flag name.
+    pub fn packet_only_flags(&self) -> Vec<&'static str> {
+        let (d, s) = (&self.decode, &self.stated);
+        [
+            ("--keylog", d.keylog.is_some()),
+            ("--kcp-port", !d.kcp_ports.is_empty()),
+            ("--app-id", d.app_id.is_some()),
+            (
+                "--message-timeout",
+                self.timeout.message_timeout_s.is_some(),
+            ),
+            ("--pair", !s.pairs.is_empty()),
+            ("--host", !s.hosts.is_empty()),
+            ("--clock-offset", !s.clock_offsets.is_empty()),
+            ("--match", !s.modes.is_empty()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
 }
 
 /// Parses `OFFSET:WIDTH[:le]`.

@@ -1,75 +1,19 @@
-//! `tboxscope analyze` of four captures — both ends of both paths, the gateway's clock 300 ms
-//! ahead of the T-Box's — of a KCP flow dual-sent on both paths (40 ms and 25 ms one way):
-//! what tboxscope infers by itself (pairs, hosts, the clock offset, the matching mode), and
-//! what flags state instead (`--pair`, `--host`, `--clock-offset`, `--match`).
+//! `tboxscope analyze` of four captures (`four_captures`: both ends of both paths, the gateway's
+//! clock 300 ms ahead): what tboxscope infers by itself (pairs, hosts, the clock offset, the
+//! matching mode), and what flags state instead (`--pair`, `--host`, `--clock-offset`,
+//! `--match`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../probe-user/tests/pcap_common/mod.rs"]
 mod pcap_common;
 
-use std::path::{Path, PathBuf};
+mod four_captures;
+
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use etherparse::PacketBuilder;
+use four_captures::{write_captures, DELAY_MS, MESSAGES};
 use serde_json::Value;
-
-const T0: u64 = 1_796_000_000_000_000_000;
-const MS: u64 = 1_000_000;
-const MESSAGES: u32 = 200;
-const DELAY_MS: [u64; 2] = [40, 25];
-/// How far the gateway's clock is ahead of the T-Box's.
-const GATEWAY_AHEAD_MS: u64 = 300;
-
-fn udp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4(src, dst, 64)
-        .udp(sport, dport)
-        .write(&mut v, payload)
-        .unwrap();
-    v
-}
-
-/// Writes `t-eth0`, `gw-g0`, `t-eth1`, `gw-g1` (.pcap) into `dir`: every message sent on both
-/// paths (same conv and sn), acknowledged by the gateway 1 ms after it arrived.
-fn write_captures(dir: &Path) -> Vec<PathBuf> {
-    let tbox = [[10, 0, 0, 2], [10, 1, 0, 2]];
-    let gateway = [[192, 0, 2, 1], [198, 51, 100, 1]];
-    let mut files = Vec::new();
-    for path in 0..2 {
-        let (mut at_tbox, mut at_gateway) = (Vec::new(), Vec::new());
-        for sn in 0..MESSAGES {
-            let mut payload = vec![0x42u8; 600];
-            payload[..4].copy_from_slice(&sn.to_be_bytes());
-            let sent = T0 + u64::from(sn) * 20 * MS;
-            let ts = (sent / MS) as u32;
-            let push = pcap_common::kcp_segment(7, 81, 0, 128, ts, sn, sn, &payload);
-            let frame = udp(tbox[path], gateway[path], 40_000, 7_101, &push);
-            let arrived = sent + DELAY_MS[path] * MS;
-            at_tbox.push((sent, frame.len() as u32, frame.clone()));
-            at_gateway.push((arrived + GATEWAY_AHEAD_MS * MS, frame.len() as u32, frame));
-            let ack = pcap_common::kcp_segment(7, 82, 0, 128, ts, sn, sn + 1, &[]);
-            let frame = udp(gateway[path], tbox[path], 7_101, 40_000, &ack);
-            let acked = arrived + MS;
-            at_gateway.push((
-                acked + GATEWAY_AHEAD_MS * MS,
-                frame.len() as u32,
-                frame.clone(),
-            ));
-            at_tbox.push((acked + DELAY_MS[path] * MS, frame.len() as u32, frame));
-        }
-        for (name, mut packets) in [
-            (format!("t-eth{path}"), at_tbox),
-            (format!("gw-g{path}"), at_gateway),
-        ] {
-            packets.sort_by_key(|p| p.0);
-            let file = dir.join(format!("{name}.pcap"));
-            std::fs::write(&file, pcap_common::pcap(1, true, false, &packets)).unwrap();
-            files.push(file);
-        }
-    }
-    files
-}
 
 fn analyze(files: &[PathBuf], flags: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tboxscope"))

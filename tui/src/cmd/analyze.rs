@@ -20,9 +20,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.decode.dissect_config()?;
     config.unknown_udp = args.unknown_udp;
     let mut analyzer = Analyzer::new(config);
-    if !(args.message_timeout_s > 0.0 && args.message_timeout_s <= 3600.0) {
-        anyhow::bail!("--message-timeout must be within (0, 3600] seconds");
-    }
+    let message_timeout_ns = args.timeout.message_timeout_ns()?;
     let json_target = match (&args.json, args.packets) {
         (Some(t), _) => Some(t.clone()),
         (None, true) => Some("-".to_owned()),
@@ -30,7 +28,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     };
     let mut correlator = Correlator::new(EngineConfig {
         app_id: args.decode.app_id,
-        message_timeout_ns: (args.message_timeout_s * 1e9) as u64,
+        message_timeout_ns,
         // The text report shows only the summary: per-message records would be dropped.
         emit_messages: json_target.is_some(),
         mode_overrides: args.stated.modes.clone(),

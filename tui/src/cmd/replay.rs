@@ -4,7 +4,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use tboxscope::replay::{self, PlayOptions};
+use probe_user::engine::Config as EngineConfig;
+use tboxscope::replay::{self, PacketSettings, PlayOptions};
 
 use super::live::{self, LiveOptions};
 use crate::cli::ReplayArgs;
@@ -35,8 +36,29 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         paused: args.paused,
         ..PlayOptions::default()
     };
-    let decode = args.decode.dissect_config()?;
-    let (player, mut source) = replay::start(&args.files, options, decode)?;
+    let packet_only = args.packet_only_flags();
+    if let Some(first) = args.files.first() {
+        if !packet_only.is_empty() && !replay::packets::is_packet_capture(first)? {
+            anyhow::bail!(
+                "{} appl{} to packet captures only: {} is a JSON Lines recording, whose \
+                 messages were decoded and matched when it was recorded",
+                packet_only.join(", "),
+                if packet_only.len() == 1 { "ies" } else { "y" },
+                first.display()
+            );
+        }
+    }
+    let settings = PacketSettings {
+        decode: args.decode.dissect_config()?,
+        engine: EngineConfig {
+            app_id: args.decode.app_id,
+            message_timeout_ns: args.timeout.message_timeout_ns()?,
+            mode_overrides: args.stated.modes.clone(),
+            ..EngineConfig::default()
+        },
+        captures: args.stated.captures(),
+    };
+    let (player, mut source) = replay::start(&args.files, options, settings)?;
     let stats = live::run(
         &mut source,
         LiveOptions {

@@ -36,6 +36,14 @@ pub enum LoadError {
         /// The file that is not a packet capture.
         path: String,
     },
+    /// A statement (`--pair`, `--host`, `--clock-offset`) about a capture label no file has.
+    #[error("no capture is labelled {labels} (the captures: {captures})")]
+    UnknownCapture {
+        /// The labels stated but not found.
+        labels: String,
+        /// The captures' labels.
+        captures: String,
+    },
     /// Nothing in the file could be replayed.
     #[error("{path}: no replayable record (skipped: {skipped})")]
     Empty {

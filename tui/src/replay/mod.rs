@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use probe_user::dissect::DissectConfig;
-
 use crate::app::Request;
 use crate::source::{snapshot_channel, ChannelSource, SnapshotFeed};
 use crate::view::format;
@@ -19,7 +17,7 @@ pub mod packets;
 pub mod tcp;
 
 pub use load::{load, LoadError, Recording};
-pub use packets::PacketRecording;
+pub use packets::{PacketRecording, PacketSettings};
 
 /// How the player starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -269,11 +267,12 @@ impl Drop for PlayerThread {
 }
 
 /// Opens the recording in `files` (one JSON Lines file, or one or more packet captures decoded
-/// with `decode`) and starts a player thread; returns the source for the UI loop.
+/// and correlated with `settings`) and starts a player thread; returns the source for the UI
+/// loop.
 pub fn start(
     files: &[PathBuf],
     options: PlayOptions,
-    decode: DissectConfig,
+    settings: PacketSettings,
 ) -> Result<(PlayerThread, ChannelSource), LoadError> {
     let Some(first) = files.first() else {
         return Err(LoadError::Empty {
@@ -304,7 +303,7 @@ pub fn start(
                 });
             }
         }
-        let recording = PacketRecording::scan(files, decode)?;
+        let recording = PacketRecording::scan(files, settings)?;
         builder.spawn(move || packets::run(&recording, options, &feed, &thread_stop))
     } else {
         if let Some(extra) = files.get(1) {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use probe_user::analyze::Analyzer;
-use probe_user::correlate::{Correlator, FrameFeed};
+use probe_user::analyze::{file_name, Analyzer, PathLabels};
+use probe_user::correlate::{CaptureHint, Correlator, FrameFeed};
 use probe_user::dissect::DissectConfig;
 use probe_user::engine::Config as EngineConfig;
 use probe_user::source::pcap::file::{format_of_magic, CaptureFile};
@@ -16,11 +16,52 @@ use super::{LoadError, PlayOptions, ReplayClock};
 use crate::app::Request;
 use crate::source::SnapshotFeed;
 
+/// How packet captures are decoded and correlated, as `analyze` would: the same decoder and
+/// engine settings, and what the user stated about the captures.
+#[derive(Debug, Clone, Default)]
+pub struct PacketSettings {
+    /// The decoders' settings.
+    pub decode: DissectConfig,
+    /// The engine's settings (the player never emits per-message records, nobody reads them,
+    /// and always lets messages wait for captures to pair).
+    pub engine: EngineConfig,
+    /// What the user stated about captures, by path label ([`Correlator::state`]).
+    pub captures: Vec<(String, CaptureHint)>,
+}
+
+impl PacketSettings {
+    /// Every capture label the statements name, sorted.
+    fn stated_labels(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self
+            .captures
+            .iter()
+            .flat_map(|(l, h)| std::iter::once(l.as_str()).chain(h.pair_with.as_deref()))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// A fresh correlator for one pass over the files, with the statements applied.
+    fn correlator(&self) -> Correlator {
+        let mut correlator = Correlator::new(EngineConfig {
+            emit_messages: false,
+            // Files may come from both ends of a path, as in `analyze`.
+            await_pairing: true,
+            ..self.engine.clone()
+        });
+        for (label, hint) in &self.captures {
+            correlator.state(label, hint.clone());
+        }
+        correlator
+    }
+}
+
 /// Packet captures to replay, with the span of their timestamps.
 #[derive(Debug, Clone)]
 pub struct PacketRecording {
     files: Vec<PathBuf>,
-    config: DissectConfig,
+    settings: PacketSettings,
     start_ns: u64,
     end_ns: u64,
     packets: u64,
@@ -28,10 +69,12 @@ pub struct PacketRecording {
 
 impl PacketRecording {
     /// Reads every file's timestamps once (no decoding) so the clock knows the recording's
-    /// span; an unreadable or empty file is an error naming it.
-    pub fn scan(files: &[PathBuf], config: DissectConfig) -> Result<Self, LoadError> {
+    /// span, and its interfaces so statements about captures can be checked; an unreadable or
+    /// empty file is an error naming it, and so is a statement about a label no capture has.
+    pub fn scan(files: &[PathBuf], settings: PacketSettings) -> Result<Self, LoadError> {
         let (mut start_ns, mut end_ns, mut packets) = (u64::MAX, 0u64, 0u64);
-        for path in files {
+        let mut labels = PathLabels::default();
+        for (file_no, path) in files.iter().enumerate() {
             let name = path.display().to_string();
             let broken = |e: &dyn std::fmt::Display| LoadError::Capture {
                 path: name.clone(),
@@ -50,10 +93,24 @@ impl PacketRecording {
                     skipped: "no packets".to_owned(),
                 });
             }
+            for iface in reader.interfaces() {
+                labels.id_for(file_no, &file_name(path), &iface.label);
+            }
+        }
+        let unknown: Vec<&str> = settings
+            .stated_labels()
+            .into_iter()
+            .filter(|l| !labels.all().iter().any(|p| p == l))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(LoadError::UnknownCapture {
+                labels: unknown.join(", "),
+                captures: labels.all().join(", "),
+            });
         }
         Ok(Self {
             files: files.to_vec(),
-            config,
+            settings,
             start_ns,
             end_ns,
             packets,
@@ -73,14 +130,6 @@ impl PacketRecording {
     /// Packets in all files.
     pub fn packets(&self) -> u64 {
         self.packets
-    }
-}
-
-/// Engine settings for the UI: no per-message records (nobody reads them).
-fn ui_engine_config() -> EngineConfig {
-    EngineConfig {
-        emit_messages: false,
-        ..EngineConfig::default()
     }
 }
 
@@ -211,8 +260,8 @@ pub(super) fn run(
         pass_notes: Vec::new(),
     };
     loop {
-        let mut analyzer = Analyzer::new(recording.config.clone());
-        let mut correlator = Correlator::new(ui_engine_config());
+        let mut analyzer = Analyzer::new(recording.settings.decode.clone());
+        let mut correlator = recording.settings.correlator();
         let mut frames = FrameFeed::default();
         pacer.fed_ns = 0;
         pacer.pass_notes.clear();
