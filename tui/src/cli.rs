@@ -237,8 +237,8 @@ pub struct DecodeArgs {
     pub kcp_ports: Vec<u16>,
     /// Where each message carries an application id, `OFFSET:WIDTH[:le]` (bytes; big-endian
     /// unless `le`): copies sent on separate sessions per path are matched by it (the lab's
-    /// messages: `8:8:le`). Without it, separate QUIC connections per path are matched by
-    /// each stream's content (byte-identical copies).
+    /// messages: `8:8:le`). Without it, separate QUIC connections or KCP sessions per path
+    /// are matched by each message's content (byte-identical copies).
     #[arg(long = "app-id", value_name = "OFFSET:WIDTH[:le]", value_parser = parse_app_id)]
     pub app_id: Option<probe_user::engine::AppIdRule>,
 }
@@ -262,7 +262,9 @@ impl DecodeArgs {
 /// `tboxscope analyze`.
 #[derive(Debug, Args)]
 pub struct AnalyzeArgs {
-    /// Capture files (.pcap or .pcapng); two files are two paths.
+    /// Capture files (.pcap or .pcapng), merged in time order: each file (each pcapng
+    /// interface) is a capture labelled by its name, a path of its own unless two captures
+    /// turn out to show the two ends of one path (`t-eth0.pcap gw-g0.pcap …`).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     #[command(flatten)]
@@ -317,7 +319,7 @@ pub struct StatedArgs {
     pub hosts: Vec<(String, probe_user::engine::Host)>,
     /// A capture's clock offset, `LABEL=MS`: milliseconds added to its timestamps to bring
     /// them onto the T-Box's clock (repeatable; e.g. `gw-g0=-12.5`); otherwise estimated from
-    /// copies in both directions.
+    /// copies and ACKs seen at both ends, in both directions.
     #[arg(
         long = "clock-offset",
         value_name = "LABEL=MS",
