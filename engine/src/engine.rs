@@ -647,6 +647,13 @@ impl Engine {
         if on_all {
             flow.on_all += 1;
         }
+        let sent: u64 = copies
+            .iter()
+            .filter(|c| c.path < 64 && c.sent.is_some())
+            .fold(0, |acc, c| acc | (1 << c.path));
+        if npaths >= 2 && sent & mask == mask {
+            flow.sent_on_all += 1;
+        }
         for c in copies.iter().filter(|c| got(c)) {
             let pc = flow.path_counters(c.path);
             pc.carried += 1;

@@ -164,6 +164,8 @@ pub struct Flow {
     pub messages: u64,
     /// Carried on every path of the flow (≥ 2 paths).
     pub on_all: u64,
+    /// Seen sent on every path of the flow (≥ 2 paths; where sends are captured).
+    pub sent_on_all: u64,
     /// Per path.
     pub per_path: Vec<PathCounters>,
     /// Combined latency (lazily allocated).
@@ -295,6 +297,7 @@ impl FlowTable {
             paths_mask: 0,
             messages: 0,
             on_all: 0,
+            sent_on_all: 0,
             per_path: Vec::new(),
             latency: None,
             spacing: None,

@@ -114,6 +114,10 @@ pub struct RedundancyView {
     pub on_all_paths: u64,
     /// on_all_paths / messages (0..1).
     pub duplication: f64,
+    /// Messages seen sent on every path (where the sending end is captured): whether the
+    /// T-Box duplicates, whatever became of the copies.
+    #[serde(default)]
+    pub sent_on_all_paths: u64,
     /// Per path.
     pub paths: Vec<PathShare>,
     /// Time between the first and the last copy of a message (µs).

@@ -194,6 +194,15 @@ impl Engine {
         let dup = ratio(f.on_all, f.messages);
         let n = f.path_count();
         let mut verdict = redundancy_verdict(f.messages, dup, n, &paths);
+        if dup < 0.99 && n >= 2 && f.sent_on_all * 100 >= f.messages * 99 {
+            // Every message was sent on every path: the copies that did not arrive in time were
+            // lost or held (an outage), not left unsent.
+            verdict = format!(
+                "redundant sending confirmed: {:.1}% of {} messages sent on all {n} paths; {verdict} (within the message timeout)",
+                ratio(f.sent_on_all, f.messages) * 100.0,
+                f.messages
+            );
+        }
         if f.on_all == 0 && n >= 2 && f.mode == Some(crate::config::MatchMode::Content) {
             // Sessions per path whose copies differ in their bytes (a per-copy header, a send
             // time) are matched by an application id instead.
@@ -209,6 +218,7 @@ impl Engine {
             messages: f.messages,
             on_all_paths: f.on_all,
             duplication: dup,
+            sent_on_all_paths: f.sent_on_all,
             paths,
             copy_spacing: f
                 .spacing

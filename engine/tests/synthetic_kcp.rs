@@ -171,6 +171,71 @@ fn kcp_dual_send_seen_from_tbox_gives_time_to_first_ack() {
     assert_eq!(s.incidents_total, 0, "{:?}", s.hol_incidents);
 }
 
+/// Seen from the T-Box alone, every message goes out on both paths, but eth0 swallows 200 of
+/// them (no ACK ever comes back): 80 % arrived on both paths, 100 % were sent on both — the
+/// T-Box does duplicate, and the verdict says so before what became of the copies.
+#[test]
+fn copies_sent_on_both_paths_are_told_from_copies_that_arrived() {
+    let labels = ["eth0", "eth1"];
+    let tbox = ["10.0.0.2:40000", "10.1.0.2:40001"];
+    let gw = "192.0.2.1:4000";
+    let mut obs = vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "t-eth1", "eth1", Host::Tbox, None),
+    ];
+    let swallowed = 300..500;
+    for i in 0..N {
+        let send = T0 + 1_000_000_000 + u64::from(i) * GAP;
+        let kts = (send / 1_000_000) as u32;
+        for p in 0..2 {
+            let at = send + p as u64 * 50_000;
+            obs.push(seg(
+                at,
+                labels[p],
+                p as u16,
+                tbox[p],
+                gw,
+                KcpCmd::Push,
+                i,
+                kts,
+                600,
+            ));
+            if p == 0 && swallowed.contains(&i) {
+                continue;
+            }
+            let ack = at + rtt(p, i);
+            obs.push(seg(
+                ack,
+                labels[p],
+                p as u16,
+                gw,
+                tbox[p],
+                KcpCmd::Ack,
+                i,
+                kts,
+                0,
+            ));
+        }
+    }
+    let obs = sorted(obs);
+    let end = obs.last().unwrap().ts_ns();
+    let mut e = Engine::new(Config::default());
+    for o in obs {
+        e.handle(o);
+    }
+    let s = e.finish(end + 1);
+    let red = &s.redundancy[0];
+    assert_eq!(red.messages, u64::from(N));
+    assert_eq!(red.on_all_paths, u64::from(N) - 200);
+    assert_eq!(red.sent_on_all_paths, u64::from(N));
+    assert_eq!(
+        red.verdict,
+        "redundant sending confirmed: 100.0% of 1000 messages sent on all 2 paths; partial \
+         redundancy: 80.0% of 1000 messages on both paths; 200 only on eth1 (within the \
+         message timeout)"
+    );
+}
+
 #[test]
 fn kcp_sn_gap_at_receiver_is_one_hol_incident() {
     // Gateway capture only: data arrives; sn 40 is lost and retransmitted after 41..45 arrived.

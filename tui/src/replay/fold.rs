@@ -428,6 +428,7 @@ impl Fold {
                     messages: f.messages,
                     on_all_paths: f.on_all,
                     duplication,
+                    sent_on_all_paths: 0,
                     paths,
                     copy_spacing: percentiles(&f.spacing),
                     verdict,
