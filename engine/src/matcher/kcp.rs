@@ -170,49 +170,46 @@ impl Engine {
             _ => None,
         };
         let known_group = known_group.and_then(|g| Some((g, self.flows.get_mut(g)?.mode?)));
-        // Without an application id, sessions to one server port seen on two paths are
-        // matched by content.
-        let server = server_port(&pkt.src, &pkt.dst);
-        let group_mode = match (known_group, forced) {
-            (Some((_, m)), _) => Some(m),
-            (None, Some(m @ (MatchMode::AppId | MatchMode::Content))) => Some(m),
-            (None, Some(_)) => None,
-            (None, None) if k.app_msg_id.is_some() => Some(MatchMode::AppId),
-            (None, None)
-                if k.content_hash.is_some()
-                    && self.paths.several_live()
-                    && self.kcp_sessions_per_path(server, k.conv, pkt.path) =>
-            {
-                Some(MatchMode::Content)
-            }
-            (None, None) => None,
-        };
-        let group = match (known_group, group_mode) {
-            (Some((g, _)), _) => Some(g),
-            (None, Some(mode)) => {
-                let gkey = FlowKey::KcpGroup {
-                    server_port: server,
+        // The group the session is in, and the group's mode (a session joins by application
+        // id, or, without one, by content once sessions to one server port were seen on two
+        // paths); a session on its own matches by sn.
+        let (group, mode) = match known_group {
+            Some((g, m)) => (Some(g), m),
+            None => {
+                let server = server_port(&pkt.src, &pkt.dst);
+                let joins = match forced {
+                    Some(m @ (MatchMode::AppId | MatchMode::Content)) => Some(m),
+                    Some(_) => None,
+                    None if k.app_msg_id.is_some() => Some(MatchMode::AppId),
+                    None if k.content_hash.is_some()
+                        && self.paths.several_live()
+                        && self.kcp_sessions_per_path(server, k.conv, pkt.path) =>
+                    {
+                        Some(MatchMode::Content)
+                    }
+                    None => None,
                 };
-                let g = self
-                    .flows
-                    .get_or_insert(&gkey, pkt.ts_ns, || Proto::Kcp(Box::default()));
-                if let Some(f) = self.flows.get_mut(g) {
-                    f.mode.get_or_insert(mode);
+                match joins {
+                    Some(m) => {
+                        let gkey = FlowKey::KcpGroup {
+                            server_port: server,
+                        };
+                        let g = self
+                            .flows
+                            .get_or_insert(&gkey, pkt.ts_ns, || Proto::Kcp(Box::default()));
+                        // A group keeps the mode it was formed with.
+                        let mode = self
+                            .flows
+                            .get_mut(g)
+                            .map_or(m, |f| *f.mode.get_or_insert(m));
+                        if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                            s.group = Some(g);
+                        }
+                        (Some(g), mode)
+                    }
+                    None => (None, MatchMode::KcpSn),
                 }
-                if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
-                    s.group = Some(g);
-                }
-                Some(g)
             }
-            (None, None) => None,
-        };
-        let mode = match group {
-            Some(g) => self
-                .flows
-                .get_mut(g)
-                .and_then(|f| f.mode)
-                .unwrap_or(MatchMode::AppId),
-            None => MatchMode::KcpSn,
         };
         let mfr = group.unwrap_or(fr);
         self.remember_tuple(pkt.tuple, &key);
@@ -241,8 +238,15 @@ impl Engine {
         match k.cmd {
             KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, up),
             KcpCmd::Ack => {
-                let identity = [8, u64::from(k.conv), u64::from(k.sn), u64::from(k.una)];
-                self.echo(|| mix(&[mix(&identity), u64::from(k.ts), pkt.tuple]), &pkt);
+                let identity = [
+                    8,
+                    u64::from(k.conv),
+                    u64::from(k.sn),
+                    u64::from(k.una),
+                    u64::from(k.ts),
+                    pkt.tuple,
+                ];
+                self.echo(|| mix(&identity), &pkt);
                 if pkt.dir == Dir::In {
                     let data_up = !up;
                     let mut receiver_seen = false;
