@@ -2,7 +2,7 @@
 //! the independent-paths prediction.
 
 use crate::engine::{ratio, Engine};
-use crate::flow::{Amp, Flow, FlowKey, FlowRef, Proto};
+use crate::flow::{Amp, Flow, FlowRef, Proto};
 use crate::paths::PathIdx;
 use crate::record::{FlowSummary, Record, Summary};
 use crate::snapshot::{
@@ -245,22 +245,14 @@ impl Engine {
     }
 
     /// The group flow `f` is part of: a KCP session that is one of several per-path sessions
-    /// matched by application id, or a QUIC connection (as first seen, before it joined) of a
-    /// group of per-path connections.
-    fn group_of(&self, f: &Flow) -> Option<FlowRef> {
-        match (&f.key, &f.proto) {
-            (_, Proto::Kcp(s)) => s.group,
-            (FlowKey::Quic { conn }, _) if self.quic_conn_modes.contains_key(conn) => {
-                let server_port = self
-                    .quic_conns
-                    .iter()
-                    .find(|(_, conns)| conns.iter().any(|(c, ..)| c == conn))
-                    .map(|(port, _)| *port)?;
-                self.flows.find(&FlowKey::QuicGroup { server_port })
-            }
+    /// matched by application id or content, or a QUIC connection (as first seen, before it
+    /// joined) of a group of per-path connections.
+    fn group_of(f: &Flow) -> Option<FlowRef> {
+        match &f.proto {
+            Proto::Kcp(s) => s.group,
+            Proto::Quic(s) => s.group,
             _ => None,
         }
-        .filter(|g| g.uid != f.uid)
     }
 
     /// Which flows are reported as part of their group ([`Engine::group_of`]): the members
@@ -269,7 +261,7 @@ impl Engine {
     fn group_members(&self) -> GroupMembers {
         let mut m = GroupMembers::default();
         for f in self.flows.iter() {
-            let Some(g) = self.group_of(f) else {
+            let Some(g) = Self::group_of(f) else {
                 continue;
             };
             let (incidents, amp) = m.extra.entry(g.uid).or_default();

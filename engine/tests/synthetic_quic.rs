@@ -263,6 +263,8 @@ fn separate_connections_match_by_content_hash() {
     }
     let s = e.finish(end + 1);
     assert_eq!(s.redundancy.len(), 1, "{:?}", s.redundancy);
+    // Connection a's handshake, before b was seen, is reported in the group's row.
+    assert_eq!(s.flows.len(), 1, "{:#?}", s.flows);
     let red = &s.redundancy[0];
     assert_eq!(red.mode, Some(MatchMode::Content));
     assert_eq!(red.messages, 200);

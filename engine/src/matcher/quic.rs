@@ -13,7 +13,7 @@ use crate::FastMap as HashMap;
 use crate::capture::Dir;
 use crate::config::MatchMode;
 use crate::engine::Engine;
-use crate::flow::{FlowKey, Proto};
+use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::GapTracker;
 use crate::input::QuicPacket;
 use crate::matcher::gaps::GapSel;
@@ -68,6 +68,9 @@ pub struct QuicState {
     /// In a group matched by content: the order of each connection's messages by content
     /// (starts are (stream, offset)).
     pub content: ContentOrder,
+    /// The group of per-path connections this connection joined after its first packets
+    /// (`None`: it has not, or this is the group).
+    pub group: Option<FlowRef>,
 }
 
 /// A frame's share of one message: (message key, name, bytes of the frame in it, whether the
@@ -228,12 +231,17 @@ impl Engine {
         // One connection on two paths (multipath QUIC) uses other addresses on each path.
         // The same addresses under two path labels are the two ends of one path (their
         // captures are paired later), and paths are compared as they are now (once paired,
-        // the far end's label is an alias).
-        let multipath = conns.iter().any(|(c, p, a)| {
-            conns.iter().any(|(c2, p2, a2)| {
-                a != a2 && paths.canonical(*p) != paths.canonical(*p2) && c == c2
-            })
-        });
+        // the far end's label is an alias). Another connection on another path: separate
+        // connections, one per path.
+        let (mut multipath, mut per_path_conns) = (false, false);
+        for (i, (c, p, a)) in conns.iter().enumerate() {
+            for (c2, p2, a2) in conns.iter().skip(i + 1) {
+                if paths.canonical(*p) != paths.canonical(*p2) {
+                    multipath |= c == c2 && a != a2;
+                    per_path_conns |= c != c2;
+                }
+            }
+        }
         // Separate per-path connections are matched by app id (configured) or by content: a
         // connection not seen on two paths whose frames carry ids is matched by them; by
         // content, once another connection to the same server port is seen on another path
@@ -246,12 +254,7 @@ impl Engine {
             Some(&*q.conn),
         );
         let has_app = q.streams.iter().any(|s| s.app_msg_id.is_some());
-        let has_hash = q.streams.iter().any(|s| s.data_hash.is_some())
-            && conns.iter().any(|(c, p, _)| {
-                conns
-                    .iter()
-                    .any(|(c2, p2, _)| c != c2 && paths.canonical(*p) != paths.canonical(*p2))
-            });
+        let has_hash = per_path_conns && q.streams.iter().any(|s| s.data_hash.is_some());
         // Once a connection joined a group, all its packets stay there (ACK-only packets and
         // frames without the id carry no id of their own).
         let joined = self.quic_conn_modes.get(&*q.conn).copied();
@@ -265,7 +268,8 @@ impl Engine {
             },
         };
         let grouped = matches!(mode, MatchMode::Content | MatchMode::AppId);
-        if grouped && forced.is_none() && joined != Some(mode) {
+        let joins = grouped && forced.is_none() && joined != Some(mode);
+        if joins {
             if self.quic_conn_modes.len() >= self.cfg.max_flows.saturating_mul(4).max(16) {
                 self.quic_conn_modes.clear();
             }
@@ -290,6 +294,18 @@ impl Engine {
         let fr = self
             .flows
             .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()));
+        if joins {
+            // The connection's packets before it joined are in a flow of its own: it is
+            // reported as part of the group.
+            let own = FlowKey::Quic {
+                conn: q.conn.clone(),
+            };
+            if let Some(before) = self.flows.find(&own) {
+                if let Some(Proto::Quic(s)) = self.flows.get_mut(before).map(|f| &mut f.proto) {
+                    s.group = Some(fr);
+                }
+            }
+        }
         if let Some(f) = self.flows.get_mut(fr) {
             f.mode = Some(mode);
             f.forced = forced.is_some();
