@@ -1,6 +1,7 @@
 //! Building the snapshot and the summary from engine state, including redundancy verdicts and
 //! the independent-paths prediction.
 
+use crate::config::MatchMode;
 use crate::engine::{ratio, Engine};
 use crate::flow::{Amp, Flow, FlowRef, Proto};
 use crate::paths::PathIdx;
@@ -193,24 +194,7 @@ impl Engine {
         paths.sort_by(|a, b| a.path.cmp(&b.path));
         let dup = ratio(f.on_all, f.messages);
         let n = f.path_count();
-        let mut verdict = redundancy_verdict(f.messages, dup, n, &paths);
-        if dup < 0.99 && n >= 2 && f.sent_on_all * 100 >= f.messages * 99 {
-            // Every message was sent on every path: the copies that did not arrive in time were
-            // lost or held (an outage), not left unsent.
-            verdict = format!(
-                "redundant sending confirmed: {:.1}% of {} messages sent on all {n} paths; {verdict} (within the message timeout)",
-                ratio(f.sent_on_all, f.messages) * 100.0,
-                f.messages
-            );
-        }
-        if f.on_all == 0 && n >= 2 && f.mode == Some(crate::config::MatchMode::Content) {
-            // Sessions per path whose copies differ in their bytes (a per-copy header, a send
-            // time) are matched by an application id instead.
-            verdict.push_str(
-                " — no copy matched by content: if the copies differ in their bytes but carry a \
-                 message id, match by it (--app-id OFFSET:WIDTH)",
-            );
-        }
+        let verdict = redundancy_verdict(f.messages, dup, n, &paths, f.sent_on_all, f.mode);
         Some(RedundancyView {
             flow: f.key.name(),
             mode: f.mode,
@@ -461,8 +445,17 @@ pub fn tail_verdict(points: &[TailPoint], slow: &[u64], shared_cause_ratio: f64)
 }
 
 /// The verdict line of a flow's redundancy: how many of its messages were carried on every
-/// path, and which were carried on one path only.
-pub fn redundancy_verdict(messages: u64, dup: f64, npaths: u32, paths: &[PathShare]) -> String {
+/// path, and which were carried on one path only; where every message was seen sent on every
+/// path (`sent_on_all`) but some copies did not arrive in time, that the sending is
+/// redundant; where copies matched by content (`mode`) never matched, what to try instead.
+pub fn redundancy_verdict(
+    messages: u64,
+    dup: f64,
+    npaths: u32,
+    paths: &[PathShare],
+    sent_on_all: u64,
+    mode: Option<MatchMode>,
+) -> String {
     let pct = dup * 100.0;
     let where_ = if npaths == 2 {
         "both paths".to_owned()
@@ -483,11 +476,30 @@ pub fn redundancy_verdict(messages: u64, dup: f64, npaths: u32, paths: &[PathSha
     } else {
         format!("; {}", only.join(", "))
     };
-    if dup >= 0.99 {
+    let carried = if dup >= 0.99 {
         format!("redundancy confirmed: {pct:.1}% of {messages} messages on {where_}{tail}")
     } else if dup >= 0.5 {
         format!("partial redundancy: {pct:.1}% of {messages} messages on {where_}{tail}")
     } else {
         format!("not redundant: only {pct:.1}% of {messages} messages on {where_}{tail}")
+    };
+    let mut verdict = if dup < 0.99 && sent_on_all * 100 >= messages * 99 {
+        // Every message was sent on every path: the copies that did not arrive in time were
+        // lost or held (an outage), not left unsent.
+        format!(
+            "redundant sending confirmed: {:.1}% of {messages} messages sent on all {npaths} paths; {carried} (within the message timeout)",
+            ratio(sent_on_all, messages) * 100.0
+        )
+    } else {
+        carried
+    };
+    if dup == 0.0 && mode == Some(MatchMode::Content) {
+        // Sessions per path whose copies differ in their bytes (a per-copy header, a send
+        // time) are matched by an application id instead.
+        verdict.push_str(
+            " — no copy matched by content: if the copies differ in their bytes but carry a \
+             message id, match by it (--app-id OFFSET:WIDTH)",
+        );
     }
+    verdict
 }

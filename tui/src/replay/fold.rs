@@ -92,6 +92,7 @@ struct Share {
 struct FlowAcc {
     messages: u64,
     on_all: u64,
+    sent_on_all: u64,
     paths: BTreeMap<String, Share>,
     spacing: Histogram<u64>,
 }
@@ -252,6 +253,7 @@ impl Fold {
         let flow = self.flows.entry(m.flow.clone()).or_insert_with(|| FlowAcc {
             messages: 0,
             on_all: 0,
+            sent_on_all: 0,
             paths: BTreeMap::new(),
             spacing: histogram(),
         });
@@ -263,6 +265,10 @@ impl Fold {
         let carried: BTreeSet<&String> = m.copies.iter().map(|c| &c.path).collect();
         if known.len() >= 2 && carried.len() == known.len() {
             flow.on_all += 1;
+        }
+        let sent = m.copies.iter().filter(|c| c.sent.is_some()).count();
+        if known.len() >= 2 && sent == known.len() {
+            flow.sent_on_all += 1;
         }
         if carried.len() == 1 && known.len() >= 2 {
             if let Some(share) = m.copies.first().and_then(|c| flow.paths.get_mut(&c.path)) {
@@ -420,7 +426,14 @@ impl Fold {
                     })
                     .collect();
                 let npaths = u32::try_from(f.paths.len()).unwrap_or(u32::MAX);
-                let verdict = redundancy_verdict(f.messages, duplication, npaths, &paths);
+                let verdict = redundancy_verdict(
+                    f.messages,
+                    duplication,
+                    npaths,
+                    &paths,
+                    f.sent_on_all,
+                    None,
+                );
                 RedundancyView {
                     flow: name.clone(),
                     mode: None,
@@ -428,7 +441,7 @@ impl Fold {
                     messages: f.messages,
                     on_all_paths: f.on_all,
                     duplication,
-                    sent_on_all_paths: 0,
+                    sent_on_all_paths: f.sent_on_all,
                     paths,
                     copy_spacing: percentiles(&f.spacing),
                     verdict,
