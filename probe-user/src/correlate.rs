@@ -35,6 +35,22 @@ pub struct CaptureHint {
     pub pair_with: Option<String>,
 }
 
+/// The labels `statements` name (a capture, or the partner it is paired with) that none of
+/// the captures `labels` has, sorted: statements that cannot apply.
+pub fn unmet_statements<'a>(
+    statements: &'a [(String, CaptureHint)],
+    labels: &[String],
+) -> Vec<&'a str> {
+    let mut v: Vec<&str> = statements
+        .iter()
+        .flat_map(|(l, h)| std::iter::once(l.as_str()).chain(h.pair_with.as_deref()))
+        .filter(|l| !labels.iter().any(|c| c == l))
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// Feeds decoded packets to an [`Engine`].
 pub struct Correlator {
     engine: Engine,

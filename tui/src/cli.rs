@@ -304,6 +304,23 @@ impl TimeoutArgs {
     }
 }
 
+/// The engine's settings for capture files (`analyze`, `replay`): the matching and timeout
+/// options and the statements' mode overrides; files may come from both ends of a path, so
+/// messages wait for captures to pair.
+pub fn files_engine_config(
+    decode: &DecodeArgs,
+    timeout: &TimeoutArgs,
+    stated: &StatedArgs,
+) -> anyhow::Result<probe_user::engine::Config> {
+    Ok(probe_user::engine::Config {
+        app_id: decode.app_id,
+        message_timeout_ns: timeout.message_timeout_ns()?,
+        mode_overrides: stated.modes.clone(),
+        await_pairing: true,
+        ..probe_user::engine::Config::default()
+    })
+}
+
 /// What the user states instead of what tboxscope infers from the traffic. Captures are named
 /// by their path label, as the report's first lines name them (a pcap file's name without
 /// its extension, a pcapng interface's name).
@@ -360,20 +377,6 @@ impl StatedArgs {
             (l.clone(), hint)
         });
         pairs.chain(hosts).chain(offsets).collect()
-    }
-
-    /// Every capture label named.
-    pub fn labels(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self
-            .pairs
-            .iter()
-            .flat_map(|(a, b)| [a.as_str(), b.as_str()])
-            .chain(self.hosts.iter().map(|(l, _)| l.as_str()))
-            .chain(self.clock_offsets.iter().map(|(l, _)| l.as_str()))
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
     }
 }
 

@@ -7,37 +7,32 @@ use std::process::ExitCode;
 use anyhow::Context;
 use probe_user::analyze::{write_record, Analyzer, FileSummary};
 use probe_user::capture::clock::WallClock;
-use probe_user::correlate::{write_engine_records, Correlator, FrameFeed};
+use probe_user::correlate::{unmet_statements, write_engine_records, Correlator, FrameFeed};
 use probe_user::dissect::DissectStats;
 use probe_user::engine::{self as tboxscope_engine, report, Config as EngineConfig};
 use probe_user::output::JsonLinesWriter;
 use serde::Serialize;
 
-use crate::cli::AnalyzeArgs;
+use crate::cli::{files_engine_config, AnalyzeArgs};
 
 /// Runs `tboxscope analyze`.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.decode.dissect_config()?;
     config.unknown_udp = args.unknown_udp;
     let mut analyzer = Analyzer::new(config);
-    let message_timeout_ns = args.timeout.message_timeout_ns()?;
     let json_target = match (&args.json, args.packets) {
         (Some(t), _) => Some(t.clone()),
         (None, true) => Some("-".to_owned()),
         (None, false) => None,
     };
     let mut correlator = Correlator::new(EngineConfig {
-        app_id: args.decode.app_id,
-        message_timeout_ns,
         // The text report shows only the summary: per-message records would be dropped.
         emit_messages: json_target.is_some(),
-        mode_overrides: args.stated.modes.clone(),
-        // Files may come from both ends of a path.
-        await_pairing: true,
-        ..EngineConfig::default()
+        ..files_engine_config(&args.decode, &args.timeout, &args.stated)?
     });
-    for (label, hint) in args.stated.captures() {
-        correlator.state(&label, hint);
+    let statements = args.stated.captures();
+    for (label, hint) in &statements {
+        correlator.state(label, hint.clone());
     }
     let ok = match json_target {
         Some(target) => {
@@ -68,12 +63,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         }
     };
     // A statement about a capture no file has was not applied: say so, and fail the run.
-    let unknown: Vec<&str> = args
-        .stated
-        .labels()
-        .into_iter()
-        .filter(|l| !analyzer.paths().iter().any(|p| p == l))
-        .collect();
+    let unknown = unmet_statements(&statements, analyzer.paths());
     if !unknown.is_empty() {
         eprintln!(
             "tboxscope: no capture is labelled {} (the captures: {}); those statements were not applied",

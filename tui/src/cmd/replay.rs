@@ -4,11 +4,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use probe_user::engine::Config as EngineConfig;
 use tboxscope::replay::{self, PacketSettings, PlayOptions};
 
 use super::live::{self, LiveOptions};
-use crate::cli::ReplayArgs;
+use crate::cli::{files_engine_config, ReplayArgs};
 
 /// CPU time (user + system) of the whole process.
 fn process_cpu() -> Duration {
@@ -50,12 +49,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     }
     let settings = PacketSettings {
         decode: args.decode.dissect_config()?,
-        engine: EngineConfig {
-            app_id: args.decode.app_id,
-            message_timeout_ns: args.timeout.message_timeout_ns()?,
-            mode_overrides: args.stated.modes.clone(),
-            ..EngineConfig::default()
-        },
+        engine: files_engine_config(&args.decode, &args.timeout, &args.stated)?,
         captures: args.stated.captures(),
     };
     let (player, mut source) = replay::start(&args.files, options, settings)?;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use probe_user::analyze::{file_name, Analyzer, PathLabels};
-use probe_user::correlate::{CaptureHint, Correlator, FrameFeed};
+use probe_user::correlate::{unmet_statements, CaptureHint, Correlator, FrameFeed};
 use probe_user::dissect::DissectConfig;
 use probe_user::engine::Config as EngineConfig;
 use probe_user::source::pcap::file::{format_of_magic, CaptureFile};
@@ -30,18 +30,6 @@ pub struct PacketSettings {
 }
 
 impl PacketSettings {
-    /// Every capture label the statements name, sorted.
-    fn stated_labels(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self
-            .captures
-            .iter()
-            .flat_map(|(l, h)| std::iter::once(l.as_str()).chain(h.pair_with.as_deref()))
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    }
-
     /// A fresh correlator for one pass over the files, with the statements applied.
     fn correlator(&self) -> Correlator {
         let mut correlator = Correlator::new(EngineConfig {
@@ -97,11 +85,7 @@ impl PacketRecording {
                 labels.id_for(file_no, &file_name(path), &iface.label);
             }
         }
-        let unknown: Vec<&str> = settings
-            .stated_labels()
-            .into_iter()
-            .filter(|l| !labels.all().iter().any(|p| p == l))
-            .collect();
+        let unknown = unmet_statements(&settings.captures, labels.all());
         if !unknown.is_empty() {
             return Err(LoadError::UnknownCapture {
                 labels: unknown.join(", "),
