@@ -243,6 +243,13 @@ struct StreamStarts {
 }
 
 impl StreamStarts {
+    /// Bytes of a stream's start that name its message: the application id's, and the
+    /// content hash's.
+    fn need(rule: Option<AppIdRule>) -> usize {
+        rule.map_or(0, |r| r.offset.saturating_add(r.width))
+            .max(tboxscope_engine::CONTENT_PREFIX)
+    }
+
     /// A STREAM frame of stream `key`; the head it completes, if it does (named on this frame).
     fn frame(
         &mut self,
@@ -252,9 +259,7 @@ impl StreamStarts {
         fin: bool,
         rule: Option<AppIdRule>,
     ) -> Option<StreamHead> {
-        let need = rule
-            .map_or(0, |r| r.offset.saturating_add(r.width))
-            .max(tboxscope_engine::CONTENT_PREFIX);
+        let need = Self::need(rule);
         let start = usize::try_from(offset).ok().filter(|o| *o < need)?;
         if data.is_empty() && !fin || self.named.contains(&key) {
             return None;
@@ -483,7 +488,18 @@ impl Dissector {
                     unknown_short += 1;
                     return;
                 }
-                let stream_heads = stream_heads(p, app_rule, capture, src.port(), starts);
+                let summary = p.summary();
+                // The frames are parsed again for their data only where a message starts.
+                let need = StreamStarts::need(app_rule);
+                let starting = summary
+                    .frames
+                    .iter()
+                    .any(|f| f.frame_type == "stream" && f.offset.unwrap_or(0) < need as u64);
+                let stream_heads = if starting {
+                    stream_heads(p, app_rule, capture, src.port(), starts)
+                } else {
+                    Vec::new()
+                };
                 quic_records += 1;
                 each(DecodedPacket {
                     ts_ns,
@@ -492,7 +508,7 @@ impl Dissector {
                     app_msg_id: None,
                     content_hash: None,
                     stream_heads,
-                    decoded: Decoded::QuicPacket(Box::new(p.summary())),
+                    decoded: Decoded::QuicPacket(Box::new(summary)),
                 })
             });
         }
