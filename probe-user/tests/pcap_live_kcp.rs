@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pcap_common::netns::{spawn_in, Lab};
+use pcap_common::netns::{capture_in, spawn_in, stop_capture, Lab};
 use pcap_common::Ng;
 use probe_user::analyze::Analyzer;
 use probe_user::dissect::{Decoded, DissectConfig};
-use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent};
+use probe_user::source::pcap::{InterfaceSpec, LiveConfig, LiveEvent};
 
 const CONV: u32 = 0x7b0c_5e11;
 
@@ -97,21 +97,7 @@ fn kcp_crate_peers_captured_live_decode_to_the_sent_messages() {
         filter: Some("udp".to_owned()),
         ..LiveConfig::default()
     };
-    let mut cap = spawn_in(&lab.tbox, move || LiveCapture::start(cfg))
-        .join()
-        .unwrap()
-        .unwrap();
-    let mut events = Vec::new();
-    let up = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < up {
-        if let Ok(ev) = cap.events().recv_timeout(Duration::from_millis(20)) {
-            let is_up = matches!(ev, LiveEvent::PathUp { .. });
-            events.push(ev);
-            if is_up {
-                break;
-            }
-        }
-    }
+    let (cap, mut events) = capture_in(&lab.tbox, cfg);
 
     let sent = messages();
     let done = Arc::new(AtomicBool::new(false));
@@ -136,11 +122,7 @@ fn kcp_crate_peers_captured_live_decode_to_the_sent_messages() {
         "the kcp crate itself delivered the messages"
     );
 
-    std::thread::sleep(Duration::from_millis(100));
-    cap.stop();
-    while let Ok(ev) = cap.events().try_recv() {
-        events.push(ev);
-    }
+    stop_capture(cap, &mut events);
 
     // Write what was captured to a pcapng file, as `capture` would, and analyze it.
     let mut ng = Ng::new(false);

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pcap_common::netns::{spawn_in, Lab};
+use pcap_common::netns::{capture_in, spawn_in, stop_capture, Lab};
 use pcap_common::Ng;
 use probe_user::analyze::Analyzer;
 use probe_user::correlate::{Correlator, FrameFeed};
@@ -21,7 +21,7 @@ use probe_user::decode::quic::{
 };
 use probe_user::dissect::{gso_segment_size, Decoded, DissectConfig};
 use probe_user::engine::{Config as EngineConfig, MatchMode};
-use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent};
+use probe_user::source::pcap::{InterfaceSpec, LiveConfig, LiveEvent};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 
 const NAME: &str = "gateway.test";
@@ -166,21 +166,7 @@ fn quinn_peers_captured_live_decode_to_the_sent_streams() {
         filter: Some("udp port 4433".to_owned()),
         ..LiveConfig::default()
     };
-    let mut cap = spawn_in(&lab.tbox, move || LiveCapture::start(cfg))
-        .join()
-        .unwrap()
-        .unwrap();
-    let mut events = Vec::new();
-    let up = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < up {
-        if let Ok(ev) = cap.events().recv_timeout(Duration::from_millis(20)) {
-            let is_up = matches!(ev, LiveEvent::PathUp { .. });
-            events.push(ev);
-            if is_up {
-                break;
-            }
-        }
-    }
+    let (cap, mut events) = capture_in(&lab.tbox, cfg);
 
     let sent = messages();
     let ck = rcgen::generate_simple_self_signed(vec![NAME.to_owned()]).unwrap();
@@ -205,11 +191,7 @@ fn quinn_peers_captured_live_decode_to_the_sent_streams() {
         .collect();
     assert_eq!(received, expected, "quinn itself delivered the streams");
 
-    std::thread::sleep(Duration::from_millis(100));
-    cap.stop();
-    while let Ok(ev) = cap.events().try_recv() {
-        events.push(ev);
-    }
+    stop_capture(cap, &mut events);
     let mut ng = Ng::new(false);
     ng.idb(1, 65535, Some("5G"), Some(9));
     let mut frames = Vec::new();
@@ -349,18 +331,7 @@ fn two_connections_one_per_path_match_by_content() {
         filter: Some("udp port 4433".to_owned()),
         ..LiveConfig::default()
     };
-    let mut cap = spawn_in(&lab.tbox, move || LiveCapture::start(cfg))
-        .join()
-        .unwrap()
-        .unwrap();
-    let mut events = Vec::new();
-    let (mut up, until) = (0, Instant::now() + Duration::from_secs(5));
-    while up < 2 && Instant::now() < until {
-        if let Ok(ev) = cap.events().recv_timeout(Duration::from_millis(20)) {
-            up += usize::from(matches!(ev, LiveEvent::PathUp { .. }));
-            events.push(ev);
-        }
-    }
+    let (cap, mut events) = capture_in(&lab.tbox, cfg);
 
     const N: usize = 60;
     let sent: Vec<Vec<u8>> = (0..N)
@@ -412,11 +383,7 @@ fn two_connections_one_per_path_match_by_content() {
         );
     }
 
-    std::thread::sleep(Duration::from_millis(100));
-    cap.stop();
-    while let Ok(ev) = cap.events().try_recv() {
-        events.push(ev);
-    }
+    stop_capture(cap, &mut events);
     let mut ng = Ng::new(false);
     for name in labels {
         ng.idb(1, 65535, Some(name), Some(9));
