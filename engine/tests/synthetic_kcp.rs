@@ -47,11 +47,23 @@ fn rtt(p: usize, i: u32) -> u64 {
     }
 }
 
+/// Path labels, the T-Box's address on each path, and the gateway's, of the dual-send traces.
+const LABELS: [&str; 2] = ["eth0", "eth1"];
+const TBOX: [&str; 2] = ["10.0.0.2:40000", "10.1.0.2:40001"];
+const GW: &str = "192.0.2.1:4000";
+
+/// A segment of a dual-send trace as the T-Box's capture of path `p` sees it: data out to the
+/// gateway, ACKs back from it.
+fn at_tbox(p: usize, ts: u64, cmd: KcpCmd, sn: u32, kts: u32, len: u32) -> Observation {
+    let (src, dst) = match cmd {
+        KcpCmd::Ack => (GW, TBOX[p]),
+        _ => (TBOX[p], GW),
+    };
+    seg(ts, LABELS[p], p as u16, src, dst, cmd, sn, kts, len)
+}
+
 #[test]
 fn kcp_dual_send_seen_from_tbox_gives_time_to_first_ack() {
-    let labels = ["eth0", "eth1"];
-    let tbox = ["10.0.0.2:40000", "10.1.0.2:40001"];
-    let gw = "192.0.2.1:4000";
     let mut obs = vec![
         capture(0, "t-eth0", "eth0", Host::Tbox, None),
         capture(1, "t-eth1", "eth1", Host::Tbox, None),
@@ -62,50 +74,20 @@ fn kcp_dual_send_seen_from_tbox_gives_time_to_first_ack() {
     for i in 0..N {
         let base = T0 + 1_000_000_000 + u64::from(i) * GAP;
         let mut t = [(0, 0); 2];
-        for p in 0..2 {
+        for (p, tp) in t.iter_mut().enumerate() {
             let send = base + p as u64 * 50_000;
             let kts = (send / 1_000_000) as u32;
-            obs.push(seg(
-                send,
-                labels[p],
-                p as u16,
-                tbox[p],
-                gw,
-                KcpCmd::Push,
-                i,
-                kts,
-                600,
-            ));
+            obs.push(at_tbox(p, send, KcpCmd::Push, i, kts, 600));
             let mut acked_send = send;
             if p == 0 && i % 50 == 3 {
                 // Lost on eth0; KCP retransmits on eth0 after 200 ms.
                 acked_send = send + 200_000_000;
-                obs.push(seg(
-                    acked_send,
-                    labels[p],
-                    p as u16,
-                    tbox[p],
-                    gw,
-                    KcpCmd::Push,
-                    i,
-                    kts + 200,
-                    600,
-                ));
+                obs.push(at_tbox(p, acked_send, KcpCmd::Push, i, kts + 200, 600));
                 retrans += 1;
             }
             let ack = acked_send + rtt(p, i);
-            obs.push(seg(
-                ack,
-                labels[p],
-                p as u16,
-                gw,
-                tbox[p],
-                KcpCmd::Ack,
-                i,
-                kts,
-                0,
-            ));
-            t[p] = (send, ack);
+            obs.push(at_tbox(p, ack, KcpCmd::Ack, i, kts, 0));
+            *tp = (send, ack);
         }
         truth.push(t);
     }
@@ -176,9 +158,6 @@ fn kcp_dual_send_seen_from_tbox_gives_time_to_first_ack() {
 /// T-Box does duplicate, and the verdict says so before what became of the copies.
 #[test]
 fn copies_sent_on_both_paths_are_told_from_copies_that_arrived() {
-    let labels = ["eth0", "eth1"];
-    let tbox = ["10.0.0.2:40000", "10.1.0.2:40001"];
-    let gw = "192.0.2.1:4000";
     let mut obs = vec![
         capture(0, "t-eth0", "eth0", Host::Tbox, None),
         capture(1, "t-eth1", "eth1", Host::Tbox, None),
@@ -189,41 +168,14 @@ fn copies_sent_on_both_paths_are_told_from_copies_that_arrived() {
         let kts = (send / 1_000_000) as u32;
         for p in 0..2 {
             let at = send + p as u64 * 50_000;
-            obs.push(seg(
-                at,
-                labels[p],
-                p as u16,
-                tbox[p],
-                gw,
-                KcpCmd::Push,
-                i,
-                kts,
-                600,
-            ));
+            obs.push(at_tbox(p, at, KcpCmd::Push, i, kts, 600));
             if p == 0 && swallowed.contains(&i) {
                 continue;
             }
-            let ack = at + rtt(p, i);
-            obs.push(seg(
-                ack,
-                labels[p],
-                p as u16,
-                gw,
-                tbox[p],
-                KcpCmd::Ack,
-                i,
-                kts,
-                0,
-            ));
+            obs.push(at_tbox(p, at + rtt(p, i), KcpCmd::Ack, i, kts, 0));
         }
     }
-    let obs = sorted(obs);
-    let end = obs.last().unwrap().ts_ns();
-    let mut e = Engine::new(Config::default());
-    for o in obs {
-        e.handle(o);
-    }
-    let s = e.finish(end + 1);
+    let s = run(obs, Config::default());
     let red = &s.redundancy[0];
     assert_eq!(red.messages, u64::from(N));
     assert_eq!(red.on_all_paths, u64::from(N) - 200);

@@ -14,8 +14,7 @@ mod common;
 
 use common::*;
 use tboxscope_engine::{
-    Config, Engine, FlowSummary, Host, KcpCmd, KcpSegment, MatchMode, Observation, QuicPacket,
-    StreamRange, Summary,
+    Config, FlowSummary, Host, KcpCmd, KcpSegment, MatchMode, Observation, QuicPacket, StreamRange,
 };
 
 const N: u64 = 300;
@@ -26,15 +25,6 @@ const DELAY: [u64; 2] = [40 * MS, 25 * MS];
 const LABELS: [(&str, &str); 2] = [("eth0", "g0"), ("eth1", "g1")];
 const TBOX: [&str; 2] = ["10.40.0.2:50000", "10.50.0.2:50001"];
 const GW: [&str; 2] = ["10.40.0.1:7401", "10.50.0.1:7401"];
-
-fn run(obs: Vec<Observation>, cfg: Config) -> Summary {
-    let mut e = Engine::new(cfg);
-    let end = obs.iter().map(Observation::ts_ns).max().unwrap_or(T0);
-    for o in sorted(obs) {
-        e.handle(o);
-    }
-    e.finish(end + 1)
-}
 
 /// Runs a trace of one session per path and checks what such traces must give: one flow with
 /// messages, matched in `mode`, all N on both paths, and first send → first arrival = path B's

@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 
 use tboxscope_engine::latency::LatencyHist;
-use tboxscope_engine::{CaptureId, Host, MessageRecord, Observation, PacketMeta, Record};
+use tboxscope_engine::{
+    CaptureId, Config, Engine, Host, MessageRecord, Observation, PacketMeta, Record, Summary,
+};
 
 pub const T0: u64 = 1_796_000_000_000_000_000;
 
@@ -87,4 +89,14 @@ pub fn messages(records: &[Record]) -> Vec<&MessageRecord> {
             _ => None,
         })
         .collect()
+}
+
+/// Feeds `obs` in time order to a fresh engine and finishes the run just after the last one.
+pub fn run(obs: Vec<Observation>, cfg: Config) -> Summary {
+    let mut e = Engine::new(cfg);
+    let end = obs.iter().map(Observation::ts_ns).max().unwrap_or(T0);
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    e.finish(end + 1)
 }
