@@ -283,12 +283,16 @@ impl Engine {
         if now >= self.win.end {
             self.roll_window();
         }
-        while let Some((m, evicted)) = self.msgs.pop_due(now) {
-            self.close_message(m, evicted);
+        if self.msgs.any_due(now) {
+            while let Some((m, evicted)) = self.msgs.pop_due(now) {
+                self.close_message(m, evicted);
+            }
         }
         self.check_outages(now);
-        for o in self.outages.due(now, self.cfg.message_timeout_ns) {
-            self.push_record(Record::Outage(o));
+        if self.outages.any_waiting() {
+            for o in self.outages.due(now, self.cfg.message_timeout_ns) {
+                self.push_record(Record::Outage(o));
+            }
         }
     }
 
@@ -515,7 +519,10 @@ impl Engine {
                 self.delay_sample(sender, receiver);
             }
         }
-        if let Some(slot) = r.slot {
+        // A message just opened by an outgoing copy waits at least for that copy's
+        // acknowledgment or arrival: it cannot be complete yet.
+        let just_sent = r.new_message && a.dir == Dir::Out;
+        if let Some(slot) = r.slot.filter(|_| !just_sent) {
             self.maybe_complete(a.flow, slot);
         }
         r

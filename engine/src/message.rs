@@ -617,6 +617,12 @@ impl MessageStore {
         }
     }
 
+    /// Whether [`MessageStore::pop_due`] may have a message for `now` (cheap, inlined).
+    #[inline]
+    pub fn any_due(&self, now: u64) -> bool {
+        self.open > self.max_open || self.expiry.front().is_some_and(|d| d.deadline <= now)
+    }
+
     /// Next message whose timeout passed at `now`, or the oldest one while over the bound
     /// (the flag says which).
     pub fn pop_due(&mut self, now: u64) -> Option<(OpenMessage, bool)> {

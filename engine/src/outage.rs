@@ -102,6 +102,12 @@ impl OutageBook {
             .any(|o| o.rec.start_ns <= t && o.rec.end_ns.is_none_or(|e| t <= e))
     }
 
+    /// Whether closed outages wait to be emitted ([`OutageBook::due`] has something to check).
+    #[inline]
+    pub fn any_waiting(&self) -> bool {
+        self.closed_waiting > 0
+    }
+
     /// Closed outages whose end is older than `now − settle_ns`, not yet emitted.
     pub fn due(&mut self, now: u64, settle_ns: u64) -> Vec<OutageRecord> {
         let mut v = Vec::new();

@@ -89,7 +89,16 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
     /// Removes the packet `seq` of group `g`.
     pub fn remove(&mut self, g: G, seq: u64) -> Option<V> {
         let ring = self.ring(g)?;
-        let i = ring.binary_search_by(|x| x.0.cmp(&seq)).ok()?;
+        // Acknowledgments mostly come in order: the oldest, or one already gone.
+        let (first, last) = (ring.front()?.0, ring.back()?.0);
+        if seq < first || seq > last {
+            return None;
+        }
+        let i = if seq == first {
+            0
+        } else {
+            ring.binary_search_by(|x| x.0.cmp(&seq)).ok()?
+        };
         let (_, v) = ring.remove(i)?;
         self.len -= 1;
         Some(v)
