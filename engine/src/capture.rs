@@ -264,6 +264,40 @@ impl CaptureTable {
         self.caps.get(&id).map_or(0, |c| c.offset_ns)
     }
 
+    /// [`CaptureTable::offset`] and [`CaptureTable::dir_by_role`] (or `dir` where that has
+    /// none) of a sighting, with one lookup of the capture.
+    #[inline]
+    pub fn offset_and_dir(&self, id: CaptureId, up: Option<bool>, dir: Dir) -> (i64, Dir) {
+        let Some(c) = self.caps.get(&id) else {
+            return (0, dir);
+        };
+        if !c.point.local_addrs.is_empty() {
+            return (c.offset_ns, dir);
+        }
+        let host = match c.host {
+            Host::Unknown if c.paired.is_none() => Host::Tbox,
+            h => h,
+        };
+        let d = match (host, up) {
+            (Host::Tbox, Some(up)) => {
+                if up {
+                    Dir::Out
+                } else {
+                    Dir::In
+                }
+            }
+            (Host::Gateway, Some(up)) => {
+                if up {
+                    Dir::In
+                } else {
+                    Dir::Out
+                }
+            }
+            _ => dir,
+        };
+        (c.offset_ns, d)
+    }
+
     /// Direction of a packet at this capture.
     pub fn dir(&self, id: CaptureId, src: &SocketAddr, dst: &SocketAddr) -> Dir {
         self.caps

@@ -11,7 +11,7 @@ use crate::config::{Config, MatchMode};
 use crate::flow::{FlowKey, FlowRef, FlowTable};
 use crate::hol::IncidentBook;
 use crate::input::{CaptureId, Host, Observation, PacketMeta};
-use crate::latency::{LatencyHist, WindowedHist, PATH_SIGFIG};
+use crate::latency::{LatencyHist, Remainder, WindowedHist, PATH_SIGFIG};
 use crate::message::{MessageStore, OpenMessage, ResolvedCopy, SightArgs, SightResult};
 use crate::outage::OutageBook;
 use crate::paths::{PathIdx, PathTable};
@@ -68,7 +68,8 @@ pub struct Engine {
     pub(crate) outages: OutageBook,
     pub(crate) combined: WindowedHist,
     pub(crate) during_outage: LatencyHist,
-    pub(crate) outside_outage: LatencyHist,
+    /// The combined latencies outside outages: the whole run's less `during_outage`.
+    pub(crate) outside_outage: Remainder,
     /// Request → response times (replies carrying the request's application id).
     pub(crate) request_response: LatencyHist,
     pub(crate) one_way_messages: u64,
@@ -119,7 +120,7 @@ impl Engine {
             outages: OutageBook::new(cfg.max_incidents),
             combined: WindowedHist::new(cfg.max_latency_us, PATH_SIGFIG, cfg.window_history),
             during_outage: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
-            outside_outage: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
+            outside_outage: Remainder::default(),
             request_response: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
             one_way_messages: 0,
             ack_messages: 0,
@@ -626,16 +627,13 @@ impl Engine {
             }
             return;
         };
-        let kind = OpenMessage::kind(copies);
-        let arrived_min = copies.iter().filter_map(|c| c.arrived).min();
-        let sent_min = copies.iter().filter_map(|c| c.sent).min();
+        let sum = CopySummary::of(copies);
+        let kind = sum.kind();
+        let arrived_min = sum.arrivals.lo();
+        let sent_min = sum.sends.lo();
         let delivered = arrived_min.is_some();
         let observable = flow.delivered_any || delivered;
-        let winner = copies
-            .iter()
-            .filter(|c| c.arrived.is_some())
-            .min_by_key(|c| c.arrived)
-            .map(|c| c.path);
+        let winner = sum.winner;
         let latency_us = match (arrived_min, sent_min) {
             (Some(a), Some(s)) => a.checked_sub(s).map(|d| d / 1000),
             _ => None,
@@ -645,20 +643,17 @@ impl Engine {
         // A path carried the message if its copy arrived (or, where arrivals cannot be
         // observed in this flow, if the copy was seen at all).
         let got = |c: &ResolvedCopy| c.arrived.is_some() || (!observable && c.sent.is_some());
-        let carried: u64 = copies
-            .iter()
-            .filter(|c| c.path < 64 && got(c))
-            .fold(0, |acc, c| acc | (1 << c.path));
+        let carried = if observable {
+            sum.arrived_mask
+        } else {
+            sum.seen_mask
+        };
         let on_all = npaths >= 2 && carried & mask == mask;
         flow.messages += 1;
         if on_all {
             flow.on_all += 1;
         }
-        let sent: u64 = copies
-            .iter()
-            .filter(|c| c.path < 64 && c.sent.is_some())
-            .fold(0, |acc, c| acc | (1 << c.path));
-        if npaths >= 2 && sent & mask == mask {
+        if npaths >= 2 && sum.sent_mask & mask == mask {
             flow.sent_on_all += 1;
         }
         for c in copies.iter().filter(|c| got(c)) {
@@ -675,14 +670,13 @@ impl Engine {
             flow.record_latency(l, max_us);
         }
         // Spacing of the copies: between arrivals when two or more arrived, else between sends.
-        let (arrivals, arrival_spread) = spread(copies, |c| c.arrived);
-        let (n, spread_ns) = if arrivals >= 2 {
-            (arrivals, arrival_spread)
+        let spacing = if sum.arrivals.n >= 2 {
+            sum.arrivals
         } else {
-            spread(copies, |c| c.sent)
+            sum.sends
         };
-        if n >= 2 {
-            flow.record_spacing(spread_ns / 1000, max_us);
+        if spacing.n >= 2 {
+            flow.record_spacing(spacing.spread() / 1000, max_us);
         }
         if delivered || !observable {
             flow.amp.unique += m.bytes;
@@ -742,7 +736,7 @@ impl Engine {
             if self.outages.any_covering(m.first_ns) {
                 self.during_outage.record(l);
             } else {
-                self.outside_outage.record(l);
+                self.outside_outage.note(&self.combined.total, l);
             }
             match kind {
                 LatencyKind::OneWay => self.one_way_messages += 1,
@@ -885,15 +879,95 @@ impl Engine {
     }
 }
 
-/// How many copies have the time `t`, and the spread between the earliest and the latest.
-fn spread(copies: &[ResolvedCopy], t: impl Fn(&ResolvedCopy) -> Option<u64>) -> (u32, u64) {
-    let (mut n, mut lo, mut hi) = (0u32, u64::MAX, 0u64);
-    for x in copies.iter().filter_map(t) {
-        n += 1;
-        lo = lo.min(x);
-        hi = hi.max(x);
+/// How many copies have a time (of sending, or of arrival), the earliest and the latest.
+#[derive(Clone, Copy, Debug)]
+struct Times {
+    n: u32,
+    lo: u64,
+    hi: u64,
+}
+
+impl Times {
+    const NONE: Times = Times {
+        n: 0,
+        lo: u64::MAX,
+        hi: 0,
+    };
+
+    fn add(&mut self, t: u64) {
+        self.n += 1;
+        self.lo = self.lo.min(t);
+        self.hi = self.hi.max(t);
     }
-    (n, hi.saturating_sub(lo))
+
+    /// The earliest, if any.
+    fn lo(&self) -> Option<u64> {
+        (self.n > 0).then_some(self.lo)
+    }
+
+    /// Between the earliest and the latest.
+    fn spread(&self) -> u64 {
+        self.hi.saturating_sub(self.lo)
+    }
+}
+
+/// What a closed message's copies add up to, in one pass over them.
+struct CopySummary {
+    arrivals: Times,
+    sends: Times,
+    /// The path whose copy arrived first (the first such copy on a tie).
+    winner: Option<PathIdx>,
+    /// Paths (below 64) whose copy arrived; seen at all; seen sent.
+    arrived_mask: u64,
+    seen_mask: u64,
+    sent_mask: u64,
+    /// Some copy's arrival is its acknowledgment; some other copy has a one-way latency.
+    any_by_ack: bool,
+    any_one_way: bool,
+}
+
+impl CopySummary {
+    fn of(copies: &[ResolvedCopy]) -> Self {
+        let mut s = CopySummary {
+            arrivals: Times::NONE,
+            sends: Times::NONE,
+            winner: None,
+            arrived_mask: 0,
+            seen_mask: 0,
+            sent_mask: 0,
+            any_by_ack: false,
+            any_one_way: false,
+        };
+        for c in copies {
+            let bit = if c.path < 64 { 1u64 << c.path } else { 0 };
+            if let Some(a) = c.arrived {
+                if s.arrivals.lo().is_none_or(|lo| a < lo) {
+                    s.winner = Some(c.path);
+                }
+                s.arrivals.add(a);
+                s.arrived_mask |= bit;
+            }
+            if let Some(t) = c.sent {
+                s.sends.add(t);
+                s.sent_mask |= bit;
+            }
+            if c.arrived.is_some() || c.sent.is_some() {
+                s.seen_mask |= bit;
+            }
+            s.any_by_ack |= c.by_ack;
+            s.any_one_way |= !c.by_ack && c.latency_us().is_some();
+        }
+        s
+    }
+
+    /// [`OpenMessage::kind`] of the copies.
+    fn kind(&self) -> LatencyKind {
+        if self.any_by_ack && !self.any_one_way {
+            LatencyKind::AckRtt
+        } else {
+            LatencyKind::OneWay
+        }
+    }
 }
 
 /// a / b, 0 when b is 0.

@@ -241,6 +241,9 @@ impl OpenMessage {
         let full = self.frags_full();
         out.clear();
         out.extend(self.copies.iter().map(|c| {
+            if let [s] = c.sightings.as_slice() {
+                return Self::resolve_one(c, s, full, caps);
+            }
             let mut sent: Option<u64> = None;
             let mut arrived: Option<u64> = None;
             let mut unknown: Vec<(u64, u64, bool)> = Vec::new();
@@ -296,6 +299,36 @@ impl OpenMessage {
                 transmissions,
             }
         }));
+    }
+
+    /// [`OpenMessage::resolve_into`] for a copy seen at one capture (the common case): the
+    /// same result, with one lookup of the capture.
+    fn resolve_one(c: &CopyState, s: &Sighting, full: u64, caps: &CaptureTable) -> ResolvedCopy {
+        let (off, dir) = caps.offset_and_dir(s.capture, s.up, s.dir);
+        let first = shifted(s.first_ns, off);
+        let (sent, mut arrived) = match dir {
+            Dir::Out => (Some(first), None),
+            Dir::In => (
+                None,
+                (s.frags & full == full).then(|| shifted(s.complete_ns, off)),
+            ),
+            // Alone, a copy of unknown direction is a send.
+            Dir::Unknown => (Some(first), None),
+        };
+        let mut by_ack = false;
+        if arrived.is_none() {
+            if let (Some(a), Some(_)) = (c.ack_ns, sent) {
+                arrived = Some(a);
+                by_ack = true;
+            }
+        }
+        ResolvedCopy {
+            path: c.path,
+            sent,
+            arrived,
+            by_ack,
+            transmissions: s.count,
+        }
     }
 
     /// The latency kind its copies give.

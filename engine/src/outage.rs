@@ -94,6 +94,7 @@ impl OutageBook {
     }
 
     /// Whether any path was in outage at `t`.
+    #[inline]
     pub fn any_covering(&self, t: u64) -> bool {
         self.history
             .iter()
