@@ -23,6 +23,8 @@ use crate::FastMap as HashMap;
 const MIN_UNANSWERED_SENDS: u32 = 3;
 /// ACKs remembered until seen at the other end of their path.
 const MAX_ECHOES: usize = 4096;
+/// Address pairs whose flow is known to be remembered, without a lookup.
+const TUPLES_KNOWN: usize = 64;
 
 /// Accumulators for the current window.
 #[derive(Clone, Debug, Default)]
@@ -92,6 +94,9 @@ pub struct Engine {
     /// Address pair → flow, to attribute overhead packets (bounded).
     /// (keyed by the pair's [`crate::matcher::tuple_hash`], which every packet carries).
     pub(crate) tuple_flows: HashMap<u64, FlowKey>,
+    /// Address pairs known to be in `tuple_flows`, direct-mapped by their low bits (each
+    /// packet's pair is remembered; most were already).
+    tuples_known: [Option<u64>; TUPLES_KNOWN],
     /// Scratch for KCP segments acknowledged by una (sn, segment).
     pub(crate) una_done: Vec<(u64, crate::matcher::kcp::Unacked)>,
     /// Scratch for QUIC packets acknowledged by one ACK packet, and each one's ACK delay.
@@ -139,6 +144,7 @@ impl Engine {
             resolved: Vec::new(),
             quic_parts: Vec::new(),
             tuple_flows: HashMap::default(),
+            tuples_known: [None; TUPLES_KNOWN],
             una_done: Vec::new(),
             quic_acked: (Vec::new(), Vec::new()),
             echoes: HashMap::default(),
@@ -159,12 +165,13 @@ impl Engine {
         self.observations += 1;
         match obs {
             Observation::Capture(c) => self.on_capture(c),
-            Observation::Datagram(d) => self.on_datagram(&d),
-            Observation::Kcp(k) => self.on_kcp(&k),
-            Observation::Quic(q) => self.on_quic(&q),
-            Observation::TcpSegment(t) => self.on_tcp_segment(&t),
-            Observation::Tcp(t) => self.on_tcp_event(&t),
-            Observation::Overhead(o) => self.on_overhead(&o),
+            // (Borrowed where they are read only: moving one out of `obs` is a copy.)
+            Observation::Datagram(ref d) => self.on_datagram(d),
+            Observation::Kcp(ref k) => self.on_kcp(k),
+            Observation::Quic(ref q) => self.on_quic(q),
+            Observation::TcpSegment(ref t) => self.on_tcp_segment(t),
+            Observation::Tcp(ref t) => self.on_tcp_event(t),
+            Observation::Overhead(ref o) => self.on_overhead(o),
         }
     }
 
@@ -308,7 +315,7 @@ impl Engine {
         let known = self
             .caps
             .get_mut(meta.capture)
-            .filter(|c| *c.point.path == *meta.path)
+            .and_then(|c| c.own_label(&meta.path).then_some(c))
             .map(|c| {
                 c.packets += 1;
                 facts(c)
@@ -850,10 +857,16 @@ impl Engine {
     /// Remembers which flow an address pair belongs to (for overhead packets); `tuple` is the
     /// pair's [`crate::matcher::tuple_hash`].
     pub(crate) fn remember_tuple(&mut self, tuple: u64, key: &FlowKey) {
-        if self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16) {
+        let full = self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16);
+        if !full && self.tuples_known[(tuple as usize) % TUPLES_KNOWN] == Some(tuple) {
+            return;
+        }
+        if full {
             self.tuple_flows.clear();
+            self.tuples_known = [None; TUPLES_KNOWN];
         }
         self.tuple_flows.entry(tuple).or_insert_with(|| key.clone());
+        self.tuples_known[(tuple as usize) % TUPLES_KNOWN] = Some(tuple);
     }
 
     fn on_overhead(&mut self, o: &crate::input::Overhead) {
