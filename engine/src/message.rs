@@ -240,6 +240,13 @@ impl OpenMessage {
     pub fn resolve_into(&self, caps: &CaptureTable, out: &mut Vec<ResolvedCopy>) {
         let full = self.frags_full();
         out.clear();
+        // The common case: one copy, seen at one capture.
+        if let [c] = self.copies.as_slice() {
+            if let [s] = c.sightings.as_slice() {
+                out.push(Self::resolve_one(c, s, full, caps));
+                return;
+            }
+        }
         out.extend(self.copies.iter().map(|c| {
             if let [s] = c.sightings.as_slice() {
                 return Self::resolve_one(c, s, full, caps);
@@ -303,6 +310,7 @@ impl OpenMessage {
 
     /// [`OpenMessage::resolve_into`] for a copy seen at one capture (the common case): the
     /// same result, with one lookup of the capture.
+    #[inline]
     fn resolve_one(c: &CopyState, s: &Sighting, full: u64, caps: &CaptureTable) -> ResolvedCopy {
         let (off, dir) = caps.offset_and_dir(s.capture, s.up, s.dir);
         let first = shifted(s.first_ns, off);
