@@ -856,11 +856,18 @@ impl Engine {
 
     /// Remembers which flow an address pair belongs to (for overhead packets); `tuple` is the
     /// pair's [`crate::matcher::tuple_hash`].
+    #[inline]
     pub(crate) fn remember_tuple(&mut self, tuple: u64, key: &FlowKey) {
         let full = self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16);
         if !full && self.tuples_known[(tuple as usize) % TUPLES_KNOWN] == Some(tuple) {
             return;
         }
+        self.remember_new_tuple(tuple, key, full);
+    }
+
+    /// [`Engine::remember_tuple`] for a pair not known to be remembered.
+    #[cold]
+    fn remember_new_tuple(&mut self, tuple: u64, key: &FlowKey, full: bool) {
         if full {
             self.tuple_flows.clear();
             self.tuples_known = [None; TUPLES_KNOWN];

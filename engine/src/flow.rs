@@ -67,6 +67,20 @@ impl FlowKey {
         }
     }
 
+    /// `self == other`, the commonest keys compared inline.
+    #[inline]
+    fn same(&self, other: &FlowKey) -> bool {
+        match (self, other) {
+            (FlowKey::Kcp { conv: a }, FlowKey::Kcp { conv: b }) => a == b,
+            (FlowKey::Quic { conn: a }, FlowKey::Quic { conn: b })
+                if std::sync::Arc::ptr_eq(a, b) =>
+            {
+                true
+            }
+            _ => self == other,
+        }
+    }
+
     /// Protocol name.
     pub fn protocol(&self) -> &'static str {
         match self {
@@ -208,6 +222,7 @@ impl Flow {
     }
 
     /// Counters for `path`, created on first use.
+    #[inline]
     pub fn path_counters(&mut self, path: PathIdx) -> &mut PathCounters {
         let pos = match self.per_path.iter().position(|c| c.path == path) {
             Some(p) => p,
@@ -286,7 +301,7 @@ impl FlowTable {
         let quick = key.quick() % RECENT_FLOWS;
         let recent = self.recent[quick];
         let known = match self.slab.get(recent) {
-            Some(Some(f)) if f.key == *key => Some(recent),
+            Some(Some(f)) if f.key.same(key) => Some(recent),
             _ => self.index.get(key).copied(),
         };
         if let Some(slot) = known {
