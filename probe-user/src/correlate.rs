@@ -51,9 +51,22 @@ pub fn unmet_statements<'a>(
     v
 }
 
-/// Feeds decoded packets to an [`Engine`].
-pub struct Correlator {
-    engine: Engine,
+/// Where a [`Correlator`] hands its observations: the engine itself, or the engine's own
+/// thread ([`crate::pipeline::EngineThread`]).
+pub trait ObservationSink {
+    /// Takes one observation, in order.
+    fn handle(&mut self, obs: Observation);
+}
+
+impl ObservationSink for Engine {
+    fn handle(&mut self, obs: Observation) {
+        Engine::handle(self, obs);
+    }
+}
+
+/// Feeds decoded packets to an [`Engine`] (or to another [`ObservationSink`]).
+pub struct Correlator<S = Engine> {
+    sink: S,
     /// Path label → capture id announced to the engine (a few labels: searched in order).
     captures: Vec<(Arc<str>, CaptureId)>,
     /// Labels handed to the engine, one shared copy each.
@@ -69,14 +82,48 @@ pub struct Correlator {
 impl Correlator {
     /// A correlator around a fresh engine.
     pub fn new(config: Config) -> Self {
+        Self::with_sink(Engine::new(config))
+    }
+
+    /// The engine (for snapshots, records and the summary).
+    pub fn engine(&self) -> &Engine {
+        &self.sink
+    }
+
+    /// The engine, mutably (to drain records or finish).
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.sink
+    }
+}
+
+impl<S: ObservationSink> Correlator<S> {
+    /// A correlator handing its observations to `sink`.
+    pub fn with_sink(sink: S) -> Self {
         Self {
-            engine: Engine::new(config),
+            sink,
             captures: Vec::new(),
             labels: Vec::new(),
             quic_labels: HashMap::new(),
             expected: Vec::new(),
             hints: Vec::new(),
         }
+    }
+
+    /// [`Correlator::state`] for each of `statements` (capture label, what is stated).
+    pub fn state_all(&mut self, statements: &[(String, CaptureHint)]) {
+        for (label, hint) in statements {
+            self.state(label, hint.clone());
+        }
+    }
+
+    /// The sink, mutably.
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.sink
+    }
+
+    /// Gives the sink back (the correlator is done).
+    pub fn into_sink(self) -> S {
+        self.sink
     }
 
     /// States facts about the capture whose path label is `label` (host, clock offset, the
@@ -96,16 +143,6 @@ impl Correlator {
         known.pair_with = hint.pair_with.or(known.pair_with.take());
     }
 
-    /// The engine (for snapshots, records and the summary).
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// The engine, mutably (to drain records or finish).
-    pub fn engine_mut(&mut self) -> &mut Engine {
-        &mut self.engine
-    }
-
     /// Declares a capture point explicitly (host, local addresses, clock offset); packets on
     /// `point.path` then use its id.
     pub fn declare(&mut self, point: CapturePoint) {
@@ -114,13 +151,13 @@ impl Correlator {
             Some(c) => c.1 = point.capture,
             None => self.captures.push((label, point.capture)),
         }
-        self.engine.handle(Observation::Capture(point));
+        self.sink.handle(Observation::Capture(point));
     }
 
     /// Path labels the input will carry (every file's interfaces, every live interface), so
     /// that the engine knows from the first packet on that a flow may show a second path;
     /// declared with the next packet's time.
-    pub fn expect_paths<S: AsRef<str>>(&mut self, labels: &[S]) {
+    pub fn expect_paths<L: AsRef<str>>(&mut self, labels: &[L]) {
         for l in labels {
             let l = l.as_ref();
             let known = self.captures.iter().any(|(c, _)| **c == *l);
@@ -152,7 +189,7 @@ impl Correlator {
         packet: &DecodedPacket,
     ) {
         let obs = self.observation(path, frame_len, first_in_frame, packet);
-        self.engine.handle(obs);
+        self.sink.handle(obs);
     }
 
     /// What [`Correlator::observe`] hands the engine, without handing it (capture points are
@@ -185,7 +222,7 @@ impl Correlator {
         packet: &DecodedPacket,
     ) {
         let obs = self.capture_observation(capture, path, frame_len, first_in_frame, packet);
-        self.engine.handle(obs);
+        self.sink.handle(obs);
     }
 
     fn capture_observation(
@@ -261,13 +298,17 @@ pub struct FrameFeed {
 
 impl FrameFeed {
     /// Feeds one record.
-    pub fn observe(&mut self, correlator: &mut Correlator, r: &Record<'_>) {
+    pub fn observe<S: ObservationSink>(&mut self, correlator: &mut Correlator<S>, r: &Record<'_>) {
         let obs = self.observation(correlator, r);
-        correlator.engine_mut().handle(obs);
+        correlator.sink_mut().handle(obs);
     }
 
     /// What [`FrameFeed::observe`] hands the engine, without handing it.
-    pub fn observation(&mut self, correlator: &mut Correlator, r: &Record<'_>) -> Observation {
+    pub fn observation<S: ObservationSink>(
+        &mut self,
+        correlator: &mut Correlator<S>,
+        r: &Record<'_>,
+    ) -> Observation {
         // Records of one frame come together; the file name's address tells files apart.
         let key = (r.file.as_ptr() as usize, r.frame);
         let first = self.last_frame != Some(key);
