@@ -46,7 +46,8 @@ use std::time::{Duration, Instant};
 use probe_user::analyze::Analyzer;
 use probe_user::correlate::{Correlator, FrameFeed};
 use probe_user::dissect::{DissectConfig, DissectStats};
-use probe_user::engine::Config as EngineConfig;
+use probe_user::engine::{Config as EngineConfig, Engine};
+use probe_user::pipeline::decode_and_match;
 use probe_user::source::pcap::{
     CaptureFile, FileReading, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
 };
@@ -465,27 +466,60 @@ fn decode_in_process_with(
 /// `message` record per message, as `tboxscope analyze --json` does; without, as the text
 /// report does.
 fn decode_with_engine(file: &Path, config: &DissectConfig, messages: bool) -> (f64, f64) {
+    decode_and_match_timed(file, config, messages, false)
+}
+
+/// Decodes `file` and matches it as `tboxscope analyze` does (its text report when `messages`
+/// is false), the engine on its own thread with `own_thread`; returns (wall s, CPU s of the
+/// whole process: both threads).
+fn decode_and_match_timed(
+    file: &Path,
+    config: &DissectConfig,
+    messages: bool,
+    own_thread: bool,
+) -> (f64, f64) {
     let mut analyzer = Analyzer::new(config.clone());
-    let mut correlator = Correlator::new(EngineConfig {
+    let engine = Engine::new(EngineConfig {
         emit_messages: messages,
         ..EngineConfig::default()
     });
-    let mut feed = FrameFeed::default();
-    let (t, cpu0) = (Instant::now(), thread_cpu_ns());
-    analyzer
-        .run_file(file, &mut |r| {
-            feed.observe(&mut correlator, &r);
-            correlator.engine_mut().drain_records().for_each(drop);
-            Ok::<(), ()>(())
-        })
-        .unwrap()
-        .unwrap();
-    let summary = correlator.engine_mut().finish(feed.last_ts());
+    let (t, cpu0) = (Instant::now(), process_cpu_ns());
+    let matched = decode_and_match(
+        &mut analyzer,
+        &[file.to_path_buf()],
+        &[],
+        engine,
+        (),
+        |engine, ()| {
+            engine.drain_records().for_each(drop);
+            Ok::<(), std::io::Error>(())
+        },
+        own_thread,
+    )
+    .unwrap();
+    assert!(matched.file_errors.is_empty());
+    let mut engine = matched.engine;
+    let summary = engine.finish(matched.last_ts);
     std::hint::black_box(summary);
     (
         t.elapsed().as_secs_f64(),
-        (thread_cpu_ns() - cpu0) as f64 / 1e9,
+        (process_cpu_ns() - cpu0) as f64 / 1e9,
     )
+}
+
+/// CPU time of the whole process (every thread), ns.
+fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to write.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } == 0;
+    if ok {
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    } else {
+        0
+    }
 }
 
 /// The engine alone: decodes `file` into the engine's observations (kept in memory), then
@@ -524,12 +558,13 @@ fn engine_alone(file: &Path, config: &DissectConfig) -> (f64, f64) {
 /// decoding alone, then with the engine as the text report runs it, then with `message`
 /// records (as `--json`); best of the rounds for each, by wall and by the thread's CPU time.
 fn engine_overhead(file: &Path, config: &DissectConfig, rounds: usize) {
-    let mut best = [(f64::MAX, f64::MAX); 3];
+    let mut best = [(f64::MAX, f64::MAX); 4];
     for round in 0..rounds.max(1) {
         let d = decode_in_process(file, config, 1);
         let runs = [
             (d.wall, d.cpu),
             decode_with_engine(file, config, false),
+            decode_and_match_timed(file, config, false, true),
             decode_with_engine(file, config, true),
         ];
         for (b, r) in best.iter_mut().zip(runs) {
@@ -537,27 +572,37 @@ fn engine_overhead(file: &Path, config: &DissectConfig, rounds: usize) {
             b.1 = b.1.min(r.1);
         }
         println!(
-            "round {}: decode {:.3} s ({:.3} s CPU); + engine {:.3} s ({:.3}); + engine with message records {:.3} s ({:.3})",
+            "round {}: decode {:.3} s ({:.3} s CPU); + engine, one thread {:.3} s ({:.3}); \
++ engine on its own thread {:.3} s ({:.3}); + engine with message records, one thread {:.3} s ({:.3})",
             round + 1,
             runs[0].0,
             runs[0].1,
             runs[1].0,
             runs[1].1,
             runs[2].0,
-            runs[2].1
+            runs[2].1,
+            runs[3].0,
+            runs[3].1
         );
     }
-    let [d, e, m] = best;
+    let [d, e, p, m] = best;
     let pct = |x: f64, base: f64| (x / base - 1.0) * 100.0;
     println!(
-        "best of {rounds}: decode {:.3} s ({:.3} s CPU); decode + engine (report) {:.3} s ({:.3} s CPU): \
-engine on top of decoding +{:.0} % wall, +{:.0} % CPU; with message records {:.3} s ({:.3} s CPU): +{:.0} % wall, +{:.0} % CPU",
+        "best of {rounds}: decode {:.3} s ({:.3} s CPU); decode + engine (report), one thread {:.3} s \
+({:.3} s CPU): engine on top of decoding +{:.0} % wall, +{:.0} % CPU; engine on its own thread \
+(as `tboxscope analyze` runs it) {:.3} s ({:.3} s CPU, both threads): +{:.0} % wall, \
++{:.0} % CPU; with message records, one thread {:.3} s \
+({:.3} s CPU): +{:.0} % wall, +{:.0} % CPU",
         d.0,
         d.1,
         e.0,
         e.1,
         pct(e.0, d.0),
         pct(e.1, d.1),
+        p.0,
+        p.1,
+        pct(p.0, d.0),
+        pct(p.1, d.1),
         m.0,
         m.1,
         pct(m.0, d.0),
