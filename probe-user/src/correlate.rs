@@ -77,6 +77,9 @@ pub struct Correlator<S = Engine> {
     expected: Vec<String>,
     /// What the user stated about captures, by path label ([`Correlator::state`]).
     hints: Vec<(String, CaptureHint)>,
+    /// The label and capture of the previous [`Correlator::observation`] (packets come in runs
+    /// from one capture: no search).
+    last_capture: Option<(Arc<str>, CaptureId)>,
 }
 
 impl Correlator {
@@ -106,6 +109,7 @@ impl<S: ObservationSink> Correlator<S> {
             quic_labels: HashMap::new(),
             expected: Vec::new(),
             hints: Vec::new(),
+            last_capture: None,
         }
     }
 
@@ -151,6 +155,7 @@ impl<S: ObservationSink> Correlator<S> {
             Some(c) => c.1 = point.capture,
             None => self.captures.push((label, point.capture)),
         }
+        self.last_capture = None;
         self.sink.handle(Observation::Capture(point));
     }
 
@@ -206,8 +211,16 @@ impl<S: ObservationSink> Correlator<S> {
                 self.capture_id(&l, packet.ts_ns);
             }
         }
-        let capture = self.capture_id(path, packet.ts_ns);
-        self.capture_observation(capture, path, frame_len, first_in_frame, packet)
+        let (capture, label) = match &self.last_capture {
+            Some((label, capture)) if **label == *path => (*capture, Arc::clone(label)),
+            _ => {
+                let capture = self.capture_id(path, packet.ts_ns);
+                let label = self.label(path);
+                self.last_capture = Some((Arc::clone(&label), capture));
+                (capture, label)
+            }
+        };
+        self.capture_observation(capture, label, frame_len, first_in_frame, packet)
     }
 
     /// Feeds one decoded unit seen by capture `capture` (declared with [`Correlator::declare`]),
@@ -221,21 +234,22 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) {
-        let obs = self.capture_observation(capture, path, frame_len, first_in_frame, packet);
+        let label = self.label(path);
+        let obs = self.capture_observation(capture, label, frame_len, first_in_frame, packet);
         self.sink.handle(obs);
     }
 
     fn capture_observation(
         &mut self,
         capture: CaptureId,
-        path: &str,
+        path: Arc<str>,
         frame_len: u32,
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) -> Observation {
         let meta = PacketMeta {
             ts_ns: packet.ts_ns,
-            path: self.label(path),
+            path,
             capture,
             src: packet.src,
             dst: packet.dst,

@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use probe_user::analyze::Analyzer;
-use probe_user::correlate::{Correlator, FrameFeed};
+use probe_user::correlate::{Correlator, FrameFeed, ObservationSink};
 use probe_user::dissect::{DissectConfig, DissectStats};
 use probe_user::engine::{Config as EngineConfig, Engine};
 use probe_user::pipeline::decode_and_match;
@@ -522,6 +522,32 @@ fn process_cpu_ns() -> u64 {
     }
 }
 
+/// The decoding thread's share of the engine on its own thread: decodes `file` and builds
+/// every observation as the engine would get it, then drops it; (wall s, CPU s).
+fn decode_to_observations(file: &Path, config: &DissectConfig) -> (f64, f64) {
+    struct Discard;
+    impl ObservationSink for Discard {
+        fn handle(&mut self, obs: probe_user::engine::Observation) {
+            std::hint::black_box(obs);
+        }
+    }
+    let mut analyzer = Analyzer::new(config.clone());
+    let mut correlator = Correlator::with_sink(Discard);
+    let mut feed = FrameFeed::default();
+    let (t, cpu0) = (Instant::now(), thread_cpu_ns());
+    analyzer
+        .run_file(file, &mut |r| {
+            feed.observe(&mut correlator, &r);
+            Ok::<(), ()>(())
+        })
+        .unwrap()
+        .unwrap();
+    (
+        t.elapsed().as_secs_f64(),
+        (thread_cpu_ns() - cpu0) as f64 / 1e9,
+    )
+}
+
 /// The engine alone: decodes `file` into the engine's observations (kept in memory), then
 /// times handing them to the engine (as the text report runs it) and finishing; returns
 /// (wall s, CPU s).
@@ -627,6 +653,13 @@ fn decode_only(args: &[String]) {
     let rounds = arg(args, "--rounds", 3);
     if args.iter().any(|a| a == "--engine") {
         engine_overhead(&file, &config, rounds);
+        return;
+    }
+    if args.iter().any(|a| a == "--observations") {
+        for _ in 0..rounds {
+            let (wall, cpu) = decode_to_observations(&file, &config);
+            println!("decode + observations built and dropped: {wall:.3} s ({cpu:.3} s CPU)");
+        }
         return;
     }
     if args.iter().any(|a| a == "--engine-alone") {
