@@ -73,6 +73,8 @@ pub struct Correlator<S = Engine> {
     labels: Vec<Arc<str>>,
     /// QUIC connection number → its label, one shared copy each.
     quic_labels: HashMap<u64, Arc<str>>,
+    /// The previous QUIC packet's connection number and label (packets come in runs).
+    last_quic_label: Option<(u64, Arc<str>)>,
     /// Path labels announced by [`Correlator::expect_paths`], declared with the next packet.
     expected: Vec<String>,
     /// What the user stated about captures, by path label ([`Correlator::state`]).
@@ -107,6 +109,7 @@ impl<S: ObservationSink> Correlator<S> {
             captures: Vec::new(),
             labels: Vec::new(),
             quic_labels: HashMap::new(),
+            last_quic_label: None,
             expected: Vec::new(),
             hints: Vec::new(),
             last_capture: None,
@@ -255,18 +258,23 @@ impl<S: ObservationSink> Correlator<S> {
             dst: packet.dst,
             wire_len: if first_in_frame { frame_len } else { 0 },
         };
-        let quic_labels = &mut self.quic_labels;
+        let (quic_labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
         observation_labeled(meta, packet, &mut |p| match p.connection {
-            Some(n) => {
-                if quic_labels.len() >= MAX_QUIC_LABELS && !quic_labels.contains_key(&n) {
-                    quic_labels.clear();
+            Some(n) => match last {
+                Some((m, label)) if *m == n => Arc::clone(label),
+                _ => {
+                    if quic_labels.len() >= MAX_QUIC_LABELS && !quic_labels.contains_key(&n) {
+                        quic_labels.clear();
+                    }
+                    let label = Arc::clone(
+                        quic_labels
+                            .entry(n)
+                            .or_insert_with(|| Arc::from(format!("quic#{n}"))),
+                    );
+                    *last = Some((n, Arc::clone(&label)));
+                    label
                 }
-                Arc::clone(
-                    quic_labels
-                        .entry(n)
-                        .or_insert_with(|| Arc::from(format!("quic#{n}"))),
-                )
-            }
+            },
             None => quic_conn_label(p),
         })
     }
