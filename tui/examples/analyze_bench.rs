@@ -585,8 +585,10 @@ fn engine_alone(file: &Path, config: &DissectConfig) -> (f64, f64) {
 /// records (as `--json`); best of the rounds for each, by wall and by the thread's CPU time.
 fn engine_overhead(file: &Path, config: &DissectConfig, rounds: usize) {
     let mut best = [(f64::MAX, f64::MAX); 4];
+    let mut frames = 0u64;
     for round in 0..rounds.max(1) {
         let d = decode_in_process(file, config, 1);
+        frames = d.stats.frames;
         let runs = [
             (d.wall, d.cpu),
             decode_with_engine(file, config, false),
@@ -613,6 +615,15 @@ fn engine_overhead(file: &Path, config: &DissectConfig, rounds: usize) {
     }
     let [d, e, p, m] = best;
     let pct = |x: f64, base: f64| (x / base - 1.0) * 100.0;
+    let mfps = |s: f64| frames as f64 / s / 1e6;
+    println!(
+        "throughput: decode {:.2} M frames/s; decode + match + histograms {:.2} M frames/s with \
+the engine on its own thread ({:.2} on one thread): {:.0} % of decoding's",
+        mfps(d.0),
+        mfps(p.0),
+        mfps(e.0),
+        d.0 / p.0 * 100.0
+    );
     println!(
         "best of {rounds}: decode {:.3} s ({:.3} s CPU); decode + engine (report), one thread {:.3} s \
 ({:.3} s CPU): engine on top of decoding +{:.0} % wall, +{:.0} % CPU; engine on its own thread \
