@@ -162,16 +162,27 @@ impl Engine {
 
     /// Feeds one observation.
     pub fn handle(&mut self, obs: Observation) {
+        match obs {
+            Observation::Capture(c) => {
+                self.observations += 1;
+                self.on_capture(c);
+            }
+            other => self.handle_ref(&other),
+        }
+    }
+
+    /// Feeds one observation, leaving it with the caller (its labels and buffers are then
+    /// released where they were made, e.g. on the decoding thread).
+    pub fn handle_ref(&mut self, obs: &Observation) {
         self.observations += 1;
         match obs {
-            Observation::Capture(c) => self.on_capture(c),
-            // (Borrowed where they are read only: moving one out of `obs` is a copy.)
-            Observation::Datagram(ref d) => self.on_datagram(d),
-            Observation::Kcp(ref k) => self.on_kcp(k),
-            Observation::Quic(ref q) => self.on_quic(q),
-            Observation::TcpSegment(ref t) => self.on_tcp_segment(t),
-            Observation::Tcp(ref t) => self.on_tcp_event(t),
-            Observation::Overhead(ref o) => self.on_overhead(o),
+            Observation::Capture(c) => self.on_capture(c.clone()),
+            Observation::Datagram(d) => self.on_datagram(d),
+            Observation::Kcp(k) => self.on_kcp(k),
+            Observation::Quic(q) => self.on_quic(q),
+            Observation::TcpSegment(t) => self.on_tcp_segment(t),
+            Observation::Tcp(t) => self.on_tcp_event(t),
+            Observation::Overhead(o) => self.on_overhead(o),
         }
     }
 

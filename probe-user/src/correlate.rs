@@ -51,32 +51,86 @@ pub fn unmet_statements<'a>(
     v
 }
 
-/// Feeds decoded packets to an [`Engine`].
-pub struct Correlator {
-    engine: Engine,
+/// Where a [`Correlator`] hands its observations: the engine itself, or the engine's own
+/// thread ([`crate::pipeline::EngineThread`]).
+pub trait ObservationSink {
+    /// Takes one observation, in order.
+    fn handle(&mut self, obs: Observation);
+}
+
+impl ObservationSink for Engine {
+    fn handle(&mut self, obs: Observation) {
+        Engine::handle(self, obs);
+    }
+}
+
+/// Feeds decoded packets to an [`Engine`] (or to another [`ObservationSink`]).
+pub struct Correlator<S = Engine> {
+    sink: S,
     /// Path label → capture id announced to the engine (a few labels: searched in order).
     captures: Vec<(Arc<str>, CaptureId)>,
     /// Labels handed to the engine, one shared copy each.
     labels: Vec<Arc<str>>,
     /// QUIC connection number → its label, one shared copy each.
     quic_labels: HashMap<u64, Arc<str>>,
+    /// The previous QUIC packet's connection number and label (packets come in runs).
+    last_quic_label: Option<(u64, Arc<str>)>,
     /// Path labels announced by [`Correlator::expect_paths`], declared with the next packet.
     expected: Vec<String>,
     /// What the user stated about captures, by path label ([`Correlator::state`]).
     hints: Vec<(String, CaptureHint)>,
+    /// The label and capture of the previous [`Correlator::observation`] (packets come in runs
+    /// from one capture: no search).
+    last_capture: Option<(Arc<str>, CaptureId)>,
 }
 
 impl Correlator {
     /// A correlator around a fresh engine.
     pub fn new(config: Config) -> Self {
+        Self::with_sink(Engine::new(config))
+    }
+
+    /// The engine (for snapshots, records and the summary).
+    pub fn engine(&self) -> &Engine {
+        &self.sink
+    }
+
+    /// The engine, mutably (to drain records or finish).
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.sink
+    }
+}
+
+impl<S: ObservationSink> Correlator<S> {
+    /// A correlator handing its observations to `sink`.
+    pub fn with_sink(sink: S) -> Self {
         Self {
-            engine: Engine::new(config),
+            sink,
             captures: Vec::new(),
             labels: Vec::new(),
             quic_labels: HashMap::new(),
+            last_quic_label: None,
             expected: Vec::new(),
             hints: Vec::new(),
+            last_capture: None,
         }
+    }
+
+    /// [`Correlator::state`] for each of `statements` (capture label, what is stated).
+    pub fn state_all(&mut self, statements: &[(String, CaptureHint)]) {
+        for (label, hint) in statements {
+            self.state(label, hint.clone());
+        }
+    }
+
+    /// The sink, mutably.
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.sink
+    }
+
+    /// Gives the sink back (the correlator is done).
+    pub fn into_sink(self) -> S {
+        self.sink
     }
 
     /// States facts about the capture whose path label is `label` (host, clock offset, the
@@ -96,16 +150,6 @@ impl Correlator {
         known.pair_with = hint.pair_with.or(known.pair_with.take());
     }
 
-    /// The engine (for snapshots, records and the summary).
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// The engine, mutably (to drain records or finish).
-    pub fn engine_mut(&mut self) -> &mut Engine {
-        &mut self.engine
-    }
-
     /// Declares a capture point explicitly (host, local addresses, clock offset); packets on
     /// `point.path` then use its id.
     pub fn declare(&mut self, point: CapturePoint) {
@@ -114,13 +158,14 @@ impl Correlator {
             Some(c) => c.1 = point.capture,
             None => self.captures.push((label, point.capture)),
         }
-        self.engine.handle(Observation::Capture(point));
+        self.last_capture = None;
+        self.sink.handle(Observation::Capture(point));
     }
 
     /// Path labels the input will carry (every file's interfaces, every live interface), so
     /// that the engine knows from the first packet on that a flow may show a second path;
     /// declared with the next packet's time.
-    pub fn expect_paths<S: AsRef<str>>(&mut self, labels: &[S]) {
+    pub fn expect_paths<L: AsRef<str>>(&mut self, labels: &[L]) {
         for l in labels {
             let l = l.as_ref();
             let known = self.captures.iter().any(|(c, _)| **c == *l);
@@ -152,7 +197,7 @@ impl Correlator {
         packet: &DecodedPacket,
     ) {
         let obs = self.observation(path, frame_len, first_in_frame, packet);
-        self.engine.handle(obs);
+        self.sink.handle(obs);
     }
 
     /// What [`Correlator::observe`] hands the engine, without handing it (capture points are
@@ -169,8 +214,16 @@ impl Correlator {
                 self.capture_id(&l, packet.ts_ns);
             }
         }
-        let capture = self.capture_id(path, packet.ts_ns);
-        self.capture_observation(capture, path, frame_len, first_in_frame, packet)
+        let (capture, label) = match &self.last_capture {
+            Some((label, capture)) if **label == *path => (*capture, Arc::clone(label)),
+            _ => {
+                let capture = self.capture_id(path, packet.ts_ns);
+                let label = self.label(path);
+                self.last_capture = Some((Arc::clone(&label), capture));
+                (capture, label)
+            }
+        };
+        self.capture_observation(capture, label, frame_len, first_in_frame, packet)
     }
 
     /// Feeds one decoded unit seen by capture `capture` (declared with [`Correlator::declare`]),
@@ -184,38 +237,44 @@ impl Correlator {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) {
-        let obs = self.capture_observation(capture, path, frame_len, first_in_frame, packet);
-        self.engine.handle(obs);
+        let label = self.label(path);
+        let obs = self.capture_observation(capture, label, frame_len, first_in_frame, packet);
+        self.sink.handle(obs);
     }
 
     fn capture_observation(
         &mut self,
         capture: CaptureId,
-        path: &str,
+        path: Arc<str>,
         frame_len: u32,
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) -> Observation {
         let meta = PacketMeta {
             ts_ns: packet.ts_ns,
-            path: self.label(path),
+            path,
             capture,
             src: packet.src,
             dst: packet.dst,
             wire_len: if first_in_frame { frame_len } else { 0 },
         };
-        let quic_labels = &mut self.quic_labels;
+        let (quic_labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
         observation_labeled(meta, packet, &mut |p| match p.connection {
-            Some(n) => {
-                if quic_labels.len() >= MAX_QUIC_LABELS && !quic_labels.contains_key(&n) {
-                    quic_labels.clear();
+            Some(n) => match last {
+                Some((m, label)) if *m == n => Arc::clone(label),
+                _ => {
+                    if quic_labels.len() >= MAX_QUIC_LABELS && !quic_labels.contains_key(&n) {
+                        quic_labels.clear();
+                    }
+                    let label = Arc::clone(
+                        quic_labels
+                            .entry(n)
+                            .or_insert_with(|| Arc::from(format!("quic#{n}"))),
+                    );
+                    *last = Some((n, Arc::clone(&label)));
+                    label
                 }
-                Arc::clone(
-                    quic_labels
-                        .entry(n)
-                        .or_insert_with(|| Arc::from(format!("quic#{n}"))),
-                )
-            }
+            },
             None => quic_conn_label(p),
         })
     }
@@ -261,13 +320,17 @@ pub struct FrameFeed {
 
 impl FrameFeed {
     /// Feeds one record.
-    pub fn observe(&mut self, correlator: &mut Correlator, r: &Record<'_>) {
+    pub fn observe<S: ObservationSink>(&mut self, correlator: &mut Correlator<S>, r: &Record<'_>) {
         let obs = self.observation(correlator, r);
-        correlator.engine_mut().handle(obs);
+        correlator.sink_mut().handle(obs);
     }
 
     /// What [`FrameFeed::observe`] hands the engine, without handing it.
-    pub fn observation(&mut self, correlator: &mut Correlator, r: &Record<'_>) -> Observation {
+    pub fn observation<S: ObservationSink>(
+        &mut self,
+        correlator: &mut Correlator<S>,
+        r: &Record<'_>,
+    ) -> Observation {
         // Records of one frame come together; the file name's address tells files apart.
         let key = (r.file.as_ptr() as usize, r.frame);
         let first = self.last_frame != Some(key);

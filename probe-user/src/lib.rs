@@ -4,6 +4,7 @@ pub mod capture;
 pub mod correlate;
 pub mod dissect;
 pub mod output;
+pub mod pipeline;
 pub mod source;
 
 pub use tboxscope_decode as decode;

@@ -44,9 +44,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use probe_user::analyze::Analyzer;
-use probe_user::correlate::{Correlator, FrameFeed};
+use probe_user::correlate::{Correlator, FrameFeed, ObservationSink};
 use probe_user::dissect::{DissectConfig, DissectStats};
-use probe_user::engine::Config as EngineConfig;
+use probe_user::engine::{Config as EngineConfig, Engine};
+use probe_user::pipeline::decode_and_match;
 use probe_user::source::pcap::{
     CaptureFile, FileReading, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
 };
@@ -465,23 +466,82 @@ fn decode_in_process_with(
 /// `message` record per message, as `tboxscope analyze --json` does; without, as the text
 /// report does.
 fn decode_with_engine(file: &Path, config: &DissectConfig, messages: bool) -> (f64, f64) {
+    decode_and_match_timed(file, config, messages, false)
+}
+
+/// Decodes `file` and matches it as `tboxscope analyze` does (its text report when `messages`
+/// is false), the engine on its own thread with `own_thread`; returns (wall s, CPU s of the
+/// whole process: both threads).
+fn decode_and_match_timed(
+    file: &Path,
+    config: &DissectConfig,
+    messages: bool,
+    own_thread: bool,
+) -> (f64, f64) {
     let mut analyzer = Analyzer::new(config.clone());
-    let mut correlator = Correlator::new(EngineConfig {
+    let engine = Engine::new(EngineConfig {
         emit_messages: messages,
         ..EngineConfig::default()
     });
+    let (t, cpu0) = (Instant::now(), process_cpu_ns());
+    let matched = decode_and_match(
+        &mut analyzer,
+        &[file.to_path_buf()],
+        &[],
+        engine,
+        (),
+        |engine, ()| {
+            engine.drain_records().for_each(drop);
+            Ok::<(), std::io::Error>(())
+        },
+        own_thread,
+    )
+    .unwrap();
+    assert!(matched.file_errors.is_empty());
+    let mut engine = matched.engine;
+    let summary = engine.finish(matched.last_ts);
+    std::hint::black_box(summary);
+    (
+        t.elapsed().as_secs_f64(),
+        (process_cpu_ns() - cpu0) as f64 / 1e9,
+    )
+}
+
+/// CPU time of the whole process (every thread), ns.
+fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to write.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } == 0;
+    if ok {
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    } else {
+        0
+    }
+}
+
+/// The decoding thread's share of the engine on its own thread: decodes `file` and builds
+/// every observation as the engine would get it, then drops it; (wall s, CPU s).
+fn decode_to_observations(file: &Path, config: &DissectConfig) -> (f64, f64) {
+    struct Discard;
+    impl ObservationSink for Discard {
+        fn handle(&mut self, obs: probe_user::engine::Observation) {
+            std::hint::black_box(obs);
+        }
+    }
+    let mut analyzer = Analyzer::new(config.clone());
+    let mut correlator = Correlator::with_sink(Discard);
     let mut feed = FrameFeed::default();
     let (t, cpu0) = (Instant::now(), thread_cpu_ns());
     analyzer
         .run_file(file, &mut |r| {
             feed.observe(&mut correlator, &r);
-            correlator.engine_mut().drain_records().for_each(drop);
             Ok::<(), ()>(())
         })
         .unwrap()
         .unwrap();
-    let summary = correlator.engine_mut().finish(feed.last_ts());
-    std::hint::black_box(summary);
     (
         t.elapsed().as_secs_f64(),
         (thread_cpu_ns() - cpu0) as f64 / 1e9,
@@ -524,12 +584,15 @@ fn engine_alone(file: &Path, config: &DissectConfig) -> (f64, f64) {
 /// decoding alone, then with the engine as the text report runs it, then with `message`
 /// records (as `--json`); best of the rounds for each, by wall and by the thread's CPU time.
 fn engine_overhead(file: &Path, config: &DissectConfig, rounds: usize) {
-    let mut best = [(f64::MAX, f64::MAX); 3];
+    let mut best = [(f64::MAX, f64::MAX); 4];
+    let mut frames = 0u64;
     for round in 0..rounds.max(1) {
         let d = decode_in_process(file, config, 1);
+        frames = d.stats.frames;
         let runs = [
             (d.wall, d.cpu),
             decode_with_engine(file, config, false),
+            decode_and_match_timed(file, config, false, true),
             decode_with_engine(file, config, true),
         ];
         for (b, r) in best.iter_mut().zip(runs) {
@@ -537,27 +600,46 @@ fn engine_overhead(file: &Path, config: &DissectConfig, rounds: usize) {
             b.1 = b.1.min(r.1);
         }
         println!(
-            "round {}: decode {:.3} s ({:.3} s CPU); + engine {:.3} s ({:.3}); + engine with message records {:.3} s ({:.3})",
+            "round {}: decode {:.3} s ({:.3} s CPU); + engine, one thread {:.3} s ({:.3}); \
++ engine on its own thread {:.3} s ({:.3}); + engine with message records, one thread {:.3} s ({:.3})",
             round + 1,
             runs[0].0,
             runs[0].1,
             runs[1].0,
             runs[1].1,
             runs[2].0,
-            runs[2].1
+            runs[2].1,
+            runs[3].0,
+            runs[3].1
         );
     }
-    let [d, e, m] = best;
+    let [d, e, p, m] = best;
     let pct = |x: f64, base: f64| (x / base - 1.0) * 100.0;
+    let mfps = |s: f64| frames as f64 / s / 1e6;
     println!(
-        "best of {rounds}: decode {:.3} s ({:.3} s CPU); decode + engine (report) {:.3} s ({:.3} s CPU): \
-engine on top of decoding +{:.0} % wall, +{:.0} % CPU; with message records {:.3} s ({:.3} s CPU): +{:.0} % wall, +{:.0} % CPU",
+        "throughput: decode {:.2} M frames/s; decode + match + histograms {:.2} M frames/s with \
+the engine on its own thread ({:.2} on one thread): {:.0} % of decoding's",
+        mfps(d.0),
+        mfps(p.0),
+        mfps(e.0),
+        d.0 / p.0 * 100.0
+    );
+    println!(
+        "best of {rounds}: decode {:.3} s ({:.3} s CPU); decode + engine (report), one thread {:.3} s \
+({:.3} s CPU): engine on top of decoding +{:.0} % wall, +{:.0} % CPU; engine on its own thread \
+(as `tboxscope analyze` runs it) {:.3} s ({:.3} s CPU, both threads): +{:.0} % wall, \
++{:.0} % CPU; with message records, one thread {:.3} s \
+({:.3} s CPU): +{:.0} % wall, +{:.0} % CPU",
         d.0,
         d.1,
         e.0,
         e.1,
         pct(e.0, d.0),
         pct(e.1, d.1),
+        p.0,
+        p.1,
+        pct(p.0, d.0),
+        pct(p.1, d.1),
         m.0,
         m.1,
         pct(m.0, d.0),
@@ -582,6 +664,13 @@ fn decode_only(args: &[String]) {
     let rounds = arg(args, "--rounds", 3);
     if args.iter().any(|a| a == "--engine") {
         engine_overhead(&file, &config, rounds);
+        return;
+    }
+    if args.iter().any(|a| a == "--observations") {
+        for _ in 0..rounds {
+            let (wall, cpu) = decode_to_observations(&file, &config);
+            println!("decode + observations built and dropped: {wall:.3} s ({cpu:.3} s CPU)");
+        }
         return;
     }
     if args.iter().any(|a| a == "--engine-alone") {

@@ -7,10 +7,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use probe_user::analyze::{write_record, Analyzer, FileSummary};
 use probe_user::capture::clock::WallClock;
-use probe_user::correlate::{unmet_statements, write_engine_records, Correlator, FrameFeed};
+use probe_user::correlate::{
+    unmet_statements, write_engine_records, CaptureHint, Correlator, FrameFeed,
+};
 use probe_user::dissect::DissectStats;
-use probe_user::engine::{self as tboxscope_engine, report, Config as EngineConfig};
+use probe_user::engine::{self as tboxscope_engine, report, Config as EngineConfig, Engine};
 use probe_user::output::JsonLinesWriter;
+use probe_user::pipeline::{decode_and_match, worth_a_thread, Matched};
 use serde::Serialize;
 
 use crate::cli::{files_engine_config, AnalyzeArgs};
@@ -25,41 +28,45 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         (None, true) => Some("-".to_owned()),
         (None, false) => None,
     };
-    let mut correlator = Correlator::new(EngineConfig {
+    let config = EngineConfig {
         // The text report shows only the summary: per-message records would be dropped.
         emit_messages: json_target.is_some(),
         ..files_engine_config(&args.decode, &args.timeout, &args.stated)?
-    });
+    };
     let statements = args.stated.captures();
-    for (label, hint) in &statements {
-        correlator.state(label, hint.clone());
-    }
     let ok = match json_target {
         Some(target) => {
-            let out: Box<dyn Write> = if target == "-" {
-                Box::new(BufWriter::with_capacity(1 << 16, io::stdout().lock()))
+            let out: Box<dyn Write + Send> = if target == "-" {
+                Box::new(BufWriter::with_capacity(1 << 16, io::stdout()))
             } else {
                 let file = File::create(&target)
                     .with_context(|| format!("cannot create JSON output {target}"))?;
                 Box::new(BufWriter::with_capacity(1 << 16, file))
             };
-            run_json(&args, &mut analyzer, &mut correlator, out)?
+            run_json(&args, &mut analyzer, config, &statements, out)?
         }
         None => {
-            let mut feed = FrameFeed::default();
-            let errors = analyzer.run_files(&args.files, &mut |r| {
-                feed.observe(&mut correlator, &r);
-                correlator.engine_mut().drain_records().for_each(drop);
-                Ok::<(), io::Error>(())
-            })?;
+            let matched = decode_and_match(
+                &mut analyzer,
+                &args.files,
+                &statements,
+                Engine::new(config),
+                (),
+                |engine, ()| {
+                    engine.drain_records().for_each(drop);
+                    Ok::<(), io::Error>(())
+                },
+                worth_a_thread(),
+            )?;
             print_report(&analyzer)?;
-            let summary = correlator.engine_mut().finish(feed.last_ts());
+            let mut engine = matched.engine;
+            let summary = engine.finish(matched.last_ts);
             println!();
             print!("{}", report::render(&summary));
-            for e in &errors {
+            for e in &matched.file_errors {
                 eprintln!("tboxscope: {e}");
             }
-            errors.is_empty()
+            matched.file_errors.is_empty()
         }
     };
     // A statement about a capture no file has was not applied: say so, and fail the run.
@@ -126,8 +133,9 @@ fn kcp_summary(analyzer: &Analyzer) -> KcpSummary {
 fn run_json(
     args: &AnalyzeArgs,
     analyzer: &mut Analyzer,
-    correlator: &mut Correlator,
-    out: Box<dyn Write>,
+    config: EngineConfig,
+    statements: &[(String, CaptureHint)],
+    out: Box<dyn Write + Send>,
 ) -> anyhow::Result<bool> {
     #[derive(Serialize)]
     struct Header<'a> {
@@ -140,18 +148,45 @@ fn run_json(
         files: probe_user::analyze::file_list(&args.files),
         packets: args.packets,
     };
-    let mut writer = JsonLinesWriter::new(out, WallClock::unix_now(), &header)?;
-    let mut feed = FrameFeed::default();
-    let errors = analyzer.run_files(&args.files, &mut |r| {
-        feed.observe(correlator, &r);
-        if args.packets {
+    let writer = JsonLinesWriter::new(out, WallClock::unix_now(), &header)?;
+    let engine = Engine::new(config);
+    let matched = if args.packets {
+        // Each packet's line is followed by the records it completed: one thread.
+        let mut correlator = Correlator::with_sink(engine);
+        correlator.state_all(statements);
+        let mut writer = writer;
+        let mut feed = FrameFeed::default();
+        let file_errors = analyzer.run_files(&args.files, &mut |r| {
+            feed.observe(&mut correlator, &r);
             write_record(&mut writer, &r)?;
+            write_engine_records(&mut writer, correlator.engine_mut())
+        })?;
+        Matched {
+            engine: correlator.into_sink(),
+            state: writer,
+            file_errors,
+            last_ts: feed.last_ts(),
         }
-        write_engine_records(&mut writer, correlator.engine_mut())
-    })?;
+    } else {
+        decode_and_match(
+            analyzer,
+            &args.files,
+            statements,
+            engine,
+            writer,
+            |engine, writer| write_engine_records(writer, engine),
+            worth_a_thread(),
+        )?
+    };
+    let Matched {
+        mut engine,
+        state: mut writer,
+        file_errors: errors,
+        last_ts,
+    } = matched;
     let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    let engine_summary = correlator.engine_mut().finish(feed.last_ts());
-    write_engine_records(&mut writer, correlator.engine_mut())?;
+    let engine_summary = engine.finish(last_ts);
+    write_engine_records(&mut writer, &mut engine)?;
     let kcp = kcp_summary(analyzer);
     let fragments = analyzer.dissector().fragment_stats();
     let summary = Summary {
@@ -165,7 +200,7 @@ fn run_json(
         warnings: analyzer.warnings(),
         engine: &engine_summary,
     };
-    writer.write("summary", feed.last_ts(), &summary)?;
+    writer.write("summary", last_ts, &summary)?;
     writer.flush()?;
     for e in &errors {
         eprintln!("tboxscope: {e}");

@@ -38,9 +38,7 @@ impl PacketSettings {
             await_pairing: true,
             ..self.engine.clone()
         });
-        for (label, hint) in &self.captures {
-            correlator.state(label, hint.clone());
-        }
+        correlator.state_all(&self.captures);
         correlator
     }
 }

@@ -1,0 +1,204 @@
+//! The engine on a thread of its own: decoding hands it observations in batches, in order, so
+//! that decoding and matching run on two cores and a file's throughput is the slower of the
+//! two instead of their sum. The engine sees exactly the sequence it would see on one thread,
+//! and whatever runs after each observation (draining records, writing them) runs there too.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::JoinHandle;
+
+use tboxscope_engine::{Engine, Observation};
+
+use crate::analyze::Analyzer;
+use crate::correlate::{CaptureHint, Correlator, FrameFeed, ObservationSink};
+use crate::source::pcap::FileError;
+
+/// Observations per batch handed to the engine's thread: large enough that hand-overs (a
+/// wake-up each, dear on a shared machine) are rare, small enough to stay in the caches.
+const BATCH: usize = 1024;
+/// Batches on their way to the engine's thread before decoding waits.
+const IN_FLIGHT: usize = 8;
+
+/// Runs after each observation on the engine's thread, with the state given to
+/// [`EngineThread::spawn`]; its first error stops the thread.
+pub type AfterObservation<T, E> = fn(&mut Engine, &mut T) -> Result<(), E>;
+
+/// Whether this machine has a second core for the engine's thread.
+pub fn worth_a_thread() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+}
+
+/// An [`Engine`] running on its own thread, fed through [`ObservationSink::handle`].
+pub struct EngineThread<T, E> {
+    batch: Vec<Observation>,
+    to_engine: Option<SyncSender<Vec<Observation>>>,
+    /// Batches the engine's thread is done with, observations still in them, for reuse.
+    recycled: Receiver<Vec<Observation>>,
+    worker: Option<JoinHandle<Result<(Engine, T), E>>>,
+    stopped: bool,
+}
+
+impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
+    /// Starts `engine` on a thread of its own; `after` runs there after every observation
+    /// with `state` (e.g. to drain the engine's records and write them).
+    pub fn spawn(engine: Engine, state: T, after: AfterObservation<T, E>) -> std::io::Result<Self> {
+        let (to_engine, batches) = sync_channel::<Vec<Observation>>(IN_FLIGHT);
+        let (recycle, recycled) = sync_channel::<Vec<Observation>>(IN_FLIGHT + 2);
+        let worker = std::thread::Builder::new()
+            .name("engine".to_owned())
+            .spawn(move || {
+                let (mut engine, mut state) = (engine, state);
+                for batch in batches {
+                    for obs in &batch {
+                        engine.handle_ref(obs);
+                        after(&mut engine, &mut state)?;
+                    }
+                    // Back to decoding, which releases the observations' labels and buffers
+                    // where it made them (a reference count or an allocator arena touched from
+                    // both threads moves its cache line between the cores for each one). If
+                    // decoding does not take them back fast enough, the batch is dropped here.
+                    let _ = recycle.try_send(batch);
+                }
+                Ok((engine, state))
+            })?;
+        Ok(Self {
+            batch: Vec::with_capacity(BATCH),
+            to_engine: Some(to_engine),
+            recycled,
+            worker: Some(worker),
+            stopped: false,
+        })
+    }
+
+    /// Whether the engine's thread has stopped (its `after` failed, or it panicked): what is
+    /// handed over now is dropped; [`EngineThread::finish`] says why.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Hands over what is left, waits for the engine's thread and gives back the engine and
+    /// the state, or the first error of `after`. A panic on the engine's thread goes on here.
+    pub fn finish(mut self) -> Result<(Engine, T), E> {
+        self.hand_over();
+        self.to_engine = None;
+        let Some(worker) = self.worker.take() else {
+            unreachable!("the worker is taken only here and in drop");
+        };
+        match worker.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    fn hand_over(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let next = match self.recycled.try_recv() {
+            Ok(mut used) => {
+                used.clear();
+                used
+            }
+            Err(_) => Vec::with_capacity(BATCH),
+        };
+        let full = std::mem::replace(&mut self.batch, next);
+        let sent = self
+            .to_engine
+            .as_ref()
+            .is_some_and(|t| t.send(full).is_ok());
+        if !sent {
+            self.stopped = true;
+            self.batch.clear();
+        }
+    }
+}
+
+impl<T: Send + 'static, E: Send + 'static> ObservationSink for EngineThread<T, E> {
+    fn handle(&mut self, obs: Observation) {
+        if self.stopped {
+            return;
+        }
+        self.batch.push(obs);
+        if self.batch.len() >= BATCH {
+            self.hand_over();
+        }
+    }
+}
+
+impl<T, E> Drop for EngineThread<T, E> {
+    fn drop(&mut self) {
+        // Not finished (an early return): close the channel and let the thread end.
+        self.to_engine = None;
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// What [`decode_and_match`] ends with.
+pub struct Matched<T> {
+    /// The engine after the last observation (not finished).
+    pub engine: Engine,
+    /// The state given to `after`.
+    pub state: T,
+    /// The files that could not be read, or broke half-way.
+    pub file_errors: Vec<FileError>,
+    /// The newest packet time fed (to finish the run with).
+    pub last_ts: u64,
+}
+
+/// Decodes `files` with `analyzer` and matches what they carry in `engine`, the user's
+/// `statements` about captures applied; `after` runs after each observation with `state`.
+/// With `own_thread`, the engine runs on a thread of its own ([`EngineThread`]); the engine
+/// sees the same observations in the same order either way.
+pub fn decode_and_match<T, E>(
+    analyzer: &mut Analyzer,
+    files: &[PathBuf],
+    statements: &[(String, CaptureHint)],
+    engine: Engine,
+    state: T,
+    after: AfterObservation<T, E>,
+    own_thread: bool,
+) -> Result<Matched<T>, E>
+where
+    T: Send + 'static,
+    E: From<std::io::Error> + Send + 'static,
+{
+    let mut feed = FrameFeed::default();
+    if !own_thread {
+        let mut correlator = Correlator::with_sink(engine);
+        correlator.state_all(statements);
+        let mut state = state;
+        let file_errors = analyzer.run_files(files, &mut |r| {
+            feed.observe(&mut correlator, &r);
+            after(correlator.engine_mut(), &mut state)
+        })?;
+        return Ok(Matched {
+            engine: correlator.into_sink(),
+            state,
+            file_errors,
+            last_ts: feed.last_ts(),
+        });
+    }
+    let thread = EngineThread::spawn(engine, state, after)?;
+    let mut correlator = Correlator::with_sink(thread);
+    correlator.state_all(statements);
+    let decoded = analyzer.run_files(files, &mut |r| {
+        feed.observe(&mut correlator, &r);
+        // The engine's thread stopped on an error: decoding stops too (the error comes
+        // from `finish`).
+        match correlator.sink_mut().stopped() {
+            true => Err(()),
+            false => Ok(()),
+        }
+    });
+    let (engine, state) = correlator.into_sink().finish()?;
+    let file_errors = decoded
+        .map_err(|()| std::io::Error::other("the engine's thread stopped without saying why"))?;
+    Ok(Matched {
+        engine,
+        state,
+        file_errors,
+        last_ts: feed.last_ts(),
+    })
+}
