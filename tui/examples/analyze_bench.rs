@@ -5,6 +5,7 @@
 //! cargo build --release -p tboxscope --example analyze_bench
 //! target/release/examples/analyze_bench offline [--packets N] [--tboxscope target/release/tboxscope]
 //! target/release/examples/analyze_bench offline-quic [--packets N] [--capture PATH]
+//! target/release/examples/analyze_bench engine [--rounds R] [--dir D]
 //! target/release/examples/analyze_bench live [--seconds S] [--rate PPS_PER_PATH] [--compare] [--stop-early]   (root)
 //! ```
 //!
@@ -19,6 +20,10 @@
 //! first with the previous ones: immediate mode, 16 MiB, one packet per event) and reports
 //! packets captured and libpcap's drop counters (`ps_drop`, `ps_ifdrop`), and the packets libpcap
 //! received but never delivered. `--stop-early` stops the capture half-way, traffic still flowing.
+//!
+//! `engine` writes both captures and measures, on each, the engine's cost on top of decoding
+//! in the same run (issue 4's goal: ≤ 30 %): decode alone, decode + engine on one thread, and
+//! with the engine on its own thread as `tboxscope analyze` runs it (`cargo xtask bench` runs it).
 //!
 //! `offline-quic` writes a QUIC capture of N packets (default 1,000,000) with its key log and
 //! times the in-process decode with 1-RTT decryption, the binary with `--keylog`, and
@@ -67,6 +72,7 @@ fn main() {
         Some("offline") => offline(&args),
         Some("offline-quic") => offline_quic(&args),
         Some("decode") => decode_only(&args),
+        Some("engine") => engine_goal(&args),
         // `write-kcp PATH [--packets N]`, `write-quic PATH [--packets N]` (key log at PATH.keys).
         Some("write-kcp") => {
             write_kcp_capture(Path::new(&args[2]), arg(&args, "--packets", 1_050_000));
@@ -645,6 +651,31 @@ the engine on its own thread ({:.2} on one thread): {:.0} % of decoding's",
         pct(m.0, d.0),
         pct(m.1, d.1)
     );
+}
+
+/// `engine [--rounds R] [--dir D]`: the issue's goal on both bench captures, written to a
+/// temporary directory (or D, kept): the engine's cost on top of decoding ([`engine_overhead`]),
+/// KCP then QUIC with 1-RTT decryption.
+fn engine_goal(args: &[String]) {
+    let rounds = arg(args, "--rounds", 3);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir: PathBuf = arg(args, "--dir", tmp.path().to_path_buf());
+    let kcp = dir.join("kcp-bench.pcap");
+    let quic = dir.join("quic-bench.pcap");
+    let keylog = quic.with_extension("keys");
+    write_kcp_capture(&kcp, 1_050_000);
+    write_quic_capture(&quic, &keylog, 1_000_000);
+    println!("KCP, 1 050 000 frames ({}):", kcp.display());
+    engine_overhead(&kcp, &DissectConfig::default(), rounds);
+    println!(
+        "QUIC, 1 000 000 packets, 1-RTT decrypted ({}):",
+        quic.display()
+    );
+    let config = DissectConfig {
+        keylog: Some(Keylog::from_file(&keylog).unwrap()),
+        ..DissectConfig::default()
+    };
+    engine_overhead(&quic, &config, rounds);
 }
 
 /// `decode FILE [--keylog K] [--rounds R] [--engine | --engine-only [--messages]]`: the

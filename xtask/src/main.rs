@@ -60,7 +60,21 @@ fn main() -> Result<()> {
         Task::Bench => {
             setup::install_missing()?;
             require_root("the benchmarks load eBPF programs and build network namespaces")?;
-            cargo(&root, &["bench", "--workspace"])
+            cargo(&root, &["bench", "--workspace"])?;
+            // The engine's cost on top of decoding (issue 4), on the decoder bench captures.
+            cargo(
+                &root,
+                &[
+                    "run",
+                    "--release",
+                    "-p",
+                    "tboxscope",
+                    "--example",
+                    "analyze_bench",
+                    "--",
+                    "engine",
+                ],
+            )
         }
     }
 }
