@@ -517,11 +517,12 @@ impl Engine {
                 }
             }
         }
-        for ((_, u), &delay_us) in taken.drain(..).zip(&delays) {
+        // Read in place (each acknowledged packet and its items are not moved again).
+        for ((_, u), &delay_us) in taken.iter().zip(&delays) {
             let at = ts
                 .saturating_sub(delay_us.saturating_mul(1000))
                 .max(u.ts_ns);
-            for (mkey, stream, off, len, hint) in u.items {
+            for &(mkey, stream, off, len, hint) in &u.items {
                 if let Some(slot) = self.msgs.ack(fr.uid, mkey, hint, u.path, at) {
                     self.maybe_complete(fr, slot);
                 }
@@ -547,6 +548,7 @@ impl Engine {
                 }
             }
         }
+        taken.clear();
         self.quic_acked = (taken, delays);
     }
 }
