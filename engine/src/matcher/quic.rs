@@ -100,20 +100,24 @@ impl QuicState {
         self.stream_msgs.insert(key, msg);
     }
 
-    /// The receive tracker of a stream (created; `None` past the stream bound).
-    pub fn stream_rx(&mut self, up: bool, stream: u64) -> Option<&mut GapTracker> {
+    /// The receive tracker of a stream (created; `None` past the stream bound); `delivered_at`
+    /// is noted as the stream's latest delivery when later than the one noted.
+    pub fn stream_rx(
+        &mut self,
+        up: bool,
+        stream: u64,
+        delivered_at: Option<u64>,
+    ) -> Option<&mut GapTracker> {
         let full = self.rx.len() >= MAX_STREAMS;
-        match self.rx.entry((up, stream)) {
-            Entry::Occupied(e) => Some(&mut e.into_mut().0),
-            Entry::Vacant(e) if !full => Some(&mut e.insert(Default::default()).0),
-            Entry::Vacant(_) => None,
-        }
-    }
-
-    fn touch(&mut self, up: bool, stream: u64, ts: u64) {
-        if let Some(e) = self.rx.get_mut(&(up, stream)) {
+        let e = match self.rx.entry((up, stream)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) if !full => e.insert(Default::default()),
+            Entry::Vacant(_) => return None,
+        };
+        if let Some(ts) = delivered_at {
             e.1 = e.1.max(ts);
         }
+        Some(&mut e.0)
     }
 
     /// Other streams (same direction) that delivered since `since`.
@@ -427,6 +431,7 @@ impl Engine {
                         GapSel::Quic {
                             up,
                             stream: sr.stream_id,
+                            delivered_at: None,
                         },
                         sr.offset,
                         pkt.path,
@@ -441,6 +446,7 @@ impl Engine {
                     GapSel::Quic {
                         up,
                         stream: sr.stream_id,
+                        delivered_at: Some(pkt.ts_ns),
                     },
                     sr.offset,
                     sr.len,
@@ -449,11 +455,6 @@ impl Engine {
                     pkt.path,
                     pkt.ts_ns,
                 );
-                if let Some(f) = self.flows.get_mut(fr) {
-                    if let Proto::Quic(s) = &mut f.proto {
-                        s.touch(up, sr.stream_id, pkt.ts_ns);
-                    }
-                }
             }
         }
         let max_unacked = self.cfg.max_unacked_per_flow;
@@ -532,6 +533,7 @@ impl Engine {
                         GapSel::Quic {
                             up: data_up,
                             stream,
+                            delivered_at: Some(at),
                         },
                         off,
                         len,
@@ -540,11 +542,6 @@ impl Engine {
                         u.path,
                         at,
                     );
-                    if let Some(f) = self.flows.get_mut(fr) {
-                        if let Proto::Quic(s) = &mut f.proto {
-                            s.touch(data_up, stream, at);
-                        }
-                    }
                 }
             }
         }
