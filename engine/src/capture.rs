@@ -39,6 +39,24 @@ pub fn is_uplink(src: &SocketAddr, dst: &SocketAddr) -> Option<bool> {
     }
 }
 
+/// [`CaptureTable::dir_by_role`] at capture `c`.
+#[inline]
+fn role_dir(c: &CaptureState, up: Option<bool>) -> Option<Dir> {
+    if !c.point.local_addrs.is_empty() {
+        return None;
+    }
+    let up = up?;
+    let host = match c.host {
+        Host::Unknown if c.paired.is_none() => Host::Tbox,
+        h => h,
+    };
+    match host {
+        Host::Tbox => Some(if up { Dir::Out } else { Dir::In }),
+        Host::Gateway => Some(if up { Dir::In } else { Dir::Out }),
+        Host::Unknown => None,
+    }
+}
+
 /// One capture.
 #[derive(Clone, Debug)]
 pub struct CaptureState {
@@ -58,9 +76,29 @@ pub struct CaptureState {
     pub offset_estimated: bool,
     /// Packets seen.
     pub packets: u64,
+    /// The shared label of the packets last found to carry this capture's own label (so that
+    /// the next ones compare by pointer).
+    pub label_seen: Option<std::sync::Arc<str>>,
 }
 
 impl CaptureState {
+    /// Whether a packet labelled `label` carries this capture's own label.
+    #[inline]
+    pub fn own_label(&mut self, label: &std::sync::Arc<str>) -> bool {
+        if self
+            .label_seen
+            .as_ref()
+            .is_some_and(|l| std::sync::Arc::ptr_eq(l, label))
+        {
+            return true;
+        }
+        let own = *self.point.path == **label;
+        if own {
+            self.label_seen = Some(label.clone());
+        }
+        own
+    }
+
     /// Direction of a packet at this capture.
     pub fn dir_of(&self, src: &SocketAddr, dst: &SocketAddr) -> Dir {
         if !self.point.local_addrs.is_empty() {
@@ -214,6 +252,7 @@ impl CaptureTable {
             offset_ns: offset,
             offset_estimated: false,
             packets: self.caps.get(&point.capture).map_or(0, |c| c.packets),
+            label_seen: None,
             point,
         };
         self.caps.insert(st.point.capture, st);
@@ -239,6 +278,7 @@ impl CaptureTable {
             offset_ns: 0,
             offset_estimated: false,
             packets: 0,
+            label_seen: None,
         });
         st.packets += 1;
         st
@@ -264,6 +304,16 @@ impl CaptureTable {
         self.caps.get(&id).map_or(0, |c| c.offset_ns)
     }
 
+    /// [`CaptureTable::offset`] and [`CaptureTable::dir_by_role`] (or `dir` where that has
+    /// none) of a sighting, with one lookup of the capture.
+    #[inline]
+    pub fn offset_and_dir(&self, id: CaptureId, up: Option<bool>, dir: Dir) -> (i64, Dir) {
+        match self.caps.get(&id) {
+            Some(c) => (c.offset_ns, role_dir(c, up).unwrap_or(dir)),
+            None => (0, dir),
+        }
+    }
+
     /// Direction of a packet at this capture.
     pub fn dir(&self, id: CaptureId, src: &SocketAddr, dst: &SocketAddr) -> Dir {
         self.caps
@@ -275,20 +325,7 @@ impl CaptureTable {
     /// flag, as known now; `None` when the capture uses explicit local addresses or the
     /// direction is unknown. Used to re-judge sightings made before an inference.
     pub fn dir_by_role(&self, id: CaptureId, up: Option<bool>) -> Option<Dir> {
-        let c = self.caps.get(&id)?;
-        if !c.point.local_addrs.is_empty() {
-            return None;
-        }
-        let up = up?;
-        let host = match c.host {
-            Host::Unknown if c.paired.is_none() => Host::Tbox,
-            h => h,
-        };
-        match host {
-            Host::Tbox => Some(if up { Dir::Out } else { Dir::In }),
-            Host::Gateway => Some(if up { Dir::In } else { Dir::Out }),
-            Host::Unknown => None,
-        }
+        role_dir(self.caps.get(&id)?, up)
     }
 
     /// Pairs that are stated or implied by labels, to apply before traffic is matched.

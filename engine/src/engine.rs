@@ -11,7 +11,7 @@ use crate::config::{Config, MatchMode};
 use crate::flow::{FlowKey, FlowRef, FlowTable};
 use crate::hol::IncidentBook;
 use crate::input::{CaptureId, Host, Observation, PacketMeta};
-use crate::latency::{LatencyHist, WindowedHist, PATH_SIGFIG};
+use crate::latency::{LatencyHist, Remainder, WindowedHist, PATH_SIGFIG};
 use crate::message::{MessageStore, OpenMessage, ResolvedCopy, SightArgs, SightResult};
 use crate::outage::OutageBook;
 use crate::paths::{PathIdx, PathTable};
@@ -23,6 +23,8 @@ use crate::FastMap as HashMap;
 const MIN_UNANSWERED_SENDS: u32 = 3;
 /// ACKs remembered until seen at the other end of their path.
 const MAX_ECHOES: usize = 4096;
+/// Address pairs whose flow is known to be remembered, without a lookup.
+const TUPLES_KNOWN: usize = 64;
 
 /// Accumulators for the current window.
 #[derive(Clone, Debug, Default)]
@@ -68,7 +70,8 @@ pub struct Engine {
     pub(crate) outages: OutageBook,
     pub(crate) combined: WindowedHist,
     pub(crate) during_outage: LatencyHist,
-    pub(crate) outside_outage: LatencyHist,
+    /// The combined latencies outside outages: the whole run's less `during_outage`.
+    pub(crate) outside_outage: Remainder,
     /// Request → response times (replies carrying the request's application id).
     pub(crate) request_response: LatencyHist,
     pub(crate) one_way_messages: u64,
@@ -91,6 +94,9 @@ pub struct Engine {
     /// Address pair → flow, to attribute overhead packets (bounded).
     /// (keyed by the pair's [`crate::matcher::tuple_hash`], which every packet carries).
     pub(crate) tuple_flows: HashMap<u64, FlowKey>,
+    /// Address pairs known to be in `tuple_flows`, direct-mapped by their low bits (each
+    /// packet's pair is remembered; most were already).
+    tuples_known: [Option<u64>; TUPLES_KNOWN],
     /// Scratch for KCP segments acknowledged by una (sn, segment).
     pub(crate) una_done: Vec<(u64, crate::matcher::kcp::Unacked)>,
     /// Scratch for QUIC packets acknowledged by one ACK packet, and each one's ACK delay.
@@ -119,7 +125,7 @@ impl Engine {
             outages: OutageBook::new(cfg.max_incidents),
             combined: WindowedHist::new(cfg.max_latency_us, PATH_SIGFIG, cfg.window_history),
             during_outage: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
-            outside_outage: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
+            outside_outage: Remainder::default(),
             request_response: LatencyHist::new(cfg.max_latency_us, PATH_SIGFIG),
             one_way_messages: 0,
             ack_messages: 0,
@@ -138,6 +144,7 @@ impl Engine {
             resolved: Vec::new(),
             quic_parts: Vec::new(),
             tuple_flows: HashMap::default(),
+            tuples_known: [None; TUPLES_KNOWN],
             una_done: Vec::new(),
             quic_acked: (Vec::new(), Vec::new()),
             echoes: HashMap::default(),
@@ -295,12 +302,16 @@ impl Engine {
         if now >= self.win.end {
             self.roll_window();
         }
-        while let Some((m, evicted)) = self.msgs.pop_due(now) {
-            self.close_message(m, evicted);
+        if self.msgs.any_due(now) {
+            while let Some((m, evicted)) = self.msgs.pop_due(now) {
+                self.close_message(m, evicted);
+            }
         }
         self.check_outages(now);
-        for o in self.outages.due(now, self.cfg.message_timeout_ns) {
-            self.push_record(Record::Outage(o));
+        if self.outages.any_waiting() {
+            for o in self.outages.due(now, self.cfg.message_timeout_ns) {
+                self.push_record(Record::Outage(o));
+            }
         }
     }
 
@@ -315,7 +326,7 @@ impl Engine {
         let known = self
             .caps
             .get_mut(meta.capture)
-            .filter(|c| *c.point.path == *meta.path)
+            .and_then(|c| c.own_label(&meta.path).then_some(c))
             .map(|c| {
                 c.packets += 1;
                 facts(c)
@@ -527,7 +538,10 @@ impl Engine {
                 self.delay_sample(sender, receiver);
             }
         }
-        if let Some(slot) = r.slot {
+        // A message just opened by an outgoing copy waits at least for that copy's
+        // acknowledgment or arrival: it cannot be complete yet.
+        let just_sent = r.new_message && a.dir == Dir::Out;
+        if let Some(slot) = r.slot.filter(|_| !just_sent) {
             self.maybe_complete(a.flow, slot);
         }
         r
@@ -631,16 +645,13 @@ impl Engine {
             }
             return;
         };
-        let kind = OpenMessage::kind(copies);
-        let arrived_min = copies.iter().filter_map(|c| c.arrived).min();
-        let sent_min = copies.iter().filter_map(|c| c.sent).min();
+        let sum = CopySummary::of(copies);
+        let kind = sum.kind();
+        let arrived_min = sum.arrivals.lo();
+        let sent_min = sum.sends.lo();
         let delivered = arrived_min.is_some();
         let observable = flow.delivered_any || delivered;
-        let winner = copies
-            .iter()
-            .filter(|c| c.arrived.is_some())
-            .min_by_key(|c| c.arrived)
-            .map(|c| c.path);
+        let winner = sum.winner;
         let latency_us = match (arrived_min, sent_min) {
             (Some(a), Some(s)) => a.checked_sub(s).map(|d| d / 1000),
             _ => None,
@@ -650,20 +661,17 @@ impl Engine {
         // A path carried the message if its copy arrived (or, where arrivals cannot be
         // observed in this flow, if the copy was seen at all).
         let got = |c: &ResolvedCopy| c.arrived.is_some() || (!observable && c.sent.is_some());
-        let carried: u64 = copies
-            .iter()
-            .filter(|c| c.path < 64 && got(c))
-            .fold(0, |acc, c| acc | (1 << c.path));
+        let carried = if observable {
+            sum.arrived_mask
+        } else {
+            sum.seen_mask
+        };
         let on_all = npaths >= 2 && carried & mask == mask;
         flow.messages += 1;
         if on_all {
             flow.on_all += 1;
         }
-        let sent: u64 = copies
-            .iter()
-            .filter(|c| c.path < 64 && c.sent.is_some())
-            .fold(0, |acc, c| acc | (1 << c.path));
-        if npaths >= 2 && sent & mask == mask {
+        if npaths >= 2 && sum.sent_mask & mask == mask {
             flow.sent_on_all += 1;
         }
         for c in copies.iter().filter(|c| got(c)) {
@@ -680,14 +688,13 @@ impl Engine {
             flow.record_latency(l, max_us);
         }
         // Spacing of the copies: between arrivals when two or more arrived, else between sends.
-        let (arrivals, arrival_spread) = spread(copies, |c| c.arrived);
-        let (n, spread_ns) = if arrivals >= 2 {
-            (arrivals, arrival_spread)
+        let spacing = if sum.arrivals.n >= 2 {
+            sum.arrivals
         } else {
-            spread(copies, |c| c.sent)
+            sum.sends
         };
-        if n >= 2 {
-            flow.record_spacing(spread_ns / 1000, max_us);
+        if spacing.n >= 2 {
+            flow.record_spacing(spacing.spread() / 1000, max_us);
         }
         if delivered || !observable {
             flow.amp.unique += m.bytes;
@@ -747,7 +754,7 @@ impl Engine {
             if self.outages.any_covering(m.first_ns) {
                 self.during_outage.record(l);
             } else {
-                self.outside_outage.record(l);
+                self.outside_outage.note(&self.combined.total, l);
             }
             match kind {
                 LatencyKind::OneWay => self.one_way_messages += 1,
@@ -860,11 +867,24 @@ impl Engine {
 
     /// Remembers which flow an address pair belongs to (for overhead packets); `tuple` is the
     /// pair's [`crate::matcher::tuple_hash`].
+    #[inline]
     pub(crate) fn remember_tuple(&mut self, tuple: u64, key: &FlowKey) {
-        if self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16) {
+        let full = self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16);
+        if !full && self.tuples_known[(tuple as usize) % TUPLES_KNOWN] == Some(tuple) {
+            return;
+        }
+        self.remember_new_tuple(tuple, key, full);
+    }
+
+    /// [`Engine::remember_tuple`] for a pair not known to be remembered.
+    #[cold]
+    fn remember_new_tuple(&mut self, tuple: u64, key: &FlowKey, full: bool) {
+        if full {
             self.tuple_flows.clear();
+            self.tuples_known = [None; TUPLES_KNOWN];
         }
         self.tuple_flows.entry(tuple).or_insert_with(|| key.clone());
+        self.tuples_known[(tuple as usize) % TUPLES_KNOWN] = Some(tuple);
     }
 
     fn on_overhead(&mut self, o: &crate::input::Overhead) {
@@ -890,15 +910,95 @@ impl Engine {
     }
 }
 
-/// How many copies have the time `t`, and the spread between the earliest and the latest.
-fn spread(copies: &[ResolvedCopy], t: impl Fn(&ResolvedCopy) -> Option<u64>) -> (u32, u64) {
-    let (mut n, mut lo, mut hi) = (0u32, u64::MAX, 0u64);
-    for x in copies.iter().filter_map(t) {
-        n += 1;
-        lo = lo.min(x);
-        hi = hi.max(x);
+/// How many copies have a time (of sending, or of arrival), the earliest and the latest.
+#[derive(Clone, Copy, Debug)]
+struct Times {
+    n: u32,
+    lo: u64,
+    hi: u64,
+}
+
+impl Times {
+    const NONE: Times = Times {
+        n: 0,
+        lo: u64::MAX,
+        hi: 0,
+    };
+
+    fn add(&mut self, t: u64) {
+        self.n += 1;
+        self.lo = self.lo.min(t);
+        self.hi = self.hi.max(t);
     }
-    (n, hi.saturating_sub(lo))
+
+    /// The earliest, if any.
+    fn lo(&self) -> Option<u64> {
+        (self.n > 0).then_some(self.lo)
+    }
+
+    /// Between the earliest and the latest.
+    fn spread(&self) -> u64 {
+        self.hi.saturating_sub(self.lo)
+    }
+}
+
+/// What a closed message's copies add up to, in one pass over them.
+struct CopySummary {
+    arrivals: Times,
+    sends: Times,
+    /// The path whose copy arrived first (the first such copy on a tie).
+    winner: Option<PathIdx>,
+    /// Paths (below 64) whose copy arrived; seen at all; seen sent.
+    arrived_mask: u64,
+    seen_mask: u64,
+    sent_mask: u64,
+    /// Some copy's arrival is its acknowledgment; some other copy has a one-way latency.
+    any_by_ack: bool,
+    any_one_way: bool,
+}
+
+impl CopySummary {
+    fn of(copies: &[ResolvedCopy]) -> Self {
+        let mut s = CopySummary {
+            arrivals: Times::NONE,
+            sends: Times::NONE,
+            winner: None,
+            arrived_mask: 0,
+            seen_mask: 0,
+            sent_mask: 0,
+            any_by_ack: false,
+            any_one_way: false,
+        };
+        for c in copies {
+            let bit = if c.path < 64 { 1u64 << c.path } else { 0 };
+            if let Some(a) = c.arrived {
+                if s.arrivals.lo().is_none_or(|lo| a < lo) {
+                    s.winner = Some(c.path);
+                }
+                s.arrivals.add(a);
+                s.arrived_mask |= bit;
+            }
+            if let Some(t) = c.sent {
+                s.sends.add(t);
+                s.sent_mask |= bit;
+            }
+            if c.arrived.is_some() || c.sent.is_some() {
+                s.seen_mask |= bit;
+            }
+            s.any_by_ack |= c.by_ack;
+            s.any_one_way |= !c.by_ack && c.latency_us().is_some();
+        }
+        s
+    }
+
+    /// [`OpenMessage::kind`] of the copies.
+    fn kind(&self) -> LatencyKind {
+        if self.any_by_ack && !self.any_one_way {
+            LatencyKind::AckRtt
+        } else {
+            LatencyKind::OneWay
+        }
+    }
 }
 
 /// a / b, 0 when b is 0.

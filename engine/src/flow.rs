@@ -49,7 +49,38 @@ pub enum FlowKey {
     },
 }
 
+/// Recently looked-up flows remembered by [`FlowTable`].
+const RECENT_FLOWS: usize = 8;
+
 impl FlowKey {
+    /// A cheap number from the key, to spread recently used flows (not a hash, and equal keys
+    /// may give different numbers: a remembered flow is used only if it has the key).
+    fn quick(&self) -> usize {
+        match self {
+            FlowKey::Datagram { server_port } | FlowKey::KcpGroup { server_port } => {
+                usize::from(*server_port)
+            }
+            FlowKey::Kcp { conv } => *conv as usize,
+            FlowKey::Quic { conn } => (std::sync::Arc::as_ptr(conn) as *const u8 as usize) >> 4,
+            FlowKey::QuicGroup { server_port } => usize::from(*server_port),
+            FlowKey::Tcp { client, .. } => usize::from(client.port()),
+        }
+    }
+
+    /// `self == other`, the commonest keys compared inline.
+    #[inline]
+    fn same(&self, other: &FlowKey) -> bool {
+        match (self, other) {
+            (FlowKey::Kcp { conv: a }, FlowKey::Kcp { conv: b }) => a == b,
+            (FlowKey::Quic { conn: a }, FlowKey::Quic { conn: b })
+                if std::sync::Arc::ptr_eq(a, b) =>
+            {
+                true
+            }
+            _ => self == other,
+        }
+    }
+
     /// Protocol name.
     pub fn protocol(&self) -> &'static str {
         match self {
@@ -191,6 +222,7 @@ impl Flow {
     }
 
     /// Counters for `path`, created on first use.
+    #[inline]
     pub fn path_counters(&mut self, path: PathIdx) -> &mut PathCounters {
         let pos = match self.per_path.iter().position(|c| c.path == path) {
             Some(p) => p,
@@ -233,10 +265,10 @@ pub struct FlowTable {
     index: HashMap<FlowKey, usize>,
     next_uid: u64,
     max: usize,
-    /// The QUIC connection looked up last and its slot: consecutive packets mostly belong to
-    /// one connection, and its label is the dearest key to hash (a label shared by the
-    /// connection's packets compares by pointer).
-    last: Option<(FlowKey, usize)>,
+    /// Slots of flows looked up recently, direct-mapped by [`FlowKey::quick`]: consecutive
+    /// packets mostly belong to a few flows (a slot is used only if its flow has the key; a
+    /// QUIC connection's label, shared by its packets, compares by pointer).
+    recent: [usize; RECENT_FLOWS],
     /// Flows evicted so far.
     pub evicted: u64,
 }
@@ -266,20 +298,17 @@ impl FlowTable {
         now: u64,
         proto: impl FnOnce() -> Proto,
     ) -> FlowRef {
-        let known = match &self.last {
-            Some((k, slot)) if k == key => Some(*slot),
+        let quick = key.quick() % RECENT_FLOWS;
+        let recent = self.recent[quick];
+        let known = match self.slab.get(recent) {
+            Some(Some(f)) if f.key.same(key) => Some(recent),
             _ => self.index.get(key).copied(),
         };
         if let Some(slot) = known {
             if let Some(Some(f)) = self.slab.get_mut(slot) {
                 f.last_ns = f.last_ns.max(now);
-                let uid = f.uid;
-                let remember = matches!(key, FlowKey::Quic { .. })
-                    && self.last.as_ref().is_none_or(|(_, s)| *s != slot);
-                if remember {
-                    self.last = Some((key.clone(), slot));
-                }
-                return FlowRef { slot, uid };
+                self.recent[quick] = slot;
+                return FlowRef { slot, uid: f.uid };
             }
         }
         if self.index.len() >= self.max {
@@ -347,7 +376,6 @@ impl FlowTable {
         if ages.is_empty() {
             return;
         }
-        self.last = None;
         let n = (ages.len() / 8).max(1);
         ages.select_nth_unstable(n - 1);
         for (_, slot) in ages.into_iter().take(n) {

@@ -244,6 +244,27 @@ impl GapTracker {
         }
     }
 
+    /// [`GapTracker::deliver`] of `[start, end)` where it changes nothing but the next unit
+    /// expected (no gap open, nothing buffered: a duplicate or an in-order piece); false, with
+    /// nothing done, otherwise.
+    #[inline]
+    pub fn deliver_plain(&mut self, start: u64, end: u64) -> bool {
+        let Some(next) = self.next else {
+            return false;
+        };
+        if end <= start || end <= next {
+            self.arriving = None;
+            return true;
+        }
+        if start > next || self.gap.is_some() || !self.buffered.is_empty() {
+            return false;
+        }
+        self.arriving = None;
+        self.next = Some(end);
+        self.forget_pending_below(end);
+        true
+    }
+
     /// Records the delivery of `[start, end)` at `ts_ns`. The first delivery sets the origin.
     /// Opening a gap needs an incident id, given by `open` when called.
     #[allow(clippy::too_many_arguments)]

@@ -121,6 +121,53 @@ impl LatencyHist {
     }
 }
 
+/// The samples of a distribution (`whole`) that another (`part`) did not get, where every
+/// sample of `part` is also in `whole` (e.g. latencies outside outages, `part` holding those
+/// during outages): counts, count and mean come from the difference of the two, so a sample
+/// is recorded once; only the exact minimum and maximum are kept here.
+#[derive(Clone, Copy, Debug)]
+pub struct Remainder {
+    min: u64,
+    max: u64,
+}
+
+impl Default for Remainder {
+    fn default() -> Self {
+        Self {
+            min: u64::MAX,
+            max: 0,
+        }
+    }
+}
+
+impl Remainder {
+    /// Notes a sample recorded in `whole` and not in the part.
+    #[inline]
+    pub fn note(&mut self, whole: &LatencyHist, us: u64) {
+        let v = us.min(whole.max_us);
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+    }
+
+    /// The distribution of the samples of `whole` not in `part`.
+    pub fn percentiles(&self, whole: &LatencyHist, part: &LatencyHist) -> Percentiles {
+        let mut counts = whole.hist.clone();
+        if counts.subtract(&part.hist).is_err() {
+            // Cannot happen: `part`'s samples are all in `whole`, with the same bounds.
+            return Percentiles::default();
+        }
+        LatencyHist {
+            hist: counts,
+            max_us: whole.max_us,
+            exact_min: self.min,
+            exact_max: self.max,
+            sum: whole.sum.saturating_sub(part.sum),
+            clamped: 0,
+        }
+        .percentiles()
+    }
+}
+
 /// A distribution over the whole run plus the current window and a bounded series of past
 /// windows. Each sample is recorded once, in the whole-run histogram: the window's counts are
 /// what it gained since the window opened (a copy of its counts is kept then).
@@ -263,5 +310,32 @@ mod tests {
         }
         assert_eq!(w.series.len(), 4);
         assert_eq!(w.total.count(), 15 * 700);
+    }
+
+    /// The remainder of a distribution equals a histogram fed the remaining samples alone.
+    #[test]
+    fn a_remainder_is_what_the_part_did_not_get() {
+        let (mut whole, mut part, mut alone) = (
+            LatencyHist::new(50_000, 3),
+            LatencyHist::new(50_000, 3),
+            LatencyHist::new(50_000, 3),
+        );
+        let mut rest = Remainder::default();
+        assert_eq!(rest.percentiles(&whole, &part), alone.percentiles());
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for i in 0..5000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let us = x % 80_000;
+            whole.record(us);
+            if i % 7 == 3 || us > 60_000 {
+                part.record(us);
+            } else {
+                rest.note(&whole, us);
+                alone.record(us);
+            }
+        }
+        assert_eq!(rest.percentiles(&whole, &part), alone.percentiles());
     }
 }

@@ -240,7 +240,17 @@ impl OpenMessage {
     pub fn resolve_into(&self, caps: &CaptureTable, out: &mut Vec<ResolvedCopy>) {
         let full = self.frags_full();
         out.clear();
+        // The common case: one copy, seen at one capture.
+        if let [c] = self.copies.as_slice() {
+            if let [s] = c.sightings.as_slice() {
+                out.push(Self::resolve_one(c, s, full, caps));
+                return;
+            }
+        }
         out.extend(self.copies.iter().map(|c| {
+            if let [s] = c.sightings.as_slice() {
+                return Self::resolve_one(c, s, full, caps);
+            }
             let mut sent: Option<u64> = None;
             let mut arrived: Option<u64> = None;
             let mut unknown: Vec<(u64, u64, bool)> = Vec::new();
@@ -296,6 +306,37 @@ impl OpenMessage {
                 transmissions,
             }
         }));
+    }
+
+    /// [`OpenMessage::resolve_into`] for a copy seen at one capture (the common case): the
+    /// same result, with one lookup of the capture.
+    #[inline]
+    fn resolve_one(c: &CopyState, s: &Sighting, full: u64, caps: &CaptureTable) -> ResolvedCopy {
+        let (off, dir) = caps.offset_and_dir(s.capture, s.up, s.dir);
+        let first = shifted(s.first_ns, off);
+        let (sent, mut arrived) = match dir {
+            Dir::Out => (Some(first), None),
+            Dir::In => (
+                None,
+                (s.frags & full == full).then(|| shifted(s.complete_ns, off)),
+            ),
+            // Alone, a copy of unknown direction is a send.
+            Dir::Unknown => (Some(first), None),
+        };
+        let mut by_ack = false;
+        if arrived.is_none() {
+            if let (Some(a), Some(_)) = (c.ack_ns, sent) {
+                arrived = Some(a);
+                by_ack = true;
+            }
+        }
+        ResolvedCopy {
+            path: c.path,
+            sent,
+            arrived,
+            by_ack,
+            transmissions: s.count,
+        }
     }
 
     /// The latency kind its copies give.
@@ -615,6 +656,12 @@ impl MessageStore {
         if self.spare_copies.len() < MAX_SPARE {
             self.spare_copies.push(m.copies);
         }
+    }
+
+    /// Whether [`MessageStore::pop_due`] may have a message for `now` (cheap, inlined).
+    #[inline]
+    pub fn any_due(&self, now: u64) -> bool {
+        self.open > self.max_open || self.expiry.front().is_some_and(|d| d.deadline <= now)
     }
 
     /// Next message whose timeout passed at `now`, or the oldest one while over the bound

@@ -94,12 +94,19 @@ impl OutageBook {
     }
 
     /// Whether any path was in outage at `t`.
+    #[inline]
     pub fn any_covering(&self, t: u64) -> bool {
         self.history
             .iter()
             .rev()
             .take(LOOKBACK * 4)
             .any(|o| o.rec.start_ns <= t && o.rec.end_ns.is_none_or(|e| t <= e))
+    }
+
+    /// Whether closed outages wait to be emitted ([`OutageBook::due`] has something to check).
+    #[inline]
+    pub fn any_waiting(&self) -> bool {
+        self.closed_waiting > 0
     }
 
     /// Closed outages whose end is older than `now − settle_ns`, not yet emitted.

@@ -37,14 +37,22 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
         self.len == 0
     }
 
+    /// The position of group `g` in `groups`: mostly one group is in use.
+    fn find(&self, g: G) -> Result<usize, usize> {
+        match self.groups.first() {
+            Some(x) if self.groups.len() == 1 && x.0 == g => Ok(0),
+            _ => self.groups.binary_search_by(|x| x.0.cmp(&g)),
+        }
+    }
+
     fn ring(&mut self, g: G) -> Option<&mut VecDeque<(u64, V)>> {
-        let i = self.groups.binary_search_by(|x| x.0.cmp(&g)).ok()?;
+        let i = self.find(g).ok()?;
         self.groups.get_mut(i).map(|x| &mut x.1)
     }
 
     /// Adds (or replaces) the packet `seq` of group `g`.
     pub fn insert(&mut self, g: G, seq: u64, v: V) -> Option<V> {
-        let gi = match self.groups.binary_search_by(|x| x.0.cmp(&g)) {
+        let gi = match self.find(g) {
             Ok(i) => i,
             Err(_) => {
                 if self.groups.len() > MAX_EMPTY_GROUPS {
@@ -89,7 +97,16 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
     /// Removes the packet `seq` of group `g`.
     pub fn remove(&mut self, g: G, seq: u64) -> Option<V> {
         let ring = self.ring(g)?;
-        let i = ring.binary_search_by(|x| x.0.cmp(&seq)).ok()?;
+        // Acknowledgments mostly come in order: the oldest, or one already gone.
+        let (first, last) = (ring.front()?.0, ring.back()?.0);
+        if seq < first || seq > last {
+            return None;
+        }
+        let i = if seq == first {
+            0
+        } else {
+            ring.binary_search_by(|x| x.0.cmp(&seq)).ok()?
+        };
         let (_, v) = ring.remove(i)?;
         self.len -= 1;
         Some(v)
@@ -101,12 +118,21 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
         let Some(ring) = self.ring(g) else {
             return;
         };
+        let (Some(first), Some(last)) = (ring.front().map(|x| x.0), ring.back().map(|x| x.0))
+        else {
+            return;
+        };
+        // (Ranges mostly start at or before the oldest, and often end past the newest.)
         let start = match range.start_bound() {
+            Bound::Included(s) if *s <= first => 0,
+            Bound::Excluded(s) if *s < first => 0,
             Bound::Included(s) => ring.partition_point(|x| x.0 < *s),
             Bound::Excluded(s) => ring.partition_point(|x| x.0 <= *s),
             Bound::Unbounded => 0,
         };
         let end = match range.end_bound() {
+            Bound::Included(e) if *e >= last => ring.len(),
+            Bound::Excluded(e) if *e > last => ring.len(),
             Bound::Included(e) => ring.partition_point(|x| x.0 <= *e),
             Bound::Excluded(e) => ring.partition_point(|x| x.0 < *e),
             Bound::Unbounded => ring.len(),

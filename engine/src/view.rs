@@ -276,7 +276,9 @@ impl Engine {
             per_path,
             combined: self.combined.total.percentiles(),
             during_outage: self.during_outage.percentiles(),
-            outside_outage: self.outside_outage.percentiles(),
+            outside_outage: self
+                .outside_outage
+                .percentiles(&self.combined.total, &self.during_outage),
             request_response: self.request_response.percentiles(),
             combined_recent: self.combined.series.iter().cloned().collect(),
             tail,

@@ -209,16 +209,20 @@ impl Engine {
         path: PathIdx,
         ts: u64,
     ) {
-        let paths = &self.paths;
-        let label = paths.label(path);
         let Some(f) = self.flows.get_mut(fr) else {
             return;
         };
         let key = &f.key;
-        let incidents = &mut self.incidents;
         let Some(t) = tracker(&mut f.proto, sel) else {
             return;
         };
+        // The common case first: in order or a duplicate, with no gap open.
+        if t.deliver_plain(start, start.saturating_add(len.max(1))) {
+            return;
+        }
+        let paths = &self.paths;
+        let label = paths.label(path);
+        let incidents = &mut self.incidents;
         let (protocol, stream) = match sel {
             GapSel::Kcp { .. } => (HolProtocol::Kcp, None),
             GapSel::Quic { stream, .. } => (HolProtocol::Quic, Some(stream)),
