@@ -7,7 +7,6 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use crate::FastMap as HashMap;
 
@@ -287,38 +286,18 @@ impl Engine {
             let identity = || mix(&[9, conn_hash(&q.conn), q.path_id, q.pn, pkt.tuple]);
             self.echo(identity, &pkt);
         }
-        // A connection's address pair already names its flow (the same shared label): that
-        // key is used as it is, without a new reference to the label (whose count the
-        // feeding thread changes for every packet) nor a second remembering of the pair.
-        let remembered = match self.tuple_flows.get(&pkt.tuple) {
-            Some(k @ FlowKey::Quic { conn })
-                if !grouped
-                    && Arc::ptr_eq(conn, &q.conn)
-                    && self.tuple_flows.len() < self.cfg.max_flows.saturating_mul(4).max(16) =>
-            {
-                Some(
-                    self.flows
-                        .get_or_insert(k, pkt.ts_ns, || Proto::Quic(Box::default())),
-                )
-            }
-            _ => None,
+        let key = match mode {
+            MatchMode::Content | MatchMode::AppId => FlowKey::QuicGroup {
+                server_port: server,
+            },
+            _ => FlowKey::Quic {
+                conn: q.conn.clone(),
+            },
         };
-        let fr = match remembered {
-            Some(fr) => fr,
-            None => {
-                let key = match mode {
-                    MatchMode::Content | MatchMode::AppId => FlowKey::QuicGroup {
-                        server_port: server,
-                    },
-                    _ => FlowKey::Quic {
-                        conn: q.conn.clone(),
-                    },
-                };
-                self.remember_tuple(pkt.tuple, &key);
-                self.flows
-                    .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()))
-            }
-        };
+        self.remember_tuple(pkt.tuple, &key);
+        let fr = self
+            .flows
+            .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()));
         if joins {
             // The connection's packets before it joined are in a flow of its own: it is
             // reported as part of the group.
