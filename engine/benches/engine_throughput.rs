@@ -100,12 +100,12 @@ fn quic_trace(n: u64) -> Vec<Observation> {
     for i in 0..n {
         let base = T0 + i * 1_000_000;
         for p in 0..2 {
-            v.push(Observation::Quic(QuicPacket {
+            v.push(Observation::from(QuicPacket {
                 meta: meta(base, p, p as u16, true),
                 conn: "c".into(),
                 path_id: p as u64,
                 pn: i,
-                streams: vec![StreamRange {
+                streams: smallvec::smallvec![StreamRange {
                     stream_id: 0,
                     offset: i * 600,
                     len: 600,
@@ -113,17 +113,17 @@ fn quic_trace(n: u64) -> Vec<Observation> {
                     data_hash: None,
                     app_msg_id: None,
                 }],
-                acks: Vec::new(),
+                acks: Default::default(),
             }));
-            v.push(Observation::Quic(QuicPacket {
+            v.push(Observation::from(QuicPacket {
                 meta: meta(base + 40_000_000, p, p as u16, false),
                 conn: "c".into(),
                 path_id: p as u64,
                 pn: i,
-                streams: Vec::new(),
-                acks: vec![QuicAck {
+                streams: Default::default(),
+                acks: smallvec::smallvec![QuicAck {
                     path_id: p as u64,
-                    ranges: vec![(i, i)],
+                    ranges: smallvec::smallvec![(i, i)],
                     ack_delay_us: 1000,
                 }],
             }));

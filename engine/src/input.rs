@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 /// Identifies one capture (an interface or a file) within a run.
 pub type CaptureId = u16;
@@ -23,8 +24,9 @@ pub enum Observation {
     Datagram(Datagram),
     /// One KCP segment (a datagram may carry several).
     Kcp(KcpSegment),
-    /// One decrypted QUIC packet with its STREAM and ACK frames.
-    Quic(QuicPacket),
+    /// One decrypted QUIC packet with its STREAM and ACK frames (boxed: its frames are held
+    /// inline, and the other observations stay small).
+    Quic(Box<QuicPacket>),
     /// A TCP segment seen in a capture.
     TcpSegment(TcpSegment),
     /// A TCP event reported by the kernel (eBPF).
@@ -200,7 +202,7 @@ pub struct QuicAck {
     /// Path whose packet numbers are acknowledged (0 without multipath).
     pub path_id: u64,
     /// Acknowledged packet numbers as inclusive ranges `(smallest, largest)`.
-    pub ranges: Vec<(u64, u64)>,
+    pub ranges: AckRanges,
     /// ack_delay decoded to microseconds (exponent applied).
     pub ack_delay_us: u64,
 }
@@ -218,10 +220,25 @@ pub struct QuicPacket {
     /// Packet number.
     pub pn: u64,
     /// STREAM frames.
-    pub streams: Vec<StreamRange>,
+    pub streams: QuicStreams,
     /// ACK / PATH_ACK frames.
-    pub acks: Vec<QuicAck>,
+    pub acks: QuicAcks,
 }
+
+impl From<QuicPacket> for Observation {
+    fn from(q: QuicPacket) -> Self {
+        Observation::Quic(Box::new(q))
+    }
+}
+
+/// The STREAM frames of a QUIC packet (up to two held without an allocation).
+pub type QuicStreams = SmallVec<[StreamRange; 2]>;
+
+/// The ACK frames of a QUIC packet (one held without an allocation).
+pub type QuicAcks = SmallVec<[QuicAck; 1]>;
+
+/// The acknowledged ranges of an ACK frame (up to two held without an allocation).
+pub type AckRanges = SmallVec<[(u64, u64); 2]>;
 
 /// A TCP segment seen in a capture.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -67,9 +67,10 @@ pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 pub use config::{Config, FlowSelector, MatchMode, ModeOverride};
 pub use engine::Engine;
 pub use input::{
-    content_hash, payload_hash, AppIdRule, CaptureId, CapturePoint, CongState, Datagram, Host,
-    KcpCmd, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket,
-    RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpSegment, CONTENT_PREFIX,
+    content_hash, payload_hash, AckRanges, AppIdRule, CaptureId, CapturePoint, CongState, Datagram,
+    Host, KcpCmd, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicAcks,
+    QuicPacket, QuicStreams, RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpSegment,
+    CONTENT_PREFIX,
 };
 pub use record::{
     CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, MessageRecord, OutageRecord,

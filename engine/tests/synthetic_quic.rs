@@ -33,8 +33,8 @@ fn pkt(
         conn: conn.into(),
         path_id,
         pn,
-        streams: Vec::new(),
-        acks: Vec::new(),
+        streams: Default::default(),
+        acks: Default::default(),
     }
 }
 
@@ -67,7 +67,7 @@ fn multipath_quic_partial_overlaps_and_ack_delay() {
         let mut p0 = pkt(base, labels[0], 0, tbox[0], gw, "c1", 0, pn[0]);
         p0.meta.wire_len = 700;
         p0.streams.push(range(0, i * MSG, MSG));
-        obs.push(Observation::Quic(p0));
+        obs.push(Observation::Quic(Box::new(p0)));
         let acked = base + 40_000_000 + (i * 7919 % 3000) * 1000;
         let mut a = pkt(
             acked + ACK_DELAY_US * 1000,
@@ -82,10 +82,10 @@ fn multipath_quic_partial_overlaps_and_ack_delay() {
         a.meta.wire_len = 60;
         a.acks.push(QuicAck {
             path_id: 0,
-            ranges: vec![(pn[0], pn[0])],
+            ranges: smallvec::smallvec![(pn[0], pn[0])],
             ack_delay_us: ACK_DELAY_US,
         });
-        obs.push(Observation::Quic(a));
+        obs.push(Observation::Quic(Box::new(a)));
         truth[i as usize][0] = (base, acked);
         pn[0] += 1;
         if i % 2 == 1 {
@@ -93,7 +93,7 @@ fn multipath_quic_partial_overlaps_and_ack_delay() {
             let mut p1 = pkt(send, labels[1], 1, tbox[1], gw, "c1", 1, pn[1]);
             p1.meta.wire_len = 1300;
             p1.streams.push(range(0, (i - 1) * MSG, 2 * MSG));
-            obs.push(Observation::Quic(p1));
+            obs.push(Observation::Quic(Box::new(p1)));
             let acked = send + 30_000_000 + (i * 104_729 % 20_000) * 1000;
             let mut a = pkt(
                 acked + ACK_DELAY_US * 1000,
@@ -108,10 +108,10 @@ fn multipath_quic_partial_overlaps_and_ack_delay() {
             a.meta.wire_len = 60;
             a.acks.push(QuicAck {
                 path_id: 1,
-                ranges: vec![(pn[1], pn[1])],
+                ranges: smallvec::smallvec![(pn[1], pn[1])],
                 ack_delay_us: ACK_DELAY_US,
             });
-            obs.push(Observation::Quic(a));
+            obs.push(Observation::Quic(Box::new(a)));
             truth[i as usize - 1][1] = (send, acked);
             truth[i as usize][1] = (send, acked);
             pn[1] += 1;
@@ -171,7 +171,7 @@ fn quic_gap_on_one_stream_does_not_hold_the_other() {
         let mut p = pkt(ts, "g0", 3, cli, srv, "c9", 0, pn);
         pn += 1;
         p.streams.push(range(stream, off, MSG));
-        obs.push(Observation::Quic(p));
+        obs.push(Observation::Quic(Box::new(p)));
     };
     for k in 0..10u64 {
         let ts = base + k * GAP;
@@ -228,7 +228,7 @@ fn separate_connections_match_by_content_hash() {
             0,
             1000,
         );
-        obs.push(Observation::Quic(q));
+        obs.push(Observation::Quic(Box::new(q)));
     }
     for i in 0..200u64 {
         for (p, (cap, cli, conn)) in conns.iter().enumerate() {
@@ -253,7 +253,7 @@ fn separate_connections_match_by_content_hash() {
             // copy of the n-th on the other.
             r.data_hash = Some(if i % 10 == 5 { 0x4b41 } else { 0x5eed_0000 + i });
             q.streams.push(r);
-            obs.push(Observation::Quic(q));
+            obs.push(Observation::Quic(Box::new(q)));
         }
     }
     let mut e = Engine::new(Config::default());

@@ -96,8 +96,8 @@ fn quic(ts: u64, label: &str, cap: u16, p: usize, up: bool, pn: u64) -> QuicPack
         conn: format!("quic#{p}").into(),
         path_id: 0,
         pn,
-        streams: Vec::new(),
-        acks: Vec::new(),
+        streams: Default::default(),
+        acks: Default::default(),
     }
 }
 
@@ -121,7 +121,7 @@ fn quic_connection_per_path_split_frames_and_acks_give_one_message_each() {
                     data_hash: None,
                     app_msg_id: Some(i),
                 });
-                Observation::Quic(q)
+                Observation::Quic(Box::new(q))
             });
             both_ends(&mut obs, p, t + MS, true, |ts, l, c| {
                 let mut q = quic(ts, l, c, p, true, 2 * i + 1);
@@ -134,7 +134,7 @@ fn quic_connection_per_path_split_frames_and_acks_give_one_message_each() {
                     data_hash: None,
                     app_msg_id: None,
                 });
-                Observation::Quic(q)
+                Observation::Quic(Box::new(q))
             });
             // The gateway acknowledges both packets in an ACK-only packet.
             both_ends(&mut obs, p, t + DELAY[p] + 2 * MS, false, |ts, l, c| {
@@ -142,10 +142,10 @@ fn quic_connection_per_path_split_frames_and_acks_give_one_message_each() {
                 q.meta.wire_len = 80;
                 q.acks.push(tboxscope_engine::QuicAck {
                     path_id: 0,
-                    ranges: vec![(2 * i, 2 * i + 1)],
+                    ranges: smallvec::smallvec![(2 * i, 2 * i + 1)],
                     ack_delay_us: 0,
                 });
-                Observation::Quic(q)
+                Observation::Quic(Box::new(q))
             });
         }
     }

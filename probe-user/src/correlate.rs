@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tboxscope_decode::quic::{FrameSummary, PacketSummary};
 use tboxscope_engine::{
     CaptureId, CapturePoint, Config, Datagram, Engine, Host, KcpCmd, KcpSegment, Observation,
-    Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket, StreamRange,
+    Overhead, OverheadKind, PacketMeta, QuicAck, QuicAcks, QuicPacket, QuicStreams, StreamRange,
 };
 
 use crate::analyze::Record;
@@ -427,15 +427,16 @@ fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
     }
 }
 
-fn quic_packet(meta: PacketMeta, p: &PacketSummary, conn: Arc<str>) -> QuicPacket {
-    let mut packet = QuicPacket {
+/// The packet is made in its box and its frames added there (they are held inline).
+fn quic_packet(meta: PacketMeta, p: &PacketSummary, conn: Arc<str>) -> Box<QuicPacket> {
+    let mut packet = Box::new(QuicPacket {
         meta,
         conn,
         path_id: p.path_id.unwrap_or(0),
         pn: p.pn.unwrap_or(0),
-        streams: Vec::new(),
-        acks: Vec::new(),
-    };
+        streams: QuicStreams::new(),
+        acks: QuicAcks::new(),
+    });
     for f in &p.frames {
         match f.frame_type {
             "stream" => packet.streams.extend(stream_range(f)),

@@ -25,6 +25,9 @@ pub enum GapSel {
         up: bool,
         /// Stream id.
         stream: u64,
+        /// For a delivery: its time, noted as the stream's latest delivery (which shows that
+        /// a gap on another stream did not hold this one).
+        delivered_at: Option<u64>,
     },
 }
 
@@ -40,7 +43,14 @@ impl GapSel {
 fn tracker(proto: &mut Proto, sel: GapSel) -> Option<&mut GapTracker> {
     match (proto, sel) {
         (Proto::Kcp(k), GapSel::Kcp { up }) => k.rx.get_mut(usize::from(up)),
-        (Proto::Quic(q), GapSel::Quic { up, stream }) => q.stream_rx(up, stream),
+        (
+            Proto::Quic(q),
+            GapSel::Quic {
+                up,
+                stream,
+                delivered_at,
+            },
+        ) => q.stream_rx(up, stream, delivered_at),
         _ => None,
     }
 }
@@ -351,7 +361,7 @@ impl Engine {
                     }
                 }
                 if let Some(mut inc) = incidents.close(g.incident, ts) {
-                    if let (GapSel::Quic { up, stream }, Proto::Quic(q)) = (sel, &f.proto) {
+                    if let (GapSel::Quic { up, stream, .. }, Proto::Quic(q)) = (sel, &f.proto) {
                         inc.streams_not_held = q.streams_active_since(up, stream, inc.start_ns);
                     }
                     let text = format!(

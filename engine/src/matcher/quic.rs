@@ -99,20 +99,24 @@ impl QuicState {
         self.stream_msgs.insert(key, msg);
     }
 
-    /// The receive tracker of a stream (created; `None` past the stream bound).
-    pub fn stream_rx(&mut self, up: bool, stream: u64) -> Option<&mut GapTracker> {
+    /// The receive tracker of a stream (created; `None` past the stream bound); `delivered_at`
+    /// is noted as the stream's latest delivery when later than the one noted.
+    pub fn stream_rx(
+        &mut self,
+        up: bool,
+        stream: u64,
+        delivered_at: Option<u64>,
+    ) -> Option<&mut GapTracker> {
         let full = self.rx.len() >= MAX_STREAMS;
-        match self.rx.entry((up, stream)) {
-            Entry::Occupied(e) => Some(&mut e.into_mut().0),
-            Entry::Vacant(e) if !full => Some(&mut e.insert(Default::default()).0),
-            Entry::Vacant(_) => None,
-        }
-    }
-
-    fn touch(&mut self, up: bool, stream: u64, ts: u64) {
-        if let Some(e) = self.rx.get_mut(&(up, stream)) {
+        let e = match self.rx.entry((up, stream)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) if !full => e.insert(Default::default()),
+            Entry::Vacant(_) => return None,
+        };
+        if let Some(ts) = delivered_at {
             e.1 = e.1.max(ts);
         }
+        Some(&mut e.0)
     }
 
     /// Other streams (same direction) that delivered since `since`.
@@ -406,6 +410,7 @@ impl Engine {
                         GapSel::Quic {
                             up,
                             stream: sr.stream_id,
+                            delivered_at: None,
                         },
                         sr.offset,
                         pkt.path,
@@ -420,6 +425,7 @@ impl Engine {
                     GapSel::Quic {
                         up,
                         stream: sr.stream_id,
+                        delivered_at: Some(pkt.ts_ns),
                     },
                     sr.offset,
                     sr.len,
@@ -428,11 +434,6 @@ impl Engine {
                     pkt.path,
                     pkt.ts_ns,
                 );
-                if let Some(f) = self.flows.get_mut(fr) {
-                    if let Proto::Quic(s) = &mut f.proto {
-                        s.touch(up, sr.stream_id, pkt.ts_ns);
-                    }
-                }
             }
         }
         let max_unacked = self.cfg.max_unacked_per_flow;
@@ -496,11 +497,12 @@ impl Engine {
                 }
             }
         }
-        for ((_, u), &delay_us) in taken.drain(..).zip(&delays) {
+        // Read in place (each acknowledged packet and its items are not moved again).
+        for ((_, u), &delay_us) in taken.iter().zip(&delays) {
             let at = ts
                 .saturating_sub(delay_us.saturating_mul(1000))
                 .max(u.ts_ns);
-            for (mkey, stream, off, len, hint) in u.items {
+            for &(mkey, stream, off, len, hint) in &u.items {
                 if let Some(slot) = self.msgs.ack(fr.uid, mkey, hint, u.path, at) {
                     self.maybe_complete(fr, slot);
                 }
@@ -510,6 +512,7 @@ impl Engine {
                         GapSel::Quic {
                             up: data_up,
                             stream,
+                            delivered_at: Some(at),
                         },
                         off,
                         len,
@@ -518,14 +521,10 @@ impl Engine {
                         u.path,
                         at,
                     );
-                    if let Some(f) = self.flows.get_mut(fr) {
-                        if let Proto::Quic(s) = &mut f.proto {
-                            s.touch(data_up, stream, at);
-                        }
-                    }
                 }
             }
         }
+        taken.clear();
         self.quic_acked = (taken, delays);
     }
 }
