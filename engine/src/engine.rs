@@ -869,11 +869,17 @@ impl Engine {
     /// pair's [`crate::matcher::tuple_hash`].
     #[inline]
     pub(crate) fn remember_tuple(&mut self, tuple: u64, key: &FlowKey) {
-        let full = self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16);
-        if !full && self.tuples_known[(tuple as usize) % TUPLES_KNOWN] == Some(tuple) {
-            return;
+        if !self.tuple_known(tuple) {
+            let full = self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16);
+            self.remember_new_tuple(tuple, key, full);
         }
-        self.remember_new_tuple(tuple, key, full);
+    }
+
+    /// Whether [`Engine::remember_tuple`] has nothing to do for `tuple`.
+    #[inline]
+    pub(crate) fn tuple_known(&self, tuple: u64) -> bool {
+        let full = self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16);
+        !full && self.tuples_known[(tuple as usize) % TUPLES_KNOWN] == Some(tuple)
     }
 
     /// [`Engine::remember_tuple`] for a pair not known to be remembered.

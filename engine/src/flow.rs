@@ -61,7 +61,7 @@ impl FlowKey {
                 usize::from(*server_port)
             }
             FlowKey::Kcp { conv } => *conv as usize,
-            FlowKey::Quic { conn } => (std::sync::Arc::as_ptr(conn) as *const u8 as usize) >> 4,
+            FlowKey::Quic { conn } => quic_quick(conn),
             FlowKey::QuicGroup { server_port } => usize::from(*server_port),
             FlowKey::Tcp { client, .. } => usize::from(client.port()),
         }
@@ -292,6 +292,22 @@ impl FlowTable {
     }
 
     /// The flow for `key`, created with `proto()` if new (evicting old flows when full).
+    /// The flow of QUIC connection `conn` if it is the recent flow of its slot, found by the
+    /// label's address (no new reference to the label: its count is also changed by the
+    /// thread that made the observation); like [`FlowTable::get_or_insert`], its activity time
+    /// moves to `now`.
+    pub fn recent_quic(&mut self, conn: &std::sync::Arc<str>, now: u64) -> Option<FlowRef> {
+        let slot = self.recent[quic_quick(conn) % RECENT_FLOWS];
+        match self.slab.get_mut(slot) {
+            Some(Some(f)) if matches!(&f.key, FlowKey::Quic { conn: c } if std::sync::Arc::ptr_eq(c, conn)) =>
+            {
+                f.last_ns = f.last_ns.max(now);
+                Some(FlowRef { slot, uid: f.uid })
+            }
+            _ => None,
+        }
+    }
+
     pub fn get_or_insert(
         &mut self,
         key: &FlowKey,
@@ -406,4 +422,9 @@ impl FlowTable {
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
     }
+}
+
+/// [`FlowKey::quick`] of a QUIC connection: its shared label's address.
+fn quic_quick(conn: &std::sync::Arc<str>) -> usize {
+    (std::sync::Arc::as_ptr(conn) as *const u8 as usize) >> 4
 }

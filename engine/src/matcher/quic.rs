@@ -286,18 +286,29 @@ impl Engine {
             let identity = || mix(&[9, conn_hash(&q.conn), q.path_id, q.pn, pkt.tuple]);
             self.echo(identity, &pkt);
         }
-        let key = match mode {
-            MatchMode::Content | MatchMode::AppId => FlowKey::QuicGroup {
-                server_port: server,
-            },
-            _ => FlowKey::Quic {
-                conn: q.conn.clone(),
-            },
+        // A connection's own flow, recent and its address pair remembered, is found without a
+        // key (a new reference to the label per packet).
+        let recent = match mode {
+            MatchMode::Content | MatchMode::AppId => None,
+            _ if self.tuple_known(pkt.tuple) => self.flows.recent_quic(&q.conn, pkt.ts_ns),
+            _ => None,
         };
-        self.remember_tuple(pkt.tuple, &key);
-        let fr = self
-            .flows
-            .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()));
+        let fr = match recent {
+            Some(fr) => fr,
+            None => {
+                let key = match mode {
+                    MatchMode::Content | MatchMode::AppId => FlowKey::QuicGroup {
+                        server_port: server,
+                    },
+                    _ => FlowKey::Quic {
+                        conn: q.conn.clone(),
+                    },
+                };
+                self.remember_tuple(pkt.tuple, &key);
+                self.flows
+                    .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()))
+            }
+        };
         if joins {
             // The connection's packets before it joined are in a flow of its own: it is
             // reported as part of the group.
