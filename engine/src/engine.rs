@@ -870,22 +870,25 @@ impl Engine {
     #[inline]
     pub(crate) fn remember_tuple(&mut self, tuple: u64, key: &FlowKey) {
         if !self.tuple_known(tuple) {
-            let full = self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16);
-            self.remember_new_tuple(tuple, key, full);
+            self.remember_new_tuple(tuple, key);
         }
+    }
+
+    /// Whether the address-pair map is full (it is then cleared before the next pair).
+    fn tuples_full(&self) -> bool {
+        self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16)
     }
 
     /// Whether [`Engine::remember_tuple`] has nothing to do for `tuple`.
     #[inline]
     pub(crate) fn tuple_known(&self, tuple: u64) -> bool {
-        let full = self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16);
-        !full && self.tuples_known[(tuple as usize) % TUPLES_KNOWN] == Some(tuple)
+        !self.tuples_full() && self.tuples_known[(tuple as usize) % TUPLES_KNOWN] == Some(tuple)
     }
 
     /// [`Engine::remember_tuple`] for a pair not known to be remembered.
     #[cold]
-    fn remember_new_tuple(&mut self, tuple: u64, key: &FlowKey, full: bool) {
-        if full {
+    fn remember_new_tuple(&mut self, tuple: u64, key: &FlowKey) {
+        if self.tuples_full() {
             self.tuple_flows.clear();
             self.tuples_known = [None; TUPLES_KNOWN];
         }
@@ -999,11 +1002,7 @@ impl CopySummary {
 
     /// [`OpenMessage::kind`] of the copies.
     fn kind(&self) -> LatencyKind {
-        if self.any_by_ack && !self.any_one_way {
-            LatencyKind::AckRtt
-        } else {
-            LatencyKind::OneWay
-        }
+        crate::message::latency_kind(self.any_by_ack, self.any_one_way)
     }
 }
 

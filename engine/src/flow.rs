@@ -291,16 +291,29 @@ impl FlowTable {
         }
     }
 
-    /// The flow for `key`, created with `proto()` if new (evicting old flows when full).
     /// The flow of QUIC connection `conn` if it is the recent flow of its slot, found by the
     /// label's address (no new reference to the label: its count is also changed by the
     /// thread that made the observation); like [`FlowTable::get_or_insert`], its activity time
     /// moves to `now`.
     pub fn recent_quic(&mut self, conn: &std::sync::Arc<str>, now: u64) -> Option<FlowRef> {
-        let slot = self.recent[quic_quick(conn) % RECENT_FLOWS];
+        self.recent_hit(
+            quic_quick(conn) % RECENT_FLOWS,
+            now,
+            |k| matches!(k, FlowKey::Quic { conn: c } if std::sync::Arc::ptr_eq(c, conn)),
+        )
+    }
+
+    /// The recent flow of slot `quick` if its key passes `is`, its activity time moved to `now`.
+    #[inline]
+    fn recent_hit(
+        &mut self,
+        quick: usize,
+        now: u64,
+        is: impl Fn(&FlowKey) -> bool,
+    ) -> Option<FlowRef> {
+        let slot = self.recent[quick];
         match self.slab.get_mut(slot) {
-            Some(Some(f)) if matches!(&f.key, FlowKey::Quic { conn: c } if std::sync::Arc::ptr_eq(c, conn)) =>
-            {
+            Some(Some(f)) if is(&f.key) => {
                 f.last_ns = f.last_ns.max(now);
                 Some(FlowRef { slot, uid: f.uid })
             }
@@ -308,6 +321,7 @@ impl FlowTable {
         }
     }
 
+    /// The flow for `key`, created with `proto()` if new (evicting old flows when full).
     pub fn get_or_insert(
         &mut self,
         key: &FlowKey,
@@ -315,12 +329,10 @@ impl FlowTable {
         proto: impl FnOnce() -> Proto,
     ) -> FlowRef {
         let quick = key.quick() % RECENT_FLOWS;
-        let recent = self.recent[quick];
-        let known = match self.slab.get(recent) {
-            Some(Some(f)) if f.key.same(key) => Some(recent),
-            _ => self.index.get(key).copied(),
-        };
-        if let Some(slot) = known {
+        if let Some(r) = self.recent_hit(quick, now, |k| k.same(key)) {
+            return r;
+        }
+        if let Some(&slot) = self.index.get(key) {
             if let Some(Some(f)) = self.slab.get_mut(slot) {
                 f.last_ns = f.last_ns.max(now);
                 self.recent[quick] = slot;

@@ -181,6 +181,19 @@ pub struct ResolvedCopy {
 }
 
 impl ResolvedCopy {
+    /// Copy `c` sent and arrived at these times; without an arrival, the copy's first
+    /// acknowledgment stands for it (if it was seen sent).
+    fn of(c: &CopyState, sent: Option<u64>, arrived: Option<u64>, transmissions: u32) -> Self {
+        let by_ack = arrived.is_none() && sent.is_some() && c.ack_ns.is_some();
+        ResolvedCopy {
+            path: c.path,
+            sent,
+            arrived: if by_ack { c.ack_ns } else { arrived },
+            by_ack,
+            transmissions,
+        }
+    }
+
     /// arrived − sent in µs (exact, truncated).
     pub fn latency_us(&self) -> Option<u64> {
         Some(self.arrived?.checked_sub(self.sent?)? / 1000)
@@ -291,20 +304,7 @@ impl OpenMessage {
             if transmissions == 0 {
                 transmissions = c.sightings.iter().map(|s| s.count).max().unwrap_or(1);
             }
-            let mut by_ack = false;
-            if arrived.is_none() {
-                if let (Some(a), Some(_)) = (c.ack_ns, sent) {
-                    arrived = Some(a);
-                    by_ack = true;
-                }
-            }
-            ResolvedCopy {
-                path: c.path,
-                sent,
-                arrived,
-                by_ack,
-                transmissions,
-            }
+            ResolvedCopy::of(c, sent, arrived, transmissions)
         }));
     }
 
@@ -314,7 +314,7 @@ impl OpenMessage {
     fn resolve_one(c: &CopyState, s: &Sighting, full: u64, caps: &CaptureTable) -> ResolvedCopy {
         let (off, dir) = caps.offset_and_dir(s.capture, s.up, s.dir);
         let first = shifted(s.first_ns, off);
-        let (sent, mut arrived) = match dir {
+        let (sent, arrived) = match dir {
             Dir::Out => (Some(first), None),
             Dir::In => (
                 None,
@@ -323,31 +323,25 @@ impl OpenMessage {
             // Alone, a copy of unknown direction is a send.
             Dir::Unknown => (Some(first), None),
         };
-        let mut by_ack = false;
-        if arrived.is_none() {
-            if let (Some(a), Some(_)) = (c.ack_ns, sent) {
-                arrived = Some(a);
-                by_ack = true;
-            }
-        }
-        ResolvedCopy {
-            path: c.path,
-            sent,
-            arrived,
-            by_ack,
-            transmissions: s.count,
-        }
+        ResolvedCopy::of(c, sent, arrived, s.count)
     }
 
     /// The latency kind its copies give.
     pub fn kind(copies: &[ResolvedCopy]) -> LatencyKind {
-        if copies.iter().any(|c| c.by_ack)
-            && !copies.iter().any(|c| !c.by_ack && c.latency_us().is_some())
-        {
-            LatencyKind::AckRtt
-        } else {
-            LatencyKind::OneWay
-        }
+        latency_kind(
+            copies.iter().any(|c| c.by_ack),
+            copies.iter().any(|c| !c.by_ack && c.latency_us().is_some()),
+        )
+    }
+}
+
+/// The latency kind of a message's copies: the time to acknowledgment when some copy's
+/// arrival is its acknowledgment and no copy has a one-way latency, else one-way.
+pub(crate) fn latency_kind(any_by_ack: bool, any_one_way: bool) -> LatencyKind {
+    if any_by_ack && !any_one_way {
+        LatencyKind::AckRtt
+    } else {
+        LatencyKind::OneWay
     }
 }
 
