@@ -352,13 +352,34 @@ pub(crate) fn latency_kind(any_by_ack: bool, any_one_way: bool) -> LatencyKind {
 /// Spare allocations kept for new messages.
 const MAX_SPARE: usize = 256;
 
-/// Where the message of a key is: open in a slot, or closed during a generation of
-/// `max_open` closures (so that late copies are not new messages), named by its parity (only
-/// the current and the previous generation are remembered).
-#[derive(Clone, Copy, Debug)]
-enum Held {
-    Open(u32),
-    Closed(bool),
+/// Keys of recently closed messages (so that late copies are not new messages), as seeded
+/// 64-bit fingerprints of (flow uid, key) in two generations of `per_generation` closures each:
+/// a key is remembered for at least `per_generation` and at most twice that many closures.
+#[derive(Debug, Default)]
+struct ClosedKeys {
+    current: crate::FastSet<u64>,
+    previous: crate::FastSet<u64>,
+    per_generation: usize,
+    fingerprint: foldhash::fast::RandomState,
+}
+
+impl ClosedKeys {
+    fn fingerprint(&self, k: (u64, u64)) -> u64 {
+        use std::hash::BuildHasher;
+        self.fingerprint.hash_one(k)
+    }
+
+    fn contains(&self, fp: u64) -> bool {
+        self.current.contains(&fp) || self.previous.contains(&fp)
+    }
+
+    fn insert(&mut self, fp: u64) {
+        if self.current.len() >= self.per_generation {
+            std::mem::swap(&mut self.current, &mut self.previous);
+            self.current.clear();
+        }
+        self.current.insert(fp);
+    }
 }
 
 /// A slot of the store: the open message (if any) and the stamp of its opening, which tells
@@ -378,18 +399,14 @@ struct Due {
 }
 
 /// All open messages: in slots reused as messages close, found by (flow uid, key) through an
-/// index that also remembers the keys of recently closed messages (so that late copies are not
-/// new messages): a key closed during one generation of `max_open` closures is forgotten when
-/// the generation after the next begins, so it is remembered for at least `max_open` and at
-/// most twice that many closures.
+/// index of the open ones; recently closed keys are remembered apart (so late copies are not
+/// new messages), which keeps the index as small as the open set.
 #[derive(Debug, Default)]
 pub struct MessageStore {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    index: FastMap<(u64, u64), Held>,
-    /// Closures so far, and the generation they are in.
-    closures: u64,
-    generation: u64,
+    index: FastMap<(u64, u64), u32>,
+    closed: ClosedKeys,
     expiry: VecDeque<Due>,
     open: usize,
     stamps: u64,
@@ -421,6 +438,10 @@ impl MessageStore {
         Self {
             max_open,
             timeout_ns,
+            closed: ClosedKeys {
+                per_generation: max_open,
+                ..ClosedKeys::default()
+            },
             ..Self::default()
         }
     }
@@ -432,10 +453,7 @@ impl MessageStore {
     }
 
     fn slot_of(&self, k: (u64, u64)) -> Option<usize> {
-        match self.index.get(&k) {
-            Some(Held::Open(i)) => Some(*i as usize),
-            _ => None,
-        }
+        self.index.get(&k).map(|i| *i as usize)
     }
 
     /// Adds a sighting.
@@ -450,18 +468,14 @@ impl MessageStore {
             self.expiry = expiry;
         }
         let entry = self.index.entry(k);
-        let held = match &entry {
-            MapEntry::Occupied(e) => Some(*e.get()),
-            MapEntry::Vacant(_) => None,
-        };
-        let slot = match held {
-            Some(Held::Open(i)) => i as usize,
-            Some(Held::Closed(_)) if !a.new_key => {
-                self.late += 1;
-                r.late = true;
-                return r;
-            }
-            _ => {
+        let slot = match entry {
+            MapEntry::Occupied(e) => *e.get() as usize,
+            MapEntry::Vacant(entry) => {
+                if !a.new_key && self.closed.contains(self.closed.fingerprint(k)) {
+                    self.late += 1;
+                    r.late = true;
+                    return r;
+                }
                 r.new_message = true;
                 let i = match self.free.pop() {
                     Some(i) => i as usize,
@@ -489,7 +503,7 @@ impl MessageStore {
                     }),
                 };
                 let slot = u32::try_from(i).unwrap_or(u32::MAX);
-                entry.insert_entry(Held::Open(slot));
+                entry.insert(slot);
                 self.open += 1;
                 self.expiry.push_back(Due {
                     deadline: a.ts_ns.saturating_add(self.timeout_ns),
@@ -627,17 +641,8 @@ impl MessageStore {
     pub fn take_at(&mut self, slot: u32) -> Option<OpenMessage> {
         let m = self.slots.get_mut(slot as usize)?.msg.take()?;
         let k = (m.flow.uid, m.key);
-        if let Some(h) = self.index.get_mut(&k) {
-            *h = Held::Closed(self.generation % 2 == 1);
-        }
-        self.closures += 1;
-        if self.closures % self.max_open as u64 == 0 {
-            // A new generation: keys closed before the previous one are forgotten.
-            self.generation += 1;
-            let older = self.generation % 2 == 1;
-            self.index
-                .retain(|_, h| !matches!(h, Held::Closed(g) if *g == older));
-        }
+        self.index.remove(&k);
+        self.closed.insert(self.closed.fingerprint(k));
         self.open -= 1;
         self.free.push(slot);
         Some(m)
@@ -690,7 +695,7 @@ impl MessageStore {
                 self.free.push(u32::try_from(i).unwrap_or(u32::MAX));
             }
         }
-        self.index.retain(|_, h| matches!(h, Held::Closed(_)));
+        self.index.clear();
         self.open = 0;
         // First seen first; messages first seen at the same time in the order they opened.
         v.sort_by_key(|(stamp, m)| (m.first_ns, *stamp));
