@@ -426,8 +426,8 @@ fn same_tuple_elsewhere(msg: &OpenMessage, a: &SightArgs) -> Option<(CaptureId, 
     msg.copies
         .iter()
         .flat_map(|c| c.sightings.iter())
-        .filter(|s| s.capture != a.capture && s.tuple == a.tuple)
-        .last()
+        .rev()
+        .find(|s| s.capture != a.capture && s.tuple == a.tuple)
         .map(|s| (s.capture, s.first_ns))
 }
 
