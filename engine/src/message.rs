@@ -525,6 +525,14 @@ impl MessageStore {
                 let slot = u32::try_from(i).unwrap_or(u32::MAX);
                 entry.insert(slot);
                 self.open += 1;
+                // Messages mostly close in the order they opened: the timeouts of those closed
+                // already leave the front of the queue here, which keeps it short.
+                while let Some(d) = self.expiry.front() {
+                    if self.is_live(d) {
+                        break;
+                    }
+                    self.expiry.pop_front();
+                }
                 self.expiry.push_back(Due {
                     deadline: a.ts_ns.saturating_add(self.timeout_ns),
                     slot,
