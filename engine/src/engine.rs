@@ -190,9 +190,11 @@ impl Engine {
         }
     }
 
-    /// Takes the records produced so far (messages, windows, outages, HOL incidents).
+    /// Takes the records produced so far (messages, windows, outages, HOL incidents), oldest
+    /// first; those the iterator has not reached when dropped stay for the next call. Cheap
+    /// when there are none (it runs after every observation).
     pub fn drain_records(&mut self) -> impl Iterator<Item = Record> + '_ {
-        self.records.drain(..)
+        std::iter::from_fn(move || self.records.pop_front())
     }
 
     /// Engine time: the newest observation's timestamp (clock offsets applied).

@@ -128,6 +128,15 @@ impl ClosedRuns {
                 return;
             }
         }
+        // The common hole: newer messages acknowledged first, then the one before them (una),
+        // which joins the two newest runs.
+        if let [.., before, last] = runs.as_mut_slice() {
+            if before.1.checked_add(1) == Some(sn) && sn.checked_add(1) == Some(last.0) {
+                before.1 = last.1;
+                runs.pop();
+                return;
+            }
+        }
         // The first run ending at or after sn-1 is where sn goes.
         let i = runs.partition_point(|r| r.1.saturating_add(1) < sn);
         match runs.get(i).copied() {
