@@ -19,6 +19,8 @@ pub struct Record<'a> {
     pub frame: u64,
     /// The path label.
     pub path: &'a str,
+    /// Where `path` is in `paths` (the same label keeps its place for the whole run).
+    pub path_index: usize,
     /// Every path label known so far: each file's interfaces as read up to its next packet
     /// (with several files, all of them before the first record).
     pub paths: &'a [String],
@@ -204,6 +206,7 @@ impl Analyzer {
                     file: &name,
                     frame,
                     path: &self.labels.all()[path_id],
+                    path_index: path_id,
                     paths: self.labels.all(),
                     link,
                     ts_ns,
@@ -215,6 +218,7 @@ impl Analyzer {
                     file: &name,
                     frame,
                     path: &self.labels.all()[path_id],
+                    path_index: path_id,
                     paths: self.labels.all(),
                     link,
                     ts_ns,
@@ -347,6 +351,7 @@ impl Analyzer {
                     file: &f.name,
                     frame: p.frame,
                     path: &self.labels.all()[path_id],
+                    path_index: path_id,
                     paths: self.labels.all(),
                     link,
                     ts_ns: p.ts_ns,
@@ -447,6 +452,7 @@ struct FrameAt<'a> {
     file: &'a str,
     frame: u64,
     path: &'a str,
+    path_index: usize,
     paths: &'a [String],
     link: Option<LinkType>,
     ts_ns: u64,
@@ -467,6 +473,7 @@ fn dissect_and_emit<E>(
                 file: at.file,
                 frame: at.frame,
                 path: at.path,
+                path_index: at.path_index,
                 paths: at.paths,
                 data,
                 packet: &packet,

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use tboxscope_decode::kcp::Cmd;
 use tboxscope_decode::quic::{FrameSummary, PacketSummary};
 use tboxscope_engine::{
     CaptureId, CapturePoint, Config, Datagram, Engine, Host, KcpCmd, KcpSegment, Observation,
@@ -80,8 +81,8 @@ pub struct Correlator<S = Engine> {
     /// What the user stated about captures, by path label ([`Correlator::state`]).
     hints: Vec<(String, CaptureHint)>,
     /// The label and capture of the previous [`Correlator::observation`] (packets come in runs
-    /// from one capture: no search).
-    last_capture: Option<(Arc<str>, CaptureId)>,
+    /// from one capture: no search), with the caller's key for the label if it gave one.
+    last_capture: Option<(Arc<str>, CaptureId, Option<usize>)>,
 }
 
 impl Correlator {
@@ -209,17 +210,35 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) -> Observation {
+        self.observation_keyed(None, path, frame_len, first_in_frame, packet)
+    }
+
+    /// [`Correlator::observation`] where the caller names each path label by a key of its own
+    /// (e.g. its place in a list): the same key always names the same label, so a run of
+    /// packets from one capture is recognised without comparing labels.
+    pub fn observation_keyed(
+        &mut self,
+        key: Option<usize>,
+        path: &str,
+        frame_len: u32,
+        first_in_frame: bool,
+        packet: &DecodedPacket,
+    ) -> Observation {
         if !self.expected.is_empty() {
             for l in std::mem::take(&mut self.expected) {
                 self.capture_id(&l, packet.ts_ns);
             }
         }
         let (capture, label) = match &self.last_capture {
-            Some((label, capture)) if **label == *path => (*capture, Arc::clone(label)),
+            Some((label, capture, last_key))
+                if (key.is_some() && *last_key == key) || **label == *path =>
+            {
+                (*capture, Arc::clone(label))
+            }
             _ => {
                 let capture = self.capture_id(path, packet.ts_ns);
                 let label = self.label(path);
-                self.last_capture = Some((Arc::clone(&label), capture));
+                self.last_capture = Some((Arc::clone(&label), capture, key));
                 (capture, label)
             }
         };
@@ -341,7 +360,7 @@ impl FrameFeed {
             correlator.expect_paths(&r.paths[self.paths_known..]);
             self.paths_known = r.paths.len();
         }
-        correlator.observation(r.path, frame_len, first, r.packet)
+        correlator.observation_keyed(Some(r.path_index), r.path, frame_len, first, r.packet)
     }
 
     /// The newest packet time fed (Unix epoch ns; 0 before the first).
@@ -407,10 +426,10 @@ fn observation_labeled(
 
 fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
     let cmd = match seg.cmd {
-        "ack" => KcpCmd::Ack,
-        "wask" => KcpCmd::WindowAsk,
-        "wins" => KcpCmd::WindowTell,
-        _ => KcpCmd::Push,
+        Cmd::Push => KcpCmd::Push,
+        Cmd::Ack => KcpCmd::Ack,
+        Cmd::Wask => KcpCmd::WindowAsk,
+        Cmd::Wins => KcpCmd::WindowTell,
     };
     KcpSegment {
         meta,

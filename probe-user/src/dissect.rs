@@ -48,7 +48,7 @@ pub struct KcpSegmentRecord {
     /// Conversation id.
     pub conv: u32,
     /// Command (`push`, `ack`, `wask`, `wins`).
-    pub cmd: &'static str,
+    pub cmd: Cmd,
     /// Sequence number.
     pub sn: u32,
     /// Cumulative acknowledgement.
@@ -439,7 +439,7 @@ impl Dissector {
                         framing,
                         index: u16::try_from(i).unwrap_or(u16::MAX),
                         conv: seg.conv(),
-                        cmd: seg.cmd().as_str(),
+                        cmd: seg.cmd(),
                         sn: seg.sn(),
                         una: seg.una(),
                         frg: seg.frg(),

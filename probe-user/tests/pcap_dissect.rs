@@ -55,7 +55,7 @@ fn kcp_segments_are_decoded_with_their_payload_position() {
     let Decoded::KcpSegment(ack) = &out[1].decoded else {
         panic!()
     };
-    assert_eq!((ack.cmd, ack.index), ("ack", 1));
+    assert_eq!((ack.cmd.as_str(), ack.index), ("ack", 1));
 }
 
 #[test]
