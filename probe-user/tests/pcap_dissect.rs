@@ -47,7 +47,7 @@ fn kcp_segments_are_decoded_with_their_payload_position() {
         panic!()
     };
     assert_eq!(
-        (push.cmd, push.sn, push.frg, push.len, push.kcp_ts),
+        (push.cmd.as_str(), push.sn, push.frg, push.len, push.kcp_ts),
         ("push", 5, 1, 5, 100)
     );
     let at = push.payload_at.unwrap() as usize;

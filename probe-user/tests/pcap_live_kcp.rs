@@ -156,7 +156,7 @@ fn kcp_crate_peers_captured_live_decode_to_the_sent_messages() {
         };
         assert_eq!(s.conv, CONV);
         assert_eq!(r.path, "4G");
-        match s.cmd {
+        match s.cmd.as_str() {
             "push" => {
                 assert_eq!(r.packet.src.port(), 40001);
                 let at = s.payload_at.unwrap() as usize;
