@@ -665,6 +665,9 @@ impl Engine {
             }
             return;
         };
+        if m.flow_remembers {
+            flow.remember_closed(m.id);
+        }
         let sum = CopySummary::of(copies);
         let kind = sum.kind();
         let arrived_min = sum.arrivals.lo();

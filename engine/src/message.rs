@@ -117,6 +117,8 @@ pub struct OpenMessage {
     pub frag_union: u64,
     /// Copies.
     pub copies: Vec<CopyState>,
+    /// Its flow remembers its closure (see [`PastClosure::FlowKnows`]), not the store.
+    pub flow_remembers: bool,
 }
 
 /// One sighting to add.
@@ -146,9 +148,21 @@ pub struct SightArgs {
     pub tuple: u64,
     /// Client → server, when known.
     pub up: Option<bool>,
-    /// The caller knows no message of this key was ever seen in the flow (e.g. a KCP sn past
-    /// the conversation's newest): it cannot be among the recently closed keys.
-    pub new_key: bool,
+    /// What the caller knows of an earlier closure of this key.
+    pub past: PastClosure,
+}
+
+/// Whether a message key not open now was closed before, as far as the caller knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PastClosure {
+    /// Unknown: the store remembers recently closed keys and looks this one up.
+    Unknown,
+    /// No message of this key was ever seen in the flow (e.g. a KCP sn past the
+    /// conversation's newest): it cannot be among the recently closed keys.
+    NeverSeen,
+    /// The flow remembers its own closed keys (the store then does not): whether this key's
+    /// message closed.
+    FlowKnows(bool),
 }
 
 /// What a sighting was.
@@ -471,7 +485,12 @@ impl MessageStore {
         let slot = match entry {
             MapEntry::Occupied(e) => *e.get() as usize,
             MapEntry::Vacant(entry) => {
-                if !a.new_key && self.closed.contains(self.closed.fingerprint(k)) {
+                let late = match a.past {
+                    PastClosure::Unknown => self.closed.contains(self.closed.fingerprint(k)),
+                    PastClosure::NeverSeen => false,
+                    PastClosure::FlowKnows(closed) => closed,
+                };
+                if late {
                     self.late += 1;
                     r.late = true;
                     return r;
@@ -500,6 +519,7 @@ impl MessageStore {
                             .spare_copies
                             .pop()
                             .unwrap_or_else(|| Vec::with_capacity(2)),
+                        flow_remembers: matches!(a.past, PastClosure::FlowKnows(_)),
                     }),
                 };
                 let slot = u32::try_from(i).unwrap_or(u32::MAX);
@@ -642,7 +662,9 @@ impl MessageStore {
         let m = self.slots.get_mut(slot as usize)?.msg.take()?;
         let k = (m.flow.uid, m.key);
         self.index.remove(&k);
-        self.closed.insert(self.closed.fingerprint(k));
+        if !m.flow_remembers {
+            self.closed.insert(self.closed.fingerprint(k));
+        }
         self.open -= 1;
         self.free.push(slot);
         Some(m)
@@ -790,7 +812,7 @@ mod tests {
             bytes: 100,
             tuple: 7,
             up: Some(true),
-            new_key: false,
+            past: PastClosure::Unknown,
         }
     }
 
