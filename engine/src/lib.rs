@@ -31,9 +31,10 @@
 //! # Memory
 //! Bounded by configuration: `max_flows` flows (least recently active evicted in batches),
 //! `max_open_messages` open messages (oldest closed early), `max_unacked_per_flow` packets
-//! waiting for an ACK per flow, 4096 out-of-order pieces per receive tracker, `max_incidents`
-//! outages and HOL incidents (4× that many open incidents), `window_history` windows,
-//! `max_pending_records` undrained records, 64 paths. Every eviction is counted in
+//! waiting for an ACK per flow, 256 runs of closed messages per KCP conversation and
+//! direction, 4096 out-of-order pieces per receive tracker, `max_incidents` outages and HOL
+//! incidents (4× that many open incidents), `window_history` windows, `max_pending_records`
+//! undrained records, 64 paths. Every eviction is counted in
 //! [`snapshot::CaptureHealth`]. With the defaults, one million distinct flows grow the
 //! process by about 46 MiB (see `tests/adversarial.rs`).
 
