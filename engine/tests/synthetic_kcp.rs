@@ -324,6 +324,57 @@ fn una_fills_the_receiver_gap_and_single_path_runs_close_messages_when_acknowled
     }
 }
 
+/// Seen from the T-Box alone, ACKs in order only move the receiver's next sn on (the path that
+/// skips the incident machinery); an ACK that then skips ahead, in a segment whose una changes
+/// nothing, still opens an incident, ACKs inside the gap narrow it, and the una that reaches
+/// past it closes it.
+#[test]
+fn an_ack_skipping_ahead_after_in_order_acks_is_still_an_incident() {
+    let mut obs = vec![capture(0, "t-eth0", "eth0", Host::Tbox, None)];
+    let (tbox, gw) = ("10.0.0.2:40000", "192.0.2.1:4000");
+    let base = T0 + 1_000_000_000;
+    for sn in 0..8u32 {
+        let sent = base + u64::from(sn) * GAP;
+        let kts = (sent / 1_000_000) as u32;
+        obs.push(seg(sent, "eth0", 0, tbox, gw, KcpCmd::Push, sn, kts, 500));
+    }
+    // (ACK sn, una) in arrival order: 0 and 1 in order; 4 and 5 while 2 and 3 are missing; 2
+    // (the gap narrows); 3 with una 6 (the gap is filled).
+    let acks = [(0, 1), (1, 2), (4, 2), (5, 2), (2, 3), (3, 6)];
+    let at = |i: usize| base + 8 * GAP + i as u64 * 1_000_000;
+    for (i, (sn, una)) in acks.into_iter().enumerate() {
+        let mut o = seg(at(i), "eth0", 0, gw, tbox, KcpCmd::Ack, sn, 0, 0);
+        if let Observation::Kcp(k) = &mut o {
+            k.una = una;
+        }
+        obs.push(o);
+    }
+    let mut e = Engine::new(Config::default());
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let records: Vec<Record> = e.drain_records().collect();
+    let incs: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::HolIncident(h) => Some(h),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(incs.len(), 1, "{incs:?}");
+    assert_eq!(incs[0].missing, "sn 2–3");
+    assert_eq!(incs[0].start_ns, at(2));
+    assert_eq!(incs[0].end_ns, Some(at(5)));
+    assert!(
+        incs[0]
+            .evidence
+            .iter()
+            .any(|ev| ev.what.contains("sn 3 still missing")),
+        "{:?}",
+        incs[0].evidence
+    );
+}
+
 #[test]
 fn with_a_second_path_in_the_run_single_path_messages_wait_for_it() {
     let (mut e, _) = one_path_acked_by_una(true);
