@@ -126,6 +126,21 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
         Some(v)
     }
 
+    /// Removes the packets of group `g` below `end`, in order, appending them to `out` (what
+    /// [`SentQueue::take_range`] does for `0..end`, by taking from the oldest).
+    pub fn take_below(&mut self, g: G, end: u64, out: &mut Vec<(u64, V)>) {
+        let Some(ring) = self.ring(g) else {
+            return;
+        };
+        let before = out.len();
+        while ring.front().is_some_and(|x| x.0 < end) {
+            if let Some(x) = ring.pop_front() {
+                out.push(x);
+            }
+        }
+        self.len -= out.len() - before;
+    }
+
     /// Removes the packets of group `g` whose sequence numbers are in `range`, in order,
     /// appending them to `out`.
     pub fn take_range(&mut self, g: G, range: impl RangeBounds<u64>, out: &mut Vec<(u64, V)>) {
@@ -271,7 +286,11 @@ mod tests {
                 5 => {
                     let una = base + next() % 8;
                     let mut got = Vec::new();
-                    q.take_range(g, 0..una, &mut got);
+                    if next() % 2 == 0 {
+                        q.take_range(g, 0..una, &mut got);
+                    } else {
+                        q.take_below(g, una, &mut got);
+                    }
                     let keys: Vec<_> = m.range((g, 0)..(g, una)).map(|(k, _)| *k).collect();
                     let want: Vec<_> = keys
                         .iter()

@@ -375,6 +375,33 @@ fn an_ack_skipping_ahead_after_in_order_acks_is_still_an_incident() {
     );
 }
 
+/// An ACK naming an sn below its una acknowledges that sn first, then the others below una in
+/// order (the sn is taken with them, not on its own): the messages close in that order, once
+/// each.
+#[test]
+fn the_sn_an_ack_names_is_acknowledged_before_the_rest_of_its_una() {
+    let mut obs = vec![capture(0, "t-eth0", "eth0", Host::Tbox, None)];
+    let (tbox, gw) = ("10.0.0.2:40000", "192.0.2.1:4000");
+    let base = T0 + 1_000_000_000;
+    for sn in 0..4u32 {
+        let sent = base + u64::from(sn) * GAP;
+        obs.push(seg(sent, "eth0", 0, tbox, gw, KcpCmd::Push, sn, 0, 500));
+    }
+    let acked = base + 4 * GAP;
+    let mut o = seg(acked, "eth0", 0, gw, tbox, KcpCmd::Ack, 2, 0, 0);
+    if let Observation::Kcp(k) = &mut o {
+        k.una = 3;
+    }
+    obs.push(o);
+    let mut e = Engine::new(Config::default());
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let records: Vec<Record> = e.drain_records().collect();
+    let ids: Vec<&str> = messages(&records).iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["up sn 2", "up sn 0", "up sn 1"], "{records:?}");
+}
+
 #[test]
 fn with_a_second_path_in_the_run_single_path_messages_wait_for_it() {
     let (mut e, _) = one_path_acked_by_una(true);

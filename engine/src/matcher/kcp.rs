@@ -299,7 +299,17 @@ impl Engine {
                 }
             }
             msg_flow = s.group.unwrap_or(fr);
-            acked = s.unacked.remove((data_up, path), sn);
+            if sn < una {
+                // The sn named is below una (the common case): taken with the others, and
+                // acknowledged first, as when it is taken alone.
+                s.unacked.take_below((data_up, path), una, &mut done);
+                if let Some(i) = done.iter().position(|x| x.0 == sn) {
+                    acked = Some(done.remove(i).1);
+                }
+            } else {
+                acked = s.unacked.remove((data_up, path), sn);
+                s.unacked.take_below((data_up, path), una, &mut done);
+            }
             if !receiver_seen {
                 // The receiver holds every sn below una in order: that fills any gap there
                 // (an ACK datagram may name only its newest segments and leave the older ones
@@ -308,7 +318,6 @@ impl Engine {
                 una_left = una > 0 && !rx.deliver_plain(0, una);
                 sn_left = una_left || !rx.deliver_plain(sn, sn + 1);
             }
-            s.unacked.take_range((data_up, path), 0..una, &mut done);
         }
         if let Some(u) = acked {
             if let Some(slot) = self.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
@@ -563,7 +572,7 @@ impl Engine {
         let mut una_left = false;
         if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
             una_left = una > 0 && fills_gaps && !s.rx[usize::from(data_up)].deliver_plain(0, una);
-            s.unacked.take_range((data_up, path), 0..una, &mut done);
+            s.unacked.take_below((data_up, path), una, &mut done);
             msg_flow = s.group.unwrap_or(fr);
         }
         if una_left {
