@@ -1,5 +1,5 @@
-//! Latency distributions: hdrhistogram with microsecond resolution and bounded memory, plus
-//! sliding windows.
+//! Latency distributions: HDR-style histograms with microsecond resolution and bounded memory,
+//! plus sliding windows.
 //!
 //! Precision: a histogram with `sigfig` significant digits keeps every value below
 //! 2·10^sigfig rounded up to a power of two (2048 µs for 3 digits, 256 µs for 2) exact; above,
@@ -7,8 +7,11 @@
 //! is the *upper edge* of the bucket holding the sample of rank ⌈q·n⌉ (hdrhistogram's
 //! `value_at_quantile`), so it equals `highest_equivalent(exact sample)`. `min_us`/`max_us`
 //! and `mean_us` are exact. Samples above `max_latency_us` are clamped to it and counted.
-
-use hdrhistogram::Histogram;
+//!
+//! The counts are laid out exactly as hdrhistogram lays out a histogram with bounds
+//! `1..=max_us` and the same significant digits (same buckets, same edges, same number of
+//! counters), so every figure is the one hdrhistogram would report; recording a sample is one
+//! index computation and one increment.
 
 use crate::snapshot::{Percentiles, SeriesPoint};
 
@@ -18,11 +21,137 @@ pub const PATH_SIGFIG: u8 = 3;
 /// flows cheap.
 pub const FLOW_SIGFIG: u8 = 2;
 
+/// Where a value's counter sits: `2^sub_magnitude` unit-wide counters for values below
+/// `2^sub_magnitude` (bucket 0), then for each further power of two a bucket of
+/// `2^(sub_magnitude-1)` counters, each twice as wide as the previous bucket's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    /// log2 of the counters per bucket past bucket 0.
+    half_magnitude: u32,
+    /// The values of bucket 0 (`2^sub_magnitude - 1`).
+    bucket0_mask: u64,
+    /// `64 - sub_magnitude`: leading zeros of a value at the top of bucket 0.
+    lz_base: u32,
+}
+
+impl Layout {
+    /// The layout for `sigfig` digits: unit resolution up to 2·10^sigfig rounded up to a power
+    /// of two.
+    fn new(sigfig: u8) -> Self {
+        let exact_up_to = 2 * 10_u64.pow(u32::from(sigfig));
+        let sub_magnitude = 64 - (exact_up_to - 1).leading_zeros();
+        Self {
+            half_magnitude: sub_magnitude - 1,
+            bucket0_mask: (1 << sub_magnitude) - 1,
+            lz_base: 64 - sub_magnitude,
+        }
+    }
+
+    /// The bucket holding `v`: how many powers of two `v` is past bucket 0.
+    #[inline]
+    fn bucket(self, v: u64) -> u32 {
+        // `| 1` tells the compiler the operand is never zero (the mask is odd anyway).
+        self.lz_base - (v | self.bucket0_mask | 1).leading_zeros()
+    }
+
+    /// The counter holding `v`.
+    #[inline]
+    fn index(self, v: u64) -> usize {
+        let b = self.bucket(v);
+        ((b << self.half_magnitude) as usize) + (v >> b) as usize
+    }
+
+    /// The lowest value of counter `index`.
+    fn value_at(self, index: usize) -> u64 {
+        let half = 1_usize << self.half_magnitude;
+        match (index >> self.half_magnitude).checked_sub(1) {
+            None | Some(0) => index as u64,
+            Some(b) => (((index & (half - 1)) + half) as u64) << b,
+        }
+    }
+
+    /// The highest value sharing `v`'s counter.
+    fn highest_equivalent(self, v: u64) -> u64 {
+        if v == u64::MAX {
+            return u64::MAX;
+        }
+        let b = self.bucket(v);
+        ((v >> b) << b).saturating_add(1 << b) - 1
+    }
+
+    /// Counters needed for values up to `max`: bucket 0's, then half a bucket per further
+    /// power of two.
+    fn len(self, max: u64) -> usize {
+        (self.bucket(max) as usize + 2) << self.half_magnitude
+    }
+}
+
+/// Values at ascending quantiles `qs` of the distribution with counters `counts` and `n`
+/// samples, as hdrhistogram's `value_at_quantile` gives them one by one: the upper edge of the
+/// counter holding the sample of rank ⌈q·n⌉ (at least 1), its lower edge for q = 0; 0 when no
+/// counter reaches the rank.
+fn values_at_quantiles<const N: usize>(
+    layout: Layout,
+    counts: impl Iterator<Item = u64>,
+    n: u64,
+    qs: [f64; N],
+) -> [u64; N] {
+    // Capped as hdrhistogram caps it (a NaN stays NaN and asks for rank 1).
+    let qs = qs.map(|q| if q > 1.0 { 1.0 } else { q });
+    let ranks = qs.map(|q| ((q * n as f64).ceil() as u64).max(1));
+    let mut out = [0; N];
+    let mut next = 0;
+    let mut below = 0_u64;
+    for (index, c) in counts.enumerate() {
+        below = below.saturating_add(c);
+        while next < N && below >= ranks[next] {
+            let low = layout.value_at(index);
+            out[next] = if qs[next] == 0.0 {
+                low
+            } else {
+                layout.highest_equivalent(low)
+            };
+            next += 1;
+        }
+        if next == N {
+            break;
+        }
+    }
+    out
+}
+
+/// The summary of a distribution given by its counters and exact figures.
+fn summarize(
+    layout: Layout,
+    counts: impl Iterator<Item = u64>,
+    count: u64,
+    (min_us, max_us, sum): (u64, u64, u128),
+) -> Percentiles {
+    if count == 0 {
+        return Percentiles::default();
+    }
+    let [p50_us, p90_us, p99_us, p999_us] =
+        values_at_quantiles(layout, counts, count, [0.5, 0.9, 0.99, 0.999]);
+    Percentiles {
+        count,
+        min_us,
+        p50_us,
+        p90_us,
+        p99_us,
+        p999_us,
+        max_us,
+        mean_us: sum as f64 / count as f64,
+    }
+}
+
 /// A bounded latency distribution in µs with exact min/max/mean.
 #[derive(Clone, Debug)]
 pub struct LatencyHist {
-    hist: Histogram<u64>,
+    /// Samples per counter (see [`Layout`]), covering `0..=max_us`.
+    counts: Box<[u64]>,
+    layout: Layout,
     max_us: u64,
+    count: u64,
     exact_min: u64,
     exact_max: u64,
     sum: u128,
@@ -33,12 +162,12 @@ impl LatencyHist {
     /// A histogram from 1 µs to `max_us` (at least 2) with `sigfig` (1..=5) digits.
     pub fn new(max_us: u64, sigfig: u8) -> Self {
         let max_us = max_us.max(2);
-        let sigfig = sigfig.clamp(1, 5);
-        let hist = Histogram::new_with_bounds(1, max_us, sigfig)
-            .expect("valid bounds: low 1, high >= 2, sigfig 1..=5");
+        let layout = Layout::new(sigfig.clamp(1, 5));
         Self {
-            hist,
+            counts: vec![0; layout.len(max_us)].into_boxed_slice(),
+            layout,
             max_us,
+            count: 0,
             exact_min: u64::MAX,
             exact_max: 0,
             sum: 0,
@@ -47,22 +176,25 @@ impl LatencyHist {
     }
 
     /// Records one sample; returns true if it had to be clamped.
+    #[inline]
     pub fn record(&mut self, us: u64) -> bool {
         let clamped = us > self.max_us;
         let v = us.min(self.max_us);
-        self.hist.saturating_record(v);
+        // Always present: the counters cover 0..=max_us.
+        if let Some(c) = self.counts.get_mut(self.layout.index(v)) {
+            *c += 1;
+        }
+        self.count += 1;
         self.exact_min = self.exact_min.min(v);
         self.exact_max = self.exact_max.max(v);
         self.sum += u128::from(v);
-        if clamped {
-            self.clamped += 1;
-        }
+        self.clamped += u64::from(clamped);
         clamped
     }
 
     /// Samples recorded.
     pub fn count(&self) -> u64 {
-        self.hist.len()
+        self.count
     }
 
     /// Samples that were clamped.
@@ -72,43 +204,44 @@ impl LatencyHist {
 
     /// Value at quantile `q` (0..=1), hdrhistogram-quantized; 0 when empty.
     pub fn quantile(&self, q: f64) -> u64 {
-        if self.hist.is_empty() {
+        if self.count == 0 {
             return 0;
         }
-        self.hist.value_at_quantile(q)
+        let [v] = values_at_quantiles(self.layout, self.counts.iter().copied(), self.count, [q]);
+        v
     }
 
     /// Number of samples strictly greater than `t_us`.
     pub fn count_above(&self, t_us: u64) -> u64 {
-        if self.hist.is_empty() || t_us >= self.exact_max {
+        if self.count == 0 || t_us >= self.exact_max {
             return 0;
         }
         // Samples in the bucket of t count as ≤ t (quantization documented above).
-        let edge = self.hist.highest_equivalent(t_us);
-        self.hist.count_between(edge.saturating_add(1), self.max_us)
+        let edge = self.layout.highest_equivalent(t_us);
+        let last = self.counts.len() - 1;
+        let from = self.layout.index(edge.saturating_add(1)).min(last);
+        let to = self.layout.index(self.max_us).min(last);
+        self.counts
+            .get(from..=to)
+            .unwrap_or_default()
+            .iter()
+            .fold(0, |n, &c| n.saturating_add(c))
     }
 
     /// The summary of this distribution.
     pub fn percentiles(&self) -> Percentiles {
-        let count = self.count();
-        if count == 0 {
-            return Percentiles::default();
-        }
-        Percentiles {
-            count,
-            min_us: self.exact_min,
-            p50_us: self.quantile(0.5),
-            p90_us: self.quantile(0.9),
-            p99_us: self.quantile(0.99),
-            p999_us: self.quantile(0.999),
-            max_us: self.exact_max,
-            mean_us: self.sum as f64 / count as f64,
-        }
+        summarize(
+            self.layout,
+            self.counts.iter().copied(),
+            self.count,
+            (self.exact_min, self.exact_max, self.sum),
+        )
     }
 
     /// Forgets every sample (keeps the allocation).
     pub fn reset(&mut self) {
-        self.hist.reset();
+        self.counts.fill(0);
+        self.count = 0;
         self.exact_min = u64::MAX;
         self.exact_max = 0;
         self.sum = 0;
@@ -117,7 +250,7 @@ impl LatencyHist {
 
     /// The bucket's upper edge for `us` (what a percentile equal to `us` reports).
     pub fn quantized(&self, us: u64) -> u64 {
-        self.hist.highest_equivalent(us.min(self.max_us))
+        self.layout.highest_equivalent(us.min(self.max_us))
     }
 }
 
@@ -151,20 +284,19 @@ impl Remainder {
 
     /// The distribution of the samples of `whole` not in `part`.
     pub fn percentiles(&self, whole: &LatencyHist, part: &LatencyHist) -> Percentiles {
-        let mut counts = whole.hist.clone();
-        if counts.subtract(&part.hist).is_err() {
-            // Cannot happen: `part`'s samples are all in `whole`, with the same bounds.
+        if whole.layout != part.layout || whole.counts.len() != part.counts.len() {
+            // Cannot happen: both are made with the same bounds and digits.
             return Percentiles::default();
         }
-        LatencyHist {
-            hist: counts,
-            max_us: whole.max_us,
-            exact_min: self.min,
-            exact_max: self.max,
-            sum: whole.sum.saturating_sub(part.sum),
-            clamped: 0,
-        }
-        .percentiles()
+        let counts = (whole.counts.iter())
+            .zip(part.counts.iter())
+            .map(|(w, p)| w.saturating_sub(*p));
+        summarize(
+            whole.layout,
+            counts,
+            whole.count.saturating_sub(part.count),
+            (self.min, self.max, whole.sum.saturating_sub(part.sum)),
+        )
     }
 }
 
@@ -175,8 +307,10 @@ impl Remainder {
 pub struct WindowedHist {
     /// Whole run.
     pub total: LatencyHist,
-    /// The whole-run counts when the current window opened.
-    window_start: Histogram<u64>,
+    /// The whole-run counters when the current window opened.
+    window_start: Box<[u64]>,
+    /// The whole-run sample count when the current window opened.
+    window_start_count: u64,
     /// The current window's exact figures: (min, max, sum), over samples as recorded.
     window_exact: (u64, u64, u128),
     /// Past windows, oldest first (bounded).
@@ -189,7 +323,8 @@ impl WindowedHist {
     pub fn new(max_us: u64, sigfig: u8, history: usize) -> Self {
         let total = LatencyHist::new(max_us, sigfig);
         Self {
-            window_start: total.hist.clone(),
+            window_start: total.counts.clone(),
+            window_start_count: 0,
             total,
             window_exact: (u64::MAX, 0, 0),
             series: std::collections::VecDeque::new(),
@@ -198,6 +333,7 @@ impl WindowedHist {
     }
 
     /// Records a sample in the run and the window; true if clamped.
+    #[inline]
     pub fn record(&mut self, us: u64) -> bool {
         let v = us.min(self.total.max_us);
         let w = &mut self.window_exact;
@@ -209,26 +345,21 @@ impl WindowedHist {
 
     /// The current window's distribution.
     fn window(&self) -> Percentiles {
-        let mut counts = self.total.hist.clone();
-        if counts.subtract(&self.window_start).is_err() {
-            // Cannot happen: the window's start is an earlier state of the same histogram.
-            return Percentiles::default();
-        }
-        let (min, max, sum) = self.window_exact;
-        LatencyHist {
-            hist: counts,
-            max_us: self.total.max_us,
-            exact_min: min,
-            exact_max: max,
-            sum,
-            clamped: 0,
-        }
-        .percentiles()
+        let counts = (self.total.counts.iter())
+            .zip(self.window_start.iter())
+            .map(|(now, start)| now.saturating_sub(*start));
+        summarize(
+            self.total.layout,
+            counts,
+            self.total.count.saturating_sub(self.window_start_count),
+            self.window_exact,
+        )
     }
 
     /// Starts a new window at the current state.
     fn restart_window(&mut self) {
-        self.window_start.clone_from(&self.total.hist);
+        self.window_start.clone_from(&self.total.counts);
+        self.window_start_count = self.total.count;
         self.window_exact = (u64::MAX, 0, 0);
     }
 
@@ -337,5 +468,173 @@ mod tests {
             }
         }
         assert_eq!(rest.percentiles(&whole, &part), alone.percentiles());
+    }
+
+    /// Differential check against hdrhistogram itself, for the bounds `1..=max_us` and the
+    /// digits in use: same counters, same quantiles, thresholds and bucket edges.
+    mod against_hdrhistogram {
+        use super::*;
+        use hdrhistogram::Histogram;
+        use proptest::prelude::*;
+
+        /// Values around powers of two (bucket edges) and near-round decimals.
+        fn edgy() -> impl Strategy<Value = u64> {
+            (0u32..64, -3i64..=3).prop_map(|(k, d)| (1u64 << k).saturating_add_signed(d))
+        }
+
+        fn sample(max_us: u64) -> impl Strategy<Value = u64> {
+            prop_oneof![
+                0u64..=3,
+                edgy(),
+                Just(max_us),
+                Just(max_us + 1),
+                max_us.saturating_sub(3)..=max_us.saturating_add(3),
+                0..=max_us.saturating_mul(2),
+                0u64..5000,
+                any::<u64>(),
+            ]
+        }
+
+        fn bounds() -> impl Strategy<Value = (u64, u8)> {
+            (
+                prop_oneof![
+                    Just(2u64),
+                    Just(3),
+                    Just(255),
+                    Just(256),
+                    Just(1000),
+                    Just(2047),
+                    Just(2048),
+                    Just(60_000_000),
+                    2u64..100_000_000,
+                ],
+                prop_oneof![Just(2u8), Just(3), 1u8..=4],
+            )
+        }
+
+        /// Bounds, samples, thresholds and one extra quantile.
+        fn case() -> impl Strategy<Value = (u64, u8, Vec<u64>, Vec<u64>, f64)> {
+            bounds().prop_flat_map(|(max_us, sigfig)| {
+                (
+                    Just(max_us),
+                    Just(sigfig),
+                    proptest::collection::vec(sample(max_us), 0..400),
+                    proptest::collection::vec(sample(max_us), 1..20),
+                    0.0f64..=1.0,
+                )
+            })
+        }
+
+        /// hdrhistogram's figures for `ours`' samples, recorded as the engine used to.
+        fn reference(max_us: u64, sigfig: u8, samples: &[u64]) -> Histogram<u64> {
+            let mut h = Histogram::<u64>::new_with_bounds(1, max_us, sigfig).unwrap();
+            for &us in samples {
+                h.saturating_record(us.min(max_us));
+            }
+            h
+        }
+
+        /// The summary hdrhistogram gives for `h` with the exact figures of `samples`.
+        fn reference_summary(h: &Histogram<u64>, max_us: u64, samples: &[u64]) -> Percentiles {
+            if h.is_empty() {
+                return Percentiles::default();
+            }
+            let clamped = samples.iter().map(|&us| us.min(max_us));
+            Percentiles {
+                count: h.len(),
+                min_us: clamped.clone().min().unwrap(),
+                p50_us: h.value_at_quantile(0.5),
+                p90_us: h.value_at_quantile(0.9),
+                p99_us: h.value_at_quantile(0.99),
+                p999_us: h.value_at_quantile(0.999),
+                max_us: clamped.clone().max().unwrap(),
+                mean_us: clamped.map(u128::from).sum::<u128>() as f64 / h.len() as f64,
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+
+            #[test]
+            fn same_counters_quantiles_thresholds_and_edges(
+                (max_us, sigfig, samples, probes, q) in case()
+            ) {
+                let mut ours = LatencyHist::new(max_us, sigfig);
+                for &us in &samples {
+                    prop_assert_eq!(ours.record(us), us > max_us);
+                }
+                let hdr = reference(max_us, sigfig, &samples);
+                prop_assert_eq!(ours.count(), hdr.len());
+                prop_assert_eq!(ours.counts.len(), hdr.distinct_values());
+                for (i, &c) in ours.counts.iter().enumerate() {
+                    let low = ours.layout.value_at(i);
+                    prop_assert_eq!(ours.layout.index(low), i);
+                    prop_assert_eq!(low, hdr.lowest_equivalent(low));
+                    prop_assert_eq!(c, hdr.count_at(low), "counter {} (from {})", i, low);
+                }
+                for q in [0.0, 0.5, 0.9, 0.99, 0.999, 1.0, 1.5, f64::NAN, q] {
+                    prop_assert_eq!(ours.quantile(q), hdr.value_at_quantile(q), "q {}", q);
+                }
+                prop_assert_eq!(ours.percentiles(), reference_summary(&hdr, max_us, &samples));
+                let exact_max = samples.iter().map(|&us| us.min(max_us)).max().unwrap_or(0);
+                for &t in probes.iter().chain(&samples) {
+                    let above = if hdr.is_empty() || t >= exact_max {
+                        0
+                    } else {
+                        hdr.count_between(hdr.highest_equivalent(t).saturating_add(1), max_us)
+                    };
+                    prop_assert_eq!(ours.count_above(t), above, "t {}", t);
+                    prop_assert_eq!(ours.quantized(t), hdr.highest_equivalent(t.min(max_us)));
+                    prop_assert_eq!(
+                        ours.layout.highest_equivalent(t),
+                        hdr.highest_equivalent(t),
+                        "t {}",
+                        t
+                    );
+                }
+            }
+
+            #[test]
+            fn windows_and_remainders_match_subtracted_histograms(
+                (max_us, sigfig, samples, probes, _q) in case(),
+                split in proptest::collection::vec(any::<bool>(), 400),
+            ) {
+                let (mut whole, mut part) =
+                    (LatencyHist::new(max_us, sigfig), LatencyHist::new(max_us, sigfig));
+                let mut window = WindowedHist::new(max_us, sigfig, 2);
+                let mut rest = Remainder::default();
+                let (mut in_part, mut in_rest) = (Vec::new(), Vec::new());
+                let cut = probes[0] as usize % (samples.len() + 1);
+                for (i, &us) in samples.iter().enumerate() {
+                    if i == cut {
+                        window.roll(0);
+                    }
+                    window.record(us);
+                    whole.record(us);
+                    if split[i] {
+                        part.record(us);
+                        in_part.push(us);
+                    } else {
+                        rest.note(&whole, us);
+                        in_rest.push(us);
+                    }
+                }
+                if cut == samples.len() {
+                    window.roll(0);
+                }
+                let mut rest_hdr = reference(max_us, sigfig, &samples);
+                rest_hdr.subtract(reference(max_us, sigfig, &in_part)).unwrap();
+                prop_assert_eq!(
+                    rest.percentiles(&whole, &part),
+                    reference_summary(&rest_hdr, max_us, &in_rest)
+                );
+                let mut window_hdr = reference(max_us, sigfig, &samples);
+                window_hdr.subtract(reference(max_us, sigfig, &samples[..cut])).unwrap();
+                prop_assert_eq!(
+                    window.roll(1),
+                    reference_summary(&window_hdr, max_us, &samples[cut..])
+                );
+            }
+        }
     }
 }
