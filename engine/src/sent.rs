@@ -301,8 +301,8 @@ mod tests {
                 _ => {
                     // A later packet replaced (a retransmission recorded again).
                     let seq = base + next() % 8;
-                    if m.contains_key(&(g, seq)) {
-                        assert_eq!(q.insert(g, seq, i), m.insert((g, seq), i));
+                    if let Some(v) = m.get_mut(&(g, seq)) {
+                        assert_eq!(q.insert(g, seq, i), Some(std::mem::replace(v, i)));
                     }
                 }
             }

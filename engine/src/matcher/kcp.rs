@@ -246,7 +246,7 @@ impl Engine {
             }
         }
         match k.cmd {
-            KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, up, new_key),
+            KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, new_key),
             KcpCmd::Ack => {
                 let identity = [
                     8,
@@ -360,9 +360,9 @@ impl Engine {
         mode: MatchMode,
         k: &KcpSegment,
         pkt: &Pkt,
-        up: bool,
         new_key: bool,
     ) {
+        let up = pkt.up.unwrap_or(true);
         let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
         let content = match (mode, k.content_hash) {
             (MatchMode::Content, Some(h)) if mfr != fr => self.kcp_content_key(mfr, k, up, h),
