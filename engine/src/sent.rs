@@ -209,6 +209,22 @@ mod tests {
 
     use super::*;
 
+    /// Removes the entries of group `g` in `range` from the map, in order.
+    fn take_from_map<G: Ord + Copy>(
+        m: &mut BTreeMap<(G, u64), u64>,
+        g: G,
+        range: impl RangeBounds<u64>,
+    ) -> Vec<(u64, u64)> {
+        let keys: Vec<_> = m
+            .keys()
+            .filter(|k| k.0 == g && range.contains(&k.1))
+            .copied()
+            .collect();
+        keys.iter()
+            .filter_map(|k| m.remove(k).map(|v| (k.1, v)))
+            .collect()
+    }
+
     /// The queue behaves as the ordered map it replaces, whatever the order of operations.
     #[test]
     fn matches_an_ordered_map() {
@@ -232,12 +248,7 @@ mod tests {
                     let (lo, hi) = (seq.saturating_sub(6), seq);
                     let mut got = Vec::new();
                     q.take_range(g, lo..=hi, &mut got);
-                    let keys: Vec<_> = m.range((g, lo)..=(g, hi)).map(|(k, _)| *k).collect();
-                    let want: Vec<_> = keys
-                        .iter()
-                        .filter_map(|k| m.remove(k).map(|v| (k.1, v)))
-                        .collect();
-                    assert_eq!(got, want);
+                    assert_eq!(got, take_from_map(&mut m, g, lo..=hi));
                 }
                 _ => {
                     if q.len() > 40 {
@@ -291,12 +302,7 @@ mod tests {
                     } else {
                         q.take_below(g, una, &mut got);
                     }
-                    let keys: Vec<_> = m.range((g, 0)..(g, una)).map(|(k, _)| *k).collect();
-                    let want: Vec<_> = keys
-                        .iter()
-                        .filter_map(|k| m.remove(k).map(|v| (k.1, v)))
-                        .collect();
-                    assert_eq!(got, want);
+                    assert_eq!(got, take_from_map(&mut m, g, 0..una));
                 }
                 _ => {
                     // A later packet replaced (a retransmission recorded again).

@@ -320,20 +320,10 @@ impl Engine {
             }
         }
         if let Some(u) = acked {
-            if let Some(slot) = self.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
-                self.maybe_complete(msg_flow, slot);
-            }
+            self.kcp_acknowledge(msg_flow, &u, path, ts);
         }
-        if una_left {
-            let sel = GapSel::Kcp { up: data_up };
-            self.gap_deliver(fr, sel, 0, una, 0, false, path, ts);
-        }
-        for &(_, u) in &done {
-            if let Some(slot) = self.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
-                self.maybe_complete(msg_flow, slot);
-            }
-        }
-        self.una_done = done;
+        let left = una_left.then_some(una);
+        self.kcp_una_taken(fr, data_up, left, msg_flow, done, (path, ts));
         if sn_left {
             let sel = GapSel::Kcp { up: data_up };
             self.gap_deliver(fr, sel, sn, 1, 0, false, path, ts);
@@ -575,16 +565,37 @@ impl Engine {
             s.unacked.take_below((data_up, path), una, &mut done);
             msg_flow = s.group.unwrap_or(fr);
         }
-        if una_left {
+        let left = una_left.then_some(una);
+        self.kcp_una_taken(fr, data_up, left, msg_flow, done, (path, ts));
+    }
+
+    /// After the sns below una were taken (`done`, the engine's buffer, handed back): the
+    /// receiver's delivery up to una (`una_left`) where it was left to the incident machinery,
+    /// then their acknowledgments on `path` at `ts`, oldest first.
+    fn kcp_una_taken(
+        &mut self,
+        fr: FlowRef,
+        data_up: bool,
+        una_left: Option<u64>,
+        msg_flow: FlowRef,
+        done: Vec<(u64, Unacked)>,
+        (path, ts): (PathIdx, u64),
+    ) {
+        if let Some(una) = una_left {
             let sel = GapSel::Kcp { up: data_up };
             self.gap_deliver(fr, sel, 0, una, 0, false, path, ts);
         }
-        for &(_, u) in &done {
-            if let Some(slot) = self.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
-                self.maybe_complete(msg_flow, slot);
-            }
+        for (_, u) in &done {
+            self.kcp_acknowledge(msg_flow, u, path, ts);
         }
         self.una_done = done;
+    }
+
+    /// The segment `u` of a message of flow `msg_flow` acknowledged on `path` at `ts`.
+    fn kcp_acknowledge(&mut self, msg_flow: FlowRef, u: &Unacked, path: PathIdx, ts: u64) {
+        if let Some(slot) = self.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
+            self.maybe_complete(msg_flow, slot);
+        }
     }
 }
 
