@@ -572,6 +572,7 @@ impl Engine {
     /// After the sns below una were taken (`done`, the engine's buffer, handed back): the
     /// receiver's delivery up to una (`una_left`) where it was left to the incident machinery,
     /// then their acknowledgments on `path` at `ts`, oldest first.
+    #[inline(always)]
     fn kcp_una_taken(
         &mut self,
         fr: FlowRef,
