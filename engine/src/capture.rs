@@ -314,6 +314,17 @@ impl CaptureTable {
         }
     }
 
+    /// For a sighting at an unpaired capture, [`CaptureTable::dir_by_role`] (or `dir` where
+    /// that has none), with one lookup of the capture; `None` if the capture is paired.
+    #[inline]
+    pub fn unpaired_dir(&self, id: CaptureId, up: Option<bool>, dir: Dir) -> Option<Dir> {
+        match self.caps.get(&id) {
+            Some(c) if c.paired.is_some() => None,
+            Some(c) => Some(role_dir(c, up).unwrap_or(dir)),
+            None => Some(dir),
+        }
+    }
+
     /// Direction of a packet at this capture.
     pub fn dir(&self, id: CaptureId, src: &SocketAddr, dst: &SocketAddr) -> Dir {
         self.caps

@@ -87,6 +87,9 @@ pub struct Engine {
     pub(crate) clamped: u64,
     pub(crate) orphan_messages: u64,
     pub(crate) evicted_unacked: u64,
+    /// No path can open an outage before this engine time (every path that could is alive
+    /// until then): the per-path check is skipped below it.
+    outage_check_at: u64,
     /// Scratch space for the copies of the message being closed.
     resolved: Vec<ResolvedCopy>,
     /// Scratch space for the messages one QUIC STREAM frame carries.
@@ -141,6 +144,7 @@ impl Engine {
             clamped: 0,
             orphan_messages: 0,
             evicted_unacked: 0,
+            outage_check_at: 0,
             resolved: Vec::new(),
             quic_parts: Vec::new(),
             tuple_flows: HashMap::default(),
@@ -257,6 +261,7 @@ impl Engine {
             return;
         }
         self.paths.merge(alias, target);
+        self.outage_check_at = 0;
         self.msgs.merge_paths(alias, target);
         for (sender, receiver) in self.msgs.seen_at_both(keep, other, &self.caps) {
             self.delay_sample(sender, receiver);
@@ -307,7 +312,9 @@ impl Engine {
                 self.close_message(m, evicted);
             }
         }
-        self.check_outages(now);
+        if now >= self.outage_check_at {
+            self.check_outages(now);
+        }
         if self.outages.any_waiting() {
             for o in self.outages.due(now, self.cfg.message_timeout_ns) {
                 self.push_record(Record::Outage(o));
@@ -388,6 +395,10 @@ impl Engine {
             return;
         };
         p.last_alive_ns = Some(p.last_alive_ns.map_or(ts, |x| x.max(ts)));
+        let silent_from = ts
+            .saturating_add(self.cfg.outage_threshold_ns)
+            .saturating_add(1);
+        self.outage_check_at = self.outage_check_at.min(silent_from);
         if p.unanswered_since_ns.is_some_and(|u| u <= ts) {
             p.unanswered_since_ns = None;
             p.unanswered_sends = 0;
@@ -412,8 +423,12 @@ impl Engine {
         }
     }
 
+    /// Opens an outage on each path silent past the threshold (see below), and notes when
+    /// the next check is due: when the path heard from least recently could first be silent
+    /// that long (now again if one already is without an outage yet).
     fn check_outages(&mut self, now: u64) {
         let threshold = self.cfg.outage_threshold_ns;
+        let mut next = u64::MAX;
         for p in 0..self.paths.paths.len() {
             let Some(st) = self.paths.paths.get(p) else {
                 continue;
@@ -425,8 +440,12 @@ impl Engine {
                 continue;
             };
             if now.saturating_sub(alive) <= threshold {
+                next = next.min(alive.saturating_add(threshold).saturating_add(1));
                 continue;
             }
+            // Silent long enough: checked again at every step until an outage opens or it
+            // is heard from.
+            next = now;
             let other = self.paths.paths.iter().enumerate().find_map(|(q, s)| {
                 let ok = q != p
                     && s.alias_of.is_none()
@@ -481,6 +500,7 @@ impl Engine {
                 format!("outage on {label}: {evidence}"),
             );
         }
+        self.outage_check_at = next;
     }
 
     /// Adds a sighting of a message copy; handles pairing evidence, clock offsets, retransmission
@@ -645,6 +665,9 @@ impl Engine {
             }
             return;
         };
+        if m.flow_remembers {
+            flow.remember_closed(m.id);
+        }
         let sum = CopySummary::of(copies);
         let kind = sum.kind();
         let arrived_min = sum.arrivals.lo();

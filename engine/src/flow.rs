@@ -237,6 +237,14 @@ impl Flow {
         &mut self.per_path[pos]
     }
 
+    /// Notes that its message `id` closed, where the flow remembers its closed messages itself
+    /// ([`crate::message::PastClosure::FlowKnows`]: a KCP conversation's own messages).
+    pub fn remember_closed(&mut self, id: crate::message::MsgId) {
+        if let (Proto::Kcp(s), crate::message::MsgId::Kcp { up, sn }) = (&mut self.proto, id) {
+            s.closed_msgs[usize::from(up)].insert(sn);
+        }
+    }
+
     /// Records a combined latency sample.
     pub fn record_latency(&mut self, us: u64, max_us: u64) {
         self.latency

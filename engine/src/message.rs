@@ -84,13 +84,16 @@ impl Sighting {
     }
 }
 
+/// A copy's sightings, one per capture: inline up to the two ends of a path.
+pub type Sightings = smallvec::SmallVec<[Sighting; 2]>;
+
 /// One path's copy.
 #[derive(Clone, Debug)]
 pub struct CopyState {
     /// Path.
     pub path: PathIdx,
-    /// Sightings per capture (usually one or two).
-    pub sightings: Vec<Sighting>,
+    /// Sightings per capture (usually one or two, held inline).
+    pub sightings: Sightings,
     /// First acknowledgment (engine clock, ack_delay removed).
     pub ack_ns: Option<u64>,
 }
@@ -114,6 +117,8 @@ pub struct OpenMessage {
     pub frag_union: u64,
     /// Copies.
     pub copies: Vec<CopyState>,
+    /// Its flow remembers its closure (see [`PastClosure::FlowKnows`]), not the store.
+    pub flow_remembers: bool,
 }
 
 /// One sighting to add.
@@ -143,9 +148,21 @@ pub struct SightArgs {
     pub tuple: u64,
     /// Client → server, when known.
     pub up: Option<bool>,
-    /// The caller knows no message of this key was ever seen in the flow (e.g. a KCP sn past
-    /// the conversation's newest): it cannot be among the recently closed keys.
-    pub new_key: bool,
+    /// What the caller knows of an earlier closure of this key.
+    pub past: PastClosure,
+}
+
+/// Whether a message key not open now was closed before, as far as the caller knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PastClosure {
+    /// Unknown: the store remembers recently closed keys and looks this one up.
+    Unknown,
+    /// No message of this key was ever seen in the flow (e.g. a KCP sn past the
+    /// conversation's newest): it cannot be among the recently closed keys.
+    NeverSeen,
+    /// The flow remembers its own closed keys (the store then does not): whether this key's
+    /// message closed.
+    FlowKnows(bool),
 }
 
 /// What a sighting was.
@@ -224,8 +241,9 @@ impl OpenMessage {
                 [] => false,
                 [s] => {
                     done_frags(s)
-                        && caps.paired(s.capture).is_none()
-                        && (s.dir_now(caps) != Dir::Out || c.ack_ns.is_some())
+                        && caps
+                            .unpaired_dir(s.capture, s.up, s.dir)
+                            .is_some_and(|d| d != Dir::Out || c.ack_ns.is_some())
                 }
                 // Both ends: once the far end's clock is known (its offset given or
                 // estimated), so that the copy's latency is on one clock.
@@ -408,13 +426,23 @@ pub struct MessageStore {
     stamps: u64,
     /// Allocations of closed messages, reused by new ones (bounded).
     spare_copies: Vec<Vec<CopyState>>,
-    spare_sightings: Vec<Vec<Sighting>>,
     max_open: usize,
     timeout_ns: u64,
     /// Messages closed early to stay within bounds.
     pub evicted: u64,
     /// Sightings of already closed messages.
     pub late: u64,
+}
+
+/// Pairing evidence for sighting `a`: the last sighting of the same copy with the same
+/// addresses at another capture (on any path).
+fn same_tuple_elsewhere(msg: &OpenMessage, a: &SightArgs) -> Option<(CaptureId, u64)> {
+    msg.copies
+        .iter()
+        .flat_map(|c| c.sightings.iter())
+        .rev()
+        .find(|s| s.capture != a.capture && s.tuple == a.tuple)
+        .map(|s| (s.capture, s.first_ns))
 }
 
 impl MessageStore {
@@ -457,7 +485,12 @@ impl MessageStore {
         let slot = match entry {
             MapEntry::Occupied(e) => *e.get() as usize,
             MapEntry::Vacant(entry) => {
-                if !a.new_key && self.closed.contains(self.closed.fingerprint(k)) {
+                let late = match a.past {
+                    PastClosure::Unknown => self.closed.contains(self.closed.fingerprint(k)),
+                    PastClosure::NeverSeen => false,
+                    PastClosure::FlowKnows(closed) => closed,
+                };
+                if late {
                     self.late += 1;
                     r.late = true;
                     return r;
@@ -486,6 +519,7 @@ impl MessageStore {
                             .spare_copies
                             .pop()
                             .unwrap_or_else(|| Vec::with_capacity(2)),
+                        flow_remembers: matches!(a.past, PastClosure::FlowKnows(_)),
                     }),
                 };
                 let slot = u32::try_from(i).unwrap_or(u32::MAX);
@@ -511,28 +545,33 @@ impl MessageStore {
             msg.frag_union |= bit;
             msg.bytes += a.bytes;
         }
+        let sighting = Sighting {
+            capture: a.capture,
+            dir: a.dir,
+            first_ns: a.raw_ns,
+            complete_ns: a.raw_ns,
+            frags: bit,
+            count: 1,
+            tuple: a.tuple,
+            up: a.up,
+        };
         let ci = match msg.copies.iter().position(|c| c.path == a.path) {
             Some(i) => i,
             None => {
+                // A new copy: its first sighting, with nothing to compare it to on its path.
+                let first_copy = msg.copies.is_empty();
                 msg.copies.push(CopyState {
                     path: a.path,
-                    sightings: self
-                        .spare_sightings
-                        .pop()
-                        .unwrap_or_else(|| Vec::with_capacity(2)),
+                    sightings: smallvec::smallvec![sighting],
                     ack_ns: None,
                 });
-                msg.copies.len() - 1
+                if !first_copy {
+                    r.same_tuple_elsewhere = same_tuple_elsewhere(msg, a);
+                }
+                return r;
             }
         };
-        // Pairing evidence: the same copy with the same addresses at another capture (any path).
-        for c in &msg.copies {
-            for s in &c.sightings {
-                if s.capture != a.capture && s.tuple == a.tuple {
-                    r.same_tuple_elsewhere = Some((s.capture, s.first_ns));
-                }
-            }
-        }
+        r.same_tuple_elsewhere = same_tuple_elsewhere(msg, a);
         let copy = &mut msg.copies[ci];
         match copy.sightings.iter_mut().find(|s| s.capture == a.capture) {
             Some(s) => {
@@ -548,16 +587,7 @@ impl MessageStore {
                 if let Some(o) = copy.sightings.first() {
                     r.other_end = Some((o.capture, o.first_ns, o.dir));
                 }
-                copy.sightings.push(Sighting {
-                    capture: a.capture,
-                    dir: a.dir,
-                    first_ns: a.raw_ns,
-                    complete_ns: a.raw_ns,
-                    frags: bit,
-                    count: 1,
-                    tuple: a.tuple,
-                    up: a.up,
-                });
+                copy.sightings.push(sighting);
             }
         }
         r
@@ -632,7 +662,9 @@ impl MessageStore {
         let m = self.slots.get_mut(slot as usize)?.msg.take()?;
         let k = (m.flow.uid, m.key);
         self.index.remove(&k);
-        self.closed.insert(self.closed.fingerprint(k));
+        if !m.flow_remembers {
+            self.closed.insert(self.closed.fingerprint(k));
+        }
         self.open -= 1;
         self.free.push(slot);
         Some(m)
@@ -640,14 +672,8 @@ impl MessageStore {
 
     /// Takes back the allocations of a closed message for the next ones.
     pub fn recycle(&mut self, mut m: OpenMessage) {
-        for c in m.copies.drain(..) {
-            if self.spare_sightings.len() < MAX_SPARE {
-                let mut s = c.sightings;
-                s.clear();
-                self.spare_sightings.push(s);
-            }
-        }
         if self.spare_copies.len() < MAX_SPARE {
+            m.copies.clear();
             self.spare_copies.push(m.copies);
         }
     }
@@ -786,7 +812,7 @@ mod tests {
             bytes: 100,
             tuple: 7,
             up: Some(true),
-            new_key: false,
+            past: PastClosure::Unknown,
         }
     }
 

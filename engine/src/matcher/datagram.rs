@@ -58,7 +58,7 @@ impl Engine {
             bytes: u64::from(d.payload_len),
             tuple: pkt.tuple,
             up: pkt.up,
-            new_key: false,
+            past: crate::message::PastClosure::Unknown,
         });
         // Request → response (one end observed): a reply carrying the request's application id.
         let max_waiting = self.cfg.max_unacked_per_flow;

@@ -19,7 +19,7 @@ use crate::hol::{GapTracker, Resend, Transmission};
 use crate::input::{KcpCmd, KcpSegment};
 use crate::matcher::gaps::GapSel;
 use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
-use crate::message::{MsgId, SightArgs};
+use crate::message::{MsgId, PastClosure, SightArgs};
 use crate::paths::PathIdx;
 use crate::sent::SentQueue;
 
@@ -102,6 +102,59 @@ fn resend_kind(acks: &VecDeque<(u64, u32)>, sn: u32, last_ns: u64, sends: u32, n
     }
 }
 
+/// Runs of closed message sns remembered per direction (the oldest are forgotten first).
+const MAX_CLOSED_RUNS: usize = 256;
+
+/// Message sns that closed, as sorted disjoint runs `(first, last)`: messages mostly close in
+/// sn order, so this is usually one run. Bounded by [`MAX_CLOSED_RUNS`]; past it the oldest
+/// run is forgotten (a copy of one of its messages seen later counts as a new message).
+#[derive(Clone, Debug, Default)]
+pub struct ClosedRuns(smallvec::SmallVec<[(u32, u32); 2]>);
+
+impl ClosedRuns {
+    /// Whether message `sn` closed (and is still remembered).
+    pub fn contains(&self, sn: u32) -> bool {
+        let i = self.0.partition_point(|r| r.1 < sn);
+        self.0.get(i).is_some_and(|r| r.0 <= sn)
+    }
+
+    /// Notes that message `sn` closed.
+    pub fn insert(&mut self, sn: u32) {
+        let runs = &mut self.0;
+        // In order: the next sn after the newest run.
+        if let Some(last) = runs.last_mut() {
+            if last.1.checked_add(1) == Some(sn) {
+                last.1 = sn;
+                return;
+            }
+        }
+        // The first run ending at or after sn-1 is where sn goes.
+        let i = runs.partition_point(|r| r.1.saturating_add(1) < sn);
+        match runs.get(i).copied() {
+            Some((first, last)) if first <= sn.saturating_add(1) => {
+                if sn >= first && sn <= last {
+                    return;
+                }
+                let merged = (first.min(sn), last.max(sn));
+                runs[i] = merged;
+                // Joining the next run.
+                if let Some(next) = runs.get(i + 1).copied() {
+                    if merged.1.checked_add(1) == Some(next.0) {
+                        runs[i].1 = next.1;
+                        runs.remove(i + 1);
+                    }
+                }
+            }
+            _ => {
+                runs.insert(i, (sn, sn));
+                if runs.len() > MAX_CLOSED_RUNS {
+                    runs.remove(0);
+                }
+            }
+        }
+    }
+}
+
 /// Per-conversation KCP state.
 #[derive(Debug, Default)]
 pub struct KcpState {
@@ -126,6 +179,9 @@ pub struct KcpState {
     /// Newest message sn (sn of the last fragment) of this conversation's own messages, per
     /// direction (index: up as usize): a message past it was never seen.
     pub newest_msg_sn: [Option<u32>; 2],
+    /// The conversation's own messages closed so far, per direction (index: up as usize), by
+    /// message sn: a copy of one of them seen later is late, not a new message.
+    pub closed_msgs: [ClosedRuns; 2],
     /// Receiver in-order delivery, per direction (index: up as usize).
     pub rx: [GapTracker; 2],
     /// Newest KCP `ts` seen on data per direction (receiver-side retransmission heuristic).
@@ -215,9 +271,10 @@ impl Engine {
         self.remember_tuple(pkt.tuple, &key);
         let push = k.cmd == KcpCmd::Push;
         let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
-        // A message past the newest one of the conversation was never seen (its own messages
-        // only: a group's are named by application id or content).
-        let mut new_key = false;
+        // A message past the newest one of the conversation was never seen; the conversation
+        // remembers which of its own messages closed (a group's are named by application id or
+        // content, and the message store remembers those).
+        let mut past = PastClosure::Unknown;
         if let Some(f) = self.flows.get_mut(fr) {
             f.mode = Some(mode);
             f.forced = forced.is_some();
@@ -228,11 +285,14 @@ impl Engine {
                 s.wnd = k.wnd;
                 s.una = k.una;
                 if push && mfr == fr {
-                    let newest = &mut s.newest_msg_sn[usize::from(up)];
-                    new_key = newest.is_none_or(|n| msg_sn > n);
-                    if new_key {
+                    let d = usize::from(up);
+                    let newest = &mut s.newest_msg_sn[d];
+                    past = if newest.is_none_or(|n| msg_sn > n) {
                         *newest = Some(msg_sn);
-                    }
+                        PastClosure::FlowKnows(false)
+                    } else {
+                        PastClosure::FlowKnows(s.closed_msgs[d].contains(msg_sn))
+                    };
                 }
             }
             if mfr == fr {
@@ -246,7 +306,7 @@ impl Engine {
             }
         }
         match k.cmd {
-            KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, new_key),
+            KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, past),
             KcpCmd::Ack => {
                 let identity = [
                     8,
@@ -350,7 +410,7 @@ impl Engine {
         mode: MatchMode,
         k: &KcpSegment,
         pkt: &Pkt,
-        new_key: bool,
+        past: PastClosure,
     ) {
         let up = pkt.up.unwrap_or(true);
         let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
@@ -384,7 +444,7 @@ impl Engine {
             bytes: u64::from(k.len),
             tuple: pkt.tuple,
             up: pkt.up,
-            new_key,
+            past,
         });
         let max_unacked = self.cfg.max_unacked_per_flow;
         let mut evicted = 0u64;

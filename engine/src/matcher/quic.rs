@@ -18,7 +18,7 @@ use crate::hol::GapTracker;
 use crate::input::QuicPacket;
 use crate::matcher::gaps::GapSel;
 use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
-use crate::message::{MsgId, SightArgs};
+use crate::message::{MsgId, PastClosure, SightArgs};
 use crate::paths::PathIdx;
 use crate::sent::SentQueue;
 
@@ -398,7 +398,11 @@ impl Engine {
                     bytes,
                     tuple: pkt.tuple,
                     up: pkt.up,
-                    new_key,
+                    past: if new_key {
+                        PastClosure::NeverSeen
+                    } else {
+                        PastClosure::Unknown
+                    },
                 });
                 if r.repeat || r.late {
                     repeated += bytes;
