@@ -90,6 +90,13 @@ fn conn_hash(conn: &str) -> u64 {
     mix(&[7, h])
 }
 
+/// Whether two connection labels are equal: the same shared label at once, else by their text
+/// (`Arc<str>`'s own `==` always compares the text).
+#[inline]
+fn same_conn(a: &std::sync::Arc<str>, b: &std::sync::Arc<str>) -> bool {
+    std::sync::Arc::ptr_eq(a, b) || a == b
+}
+
 impl QuicState {
     /// Remembers which message a grouped connection's stream carries.
     fn remember_stream(&mut self, key: (u64, bool, u64), msg: u64) {
@@ -227,7 +234,7 @@ impl Engine {
         let conns = self.quic_conns.entry(server).or_default();
         if !conns
             .iter()
-            .any(|(c, p, a)| *p == pkt.path && *a == addrs && *c == q.conn)
+            .any(|(c, p, a)| *p == pkt.path && *a == addrs && same_conn(c, &q.conn))
             && conns.len() < MAX_CONNS_PER_PORT
         {
             conns.push((q.conn.clone(), pkt.path, addrs));
@@ -241,8 +248,9 @@ impl Engine {
         for (i, (c, p, a)) in conns.iter().enumerate() {
             for (c2, p2, a2) in conns.iter().skip(i + 1) {
                 if paths.canonical(*p) != paths.canonical(*p2) {
-                    multipath |= c == c2 && a != a2;
-                    per_path_conns |= c != c2;
+                    let same = same_conn(c, c2);
+                    multipath |= same && a != a2;
+                    per_path_conns |= !same;
                 }
             }
         }
@@ -592,6 +600,15 @@ mod tests {
             map.pop_first();
         }
         out
+    }
+
+    /// Labels are the same connection when equal, shared or not.
+    #[test]
+    fn same_conn_compares_the_text() {
+        let a: std::sync::Arc<str> = "conn-a".into();
+        assert!(same_conn(&a, &a.clone()));
+        assert!(same_conn(&a, &"conn-a".into()));
+        assert!(!same_conn(&a, &"conn-b".into()));
     }
 
     /// Overlapping, repeated and out-of-order frames split as with an ordered map; a range
