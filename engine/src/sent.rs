@@ -38,6 +38,7 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
     }
 
     /// The position of group `g` in `groups`: mostly one group is in use.
+    #[inline]
     fn find(&self, g: G) -> Result<usize, usize> {
         match self.groups.first() {
             Some(x) if self.groups.len() == 1 && x.0 == g => Ok(0),
@@ -45,13 +46,31 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
         }
     }
 
+    #[inline]
     fn ring(&mut self, g: G) -> Option<&mut VecDeque<(u64, V)>> {
         let i = self.find(g).ok()?;
         self.groups.get_mut(i).map(|x| &mut x.1)
     }
 
     /// Adds (or replaces) the packet `seq` of group `g`.
+    #[inline]
     pub fn insert(&mut self, g: G, seq: u64, v: V) -> Option<V> {
+        // The common case first: a new packet past the newest of a known group.
+        if let Ok(gi) = self.find(g) {
+            if let Some((_, ring)) = self.groups.get_mut(gi) {
+                if ring.back().is_none_or(|b| b.0 < seq) {
+                    ring.push_back((seq, v));
+                    self.len += 1;
+                    return None;
+                }
+            }
+        }
+        self.insert_slow(g, seq, v)
+    }
+
+    /// [`SentQueue::insert`] into a new group, or of a packet not past the newest.
+    #[cold]
+    fn insert_slow(&mut self, g: G, seq: u64, v: V) -> Option<V> {
         let gi = match self.find(g) {
             Ok(i) => i,
             Err(_) => {
@@ -90,26 +109,36 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
     /// The packet `seq` of group `g`.
     pub fn get_mut(&mut self, g: G, seq: u64) -> Option<&mut V> {
         let ring = self.ring(g)?;
-        let i = ring.binary_search_by(|x| x.0.cmp(&seq)).ok()?;
+        let i = position(ring, seq)?;
         ring.get_mut(i).map(|x| &mut x.1)
     }
 
     /// Removes the packet `seq` of group `g`.
     pub fn remove(&mut self, g: G, seq: u64) -> Option<V> {
         let ring = self.ring(g)?;
-        // Acknowledgments mostly come in order: the oldest, or one already gone.
-        let (first, last) = (ring.front()?.0, ring.back()?.0);
-        if seq < first || seq > last {
-            return None;
-        }
-        let i = if seq == first {
-            0
+        let i = position(ring, seq)?;
+        let (_, v) = if i == 0 {
+            ring.pop_front()?
         } else {
-            ring.binary_search_by(|x| x.0.cmp(&seq)).ok()?
+            ring.remove(i)?
         };
-        let (_, v) = ring.remove(i)?;
         self.len -= 1;
         Some(v)
+    }
+
+    /// Removes the packets of group `g` below `end`, in order, appending them to `out` (what
+    /// [`SentQueue::take_range`] does for `0..end`, by taking from the oldest).
+    pub fn take_below(&mut self, g: G, end: u64, out: &mut Vec<(u64, V)>) {
+        let Some(ring) = self.ring(g) else {
+            return;
+        };
+        let before = out.len();
+        while ring.front().is_some_and(|x| x.0 < end) {
+            if let Some(x) = ring.pop_front() {
+                out.push(x);
+            }
+        }
+        self.len -= out.len() - before;
     }
 
     /// Removes the packets of group `g` whose sequence numbers are in `range`, in order,
@@ -133,6 +162,8 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
         let end = match range.end_bound() {
             Bound::Included(e) if *e >= last => ring.len(),
             Bound::Excluded(e) if *e > last => ring.len(),
+            Bound::Included(e) if *e < first => 0,
+            Bound::Excluded(e) if *e <= first => 0,
             Bound::Included(e) => ring.partition_point(|x| x.0 <= *e),
             Bound::Excluded(e) => ring.partition_point(|x| x.0 < *e),
             Bound::Unbounded => ring.len(),
@@ -140,10 +171,36 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
         if start >= end {
             return;
         }
-        let before = out.len();
-        out.extend(ring.drain(start..end));
-        self.len -= out.len() - before;
+        if start == 0 {
+            // From the oldest: taking from the front moves nothing else.
+            out.reserve(end);
+            for _ in 0..end {
+                if let Some(x) = ring.pop_front() {
+                    out.push(x);
+                }
+            }
+        } else {
+            out.extend(ring.drain(start..end));
+        }
+        self.len -= end - start;
     }
+}
+
+/// Where `seq` is in `ring` (sorted): in order, sequence numbers mostly follow each other, so
+/// its distance from the oldest is tried first.
+#[inline]
+fn position<V>(ring: &VecDeque<(u64, V)>, seq: u64) -> Option<usize> {
+    let (first, last) = (ring.front()?.0, ring.back()?.0);
+    if seq < first || seq > last {
+        return None;
+    }
+    let guess = seq - first;
+    if let Some(x) = usize::try_from(guess).ok().and_then(|i| ring.get(i)) {
+        if x.0 == seq {
+            return usize::try_from(guess).ok();
+        }
+    }
+    ring.binary_search_by(|x| x.0.cmp(&seq)).ok()
 }
 
 #[cfg(test)]
@@ -151,6 +208,22 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    /// Removes the entries of group `g` in `range` from the map, in order.
+    fn take_from_map<G: Ord + Copy>(
+        m: &mut BTreeMap<(G, u64), u64>,
+        g: G,
+        range: impl RangeBounds<u64>,
+    ) -> Vec<(u64, u64)> {
+        let keys: Vec<_> = m
+            .keys()
+            .filter(|k| k.0 == g && range.contains(&k.1))
+            .copied()
+            .collect();
+        keys.iter()
+            .filter_map(|k| m.remove(k).map(|v| (k.1, v)))
+            .collect()
+    }
 
     /// The queue behaves as the ordered map it replaces, whatever the order of operations.
     #[test]
@@ -167,24 +240,75 @@ mod tests {
         for i in 0..20_000u64 {
             let g = (next() % 2 == 0, (next() % 3) as usize);
             let seq = i / 3 + next() % 8;
-            match next() % 5 {
+            match next() % 6 {
                 0 | 1 => assert_eq!(q.insert(g, seq, i), m.insert((g, seq), i)),
+                5 => assert_eq!(q.get_mut(g, seq), m.get_mut(&(g, seq))),
                 2 => assert_eq!(q.remove(g, seq), m.remove(&(g, seq))),
                 3 => {
                     let (lo, hi) = (seq.saturating_sub(6), seq);
                     let mut got = Vec::new();
                     q.take_range(g, lo..=hi, &mut got);
-                    let keys: Vec<_> = m.range((g, lo)..=(g, hi)).map(|(k, _)| *k).collect();
-                    let want: Vec<_> = keys
-                        .iter()
-                        .filter_map(|k| m.remove(k).map(|v| (k.1, v)))
-                        .collect();
-                    assert_eq!(got, want);
+                    assert_eq!(got, take_from_map(&mut m, g, lo..=hi));
                 }
                 _ => {
                     if q.len() > 40 {
                         let want = m.pop_first().map(|((g, s), v)| (g, s, v));
                         assert_eq!(q.pop_first(), want);
+                    }
+                }
+            }
+            assert_eq!(q.len(), m.len());
+        }
+    }
+
+    /// Sequence numbers that mostly follow each other (the in-order fast paths: a packet found
+    /// by its distance from the oldest) with some skipped and some acknowledged out of order,
+    /// so that the distance sometimes names another packet: still the ordered map's answers.
+    #[test]
+    fn in_order_fast_paths_match_an_ordered_map() {
+        let mut q: SentQueue<bool, u64> = SentQueue::default();
+        let mut m: BTreeMap<(bool, u64), u64> = BTreeMap::new();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut sn = [0u64; 2];
+        for i in 0..20_000u64 {
+            let g = next() % 4 == 0;
+            let s = &mut sn[usize::from(g)];
+            let base = s.saturating_sub(6);
+            match next() % 7 {
+                0..=2 => {
+                    // Mostly the next one; now and then one skipped.
+                    *s += 1 + u64::from(next() % 10 == 0);
+                    assert_eq!(q.insert(g, *s, i), m.insert((g, *s), i));
+                }
+                3 => {
+                    let seq = base + next() % 8;
+                    assert_eq!(q.remove(g, seq), m.remove(&(g, seq)));
+                }
+                4 => {
+                    let seq = base + next() % 8;
+                    assert_eq!(q.get_mut(g, seq), m.get_mut(&(g, seq)));
+                }
+                5 => {
+                    let una = base + next() % 8;
+                    let mut got = Vec::new();
+                    if next() % 2 == 0 {
+                        q.take_range(g, 0..una, &mut got);
+                    } else {
+                        q.take_below(g, una, &mut got);
+                    }
+                    assert_eq!(got, take_from_map(&mut m, g, 0..una));
+                }
+                _ => {
+                    // A later packet replaced (a retransmission recorded again).
+                    let seq = base + next() % 8;
+                    if let Some(v) = m.get_mut(&(g, seq)) {
+                        assert_eq!(q.insert(g, seq, i), Some(std::mem::replace(v, i)));
                     }
                 }
             }

@@ -238,13 +238,7 @@ fn kcp_sn_gap_at_receiver_is_one_hol_incident() {
         e.handle(o);
     }
     let records: Vec<Record> = e.drain_records().collect();
-    let incs: Vec<_> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::HolIncident(h) => Some(h),
-            _ => None,
-        })
-        .collect();
+    let incs = incidents(&records);
     assert_eq!(incs.len(), 1, "{incs:?}");
     let h = incs[0];
     assert_eq!(h.protocol, HolProtocol::Kcp);
@@ -322,6 +316,85 @@ fn una_fills_the_receiver_gap_and_single_path_runs_close_messages_when_acknowled
         assert_eq!(m.latency_us, Some((acked - sent) / 1000), "{m:?}");
         assert!(!m.evicted);
     }
+}
+
+/// The T-Box's and the gateway's address on the path of [`pushed_on_one_path`].
+const ONE_PATH: (&str, &str) = ("10.0.0.2:40000", "192.0.2.1:4000");
+
+/// The T-Box's capture of path `eth0` alone, and PUSH segments sn 0..`n` it sent there, one
+/// every [`GAP`] from `base`.
+fn pushed_on_one_path(base: u64, n: u32) -> Vec<Observation> {
+    let (tbox, gw) = ONE_PATH;
+    let mut obs = vec![capture(0, "t-eth0", "eth0", Host::Tbox, None)];
+    for sn in 0..n {
+        let sent = base + u64::from(sn) * GAP;
+        let kts = (sent / 1_000_000) as u32;
+        obs.push(seg(sent, "eth0", 0, tbox, gw, KcpCmd::Push, sn, kts, 500));
+    }
+    obs
+}
+
+/// Seen from the T-Box alone, ACKs in order only move the receiver's next sn on (the path that
+/// skips the incident machinery); an ACK that then skips ahead, in a segment whose una changes
+/// nothing, still opens an incident, ACKs inside the gap narrow it, and the una that reaches
+/// past it closes it.
+#[test]
+fn an_ack_skipping_ahead_after_in_order_acks_is_still_an_incident() {
+    let (tbox, gw) = ONE_PATH;
+    let base = T0 + 1_000_000_000;
+    let mut obs = pushed_on_one_path(base, 8);
+    // (ACK sn, una) in arrival order: 0 and 1 in order; 4 and 5 while 2 and 3 are missing; 2
+    // (the gap narrows); 3 with una 6 (the gap is filled).
+    let acks = [(0, 1), (1, 2), (4, 2), (5, 2), (2, 3), (3, 6)];
+    let at = |i: usize| base + 8 * GAP + i as u64 * 1_000_000;
+    for (i, (sn, una)) in acks.into_iter().enumerate() {
+        let mut o = seg(at(i), "eth0", 0, gw, tbox, KcpCmd::Ack, sn, 0, 0);
+        if let Observation::Kcp(k) = &mut o {
+            k.una = una;
+        }
+        obs.push(o);
+    }
+    let mut e = Engine::new(Config::default());
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let records: Vec<Record> = e.drain_records().collect();
+    let incs = incidents(&records);
+    assert_eq!(incs.len(), 1, "{incs:?}");
+    assert_eq!(incs[0].missing, "sn 2–3");
+    assert_eq!(incs[0].start_ns, at(2));
+    assert_eq!(incs[0].end_ns, Some(at(5)));
+    assert!(
+        incs[0]
+            .evidence
+            .iter()
+            .any(|ev| ev.what.contains("sn 3 still missing")),
+        "{:?}",
+        incs[0].evidence
+    );
+}
+
+/// An ACK naming an sn below its una acknowledges that sn first, then the others below una in
+/// order (the sn is taken with them, not on its own): the messages close in that order, once
+/// each.
+#[test]
+fn the_sn_an_ack_names_is_acknowledged_before_the_rest_of_its_una() {
+    let (tbox, gw) = ONE_PATH;
+    let base = T0 + 1_000_000_000;
+    let mut obs = pushed_on_one_path(base, 4);
+    let acked = base + 4 * GAP;
+    let mut o = seg(acked, "eth0", 0, gw, tbox, KcpCmd::Ack, 2, 0, 0);
+    if let Observation::Kcp(k) = &mut o {
+        k.una = 3;
+    }
+    obs.push(o);
+    let mut e = Engine::new(Config::default());
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let records: Vec<Record> = e.drain_records().collect();
+    let ids: Vec<&str> = messages(&records).iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["up sn 2", "up sn 0", "up sn 1"], "{records:?}");
 }
 
 #[test]

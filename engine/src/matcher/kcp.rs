@@ -13,8 +13,8 @@ use std::collections::VecDeque;
 
 use crate::capture::Dir;
 use crate::config::MatchMode;
-use crate::engine::Engine;
-use crate::flow::{FlowKey, FlowRef, Proto};
+use crate::engine::{Engine, Pkt};
+use crate::flow::{Flow, FlowKey, FlowRef, Proto};
 use crate::hol::{GapTracker, Resend, Transmission};
 use crate::input::{KcpCmd, KcpSegment};
 use crate::matcher::gaps::GapSel;
@@ -278,6 +278,12 @@ impl Engine {
         };
         let mfr = group.unwrap_or(fr);
         self.remember_tuple(pkt.tuple, &key);
+        let push = k.cmd == KcpCmd::Push;
+        let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
+        // A message past the newest one of the conversation was never seen; the conversation
+        // remembers which of its own messages closed (a group's are named by application id or
+        // content, and the message store remembers those).
+        let mut past = PastClosure::Unknown;
         if let Some(f) = self.flows.get_mut(fr) {
             f.mode = Some(mode);
             f.forced = forced.is_some();
@@ -287,21 +293,29 @@ impl Engine {
             if let Proto::Kcp(s) = &mut f.proto {
                 s.wnd = k.wnd;
                 s.una = k.una;
+                if push && mfr == fr {
+                    let d = usize::from(up);
+                    let newest = &mut s.newest_msg_sn[d];
+                    past = if newest.is_none_or(|n| msg_sn > n) {
+                        *newest = Some(msg_sn);
+                        PastClosure::FlowKnows(false)
+                    } else {
+                        PastClosure::FlowKnows(s.closed_msgs[d].contains(msg_sn))
+                    };
+                }
+            }
+            if mfr == fr {
+                count_wire(f, k.cmd, &pkt);
             }
         }
-        if let Some(f) = self.flows.get_mut(mfr) {
-            f.mode = Some(mode);
-            if pkt.count_wire {
-                f.amp.wire += pkt.wire;
-                match k.cmd {
-                    KcpCmd::Push => {}
-                    KcpCmd::Ack => f.amp.ack += pkt.wire,
-                    KcpCmd::WindowAsk | KcpCmd::WindowTell => f.amp.overhead += pkt.wire,
-                }
+        if mfr != fr {
+            if let Some(f) = self.flows.get_mut(mfr) {
+                f.mode = Some(mode);
+                count_wire(f, k.cmd, &pkt);
             }
         }
         match k.cmd {
-            KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, up),
+            KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, past),
             KcpCmd::Ack => {
                 let identity = [
                     8,
@@ -313,54 +327,75 @@ impl Engine {
                 ];
                 self.echo(|| mix(&identity), &pkt);
                 if pkt.dir == Dir::In {
-                    let data_up = !up;
-                    let mut receiver_seen = false;
-                    if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
-                        let d = usize::from(data_up);
-                        receiver_seen = s.receiver_seen[d];
-                        let acks = &mut s.acks_at_sender[d];
-                        // The segments of one ACK datagram share its arrival time.
-                        match acks.back_mut() {
-                            Some((at, max_sn)) if *at == pkt.ts_ns => {
-                                if (k.sn.wrapping_sub(*max_sn) as i32) > 0 {
-                                    *max_sn = k.sn;
-                                }
-                            }
-                            _ => {
-                                if acks.len() >= ACK_HISTORY {
-                                    acks.pop_front();
-                                }
-                                acks.push_back((pkt.ts_ns, k.sn));
-                            }
-                        }
-                    }
-                    self.kcp_acked(fr, data_up, pkt.path, k.sn, pkt.ts_ns);
-                    self.kcp_una(fr, data_up, pkt.path, k.una, pkt.ts_ns, !receiver_seen);
-                    // Seen at the sender, an ACK says the receiver holds the sn; where the
-                    // receiver's own capture shows its arrivals, those are the better clock.
-                    if !receiver_seen {
-                        self.gap_deliver(
-                            fr,
-                            GapSel::Kcp { up: data_up },
-                            u64::from(k.sn),
-                            1,
-                            0,
-                            false,
-                            pkt.path,
-                            pkt.ts_ns,
-                        );
-                    }
+                    self.kcp_ack_at_sender(fr, k, &pkt, !up);
                 }
             }
             KcpCmd::WindowAsk | KcpCmd::WindowTell => {}
         }
     }
 
-    /// The flow holding the messages of conversation flow `fr` (its group, or itself).
-    fn kcp_message_flow(&mut self, fr: FlowRef) -> FlowRef {
-        match self.flows.get_mut(fr).map(|f| &f.proto) {
-            Some(Proto::Kcp(s)) => s.group.unwrap_or(fr),
-            _ => fr,
+    /// An ACK segment for `data_up` data received by the data's sender: the sn it names and
+    /// those below its una are acknowledged and, where the receiver's arrivals are not observed,
+    /// delivered at the receiver (which may fill a gap there).
+    fn kcp_ack_at_sender(&mut self, fr: FlowRef, k: &KcpSegment, pkt: &Pkt, data_up: bool) {
+        let d = usize::from(data_up);
+        let (path, ts) = (pkt.path, pkt.ts_ns);
+        let (sn, una) = (u64::from(k.sn), u64::from(k.una));
+        let mut done = std::mem::take(&mut self.una_done);
+        done.clear();
+        let mut acked = None;
+        let mut msg_flow = fr;
+        // Deliveries at the receiver left to the incident machinery: those that change more
+        // than the next sn expected (a gap open, pieces held, or this one skipping ahead).
+        let (mut una_left, mut sn_left) = (false, false);
+        if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+            // Seen at the sender, an ACK says the receiver holds the sn; where the receiver's
+            // own capture shows its arrivals, those are the better clock.
+            let receiver_seen = s.receiver_seen[d];
+            let acks = &mut s.acks_at_sender[d];
+            // The segments of one ACK datagram share its arrival time.
+            match acks.back_mut() {
+                Some((at, max_sn)) if *at == ts => {
+                    if (k.sn.wrapping_sub(*max_sn) as i32) > 0 {
+                        *max_sn = k.sn;
+                    }
+                }
+                _ => {
+                    if acks.len() >= ACK_HISTORY {
+                        acks.pop_front();
+                    }
+                    acks.push_back((ts, k.sn));
+                }
+            }
+            msg_flow = s.group.unwrap_or(fr);
+            if sn < una {
+                // The sn named is below una (the common case): taken with the others, and
+                // acknowledged first, as when it is taken alone.
+                s.unacked.take_below((data_up, path), una, &mut done);
+                if let Some(i) = done.iter().position(|x| x.0 == sn) {
+                    acked = Some(done.remove(i).1);
+                }
+            } else {
+                acked = s.unacked.remove((data_up, path), sn);
+                s.unacked.take_below((data_up, path), una, &mut done);
+            }
+            if !receiver_seen {
+                // The receiver holds every sn below una in order: that fills any gap there
+                // (an ACK datagram may name only its newest segments and leave the older ones
+                // to una); then the sn named.
+                let rx = &mut s.rx[d];
+                una_left = una > 0 && !rx.deliver_plain(0, una);
+                sn_left = una_left || !rx.deliver_plain(sn, sn + 1);
+            }
+        }
+        if let Some(u) = acked {
+            self.kcp_acknowledge(msg_flow, &u, path, ts);
+        }
+        let left = una_left.then_some(una);
+        self.kcp_una_taken(fr, data_up, left, msg_flow, done, (path, ts));
+        if sn_left {
+            let sel = GapSel::Kcp { up: data_up };
+            self.gap_deliver(fr, sel, sn, 1, 0, false, path, ts);
         }
     }
 
@@ -383,9 +418,10 @@ impl Engine {
         mfr: FlowRef,
         mode: MatchMode,
         k: &KcpSegment,
-        pkt: &crate::engine::Pkt,
-        up: bool,
+        pkt: &Pkt,
+        past: PastClosure,
     ) {
+        let up = pkt.up.unwrap_or(true);
         let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
         let content = match (mode, k.content_hash) {
             (MatchMode::Content, Some(h)) if mfr != fr => self.kcp_content_key(mfr, k, up, h),
@@ -404,22 +440,6 @@ impl Engine {
                 MsgId::Kcp { up, sn: msg_sn },
             ),
         };
-        // A message past the newest one of the conversation was never seen; the conversation
-        // remembers which of its own messages closed (a group's are named by application id or
-        // content, and the message store remembers those).
-        let mut past = PastClosure::Unknown;
-        if mfr == fr {
-            if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
-                let d = usize::from(up);
-                let newest = &mut s.newest_msg_sn[d];
-                past = if newest.is_none_or(|n| msg_sn > n) {
-                    *newest = Some(msg_sn);
-                    PastClosure::FlowKnows(false)
-                } else {
-                    PastClosure::FlowKnows(s.closed_msgs[d].contains(msg_sn))
-                };
-            }
-        }
         let r = self.sight(SightArgs {
             flow: mfr,
             key: mkey,
@@ -439,12 +459,16 @@ impl Engine {
         let mut evicted = 0u64;
         let retrans = (r.repeat || r.late) && pkt.dir != Dir::In;
         let mut resent: Option<Resend> = None;
-        if let Some(f) = self.flows.get_mut(mfr) {
-            if retrans && pkt.count_wire {
+        let retransmitted_wire = retrans && pkt.count_wire;
+        if mfr != fr && retransmitted_wire {
+            if let Some(f) = self.flows.get_mut(mfr) {
                 f.amp.retransmit += pkt.wire;
             }
         }
         if let Some(f) = self.flows.get_mut(fr) {
+            if mfr == fr && retransmitted_wire {
+                f.amp.retransmit += pkt.wire;
+            }
             if let Proto::Kcp(s) = &mut f.proto {
                 s.segments += 1;
                 s.max_sn = s.max_sn.max(k.sn);
@@ -511,10 +535,13 @@ impl Engine {
             // sender stamped it after the pieces that overtook it (KCP ts is the send time).
             let unpaired = self.caps.paired(pkt.capture).is_none();
             let mut retransmitted_fill = false;
+            // Whether the receiver of the other direction's data is observed.
+            let mut other_seen = false;
             if let Some(f) = self.flows.get_mut(fr) {
                 if let Proto::Kcp(s) = &mut f.proto {
                     let d = usize::from(up);
                     s.receiver_seen[d] = true;
+                    other_seen = s.receiver_seen[usize::from(!up)];
                     // Which of the sender's transmissions this copy is (its ts names it).
                     s.rx[d].arriving = s
                         .unacked
@@ -541,22 +568,18 @@ impl Engine {
                     "sn",
                 );
             }
-            self.gap_deliver(
-                fr,
-                GapSel::Kcp { up },
-                u64::from(k.sn),
-                1,
-                u64::from(k.len),
-                k.frg == 0,
-                pkt.path,
-                pkt.ts_ns,
-            );
-            // A data segment's una acknowledges the other direction's data.
-            let receiver_seen = match self.flows.get_mut(fr).map(|f| &f.proto) {
-                Some(Proto::Kcp(s)) => s.receiver_seen[usize::from(!up)],
-                _ => false,
+            let sn = u64::from(k.sn);
+            let plain = match self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                Some(Proto::Kcp(s)) => s.rx[usize::from(up)].deliver_plain(sn, sn + 1),
+                _ => true,
             };
-            self.kcp_una(fr, !up, pkt.path, k.una, pkt.ts_ns, !receiver_seen);
+            if !plain {
+                let bytes = u64::from(k.len);
+                let sel = GapSel::Kcp { up };
+                self.gap_deliver(fr, sel, sn, 1, bytes, k.frg == 0, pkt.path, pkt.ts_ns);
+            }
+            // A data segment's una acknowledges the other direction's data.
+            self.kcp_una(fr, !up, pkt.path, k.una, pkt.ts_ns, !other_seen);
         }
     }
 
@@ -587,22 +610,6 @@ impl Engine {
         Some((key, MsgId::Hash(content)))
     }
 
-    fn kcp_acked(&mut self, fr: FlowRef, data_up: bool, path: PathIdx, sn: u32, ts: u64) {
-        let hit = match self.flows.get_mut(fr) {
-            Some(f) => match &mut f.proto {
-                Proto::Kcp(s) => s.unacked.remove((data_up, path), u64::from(sn)),
-                _ => None,
-            },
-            None => None,
-        };
-        if let Some(u) = hit {
-            let mfr = self.kcp_message_flow(fr);
-            if let Some(slot) = self.msgs.ack(mfr.uid, u.mkey, u.slot, path, ts) {
-                self.maybe_complete(mfr, slot);
-            }
-        }
-    }
-
     /// `una` from the receiver of `data_up` data: acknowledges the sns below it and, with
     /// `fills_gaps` (the receiver's arrivals are not observed), fills its gaps.
     fn kcp_una(
@@ -614,34 +621,63 @@ impl Engine {
         ts: u64,
         fills_gaps: bool,
     ) {
-        // The receiver holds every sn below una in order: that fills any gap there (an ACK
-        // datagram may name only its newest segments and leave the older ones to una).
-        if una > 0 && fills_gaps {
-            self.gap_deliver(
-                fr,
-                GapSel::Kcp { up: data_up },
-                0,
-                u64::from(una),
-                0,
-                false,
-                path,
-                ts,
-            );
-        }
+        let una = u64::from(una);
         let mut done = std::mem::take(&mut self.una_done);
         done.clear();
+        let mut msg_flow = fr;
+        // The receiver holds every sn below una in order: that fills any gap there (an ACK
+        // datagram may name only its newest segments and leave the older ones to una). Left to
+        // the incident machinery when it changes more than the next sn expected.
+        let mut una_left = false;
         if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
-            s.unacked
-                .take_range((data_up, path), 0..u64::from(una), &mut done);
+            una_left = una > 0 && fills_gaps && !s.rx[usize::from(data_up)].deliver_plain(0, una);
+            s.unacked.take_below((data_up, path), una, &mut done);
+            msg_flow = s.group.unwrap_or(fr);
         }
-        if !done.is_empty() {
-            let mfr = self.kcp_message_flow(fr);
-            for &(_, u) in &done {
-                if let Some(slot) = self.msgs.ack(mfr.uid, u.mkey, u.slot, path, ts) {
-                    self.maybe_complete(mfr, slot);
-                }
-            }
+        let left = una_left.then_some(una);
+        self.kcp_una_taken(fr, data_up, left, msg_flow, done, (path, ts));
+    }
+
+    /// After the sns below una were taken (`done`, the engine's buffer, handed back): the
+    /// receiver's delivery up to una (`una_left`) where it was left to the incident machinery,
+    /// then their acknowledgments on `path` at `ts`, oldest first.
+    #[inline(always)]
+    fn kcp_una_taken(
+        &mut self,
+        fr: FlowRef,
+        data_up: bool,
+        una_left: Option<u64>,
+        msg_flow: FlowRef,
+        done: Vec<(u64, Unacked)>,
+        (path, ts): (PathIdx, u64),
+    ) {
+        if let Some(una) = una_left {
+            let sel = GapSel::Kcp { up: data_up };
+            self.gap_deliver(fr, sel, 0, una, 0, false, path, ts);
+        }
+        for (_, u) in &done {
+            self.kcp_acknowledge(msg_flow, u, path, ts);
         }
         self.una_done = done;
+    }
+
+    /// The segment `u` of a message of flow `msg_flow` acknowledged on `path` at `ts`.
+    fn kcp_acknowledge(&mut self, msg_flow: FlowRef, u: &Unacked, path: PathIdx, ts: u64) {
+        if let Some(slot) = self.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
+            self.maybe_complete(msg_flow, slot);
+        }
+    }
+}
+
+/// Counts a segment's wire bytes on the flow holding its messages.
+#[inline]
+fn count_wire(f: &mut Flow, cmd: KcpCmd, pkt: &Pkt) {
+    if pkt.count_wire {
+        f.amp.wire += pkt.wire;
+        match cmd {
+            KcpCmd::Push => {}
+            KcpCmd::Ack => f.amp.ack += pkt.wire,
+            KcpCmd::WindowAsk | KcpCmd::WindowTell => f.amp.overhead += pkt.wire,
+        }
     }
 }

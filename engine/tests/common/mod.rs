@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 
 use tboxscope_engine::latency::LatencyHist;
 use tboxscope_engine::{
-    CaptureId, Config, Engine, Host, MessageRecord, Observation, PacketMeta, Record, Summary,
+    CaptureId, Config, Engine, HolIncident, Host, MessageRecord, Observation, PacketMeta, Record,
+    Summary,
 };
 
 pub const T0: u64 = 1_796_000_000_000_000_000;
@@ -86,6 +87,17 @@ pub fn messages(records: &[Record]) -> Vec<&MessageRecord> {
         .iter()
         .filter_map(|r| match r {
             Record::Message(m) => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `hol_incident` records among `records`.
+pub fn incidents(records: &[Record]) -> Vec<&HolIncident> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::HolIncident(h) => Some(h),
             _ => None,
         })
         .collect()
