@@ -4,7 +4,6 @@
 //! windows, outages, records).
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 
 use crate::capture::{is_uplink, CaptureTable, Dir};
 use crate::config::{Config, MatchMode};
@@ -40,7 +39,7 @@ pub(crate) struct WindowAcc {
     pub unique: u64,
 }
 
-/// A packet's common facts after the prelude.
+/// A packet's common facts after the prelude (its addresses stay in its [`PacketMeta`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Pkt {
     pub path: PathIdx,
@@ -53,8 +52,6 @@ pub(crate) struct Pkt {
     pub count_wire: bool,
     pub tuple: u64,
     pub up: Option<bool>,
-    pub src: SocketAddr,
-    pub dst: SocketAddr,
 }
 
 /// The sans-IO correlation engine.
@@ -386,8 +383,6 @@ impl Engine {
             count_wire,
             tuple: crate::matcher::tuple_hash(&meta.src, &meta.dst),
             up: is_uplink(&meta.src, &meta.dst),
-            src: meta.src,
-            dst: meta.dst,
         })
     }
 

@@ -15,10 +15,15 @@ impl Engine {
             return;
         };
         let key = FlowKey::Datagram {
-            server_port: server_port(&pkt.src, &pkt.dst),
+            server_port: server_port(&d.meta.src, &d.meta.dst),
         };
         self.remember_tuple(pkt.tuple, &key);
-        let forced = forced_mode(&self.cfg, (pkt.src.port(), pkt.dst.port()), None, None);
+        let forced = forced_mode(
+            &self.cfg,
+            (d.meta.src.port(), d.meta.dst.port()),
+            None,
+            None,
+        );
         let fr = self
             .flows
             .get_or_insert(&key, pkt.ts_ns, || Proto::Datagram {

@@ -226,7 +226,7 @@ impl Engine {
         // group of its server port, where copies on other sessions match by that id.
         let forced = forced_mode(
             &self.cfg,
-            (pkt.src.port(), pkt.dst.port()),
+            (k.meta.src.port(), k.meta.dst.port()),
             Some(k.conv),
             None,
         );
@@ -241,7 +241,7 @@ impl Engine {
         let (group, mode) = match known_group {
             Some((g, m)) => (Some(g), m),
             None => {
-                let server = server_port(&pkt.src, &pkt.dst);
+                let server = server_port(&k.meta.src, &k.meta.dst);
                 let joins = match forced {
                     Some(m @ (MatchMode::AppId | MatchMode::Content)) => Some(m),
                     Some(_) => None,

@@ -223,13 +223,13 @@ impl Engine {
             return;
         };
         let up = pkt.up.unwrap_or(true);
-        let server = server_port(&pkt.src, &pkt.dst);
+        let server = server_port(&q.meta.src, &q.meta.dst);
         let paths = &self.paths;
         // The address pair regardless of direction: the two ends of one path see the same.
-        let addrs = if pkt.src <= pkt.dst {
+        let addrs = if q.meta.src <= q.meta.dst {
             pkt.tuple
         } else {
-            crate::matcher::tuple_hash(&pkt.dst, &pkt.src)
+            crate::matcher::tuple_hash(&q.meta.dst, &q.meta.src)
         };
         let conns = self.quic_conns.entry(server).or_default();
         if !conns
@@ -261,7 +261,7 @@ impl Engine {
         let separate = !multipath;
         let forced = forced_mode(
             &self.cfg,
-            (pkt.src.port(), pkt.dst.port()),
+            (q.meta.src.port(), q.meta.dst.port()),
             None,
             Some(&*q.conn),
         );
