@@ -72,11 +72,7 @@ impl FlowKey {
     fn same(&self, other: &FlowKey) -> bool {
         match (self, other) {
             (FlowKey::Kcp { conv: a }, FlowKey::Kcp { conv: b }) => a == b,
-            (FlowKey::Quic { conn: a }, FlowKey::Quic { conn: b })
-                if std::sync::Arc::ptr_eq(a, b) =>
-            {
-                true
-            }
+            (FlowKey::Quic { conn: a }, FlowKey::Quic { conn: b }) => same_label(a, b),
             _ => self == other,
         }
     }
@@ -442,6 +438,13 @@ impl FlowTable {
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
     }
+}
+
+/// Whether two labels are equal: the same shared label at once, else by their text
+/// (`Arc<str>`'s own `==` always compares the text).
+#[inline]
+pub(crate) fn same_label(a: &std::sync::Arc<str>, b: &std::sync::Arc<str>) -> bool {
+    std::sync::Arc::ptr_eq(a, b) || a == b
 }
 
 /// [`FlowKey::quick`] of a QUIC connection: its shared label's address.

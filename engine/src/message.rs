@@ -563,23 +563,16 @@ impl MessageStore {
             tuple: a.tuple,
             up: a.up,
         };
-        let ci = match msg.copies.iter().position(|c| c.path == a.path) {
-            Some(i) => i,
-            None => {
-                // A new copy: its first sighting, with nothing to compare it to on its path.
-                let first_copy = msg.copies.is_empty();
-                msg.copies.push(CopyState {
-                    path: a.path,
-                    sightings: smallvec::smallvec![sighting],
-                    ack_ns: None,
-                });
-                if !first_copy {
-                    r.same_tuple_elsewhere = same_tuple_elsewhere(msg, a);
-                }
-                return r;
-            }
-        };
         r.same_tuple_elsewhere = same_tuple_elsewhere(msg, a);
+        let Some(ci) = msg.copies.iter().position(|c| c.path == a.path) else {
+            // A new copy: its first sighting, with nothing to compare it to on its path.
+            msg.copies.push(CopyState {
+                path: a.path,
+                sightings: smallvec::smallvec![sighting],
+                ack_ns: None,
+            });
+            return r;
+        };
         let copy = &mut msg.copies[ci];
         match copy.sightings.iter_mut().find(|s| s.capture == a.capture) {
             Some(s) => {

@@ -13,7 +13,7 @@ use crate::FastMap as HashMap;
 use crate::capture::Dir;
 use crate::config::MatchMode;
 use crate::engine::Engine;
-use crate::flow::{FlowKey, FlowRef, Proto};
+use crate::flow::{same_label, FlowKey, FlowRef, Proto};
 use crate::hol::GapTracker;
 use crate::input::QuicPacket;
 use crate::matcher::gaps::GapSel;
@@ -88,13 +88,6 @@ fn conn_hash(conn: &str) -> u64 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     mix(&[7, h])
-}
-
-/// Whether two connection labels are equal: the same shared label at once, else by their text
-/// (`Arc<str>`'s own `==` always compares the text).
-#[inline]
-fn same_conn(a: &std::sync::Arc<str>, b: &std::sync::Arc<str>) -> bool {
-    std::sync::Arc::ptr_eq(a, b) || a == b
 }
 
 impl QuicState {
@@ -234,7 +227,7 @@ impl Engine {
         let conns = self.quic_conns.entry(server).or_default();
         if !conns
             .iter()
-            .any(|(c, p, a)| *p == pkt.path && *a == addrs && same_conn(c, &q.conn))
+            .any(|(c, p, a)| *p == pkt.path && *a == addrs && same_label(c, &q.conn))
             && conns.len() < MAX_CONNS_PER_PORT
         {
             conns.push((q.conn.clone(), pkt.path, addrs));
@@ -248,7 +241,7 @@ impl Engine {
         for (i, (c, p, a)) in conns.iter().enumerate() {
             for (c2, p2, a2) in conns.iter().skip(i + 1) {
                 if paths.canonical(*p) != paths.canonical(*p2) {
-                    let same = same_conn(c, c2);
+                    let same = same_label(c, c2);
                     multipath |= same && a != a2;
                     per_path_conns |= !same;
                 }
@@ -606,9 +599,9 @@ mod tests {
     #[test]
     fn same_conn_compares_the_text() {
         let a: std::sync::Arc<str> = "conn-a".into();
-        assert!(same_conn(&a, &a.clone()));
-        assert!(same_conn(&a, &"conn-a".into()));
-        assert!(!same_conn(&a, &"conn-b".into()));
+        assert!(same_label(&a, &a.clone()));
+        assert!(same_label(&a, &"conn-a".into()));
+        assert!(!same_label(&a, &"conn-b".into()));
     }
 
     /// Overlapping, repeated and out-of-order frames split as with an ordered map; a range
