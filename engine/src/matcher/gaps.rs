@@ -198,7 +198,37 @@ fn recovery(
 impl Engine {
     /// Records that the receiver got `[start, start+len)`; opens/closes HOL incidents.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(crate) fn gap_deliver(
+        &mut self,
+        fr: FlowRef,
+        sel: GapSel,
+        start: u64,
+        len: u64,
+        bytes: u64,
+        msg_end: bool,
+        path: PathIdx,
+        ts: u64,
+    ) {
+        // The common case first, inlined where it is called: in order or a duplicate, with no
+        // gap open.
+        if let Some(t) = self
+            .flows
+            .get_mut(fr)
+            .and_then(|f| tracker(&mut f.proto, sel))
+        {
+            if t.deliver_plain(start, start.saturating_add(len.max(1))) {
+                return;
+            }
+        }
+        self.gap_deliver_held(fr, sel, start, len, bytes, msg_end, path, ts);
+    }
+
+    /// [`Engine::gap_deliver`] of a piece that changes more than the next unit expected (a gap
+    /// opens, narrows or fills, or pieces are held).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn gap_deliver_held(
         &mut self,
         fr: FlowRef,
         sel: GapSel,
@@ -216,10 +246,6 @@ impl Engine {
         let Some(t) = tracker(&mut f.proto, sel) else {
             return;
         };
-        // The common case first: in order or a duplicate, with no gap open.
-        if t.deliver_plain(start, start.saturating_add(len.max(1))) {
-            return;
-        }
         let paths = &self.paths;
         let label = paths.label(path);
         let incidents = &mut self.incidents;

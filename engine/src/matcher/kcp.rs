@@ -121,22 +121,6 @@ impl ClosedRuns {
     /// Notes that message `sn` closed.
     pub fn insert(&mut self, sn: u32) {
         let runs = &mut self.0;
-        // In order: the next sn after the newest run.
-        if let Some(last) = runs.last_mut() {
-            if last.1.checked_add(1) == Some(sn) {
-                last.1 = sn;
-                return;
-            }
-        }
-        // The common hole: newer messages acknowledged first, then the one before them (una),
-        // which joins the two newest runs.
-        if let [.., before, last] = runs.as_mut_slice() {
-            if before.1.checked_add(1) == Some(sn) && sn.checked_add(1) == Some(last.0) {
-                before.1 = last.1;
-                runs.pop();
-                return;
-            }
-        }
         // The first run ending at or after sn-1 is where sn goes.
         let i = runs.partition_point(|r| r.1.saturating_add(1) < sn);
         match runs.get(i).copied() {
@@ -345,13 +329,9 @@ impl Engine {
         done.clear();
         let mut acked = None;
         let mut msg_flow = fr;
-        // Deliveries at the receiver left to the incident machinery: those that change more
-        // than the next sn expected (a gap open, pieces held, or this one skipping ahead).
-        let (mut una_left, mut sn_left) = (false, false);
+        let mut receiver_seen = true;
         if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
-            // Seen at the sender, an ACK says the receiver holds the sn; where the receiver's
-            // own capture shows its arrivals, those are the better clock.
-            let receiver_seen = s.receiver_seen[d];
+            receiver_seen = s.receiver_seen[d];
             let acks = &mut s.acks_at_sender[d];
             // The segments of one ACK datagram share its arrival time.
             match acks.back_mut() {
@@ -368,33 +348,23 @@ impl Engine {
                 }
             }
             msg_flow = s.group.unwrap_or(fr);
-            if sn < una {
-                // The sn named is below una (the common case): taken with the others, and
-                // acknowledged first, as when it is taken alone.
-                s.unacked.take_below((data_up, path), una, &mut done);
-                if let Some(i) = done.iter().position(|x| x.0 == sn) {
-                    acked = Some(done.remove(i).1);
-                }
-            } else {
-                acked = s.unacked.remove((data_up, path), sn);
-                s.unacked.take_below((data_up, path), una, &mut done);
-            }
-            if !receiver_seen {
-                // The receiver holds every sn below una in order: that fills any gap there
-                // (an ACK datagram may name only its newest segments and leave the older ones
-                // to una); then the sn named.
-                let rx = &mut s.rx[d];
-                una_left = una > 0 && !rx.deliver_plain(0, una);
-                sn_left = una_left || !rx.deliver_plain(sn, sn + 1);
-            }
+            // The sn named is acknowledged first, then those below una.
+            acked = s.unacked.remove((data_up, path), sn);
+            s.unacked.take_range((data_up, path), 0..una, &mut done);
         }
         if let Some(u) = acked {
             self.kcp_acknowledge(msg_flow, &u, path, ts);
         }
-        let left = una_left.then_some(una);
-        self.kcp_una_taken(fr, data_up, left, msg_flow, done, (path, ts));
-        if sn_left {
-            let sel = GapSel::Kcp { up: data_up };
+        // Seen at the sender, an ACK says the receiver holds the sn (and, by una, every sn
+        // below in order: an ACK datagram may name only its newest segments and leave the
+        // older ones to una); where the receiver's own capture shows its arrivals, those are
+        // the better clock.
+        let sel = GapSel::Kcp { up: data_up };
+        if una > 0 && !receiver_seen {
+            self.gap_deliver(fr, sel, 0, una, 0, false, path, ts);
+        }
+        self.kcp_acknowledge_all(msg_flow, done, path, ts);
+        if !receiver_seen {
             self.gap_deliver(fr, sel, sn, 1, 0, false, path, ts);
         }
     }
@@ -568,16 +538,9 @@ impl Engine {
                     "sn",
                 );
             }
-            let sn = u64::from(k.sn);
-            let plain = match self.flows.get_mut(fr).map(|f| &mut f.proto) {
-                Some(Proto::Kcp(s)) => s.rx[usize::from(up)].deliver_plain(sn, sn + 1),
-                _ => true,
-            };
-            if !plain {
-                let bytes = u64::from(k.len);
-                let sel = GapSel::Kcp { up };
-                self.gap_deliver(fr, sel, sn, 1, bytes, k.frg == 0, pkt.path, pkt.ts_ns);
-            }
+            let (sn, bytes) = (u64::from(k.sn), u64::from(k.len));
+            let sel = GapSel::Kcp { up };
+            self.gap_deliver(fr, sel, sn, 1, bytes, k.frg == 0, pkt.path, pkt.ts_ns);
             // A data segment's una acknowledges the other direction's data.
             self.kcp_una(fr, !up, pkt.path, k.una, pkt.ts_ns, !other_seen);
         }
@@ -622,39 +585,31 @@ impl Engine {
         fills_gaps: bool,
     ) {
         let una = u64::from(una);
-        let mut done = std::mem::take(&mut self.una_done);
-        done.clear();
-        let mut msg_flow = fr;
         // The receiver holds every sn below una in order: that fills any gap there (an ACK
-        // datagram may name only its newest segments and leave the older ones to una). Left to
-        // the incident machinery when it changes more than the next sn expected.
-        let mut una_left = false;
-        if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
-            una_left = una > 0 && fills_gaps && !s.rx[usize::from(data_up)].deliver_plain(0, una);
-            s.unacked.take_below((data_up, path), una, &mut done);
-            msg_flow = s.group.unwrap_or(fr);
-        }
-        let left = una_left.then_some(una);
-        self.kcp_una_taken(fr, data_up, left, msg_flow, done, (path, ts));
-    }
-
-    /// After the sns below una were taken (`done`, the engine's buffer, handed back): the
-    /// receiver's delivery up to una (`una_left`) where it was left to the incident machinery,
-    /// then their acknowledgments on `path` at `ts`, oldest first.
-    #[inline(always)]
-    fn kcp_una_taken(
-        &mut self,
-        fr: FlowRef,
-        data_up: bool,
-        una_left: Option<u64>,
-        msg_flow: FlowRef,
-        done: Vec<(u64, Unacked)>,
-        (path, ts): (PathIdx, u64),
-    ) {
-        if let Some(una) = una_left {
+        // datagram may name only its newest segments and leave the older ones to una).
+        if una > 0 && fills_gaps {
             let sel = GapSel::Kcp { up: data_up };
             self.gap_deliver(fr, sel, 0, una, 0, false, path, ts);
         }
+        let mut done = std::mem::take(&mut self.una_done);
+        done.clear();
+        let mut msg_flow = fr;
+        if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+            s.unacked.take_range((data_up, path), 0..una, &mut done);
+            msg_flow = s.group.unwrap_or(fr);
+        }
+        self.kcp_acknowledge_all(msg_flow, done, path, ts);
+    }
+
+    /// The segments `done` (taken below una; the engine's buffer, handed back) acknowledged
+    /// on `path` at `ts`, oldest first.
+    fn kcp_acknowledge_all(
+        &mut self,
+        msg_flow: FlowRef,
+        done: Vec<(u64, Unacked)>,
+        path: PathIdx,
+        ts: u64,
+    ) {
         for (_, u) in &done {
             self.kcp_acknowledge(msg_flow, u, path, ts);
         }
