@@ -25,9 +25,6 @@ pub enum GapSel {
         up: bool,
         /// Stream id.
         stream: u64,
-        /// For a delivery: its time, noted as the stream's latest delivery (which shows that
-        /// a gap on another stream did not hold this one).
-        delivered_at: Option<u64>,
     },
 }
 
@@ -40,17 +37,12 @@ impl GapSel {
     }
 }
 
-fn tracker(proto: &mut Proto, sel: GapSel) -> Option<&mut GapTracker> {
+/// The receive tracker `sel` names; `delivered_at`, for a delivery, its time (a QUIC stream
+/// notes it as its latest delivery, which shows that a gap on another stream did not hold it).
+fn tracker(proto: &mut Proto, sel: GapSel, delivered_at: Option<u64>) -> Option<&mut GapTracker> {
     match (proto, sel) {
         (Proto::Kcp(k), GapSel::Kcp { up }) => k.rx.get_mut(usize::from(up)),
-        (
-            Proto::Quic(q),
-            GapSel::Quic {
-                up,
-                stream,
-                delivered_at,
-            },
-        ) => q.stream_rx(up, stream, delivered_at),
+        (Proto::Quic(q), GapSel::Quic { up, stream }) => q.stream_rx(up, stream, delivered_at),
         _ => None,
     }
 }
@@ -215,7 +207,7 @@ impl Engine {
         if let Some(t) = self
             .flows
             .get_mut(fr)
-            .and_then(|f| tracker(&mut f.proto, sel))
+            .and_then(|f| tracker(&mut f.proto, sel, Some(ts)))
         {
             if t.deliver_plain(start, start.saturating_add(len.max(1))) {
                 return;
@@ -243,7 +235,7 @@ impl Engine {
             return;
         };
         let key = &f.key;
-        let Some(t) = tracker(&mut f.proto, sel) else {
+        let Some(t) = tracker(&mut f.proto, sel, Some(ts)) else {
             return;
         };
         let paths = &self.paths;
@@ -427,7 +419,7 @@ impl Engine {
         let Some(f) = self.flows.get_mut(fr) else {
             return;
         };
-        let Some(t) = tracker(&mut f.proto, sel) else {
+        let Some(t) = tracker(&mut f.proto, sel, None) else {
             return;
         };
         let Some(g) = t.gap else { return };
@@ -469,7 +461,7 @@ impl Engine {
         let Some(f) = self.flows.get_mut(fr) else {
             return;
         };
-        let Some(t) = tracker(&mut f.proto, sel) else {
+        let Some(t) = tracker(&mut f.proto, sel, None) else {
             return;
         };
         let open = t.gap.filter(|_| t.blocks(unit));

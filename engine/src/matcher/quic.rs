@@ -426,7 +426,6 @@ impl Engine {
                         GapSel::Quic {
                             up,
                             stream: sr.stream_id,
-                            delivered_at: None,
                         },
                         sr.offset,
                         pkt.path,
@@ -441,7 +440,6 @@ impl Engine {
                     GapSel::Quic {
                         up,
                         stream: sr.stream_id,
-                        delivered_at: Some(pkt.ts_ns),
                     },
                     sr.offset,
                     sr.len,
@@ -528,7 +526,6 @@ impl Engine {
                         GapSel::Quic {
                             up: data_up,
                             stream,
-                            delivered_at: Some(at),
                         },
                         off,
                         len,
