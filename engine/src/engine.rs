@@ -650,7 +650,7 @@ impl Engine {
         m.resolve_into(&self.caps, &mut copies);
         self.account_message(&m, &copies, evicted);
         self.resolved = copies;
-        self.msgs.recycle(m);
+        self.msgs.recycle(m.copies);
     }
 
     fn account_message(&mut self, m: &OpenMessage, copies: &[ResolvedCopy], evicted: bool) {
@@ -694,15 +694,16 @@ impl Engine {
         if npaths >= 2 && sum.sent_mask & mask == mask {
             flow.sent_on_all += 1;
         }
+        // (The winner's copy arrived: it is one of these.)
         for c in copies.iter().filter(|c| got(c)) {
             let pc = flow.path_counters(c.path);
             pc.carried += 1;
             if npaths >= 2 && carried.count_ones() == 1 {
                 pc.only += 1;
             }
-        }
-        if let Some(w) = winner {
-            flow.path_counters(w).wins += 1;
+            if winner == Some(c.path) {
+                pc.wins += 1;
+            }
         }
         if let Some(l) = latency_us {
             flow.record_latency(l, max_us);

@@ -232,6 +232,7 @@ impl OpenMessage {
 
     /// Whether every path in `mask` has a finished copy (both ends seen where the path is
     /// captured at both ends; acknowledged where only the sender is captured).
+    #[inline(always)]
     pub fn complete(&self, mask: u64, caps: &CaptureTable) -> bool {
         let full = self.frags_full();
         let mut seen = 0u64;
@@ -268,16 +269,23 @@ impl OpenMessage {
     }
 
     /// [`OpenMessage::resolve`] into `out` (cleared first), reusing its allocation.
+    #[inline]
     pub fn resolve_into(&self, caps: &CaptureTable, out: &mut Vec<ResolvedCopy>) {
-        let full = self.frags_full();
         out.clear();
-        // The common case: one copy, seen at one capture.
+        // The common case (inlined where it is called): one copy, seen at one capture.
         if let [c] = self.copies.as_slice() {
             if let [s] = c.sightings.as_slice() {
-                out.push(Self::resolve_one(c, s, full, caps));
+                out.push(Self::resolve_one(c, s, self.frags_full(), caps));
                 return;
             }
         }
+        self.resolve_all(caps, out);
+    }
+
+    /// [`OpenMessage::resolve_into`] of every copy into `out` (empty).
+    #[inline(never)]
+    fn resolve_all(&self, caps: &CaptureTable, out: &mut Vec<ResolvedCopy>) {
+        let full = self.frags_full();
         out.extend(self.copies.iter().map(|c| {
             if let [s] = c.sightings.as_slice() {
                 return Self::resolve_one(c, s, full, caps);
@@ -659,6 +667,7 @@ impl MessageStore {
     }
 
     /// Removes the message held in `slot` to close it.
+    #[inline]
     pub fn take_at(&mut self, slot: u32) -> Option<OpenMessage> {
         let m = self.slots.get_mut(slot as usize)?.msg.take()?;
         let k = (m.flow.uid, m.key);
@@ -671,11 +680,12 @@ impl MessageStore {
         Some(m)
     }
 
-    /// Takes back the allocations of a closed message for the next ones.
-    pub fn recycle(&mut self, mut m: OpenMessage) {
+    /// Takes back the allocation of a closed message's copies for the next messages.
+    #[inline]
+    pub fn recycle(&mut self, mut copies: Vec<CopyState>) {
         if self.spare_copies.len() < MAX_SPARE {
-            m.copies.clear();
-            self.spare_copies.push(m.copies);
+            copies.clear();
+            self.spare_copies.push(copies);
         }
     }
 

@@ -119,8 +119,9 @@ impl ClosedRuns {
     }
 
     /// Notes that message `sn` closed.
+    #[inline]
     pub fn insert(&mut self, sn: u32) {
-        let runs = &mut self.0;
+        let runs = self.0.as_mut_slice();
         // The first run ending at or after sn-1 is where sn goes.
         let i = runs.partition_point(|r| r.1.saturating_add(1) < sn);
         match runs.get(i).copied() {
@@ -129,19 +130,19 @@ impl ClosedRuns {
                     return;
                 }
                 let merged = (first.min(sn), last.max(sn));
-                runs[i] = merged;
                 // Joining the next run.
-                if let Some(next) = runs.get(i + 1).copied() {
-                    if merged.1.checked_add(1) == Some(next.0) {
-                        runs[i].1 = next.1;
-                        runs.remove(i + 1);
+                match runs.get(i + 1).copied() {
+                    Some(next) if merged.1.checked_add(1) == Some(next.0) => {
+                        runs[i] = (merged.0, next.1);
+                        self.0.remove(i + 1);
                     }
+                    _ => runs[i] = merged,
                 }
             }
             _ => {
-                runs.insert(i, (sn, sn));
-                if runs.len() > MAX_CLOSED_RUNS {
-                    runs.remove(0);
+                self.0.insert(i, (sn, sn));
+                if self.0.len() > MAX_CLOSED_RUNS {
+                    self.0.remove(0);
                 }
             }
         }
