@@ -435,6 +435,8 @@ pub struct MessageStore {
     /// Allocations of closed messages, reused by new ones (bounded).
     spare_copies: Vec<Vec<CopyState>>,
     max_open: usize,
+    /// Queued timeouts past which those of closed messages are dropped (4 × `max_open`).
+    max_expiry: usize,
     timeout_ns: u64,
     /// Messages closed early to stay within bounds.
     pub evicted: u64,
@@ -459,6 +461,7 @@ impl MessageStore {
         let max_open = max_open.max(1);
         Self {
             max_open,
+            max_expiry: max_open.saturating_mul(4),
             timeout_ns,
             closed: ClosedKeys {
                 per_generation: max_open,
@@ -484,11 +487,23 @@ impl MessageStore {
         let mut r = SightResult::default();
         // Entries of messages closed early stay queued until their deadline; drop them when
         // they outnumber the open messages, so the queue stays bounded at any rate.
-        if self.expiry.len() > self.max_open.saturating_mul(4) {
+        if self.expiry.len() > self.max_expiry {
             let mut expiry = std::mem::take(&mut self.expiry);
             expiry.retain(|d| self.is_live(d));
             self.expiry = expiry;
         }
+        let frg = a.frg.min(63);
+        let bit = 1u64 << frg;
+        let sighting = Sighting {
+            capture: a.capture,
+            dir: a.dir,
+            first_ns: a.raw_ns,
+            complete_ns: a.raw_ns,
+            frags: bit,
+            count: 1,
+            tuple: a.tuple,
+            up: a.up,
+        };
         let entry = self.index.entry(k);
         let slot = match entry {
             MapEntry::Occupied(e) => *e.get() as usize,
@@ -513,6 +528,16 @@ impl MessageStore {
                 };
                 self.stamps += 1;
                 let stamp = self.stamps;
+                // Made whole at once: its first copy with its first sighting.
+                let mut copies = self
+                    .spare_copies
+                    .pop()
+                    .unwrap_or_else(|| Vec::with_capacity(2));
+                copies.push(CopyState {
+                    path: a.path,
+                    sightings: smallvec::smallvec![sighting],
+                    ack_ns: None,
+                });
                 self.slots[i] = Slot {
                     stamp,
                     msg: Some(OpenMessage {
@@ -520,13 +545,10 @@ impl MessageStore {
                         key: a.key,
                         id: a.id,
                         first_ns: a.ts_ns,
-                        bytes: 0,
-                        nfrag: 1,
-                        frag_union: 0,
-                        copies: self
-                            .spare_copies
-                            .pop()
-                            .unwrap_or_else(|| Vec::with_capacity(2)),
+                        bytes: a.bytes,
+                        nfrag: frg + 1,
+                        frag_union: bit,
+                        copies,
                         flow_remembers: matches!(a.past, PastClosure::FlowKnows(_)),
                     }),
                 };
@@ -546,7 +568,8 @@ impl MessageStore {
                     slot,
                     stamp,
                 });
-                i
+                r.slot = u32::try_from(i).ok();
+                return r;
             }
         };
         let Some(msg) = self.slots.get_mut(slot).and_then(|s| s.msg.as_mut()) else {
@@ -554,23 +577,11 @@ impl MessageStore {
         };
         r.slot = u32::try_from(slot).ok();
         msg.first_ns = msg.first_ns.min(a.ts_ns);
-        let frg = a.frg.min(63);
         msg.nfrag = msg.nfrag.max(frg + 1);
-        let bit = 1u64 << frg;
         if msg.frag_union & bit == 0 {
             msg.frag_union |= bit;
             msg.bytes += a.bytes;
         }
-        let sighting = Sighting {
-            capture: a.capture,
-            dir: a.dir,
-            first_ns: a.raw_ns,
-            complete_ns: a.raw_ns,
-            frags: bit,
-            count: 1,
-            tuple: a.tuple,
-            up: a.up,
-        };
         r.same_tuple_elsewhere = same_tuple_elsewhere(msg, a);
         let Some(ci) = msg.copies.iter().position(|c| c.path == a.path) else {
             // A new copy: its first sighting, with nothing to compare it to on its path.
