@@ -218,7 +218,7 @@ impl ResolvedCopy {
 }
 
 fn shifted(raw: u64, off: i64) -> u64 {
-    (raw as i128 + off as i128).clamp(0, u64::MAX as i128) as u64
+    raw.saturating_add_signed(off)
 }
 
 impl OpenMessage {
