@@ -403,7 +403,9 @@ impl Engine {
         })
     }
 
-    /// Something arrived over `path` at `ts`: it is alive; an open outage ends.
+    /// Something arrived over `path` at `ts`: it is alive; an open outage ends (out of line:
+    /// rare).
+    #[inline]
     pub(crate) fn path_alive(&mut self, path: PathIdx, ts: u64) {
         let Some(p) = self.paths.get_mut(path) else {
             return;
@@ -417,6 +419,18 @@ impl Engine {
             p.unanswered_since_ns = None;
             p.unanswered_sends = 0;
         }
+        if p.outage.is_some() {
+            self.end_outage(path, ts);
+        }
+    }
+
+    /// The open outage of `path` ends at `ts`, when something arrived over it.
+    #[cold]
+    #[inline(never)]
+    fn end_outage(&mut self, path: PathIdx, ts: u64) {
+        let Some(p) = self.paths.get_mut(path) else {
+            return;
+        };
         if let Some(id) = p.outage.take() {
             let label = p.label.clone();
             self.outages.close(id, ts);
