@@ -664,14 +664,12 @@ impl Engine {
             Some(f) => f.paths_mask,
             None => return,
         };
-        let done = self
+        let caps = &self.caps;
+        if let Some(m) = self
             .msgs
-            .at(slot)
-            .is_some_and(|m| m.flow == flow && m.complete(mask, &self.caps));
-        if done {
-            if let Some(m) = self.msgs.take_at(slot) {
-                self.close_message(m, false);
-            }
+            .take_at_if(slot, |m| m.flow == flow && m.complete(mask, caps))
+        {
+            self.close_message(m, false);
         }
     }
 

@@ -680,7 +680,21 @@ impl MessageStore {
     /// Removes the message held in `slot` to close it.
     #[inline]
     pub fn take_at(&mut self, slot: u32) -> Option<OpenMessage> {
-        let m = self.slots.get_mut(slot as usize)?.msg.take()?;
+        self.take_at_if(slot, |_| true)
+    }
+
+    /// [`MessageStore::take_at`] if the message held in `slot` is `done` (one lookup of it).
+    #[inline]
+    pub fn take_at_if(
+        &mut self,
+        slot: u32,
+        done: impl FnOnce(&OpenMessage) -> bool,
+    ) -> Option<OpenMessage> {
+        let held = &mut self.slots.get_mut(slot as usize)?.msg;
+        if !held.as_ref().is_some_and(done) {
+            return None;
+        }
+        let m = held.take()?;
         let k = (m.flow.uid, m.key);
         self.index.remove(&k);
         if !m.flow_remembers {
