@@ -101,6 +101,12 @@ impl CaptureState {
 
     /// Direction of a packet at this capture.
     pub fn dir_of(&self, src: &SocketAddr, dst: &SocketAddr) -> Dir {
+        self.dir_of_pair(src, dst, is_uplink(src, dst))
+    }
+
+    /// [`CaptureState::dir_of`] of a packet whose [`is_uplink`] is `up`.
+    #[inline]
+    pub fn dir_of_pair(&self, src: &SocketAddr, dst: &SocketAddr, up: Option<bool>) -> Dir {
         if !self.point.local_addrs.is_empty() {
             if self.point.local_addrs.contains(&src.ip()) {
                 return Dir::Out;
@@ -115,7 +121,7 @@ impl CaptureState {
             Host::Unknown if self.paired.is_none() => Host::Tbox,
             h => h,
         };
-        match (host, is_uplink(src, dst)) {
+        match (host, up) {
             (Host::Tbox, Some(up)) => {
                 if up {
                     Dir::Out

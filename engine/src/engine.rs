@@ -94,8 +94,8 @@ pub struct Engine {
     /// Address pair → flow, to attribute overhead packets (bounded).
     /// (keyed by the pair's [`crate::matcher::tuple_hash`], which every packet carries).
     pub(crate) tuple_flows: HashMap<u64, FlowKey>,
-    /// Address pairs known to be in `tuple_flows`, direct-mapped by their low bits (each
-    /// packet's pair is remembered; most were already).
+    /// Address pairs known to be in `tuple_flows`, in sets of two by their low bits, the
+    /// newest first (each packet's pair is remembered; most were already).
     tuples_known: [Option<u64>; TUPLES_KNOWN],
     /// Scratch for KCP segments acknowledged by una (sn, segment).
     pub(crate) una_done: Vec<(u64, crate::matcher::kcp::Unacked)>,
@@ -292,6 +292,7 @@ impl Engine {
     }
 
     /// Moves engine time forward: closes windows, times out messages, detects outages.
+    #[inline(always)]
     pub(crate) fn advance(&mut self, ts: u64) {
         if self.started.is_none() {
             self.started = Some(ts);
@@ -303,6 +304,19 @@ impl Engine {
             self.out_of_order += 1;
         }
         let now = self.now;
+        // Mostly none of the steps below is due.
+        if now >= self.win.end
+            || self.msgs.any_due(now)
+            || now >= self.outage_check_at
+            || self.outages.any_waiting()
+        {
+            self.advance_due(now);
+        }
+    }
+
+    /// The steps of [`Engine::advance`] due at `now`, in order.
+    #[inline(never)]
+    fn advance_due(&mut self, now: u64) {
         if now >= self.win.end {
             self.roll_window();
         }
@@ -322,11 +336,14 @@ impl Engine {
     }
 
     /// The common prelude of every packet observation; `None` if the path table is full.
+    /// (Inlined in each handler, its result stays in registers.)
+    #[inline(always)]
     pub(crate) fn packet(&mut self, meta: &PacketMeta) -> Option<Pkt> {
         // The capture's facts, in one lookup: a known capture with its own label needs no
         // lookup of the label.
+        let up = is_uplink(&meta.src, &meta.dst);
         let facts = |c: &crate::capture::CaptureState| {
-            let dir = c.dir_of(&meta.src, &meta.dst);
+            let dir = c.dir_of_pair(&meta.src, &meta.dst, up);
             (c.path, dir, c.offset_ns, c.paired.is_some())
         };
         let known = self
@@ -345,7 +362,7 @@ impl Engine {
             }
         };
         let path = self.paths.canonical(cap_path);
-        let ts = (meta.ts_ns as i128 + off as i128).clamp(0, u64::MAX as i128) as u64;
+        let ts = meta.ts_ns.saturating_add_signed(off);
         self.advance(ts);
         let count_wire = dir != Dir::In || !paired;
         let wire = u64::from(meta.wire_len);
@@ -382,7 +399,7 @@ impl Engine {
             wire,
             count_wire,
             tuple: crate::matcher::tuple_hash(&meta.src, &meta.dst),
-            up: is_uplink(&meta.src, &meta.dst),
+            up,
         })
     }
 
@@ -650,7 +667,7 @@ impl Engine {
         m.resolve_into(&self.caps, &mut copies);
         self.account_message(&m, &copies, evicted);
         self.resolved = copies;
-        self.msgs.recycle(m);
+        self.msgs.recycle(m.copies);
     }
 
     fn account_message(&mut self, m: &OpenMessage, copies: &[ResolvedCopy], evicted: bool) {
@@ -694,15 +711,16 @@ impl Engine {
         if npaths >= 2 && sum.sent_mask & mask == mask {
             flow.sent_on_all += 1;
         }
+        // (The winner's copy arrived: it is one of these.)
         for c in copies.iter().filter(|c| got(c)) {
             let pc = flow.path_counters(c.path);
             pc.carried += 1;
             if npaths >= 2 && carried.count_ones() == 1 {
                 pc.only += 1;
             }
-        }
-        if let Some(w) = winner {
-            flow.path_counters(w).wins += 1;
+            if winner == Some(c.path) {
+                pc.wins += 1;
+            }
         }
         if let Some(l) = latency_us {
             flow.record_latency(l, max_us);
@@ -902,7 +920,9 @@ impl Engine {
     /// Whether [`Engine::remember_tuple`] has nothing to do for `tuple`.
     #[inline]
     pub(crate) fn tuple_known(&self, tuple: u64) -> bool {
-        !self.tuples_full() && self.tuples_known[(tuple as usize) % TUPLES_KNOWN] == Some(tuple)
+        let set = tuple_set(tuple);
+        !self.tuples_full()
+            && (self.tuples_known[set] == Some(tuple) || self.tuples_known[set + 1] == Some(tuple))
     }
 
     /// [`Engine::remember_tuple`] for a pair not known to be remembered.
@@ -913,7 +933,9 @@ impl Engine {
             self.tuples_known = [None; TUPLES_KNOWN];
         }
         self.tuple_flows.entry(tuple).or_insert_with(|| key.clone());
-        self.tuples_known[(tuple as usize) % TUPLES_KNOWN] = Some(tuple);
+        let set = tuple_set(tuple);
+        self.tuples_known[set + 1] = self.tuples_known[set];
+        self.tuples_known[set] = Some(tuple);
     }
 
     fn on_overhead(&mut self, o: &crate::input::Overhead) {
@@ -937,6 +959,12 @@ impl Engine {
             }
         }
     }
+}
+
+/// The first of the two places of `tuple` in [`Engine`]'s known address pairs.
+#[inline]
+fn tuple_set(tuple: u64) -> usize {
+    ((tuple as usize) % TUPLES_KNOWN) & !1
 }
 
 /// How many copies have a time (of sending, or of arrival), the earliest and the latest.

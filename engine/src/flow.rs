@@ -235,6 +235,7 @@ impl Flow {
 
     /// Notes that its message `id` closed, where the flow remembers its closed messages itself
     /// ([`crate::message::PastClosure::FlowKnows`]: a KCP conversation's own messages).
+    #[inline]
     pub fn remember_closed(&mut self, id: crate::message::MsgId) {
         if let (Proto::Kcp(s), crate::message::MsgId::Kcp { up, sn }) = (&mut self.proto, id) {
             s.closed_msgs[usize::from(up)].insert(sn);
@@ -242,17 +243,20 @@ impl Flow {
     }
 
     /// Records a combined latency sample.
+    #[inline]
     pub fn record_latency(&mut self, us: u64, max_us: u64) {
-        self.latency
-            .get_or_insert_with(|| Box::new(LatencyHist::new(max_us, FLOW_SIGFIG)))
-            .record(us);
+        match &mut self.latency {
+            Some(h) => h.record(us),
+            None => new_hist(&mut self.latency, max_us).record(us),
+        };
     }
 
     /// Records a copy-spacing sample.
     pub fn record_spacing(&mut self, us: u64, max_us: u64) {
-        self.spacing
-            .get_or_insert_with(|| Box::new(LatencyHist::new(max_us, FLOW_SIGFIG)))
-            .record(us);
+        match &mut self.spacing {
+            Some(h) => h.record(us),
+            None => new_hist(&mut self.spacing, max_us).record(us),
+        };
     }
 
     /// Number of paths seen.
@@ -450,4 +454,10 @@ pub(crate) fn same_label(a: &std::sync::Arc<str>, b: &std::sync::Arc<str>) -> bo
 /// [`FlowKey::quick`] of a QUIC connection: its shared label's address.
 fn quic_quick(conn: &std::sync::Arc<str>) -> usize {
     (std::sync::Arc::as_ptr(conn) as *const u8 as usize) >> 4
+}
+
+/// A flow histogram made on its first sample (out of line: once per flow).
+#[cold]
+fn new_hist(slot: &mut Option<Box<LatencyHist>>, max_us: u64) -> &mut LatencyHist {
+    slot.insert(Box::new(LatencyHist::new(max_us, FLOW_SIGFIG)))
 }

@@ -301,8 +301,8 @@ impl Remainder {
 }
 
 /// A distribution over the whole run plus the current window and a bounded series of past
-/// windows. Each sample is recorded once, in the whole-run histogram: the window's counts are
-/// what it gained since the window opened (a copy of its counts is kept then).
+/// windows. Each sample is recorded once, in the whole-run histogram: the window's counts and
+/// sum are what it gained since the window opened (a copy of its counts is kept then).
 #[derive(Clone, Debug)]
 pub struct WindowedHist {
     /// Whole run.
@@ -311,8 +311,10 @@ pub struct WindowedHist {
     window_start: Box<[u64]>,
     /// The whole-run sample count when the current window opened.
     window_start_count: u64,
-    /// The current window's exact figures: (min, max, sum), over samples as recorded.
-    window_exact: (u64, u64, u128),
+    /// The whole-run sum when the current window opened.
+    window_start_sum: u128,
+    /// The current window's exact minimum and maximum, over samples as recorded.
+    window_exact: (u64, u64),
     /// Past windows, oldest first (bounded).
     pub series: std::collections::VecDeque<SeriesPoint>,
     history: usize,
@@ -325,8 +327,9 @@ impl WindowedHist {
         Self {
             window_start: total.counts.clone(),
             window_start_count: 0,
+            window_start_sum: 0,
             total,
-            window_exact: (u64::MAX, 0, 0),
+            window_exact: (u64::MAX, 0),
             series: std::collections::VecDeque::new(),
             history,
         }
@@ -339,7 +342,6 @@ impl WindowedHist {
         let w = &mut self.window_exact;
         w.0 = w.0.min(v);
         w.1 = w.1.max(v);
-        w.2 += u128::from(v);
         self.total.record(us)
     }
 
@@ -352,7 +354,11 @@ impl WindowedHist {
             self.total.layout,
             counts,
             self.total.count.saturating_sub(self.window_start_count),
-            self.window_exact,
+            (
+                self.window_exact.0,
+                self.window_exact.1,
+                self.total.sum - self.window_start_sum,
+            ),
         )
     }
 
@@ -360,7 +366,8 @@ impl WindowedHist {
     fn restart_window(&mut self) {
         self.window_start.clone_from(&self.total.counts);
         self.window_start_count = self.total.count;
-        self.window_exact = (u64::MAX, 0, 0);
+        self.window_start_sum = self.total.sum;
+        self.window_exact = (u64::MAX, 0);
     }
 
     /// Closes the current window at `end_ns`, returning its percentiles.

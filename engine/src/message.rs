@@ -218,7 +218,7 @@ impl ResolvedCopy {
 }
 
 fn shifted(raw: u64, off: i64) -> u64 {
-    (raw as i128 + off as i128).clamp(0, u64::MAX as i128) as u64
+    raw.saturating_add_signed(off)
 }
 
 impl OpenMessage {
@@ -232,6 +232,7 @@ impl OpenMessage {
 
     /// Whether every path in `mask` has a finished copy (both ends seen where the path is
     /// captured at both ends; acknowledged where only the sender is captured).
+    #[inline(always)]
     pub fn complete(&self, mask: u64, caps: &CaptureTable) -> bool {
         let full = self.frags_full();
         let mut seen = 0u64;
@@ -268,16 +269,23 @@ impl OpenMessage {
     }
 
     /// [`OpenMessage::resolve`] into `out` (cleared first), reusing its allocation.
+    #[inline]
     pub fn resolve_into(&self, caps: &CaptureTable, out: &mut Vec<ResolvedCopy>) {
-        let full = self.frags_full();
         out.clear();
-        // The common case: one copy, seen at one capture.
+        // The common case (inlined where it is called): one copy, seen at one capture.
         if let [c] = self.copies.as_slice() {
             if let [s] = c.sightings.as_slice() {
-                out.push(Self::resolve_one(c, s, full, caps));
+                out.push(Self::resolve_one(c, s, self.frags_full(), caps));
                 return;
             }
         }
+        self.resolve_all(caps, out);
+    }
+
+    /// [`OpenMessage::resolve_into`] of every copy into `out` (empty).
+    #[inline(never)]
+    fn resolve_all(&self, caps: &CaptureTable, out: &mut Vec<ResolvedCopy>) {
+        let full = self.frags_full();
         out.extend(self.copies.iter().map(|c| {
             if let [s] = c.sightings.as_slice() {
                 return Self::resolve_one(c, s, full, caps);
@@ -427,6 +435,8 @@ pub struct MessageStore {
     /// Allocations of closed messages, reused by new ones (bounded).
     spare_copies: Vec<Vec<CopyState>>,
     max_open: usize,
+    /// Queued timeouts past which those of closed messages are dropped (4 × `max_open`).
+    max_expiry: usize,
     timeout_ns: u64,
     /// Messages closed early to stay within bounds.
     pub evicted: u64,
@@ -451,6 +461,7 @@ impl MessageStore {
         let max_open = max_open.max(1);
         Self {
             max_open,
+            max_expiry: max_open.saturating_mul(4),
             timeout_ns,
             closed: ClosedKeys {
                 per_generation: max_open,
@@ -476,11 +487,23 @@ impl MessageStore {
         let mut r = SightResult::default();
         // Entries of messages closed early stay queued until their deadline; drop them when
         // they outnumber the open messages, so the queue stays bounded at any rate.
-        if self.expiry.len() > self.max_open.saturating_mul(4) {
+        if self.expiry.len() > self.max_expiry {
             let mut expiry = std::mem::take(&mut self.expiry);
             expiry.retain(|d| self.is_live(d));
             self.expiry = expiry;
         }
+        let frg = a.frg.min(63);
+        let bit = 1u64 << frg;
+        let sighting = Sighting {
+            capture: a.capture,
+            dir: a.dir,
+            first_ns: a.raw_ns,
+            complete_ns: a.raw_ns,
+            frags: bit,
+            count: 1,
+            tuple: a.tuple,
+            up: a.up,
+        };
         let entry = self.index.entry(k);
         let slot = match entry {
             MapEntry::Occupied(e) => *e.get() as usize,
@@ -505,6 +528,16 @@ impl MessageStore {
                 };
                 self.stamps += 1;
                 let stamp = self.stamps;
+                // Made whole at once: its first copy with its first sighting.
+                let mut copies = self
+                    .spare_copies
+                    .pop()
+                    .unwrap_or_else(|| Vec::with_capacity(2));
+                copies.push(CopyState {
+                    path: a.path,
+                    sightings: smallvec::smallvec![sighting],
+                    ack_ns: None,
+                });
                 self.slots[i] = Slot {
                     stamp,
                     msg: Some(OpenMessage {
@@ -512,13 +545,10 @@ impl MessageStore {
                         key: a.key,
                         id: a.id,
                         first_ns: a.ts_ns,
-                        bytes: 0,
-                        nfrag: 1,
-                        frag_union: 0,
-                        copies: self
-                            .spare_copies
-                            .pop()
-                            .unwrap_or_else(|| Vec::with_capacity(2)),
+                        bytes: a.bytes,
+                        nfrag: frg + 1,
+                        frag_union: bit,
+                        copies,
                         flow_remembers: matches!(a.past, PastClosure::FlowKnows(_)),
                     }),
                 };
@@ -538,7 +568,8 @@ impl MessageStore {
                     slot,
                     stamp,
                 });
-                i
+                r.slot = u32::try_from(i).ok();
+                return r;
             }
         };
         let Some(msg) = self.slots.get_mut(slot).and_then(|s| s.msg.as_mut()) else {
@@ -546,23 +577,11 @@ impl MessageStore {
         };
         r.slot = u32::try_from(slot).ok();
         msg.first_ns = msg.first_ns.min(a.ts_ns);
-        let frg = a.frg.min(63);
         msg.nfrag = msg.nfrag.max(frg + 1);
-        let bit = 1u64 << frg;
         if msg.frag_union & bit == 0 {
             msg.frag_union |= bit;
             msg.bytes += a.bytes;
         }
-        let sighting = Sighting {
-            capture: a.capture,
-            dir: a.dir,
-            first_ns: a.raw_ns,
-            complete_ns: a.raw_ns,
-            frags: bit,
-            count: 1,
-            tuple: a.tuple,
-            up: a.up,
-        };
         r.same_tuple_elsewhere = same_tuple_elsewhere(msg, a);
         let Some(ci) = msg.copies.iter().position(|c| c.path == a.path) else {
             // A new copy: its first sighting, with nothing to compare it to on its path.
@@ -659,6 +678,7 @@ impl MessageStore {
     }
 
     /// Removes the message held in `slot` to close it.
+    #[inline]
     pub fn take_at(&mut self, slot: u32) -> Option<OpenMessage> {
         let m = self.slots.get_mut(slot as usize)?.msg.take()?;
         let k = (m.flow.uid, m.key);
@@ -671,11 +691,12 @@ impl MessageStore {
         Some(m)
     }
 
-    /// Takes back the allocations of a closed message for the next ones.
-    pub fn recycle(&mut self, mut m: OpenMessage) {
+    /// Takes back the allocation of a closed message's copies for the next messages.
+    #[inline]
+    pub fn recycle(&mut self, mut copies: Vec<CopyState>) {
         if self.spare_copies.len() < MAX_SPARE {
-            m.copies.clear();
-            self.spare_copies.push(m.copies);
+            copies.clear();
+            self.spare_copies.push(copies);
         }
     }
 

@@ -18,12 +18,7 @@ impl Engine {
             server_port: server_port(&d.meta.src, &d.meta.dst),
         };
         self.remember_tuple(pkt.tuple, &key);
-        let forced = forced_mode(
-            &self.cfg,
-            (d.meta.src.port(), d.meta.dst.port()),
-            None,
-            None,
-        );
+        let forced = forced_mode(&self.cfg, (&d.meta.src, &d.meta.dst), None, None);
         let fr = self
             .flows
             .get_or_insert(&key, pkt.ts_ns, || Proto::Datagram {

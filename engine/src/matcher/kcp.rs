@@ -119,8 +119,9 @@ impl ClosedRuns {
     }
 
     /// Notes that message `sn` closed.
+    #[inline]
     pub fn insert(&mut self, sn: u32) {
-        let runs = &mut self.0;
+        let runs = self.0.as_mut_slice();
         // The first run ending at or after sn-1 is where sn goes.
         let i = runs.partition_point(|r| r.1.saturating_add(1) < sn);
         match runs.get(i).copied() {
@@ -129,19 +130,19 @@ impl ClosedRuns {
                     return;
                 }
                 let merged = (first.min(sn), last.max(sn));
-                runs[i] = merged;
                 // Joining the next run.
-                if let Some(next) = runs.get(i + 1).copied() {
-                    if merged.1.checked_add(1) == Some(next.0) {
-                        runs[i].1 = next.1;
-                        runs.remove(i + 1);
+                match runs.get(i + 1).copied() {
+                    Some(next) if merged.1.checked_add(1) == Some(next.0) => {
+                        runs[i] = (merged.0, next.1);
+                        self.0.remove(i + 1);
                     }
+                    _ => runs[i] = merged,
                 }
             }
             _ => {
-                runs.insert(i, (sn, sn));
-                if runs.len() > MAX_CLOSED_RUNS {
-                    runs.remove(0);
+                self.0.insert(i, (sn, sn));
+                if self.0.len() > MAX_CLOSED_RUNS {
+                    self.0.remove(0);
                 }
             }
         }
@@ -208,12 +209,7 @@ impl Engine {
         // Separate sessions per path (application-level duplication): a segment carrying an
         // application id, or an app-id override, puts the conversation's messages into the
         // group of its server port, where copies on other sessions match by that id.
-        let forced = forced_mode(
-            &self.cfg,
-            (k.meta.src.port(), k.meta.dst.port()),
-            Some(k.conv),
-            None,
-        );
+        let forced = forced_mode(&self.cfg, (&k.meta.src, &k.meta.dst), Some(k.conv), None);
         let known_group = match self.flows.get_mut(fr).map(|f| &f.proto) {
             Some(Proto::Kcp(s)) => s.group,
             _ => None,
@@ -225,14 +221,14 @@ impl Engine {
         let (group, mode) = match known_group {
             Some((g, m)) => (Some(g), m),
             None => {
-                let server = server_port(&k.meta.src, &k.meta.dst);
+                let server = || server_port(&k.meta.src, &k.meta.dst);
                 let joins = match forced {
                     Some(m @ (MatchMode::AppId | MatchMode::Content)) => Some(m),
                     Some(_) => None,
                     None if k.app_msg_id.is_some() => Some(MatchMode::AppId),
                     None if k.content_hash.is_some()
                         && self.paths.several_live()
-                        && self.kcp_sessions_per_path(server, k.conv, pkt.path) =>
+                        && self.kcp_sessions_per_path(server(), k.conv, pkt.path) =>
                     {
                         Some(MatchMode::Content)
                     }
@@ -241,7 +237,7 @@ impl Engine {
                 match joins {
                     Some(m) => {
                         let gkey = FlowKey::KcpGroup {
-                            server_port: server,
+                            server_port: server(),
                         };
                         let g = self
                             .flows
@@ -301,15 +297,17 @@ impl Engine {
         match k.cmd {
             KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, past),
             KcpCmd::Ack => {
-                let identity = [
-                    8,
-                    u64::from(k.conv),
-                    u64::from(k.sn),
-                    u64::from(k.una),
-                    u64::from(k.ts),
-                    pkt.tuple,
-                ];
-                self.echo(|| mix(&identity), &pkt);
+                let identity = || {
+                    mix(&[
+                        8,
+                        u64::from(k.conv),
+                        u64::from(k.sn),
+                        u64::from(k.una),
+                        u64::from(k.ts),
+                        pkt.tuple,
+                    ])
+                };
+                self.echo(identity, &pkt);
                 if pkt.dir == Dir::In {
                     self.kcp_ack_at_sender(fr, k, &pkt, !up);
                 }
@@ -364,7 +362,8 @@ impl Engine {
             self.gap_deliver(fr, sel, 0, una, 0, false, path, ts);
         }
         self.kcp_acknowledge_all(msg_flow, done, path, ts);
-        if !receiver_seen {
+        // (An sn below una was delivered with those below una just above.)
+        if !receiver_seen && sn >= una {
             self.gap_deliver(fr, sel, sn, 1, 0, false, path, ts);
         }
     }

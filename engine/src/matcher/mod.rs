@@ -87,7 +87,7 @@ pub fn server_port(src: &SocketAddr, dst: &SocketAddr) -> u16 {
 /// The configured mode for a flow, if any override matches.
 pub fn forced_mode(
     cfg: &Config,
-    ports: (u16, u16),
+    (src, dst): (&SocketAddr, &SocketAddr),
     conv: Option<u32>,
     conn: Option<&str>,
 ) -> Option<MatchMode> {
@@ -95,7 +95,7 @@ pub fn forced_mode(
         .iter()
         .find(|o| {
             let s = &o.selector;
-            s.port.is_none_or(|p| p == ports.0 || p == ports.1)
+            s.port.is_none_or(|p| p == src.port() || p == dst.port())
                 && s.conv.is_none_or(|c| Some(c) == conv)
                 && s.conn.as_deref().is_none_or(|c| Some(c) == conn)
                 && (s.port.is_some() || s.conv.is_some() || s.conn.is_some())

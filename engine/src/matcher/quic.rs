@@ -252,12 +252,7 @@ impl Engine {
         // content, once another connection to the same server port is seen on another path
         // (a single connection keeps its stream ranges and per-stream HOL tracking).
         let separate = !multipath;
-        let forced = forced_mode(
-            &self.cfg,
-            (q.meta.src.port(), q.meta.dst.port()),
-            None,
-            Some(&*q.conn),
-        );
+        let forced = forced_mode(&self.cfg, (&q.meta.src, &q.meta.dst), None, Some(&*q.conn));
         let has_app = q.streams.iter().any(|s| s.app_msg_id.is_some());
         let has_hash = per_path_conns && q.streams.iter().any(|s| s.data_hash.is_some());
         // Once a connection joined a group, all its packets stay there (ACK-only packets and
