@@ -13,12 +13,12 @@ pub enum LabError {
         stderr: String,
     },
     /// A system call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Io {
         /// What was being done.
         what: String,
         /// The underlying error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// The scenario file or preset name is not valid.
     #[error("scenario: {0}")]
@@ -38,10 +38,10 @@ pub enum LabError {
 
 impl LabError {
     /// Wraps an `io::Error` with what was being done.
-    pub fn io(what: impl Into<String>, source: io::Error) -> Self {
+    pub fn io(what: impl Into<String>, cause: io::Error) -> Self {
         LabError::Io {
             what: what.into(),
-            source,
+            cause,
         }
     }
 

@@ -5,7 +5,7 @@
 //! cargo build --release -p tboxscope --example analyze_bench
 //! target/release/examples/analyze_bench offline [--packets N] [--tboxscope target/release/tboxscope]
 //! target/release/examples/analyze_bench offline-quic [--packets N] [--capture PATH]
-//! target/release/examples/analyze_bench engine [--rounds R] [--dir D]
+//! target/release/examples/analyze_bench engine [--rounds R (5)] [--dir D]
 //! target/release/examples/analyze_bench live [--seconds S] [--rate PPS_PER_PATH] [--compare] [--stop-early]   (root)
 //! ```
 //!
@@ -23,7 +23,9 @@
 //!
 //! `engine` writes both captures and measures, on each, the engine's cost on top of decoding
 //! in the same run (issue 4's goal: ≤ 30 %): decode alone, decode + engine on one thread, and
-//! with the engine on its own thread as `tboxscope analyze` runs it (`cargo xtask bench` runs it).
+//! with the engine on its own thread as `tboxscope analyze` runs it (`cargo xtask bench` runs it),
+//! with the parts of the last: decoding and building observations, and the engine alone. Every
+//! round runs each configuration once, and each is reported by its best and its median round.
 //!
 //! `offline-quic` writes a QUIC capture of N packets (default 1,000,000) with its key log and
 //! times the in-process decode with 1-RTT decryption, the binary with `--keylog`, and
@@ -32,7 +34,8 @@
 //! --engine [--rounds R]` measures the correlation engine on top of decoding in the same run
 //! (the issue's ≤ 30 % goal), `decode FILE --engine-only [--messages]` runs decode + engine
 //! alone (for `perf record`), `decode FILE --engine-alone` times the engine alone on the file's
-//! observations decoded beforehand.
+//! observations decoded beforehand, `decode FILE --own-thread` runs decode + engine on its own
+//! thread alone, and `decode FILE --observations` decodes and builds the observations only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../probe-user/tests/pcap_common/netns.rs"]
@@ -587,69 +590,80 @@ fn engine_alone(file: &Path, config: &DissectConfig) -> (f64, f64) {
 }
 
 /// The engine's cost on top of decoding, measured in the same run: `rounds` rounds, each
-/// decoding alone, then with the engine as the text report runs it, then with `message`
-/// records (as `--json`); best of the rounds for each, by wall and by the thread's CPU time.
+/// running every configuration once in turn (so that a slow spell of the machine falls on all
+/// of them alike): decoding alone; decoding and building the engine's observations (the
+/// decoding thread's share); the engine alone on observations decoded beforehand; decode +
+/// engine on one thread; with the engine on its own thread as `tboxscope analyze` runs it; and
+/// with `message` records (as `--json`). Prints each configuration's best and median wall
+/// time and CPU time, and the goal's ratio by both.
 fn engine_overhead(file: &Path, config: &DissectConfig, rounds: usize) {
-    let mut best = [(f64::MAX, f64::MAX); 4];
+    const NAMES: [&str; 6] = [
+        "decode alone",
+        "decode + observations built",
+        "engine alone (observations decoded beforehand)",
+        "decode + engine, one thread",
+        "decode + engine on its own thread (as `tboxscope analyze` runs it)",
+        "decode + engine with message records, one thread",
+    ];
+    let mut walls: [Vec<f64>; 6] = Default::default();
+    let mut cpus: [Vec<f64>; 6] = Default::default();
     let mut frames = 0u64;
     for round in 0..rounds.max(1) {
         let d = decode_in_process(file, config, 1);
         frames = d.stats.frames;
         let runs = [
             (d.wall, d.cpu),
+            decode_to_observations(file, config),
+            engine_alone(file, config),
             decode_with_engine(file, config, false),
             decode_and_match_timed(file, config, false, true),
             decode_with_engine(file, config, true),
         ];
-        for (b, r) in best.iter_mut().zip(runs) {
-            b.0 = b.0.min(r.0);
-            b.1 = b.1.min(r.1);
+        let line: Vec<String> = runs
+            .iter()
+            .map(|(w, c)| format!("{w:.3} s ({c:.3})"))
+            .collect();
+        println!("round {}: {}", round + 1, line.join("; "));
+        for (i, (w, c)) in runs.into_iter().enumerate() {
+            walls[i].push(w);
+            cpus[i].push(c);
         }
+    }
+    let stats = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[0], v[v.len() / 2])
+    };
+    let (walls, cpus): (Vec<_>, Vec<_>) = walls
+        .iter_mut()
+        .zip(cpus.iter_mut())
+        .map(|(w, c)| (stats(w), stats(c)))
+        .unzip();
+    let pct = |x: f64, base: f64| (x / base - 1.0) * 100.0;
+    println!("{rounds} rounds, wall time best / median (CPU time, all threads, best / median):");
+    for (i, name) in NAMES.iter().enumerate() {
+        let vs = if i == 0 {
+            String::new()
+        } else {
+            format!(
+                "  → {:+.0} % / {:+.0} % wall, {:+.0} % CPU",
+                pct(walls[i].0, walls[0].0),
+                pct(walls[i].1, walls[0].1),
+                pct(cpus[i].0, cpus[0].0)
+            )
+        };
         println!(
-            "round {}: decode {:.3} s ({:.3} s CPU); + engine, one thread {:.3} s ({:.3}); \
-+ engine on its own thread {:.3} s ({:.3}); + engine with message records, one thread {:.3} s ({:.3})",
-            round + 1,
-            runs[0].0,
-            runs[0].1,
-            runs[1].0,
-            runs[1].1,
-            runs[2].0,
-            runs[2].1,
-            runs[3].0,
-            runs[3].1
+            "  {name}: {:.3} / {:.3} s ({:.3} / {:.3} s CPU){vs}",
+            walls[i].0, walls[i].1, cpus[i].0, cpus[i].1
         );
     }
-    let [d, e, p, m] = best;
-    let pct = |x: f64, base: f64| (x / base - 1.0) * 100.0;
     let mfps = |s: f64| frames as f64 / s / 1e6;
     println!(
-        "throughput: decode {:.2} M frames/s; decode + match + histograms {:.2} M frames/s with \
-the engine on its own thread ({:.2} on one thread): {:.0} % of decoding's",
-        mfps(d.0),
-        mfps(p.0),
-        mfps(e.0),
-        d.0 / p.0 * 100.0
-    );
-    println!(
-        "best of {rounds}: decode {:.3} s ({:.3} s CPU); decode + engine (report), one thread {:.3} s \
-({:.3} s CPU): engine on top of decoding +{:.0} % wall, +{:.0} % CPU; engine on its own thread \
-(as `tboxscope analyze` runs it) {:.3} s ({:.3} s CPU, both threads): +{:.0} % wall, \
-+{:.0} % CPU; with message records, one thread {:.3} s \
-({:.3} s CPU): +{:.0} % wall, +{:.0} % CPU",
-        d.0,
-        d.1,
-        e.0,
-        e.1,
-        pct(e.0, d.0),
-        pct(e.1, d.1),
-        p.0,
-        p.1,
-        pct(p.0, d.0),
-        pct(p.1, d.1),
-        m.0,
-        m.1,
-        pct(m.0, d.0),
-        pct(m.1, d.1)
+        "goal (matching ≤ 30 % on top of decoding): decode {:.2} M frames/s, decode + match + \
+histograms {:.2} M frames/s with the engine on its own thread: +{:.0} % (best), +{:.0} % (median)",
+        mfps(walls[0].0),
+        mfps(walls[4].0),
+        pct(walls[4].0, walls[0].0),
+        pct(walls[4].1, walls[0].1)
     );
 }
 
@@ -657,7 +671,7 @@ the engine on its own thread ({:.2} on one thread): {:.0} % of decoding's",
 /// temporary directory (or D, kept): the engine's cost on top of decoding ([`engine_overhead`]),
 /// KCP then QUIC with 1-RTT decryption.
 fn engine_goal(args: &[String]) {
-    let rounds = arg(args, "--rounds", 3);
+    let rounds = arg(args, "--rounds", 5);
     let tmp = tempfile::tempdir().unwrap();
     let dir: PathBuf = arg(args, "--dir", tmp.path().to_path_buf());
     let kcp = dir.join("kcp-bench.pcap");
@@ -708,6 +722,13 @@ fn decode_only(args: &[String]) {
         for _ in 0..rounds {
             let (wall, cpu) = engine_alone(&file, &config);
             println!("engine alone: {wall:.3} s ({cpu:.3} s CPU)");
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--own-thread") {
+        for _ in 0..rounds {
+            let (wall, cpu) = decode_and_match_timed(&file, &config, false, true);
+            println!("decode + engine on its own thread: {wall:.3} s ({cpu:.3} s CPU)");
         }
         return;
     }

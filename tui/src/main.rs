@@ -8,9 +8,32 @@ fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     match cmd::run(cli) {
         Ok(code) => code,
+        // The reader of the output went away (`tboxscope analyze … | head`): it has what it
+        // wanted; stop quietly, as other command-line tools do.
+        Err(err) if closed_pipe(&err) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("tboxscope: {err:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `err` comes from writing to a pipe whose reader has gone.
+fn closed_pipe(err: &anyhow::Error) -> bool {
+    use probe_user::output::jsonl::OutputError;
+    use std::io::ErrorKind::BrokenPipe;
+    let io_broken = |e: &std::io::Error| {
+        e.kind() == BrokenPipe
+            || e.get_ref()
+                .and_then(|inner| inner.downcast_ref::<OutputError>())
+                .is_some_and(|o| matches!(o, OutputError::Io(e) if e.kind() == BrokenPipe))
+    };
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(io_broken)
+            || cause
+                .downcast_ref::<OutputError>()
+                .is_some_and(|o| matches!(o, OutputError::Io(e) if io_broken(e)))
+    })
 }

@@ -293,3 +293,63 @@ fn unreadable_and_truncated_files_are_named_and_fail_the_run() {
     assert_eq!(summary["files"][2]["kcp_segments"], 28);
     assert_eq!(summary["errors"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn a_write_error_is_said_once_and_a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let f = fixture("ndpi-kcp.pcap");
+    // A full disk: the run fails and says why, once.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .args(["analyze", "--json", "-", "--packets", f.to_str().unwrap()])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.matches("No space left on device").count(), 1, "{err}");
+    assert!(err.contains("writing JSON output"), "{err}");
+
+    // A reader that stops after its first byte (`| head -c 1`): no error, success. The pipe
+    // holds 4 KiB and each output is larger (JSON per packet ~9 KB; the report of 30 files
+    // ~6 KB), so the child meets the closed pipe whichever way the race goes.
+    let file = f.to_str().unwrap();
+    let json = vec!["analyze", "--json", "-", "--packets", file];
+    let mut report = vec!["analyze"];
+    report.extend(std::iter::repeat_n(file, 30));
+    for args in [json, report] {
+        let (mut stdout, writer) = std::io::pipe().unwrap();
+        // SAFETY: F_SETPIPE_SZ on a pipe this test owns, before anything is written to it; no
+        // memory is passed.
+        let set = unsafe {
+            libc::fcntl(
+                std::os::fd::AsRawFd::as_raw_fd(&writer),
+                libc::F_SETPIPE_SZ,
+                4096,
+            )
+        };
+        assert!(
+            set >= 4096,
+            "F_SETPIPE_SZ: {}",
+            std::io::Error::last_os_error()
+        );
+        let child = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+            .args(&args)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 1];
+        stdout.read_exact(&mut first).unwrap();
+        // Our end, the only reading one, closes.
+        drop(stdout);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+}

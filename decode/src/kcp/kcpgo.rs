@@ -116,7 +116,15 @@ pub enum KcpGoError {
     OobSeqid(u32),
     /// The KCP segments inside are malformed.
     #[error("KCP inside kcp-go framing: {0}")]
-    Kcp(#[from] DatagramError),
+    Kcp(DatagramError),
+}
+
+// Its message says the inner error; `source()` is left empty so that a printed chain names it
+// once.
+impl From<DatagramError> for KcpGoError {
+    fn from(e: DatagramError) -> Self {
+        KcpGoError::Kcp(e)
+    }
 }
 
 /// A validated view of kcp-go's crypto header with a verified CRC-32 (so: `crypt none`).

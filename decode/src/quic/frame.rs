@@ -323,12 +323,12 @@ impl Frame<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum FrameError {
     /// A field did not fit in the payload.
-    #[error("frame type {frame_type:#x}: {source}")]
+    #[error("frame type {frame_type:#x}: {cause}")]
     Truncated {
         /// Frame type being parsed (u64::MAX when the type itself was truncated).
         frame_type: u64,
         /// Which field.
-        source: Truncated,
+        cause: Truncated,
     },
     /// A frame type this decoder does not know; the rest of the payload is not parsed.
     #[error("unknown frame type {frame_type:#x} at offset {offset}")]
@@ -403,13 +403,13 @@ fn parse_frame<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
     let offset = r.pos();
     let ty = r
         .varint("frame type")
-        .map_err(|source| FrameError::Truncated {
+        .map_err(|cause| FrameError::Truncated {
             frame_type: u64::MAX,
-            source,
+            cause,
         })?;
-    let t = |source| FrameError::Truncated {
+    let t = |cause| FrameError::Truncated {
         frame_type: ty,
-        source,
+        cause,
     };
     let bad = |why| FrameError::Malformed {
         frame_type: ty,
@@ -652,7 +652,7 @@ enum AckError {
 impl AckError {
     fn at(self, frame_type: u64, offset: usize) -> FrameError {
         match self {
-            Self::Truncated(source) => FrameError::Truncated { frame_type, source },
+            Self::Truncated(cause) => FrameError::Truncated { frame_type, cause },
             Self::Malformed(why) => FrameError::Malformed {
                 frame_type,
                 offset,

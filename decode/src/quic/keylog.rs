@@ -53,12 +53,12 @@ pub enum KeylogError {
         problem: LineProblem,
     },
     /// The file could not be read.
-    #[error("cannot read keylog {path}: {source}")]
+    #[error("cannot read keylog {path}: {cause}")]
     Io {
         /// Path.
         path: PathBuf,
         /// OS error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -102,9 +102,9 @@ impl Keylog {
 
     /// Reads and parses a keylog file.
     pub fn from_file(path: &Path) -> Result<Self, KeylogError> {
-        let text = std::fs::read(path).map_err(|source| KeylogError::Io {
+        let text = std::fs::read(path).map_err(|cause| KeylogError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         Self::parse_named(&text, &path.display().to_string())
     }

@@ -82,7 +82,15 @@ pub enum CaptureError {
     Output(#[from] OutputError),
     /// The async runtime or a signal handler could not be set up.
     #[error("runtime: {0}")]
-    Runtime(#[from] std::io::Error),
+    Runtime(std::io::Error),
+}
+
+// Its message says the inner error; `source()` is left empty so that a printed chain names it
+// once.
+impl From<std::io::Error> for CaptureError {
+    fn from(e: std::io::Error) -> Self {
+        CaptureError::Runtime(e)
+    }
 }
 
 /// What ended the capture.

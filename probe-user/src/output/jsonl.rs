@@ -14,7 +14,7 @@ pub const SCHEMA: &str = "tboxscope/1";
 pub enum OutputError {
     /// The destination refused the bytes (disk full, closed pipe, ...).
     #[error("writing JSON output: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     /// The record's fields did not serialize to a JSON object.
     #[error("record `{record_type}` is not a JSON object")]
     NotAnObject {
@@ -23,7 +23,21 @@ pub enum OutputError {
     },
     /// serde_json refused the record.
     #[error("encoding record: {0}")]
-    Encode(#[from] serde_json::Error),
+    Encode(serde_json::Error),
+}
+
+// The messages say the inner error; `source()` is left empty so that a printed chain names it
+// once.
+impl From<io::Error> for OutputError {
+    fn from(e: io::Error) -> Self {
+        OutputError::Io(e)
+    }
+}
+
+impl From<serde_json::Error> for OutputError {
+    fn from(e: serde_json::Error) -> Self {
+        OutputError::Encode(e)
+    }
 }
 
 /// Formats Unix-epoch nanoseconds as RFC 3339 UTC with nanoseconds, e.g.

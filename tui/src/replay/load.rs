@@ -15,12 +15,12 @@ use super::tcp;
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Io {
         /// The file.
         path: String,
         /// The cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A packet capture that cannot be read.
     #[error("cannot replay {path}: {reason}")]
@@ -234,9 +234,9 @@ pub fn parse(reader: impl BufRead) -> Recording {
 /// Opens a JSON Lines recording (packet captures are replayed by [`super::packets`]).
 pub fn load(path: &Path) -> Result<Recording, LoadError> {
     let name = path.display().to_string();
-    let io = |source| LoadError::Io {
+    let io = |cause| LoadError::Io {
         path: name.clone(),
-        source,
+        cause,
     };
     let file = std::fs::File::open(path).map_err(io)?;
     let reader = std::io::BufReader::new(file);

@@ -315,9 +315,9 @@ pub fn start(
         let period = Duration::from_millis(1000 / u64::from(options.snapshots_per_s.max(1)));
         builder.spawn(move || run(player, &feed, period, &thread_stop))
     };
-    let handle = spawned.map_err(|source| LoadError::Io {
+    let handle = spawned.map_err(|cause| LoadError::Io {
         path: "replay thread".to_owned(),
-        source,
+        cause,
     })?;
     Ok((
         PlayerThread {

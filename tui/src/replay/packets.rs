@@ -290,9 +290,9 @@ pub(super) fn run(
 /// Whether `path` starts like a pcap or pcapng file.
 pub fn is_packet_capture(path: &Path) -> Result<bool, LoadError> {
     use std::io::Read;
-    let io = |source| LoadError::Io {
+    let io = |cause| LoadError::Io {
         path: path.display().to_string(),
-        source,
+        cause,
     };
     let mut head = [0u8; 4];
     let n = std::fs::File::open(path)

@@ -124,7 +124,7 @@ pub enum ProbeError {
     Btf(String),
     /// Offsets could not be resolved.
     #[error("resolving kernel offsets: {0}")]
-    Offsets(#[from] offsets::OffsetError),
+    Offsets(offsets::OffsetError),
     /// tracefs unusable.
     #[error(transparent)]
     Tracefs(#[from] tracefs::TracefsError),
@@ -140,6 +140,14 @@ pub enum ProbeError {
     /// Nothing could be attached.
     #[error("no TCP hook could be attached: {0}")]
     NothingAttached(String),
+}
+
+// Its message says the inner error; `source()` is left empty so that a printed chain names it
+// once.
+impl From<offsets::OffsetError> for ProbeError {
+    fn from(e: offsets::OffsetError) -> Self {
+        ProbeError::Offsets(e)
+    }
 }
 
 /// Loaded, attached TCP probes. Drop to detach.

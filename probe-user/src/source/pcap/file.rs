@@ -21,22 +21,22 @@ pub const SECRETS_TLS_KEY_LOG: u32 = 0x544c_534b;
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
     /// The file could not be opened.
-    #[error("{name}: cannot open: {source}")]
+    #[error("{name}: cannot open: {cause}")]
     Open {
         /// The file.
         name: String,
         /// Why.
-        source: io::Error,
+        cause: io::Error,
     },
     /// Reading failed.
-    #[error("{name}: read error at offset {offset}: {source}")]
+    #[error("{name}: read error at offset {offset}: {cause}")]
     Io {
         /// The file.
         name: String,
         /// Where reading stopped.
         offset: u64,
         /// Why.
-        source: io::Error,
+        cause: io::Error,
     },
     /// The bytes are not a valid capture file at this point.
     #[error("{name}: offset {offset}: {why}")]
@@ -387,9 +387,9 @@ impl CaptureReader<File> {
     /// [`CaptureReader::open`] with the file read as `reading` says.
     pub fn open_with(path: &Path, reading: FileReading) -> Result<Self, FileError> {
         let name = path.display().to_string();
-        let open_err = |source| FileError::Open {
+        let open_err = |cause| FileError::Open {
             name: name.clone(),
-            source,
+            cause,
         };
         let file = File::open(path).map_err(open_err)?;
         let stem = stem_of(path);
@@ -581,10 +581,10 @@ impl<R: Read> CaptureReader<R> {
                 n,
             ),
         };
-        result.map_err(|source| FileError::Io {
+        result.map_err(|cause| FileError::Io {
             name: self.name.clone(),
             offset: self.base.wrapping_add(self.end as u64),
-            source,
+            cause,
         })?;
         Ok(self.end - self.pos >= n)
     }

@@ -141,14 +141,14 @@ pub enum LiveError {
     #[error("starting capture thread: {0}")]
     Thread(std::io::Error),
     /// The interface's network namespace could not be entered.
-    #[error("interface {interface}: network namespace {namespace}: {source}")]
+    #[error("interface {interface}: network namespace {namespace}: {cause}")]
     Namespace {
         /// The interface.
         interface: String,
         /// The namespace name.
         namespace: String,
         /// Why.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -263,10 +263,10 @@ fn open(spec: &InterfaceSpec, cfg: &LiveConfig) -> Result<(Active, LinkType, boo
     std::thread::Builder::new()
         .name(format!("pcap-open-{}", spec.name))
         .spawn(move || {
-            enter_netns(&ns).map_err(|source| LiveError::Namespace {
+            enter_netns(&ns).map_err(|cause| LiveError::Namespace {
                 interface: spec2.name.clone(),
                 namespace: ns.clone(),
-                source,
+                cause,
             })?;
             open_here(&spec2, &cfg2)
         })
