@@ -666,11 +666,6 @@ impl MessageStore {
         self.slots.get(i)?.msg.as_ref()
     }
 
-    /// The open message held in `slot`.
-    pub fn at(&self, slot: u32) -> Option<&OpenMessage> {
-        self.slots.get(slot as usize)?.msg.as_ref()
-    }
-
     /// Removes a message to close it.
     pub fn take(&mut self, flow_uid: u64, key: u64) -> Option<OpenMessage> {
         let i = self.slot_of((flow_uid, key))?;
