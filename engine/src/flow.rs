@@ -245,18 +245,12 @@ impl Flow {
     /// Records a combined latency sample.
     #[inline]
     pub fn record_latency(&mut self, us: u64, max_us: u64) {
-        match &mut self.latency {
-            Some(h) => h.record(us),
-            None => new_hist(&mut self.latency, max_us).record(us),
-        };
+        record_in(&mut self.latency, us, max_us);
     }
 
     /// Records a copy-spacing sample.
     pub fn record_spacing(&mut self, us: u64, max_us: u64) {
-        match &mut self.spacing {
-            Some(h) => h.record(us),
-            None => new_hist(&mut self.spacing, max_us).record(us),
-        };
+        record_in(&mut self.spacing, us, max_us);
     }
 
     /// Number of paths seen.
@@ -454,6 +448,15 @@ pub(crate) fn same_label(a: &std::sync::Arc<str>, b: &std::sync::Arc<str>) -> bo
 /// [`FlowKey::quick`] of a QUIC connection: its shared label's address.
 fn quic_quick(conn: &std::sync::Arc<str>) -> usize {
     (std::sync::Arc::as_ptr(conn) as *const u8 as usize) >> 4
+}
+
+/// Records `us` in a flow histogram, made on its first sample.
+#[inline]
+fn record_in(slot: &mut Option<Box<LatencyHist>>, us: u64, max_us: u64) {
+    match slot {
+        Some(h) => h.record(us),
+        None => new_hist(slot, max_us).record(us),
+    };
 }
 
 /// A flow histogram made on its first sample (out of line: once per flow).
