@@ -22,18 +22,12 @@ fn main() -> std::process::ExitCode {
 fn closed_pipe(err: &anyhow::Error) -> bool {
     use probe_user::output::jsonl::OutputError;
     use std::io::ErrorKind::BrokenPipe;
-    let io_broken = |e: &std::io::Error| {
-        e.kind() == BrokenPipe
-            || e.get_ref()
-                .and_then(|inner| inner.downcast_ref::<OutputError>())
-                .is_some_and(|o| matches!(o, OutputError::Io(e) if e.kind() == BrokenPipe))
-    };
     err.chain().any(|cause| {
         cause
             .downcast_ref::<std::io::Error>()
-            .is_some_and(io_broken)
+            .is_some_and(|e| e.kind() == BrokenPipe)
             || cause
                 .downcast_ref::<OutputError>()
-                .is_some_and(|o| matches!(o, OutputError::Io(e) if io_broken(e)))
+                .is_some_and(|o| matches!(o, OutputError::Io(e) if e.kind() == BrokenPipe))
     })
 }
