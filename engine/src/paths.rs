@@ -132,6 +132,8 @@ pub struct PathTable {
     history: usize,
     /// Observations refused because there were already [`MAX_PATHS`] labels.
     pub refused: u64,
+    /// Paths that are not aliases.
+    live: usize,
 }
 
 impl PathTable {
@@ -156,6 +158,7 @@ impl PathTable {
                 let i = self.paths.len();
                 self.paths
                     .push(PathState::new(label, self.max_latency_us, self.history));
+                self.live += 1;
                 self.by_label.insert(label.to_owned(), i);
                 i
             }
@@ -213,12 +216,15 @@ impl PathTable {
         {
             t.unanswered_since_ns = None;
         }
-        self.paths[alias].alias_of = Some(target);
+        if self.paths[alias].alias_of.replace(target).is_none() {
+            self.live -= 1;
+        }
     }
 
-    /// Whether more than one path is not an alias (stops at the second).
+    /// Whether more than one path is not an alias.
+    #[inline]
     pub fn several_live(&self) -> bool {
-        self.live().nth(1).is_some()
+        self.live >= 2
     }
 
     /// The paths that are not aliases, mutably.

@@ -210,90 +210,85 @@ impl Engine {
         // application id, or an app-id override, puts the conversation's messages into the
         // group of its server port, where copies on other sessions match by that id.
         let forced = forced_mode(&self.cfg, (&k.meta.src, &k.meta.dst), Some(k.conv), None);
-        let known_group = match self.flows.get_mut(fr).map(|f| &f.proto) {
-            Some(Proto::Kcp(s)) => s.group,
-            _ => None,
+        self.remember_tuple(pkt.tuple, &key);
+        let seg = Segment {
+            push: k.cmd == KcpCmd::Push,
+            msg_sn: k.sn.wrapping_add(u32::from(k.frg)),
+            up,
+            forced: forced.is_some(),
         };
-        let known_group = known_group.and_then(|g| Some((g, self.flows.get_mut(g)?.mode?)));
         // The group the session is in, and the group's mode (a session joins by application
         // id, or, without one, by content once sessions to one server port were seen on two
-        // paths); a session on its own matches by sn.
-        let (group, mode) = match known_group {
-            Some((g, m)) => (Some(g), m),
-            None => {
-                let server = || server_port(&k.meta.src, &k.meta.dst);
-                let joins = match forced {
-                    Some(m @ (MatchMode::AppId | MatchMode::Content)) => Some(m),
-                    Some(_) => None,
-                    None if k.app_msg_id.is_some() => Some(MatchMode::AppId),
-                    None if k.content_hash.is_some()
-                        && self.paths.several_live()
-                        && self.kcp_sessions_per_path(server(), k.conv, pkt.path) =>
-                    {
-                        Some(MatchMode::Content)
-                    }
-                    None => None,
-                };
-                match joins {
-                    Some(m) => {
-                        let gkey = FlowKey::KcpGroup {
-                            server_port: server(),
-                        };
-                        let g = self
-                            .flows
-                            .get_or_insert(&gkey, pkt.ts_ns, || Proto::Kcp(Box::default()));
-                        // A group keeps the mode it was formed with.
-                        let mode = self
-                            .flows
-                            .get_mut(g)
-                            .map_or(m, |f| *f.mode.get_or_insert(m));
-                        if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
-                            s.group = Some(g);
-                        }
-                        (Some(g), mode)
-                    }
-                    None => (None, MatchMode::KcpSn),
-                }
-            }
-        };
-        let mfr = group.unwrap_or(fr);
-        self.remember_tuple(pkt.tuple, &key);
-        let push = k.cmd == KcpCmd::Push;
-        let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
-        // A message past the newest one of the conversation was never seen; the conversation
-        // remembers which of its own messages closed (a group's are named by application id or
-        // content, and the message store remembers those).
+        // paths); a session on its own matches by sn. On its own (mostly), one lookup of the
+        // conversation settles it and notes the segment.
+        let sessions = &mut self.kcp_sessions;
+        let paths = &self.paths;
+        // (Whether it joins a group, where that was looked at.)
+        let mut joins = None;
+        let mut group = None;
         let mut past = PastClosure::Unknown;
-        if let Some(f) = self.flows.get_mut(fr) {
-            f.mode = Some(mode);
-            f.forced = forced.is_some();
-            if pkt.path < 64 {
-                f.paths_mask |= 1 << pkt.path;
+        let own = match self.flows.get_mut(fr) {
+            Some(f) => {
+                group = match &f.proto {
+                    Proto::Kcp(s) => s.group,
+                    _ => None,
+                };
+                if group.is_none() {
+                    joins = Some(joins_group(forced, k, paths, sessions, pkt.path));
+                }
+                let own = matches!(joins, Some(None));
+                if own {
+                    past = seg.note(f, MatchMode::KcpSn, true, k, &pkt);
+                }
+                own
             }
-            if let Proto::Kcp(s) = &mut f.proto {
-                s.wnd = k.wnd;
-                s.una = k.una;
-                if push && mfr == fr {
-                    let d = usize::from(up);
-                    let newest = &mut s.newest_msg_sn[d];
-                    past = if newest.is_none_or(|n| msg_sn > n) {
-                        *newest = Some(msg_sn);
-                        PastClosure::FlowKnows(false)
-                    } else {
-                        PastClosure::FlowKnows(s.closed_msgs[d].contains(msg_sn))
+            None => false,
+        };
+        let (mfr, mode) = if own {
+            (fr, MatchMode::KcpSn)
+        } else {
+            let known_group = group.and_then(|g| Some((g, self.flows.get_mut(g)?.mode?)));
+            let joins = match (known_group, joins) {
+                (Some(_), _) => None,
+                (None, Some(j)) => j,
+                (None, None) => {
+                    let (sessions, paths) = (&mut self.kcp_sessions, &self.paths);
+                    joins_group(forced, k, paths, sessions, pkt.path)
+                }
+            };
+            let (group, mode) = match (known_group, joins) {
+                (Some((g, m)), _) => (Some(g), m),
+                (None, Some(m)) => {
+                    let gkey = FlowKey::KcpGroup {
+                        server_port: server_port(&k.meta.src, &k.meta.dst),
                     };
+                    let g = self
+                        .flows
+                        .get_or_insert(&gkey, pkt.ts_ns, || Proto::Kcp(Box::default()));
+                    // A group keeps the mode it was formed with.
+                    let mode = self
+                        .flows
+                        .get_mut(g)
+                        .map_or(m, |f| *f.mode.get_or_insert(m));
+                    if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                        s.group = Some(g);
+                    }
+                    (Some(g), mode)
+                }
+                (None, None) => (None, MatchMode::KcpSn),
+            };
+            let mfr = group.unwrap_or(fr);
+            if let Some(f) = self.flows.get_mut(fr) {
+                past = seg.note(f, mode, mfr == fr, k, &pkt);
+            }
+            if mfr != fr {
+                if let Some(f) = self.flows.get_mut(mfr) {
+                    f.mode = Some(mode);
+                    count_wire(f, k.cmd, &pkt);
                 }
             }
-            if mfr == fr {
-                count_wire(f, k.cmd, &pkt);
-            }
-        }
-        if mfr != fr {
-            if let Some(f) = self.flows.get_mut(mfr) {
-                f.mode = Some(mode);
-                count_wire(f, k.cmd, &pkt);
-            }
-        }
+            (mfr, mode)
+        };
         match k.cmd {
             KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, past),
             KcpCmd::Ack => {
@@ -366,19 +361,6 @@ impl Engine {
         if !receiver_seen && sn >= una {
             self.gap_deliver(fr, sel, sn, 1, 0, false, path, ts);
         }
-    }
-
-    /// Whether sessions to `server` other than `conv` were seen on another path than `path`
-    /// (remembering `conv` on `path`): separate sessions, one per path.
-    fn kcp_sessions_per_path(&mut self, server: u16, conv: u32, path: PathIdx) -> bool {
-        let sessions = self.kcp_sessions.entry(server).or_default();
-        if !sessions.contains(&(conv, path)) && sessions.len() < MAX_SESSIONS_PER_PORT {
-            sessions.push((conv, path));
-        }
-        let paths = &self.paths;
-        sessions
-            .iter()
-            .any(|(c, p)| *c != conv && paths.canonical(*p) != paths.canonical(path))
     }
 
     fn kcp_push(
@@ -620,6 +602,102 @@ impl Engine {
         if let Some(slot) = self.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
             self.maybe_complete(msg_flow, slot);
         }
+    }
+}
+
+/// Whether sessions to `server` other than `conv` were seen on another path than `path`
+/// (remembering `conv` on `path` in `kcp_sessions`): separate sessions, one per path.
+fn sessions_per_path(
+    kcp_sessions: &mut crate::FastMap<u16, Vec<(u32, PathIdx)>>,
+    paths: &crate::paths::PathTable,
+    server: u16,
+    conv: u32,
+    path: PathIdx,
+) -> bool {
+    let sessions = kcp_sessions.entry(server).or_default();
+    if !sessions.contains(&(conv, path)) && sessions.len() < MAX_SESSIONS_PER_PORT {
+        sessions.push((conv, path));
+    }
+    sessions
+        .iter()
+        .any(|(c, p)| *c != conv && paths.canonical(*p) != paths.canonical(path))
+}
+
+/// The mode in which a session not (or no longer) in a group joins the group of its server
+/// port, if it does: by application id (forced, or the segment carries one), or by content
+/// (forced, or sessions to the port were seen on two paths, remembering this one).
+fn joins_group(
+    forced: Option<MatchMode>,
+    k: &KcpSegment,
+    paths: &crate::paths::PathTable,
+    sessions: &mut crate::FastMap<u16, Vec<(u32, PathIdx)>>,
+    path: PathIdx,
+) -> Option<MatchMode> {
+    let server = || server_port(&k.meta.src, &k.meta.dst);
+    match forced {
+        Some(m @ (MatchMode::AppId | MatchMode::Content)) => Some(m),
+        Some(_) => None,
+        None if k.app_msg_id.is_some() => Some(MatchMode::AppId),
+        None if k.content_hash.is_some()
+            && paths.several_live()
+            && sessions_per_path(sessions, paths, server(), k.conv, path) =>
+        {
+            Some(MatchMode::Content)
+        }
+        None => None,
+    }
+}
+
+/// What the prelude notes of a segment on its conversation.
+#[derive(Clone, Copy)]
+struct Segment {
+    push: bool,
+    /// sn of the last fragment of its message.
+    msg_sn: u32,
+    up: bool,
+    /// The mode was forced by an override.
+    forced: bool,
+}
+
+impl Segment {
+    /// Notes the segment on its conversation `f`, matched in `mode` (`own`: the conversation
+    /// holds its messages, not a group): what it knows of the message's earlier closure.
+    #[inline(always)]
+    fn note(
+        self,
+        f: &mut Flow,
+        mode: MatchMode,
+        own: bool,
+        k: &KcpSegment,
+        pkt: &Pkt,
+    ) -> PastClosure {
+        // A message past the newest one of the conversation was never seen; the conversation
+        // remembers which of its own messages closed (a group's are named by application id or
+        // content, and the message store remembers those).
+        let mut past = PastClosure::Unknown;
+        f.mode = Some(mode);
+        f.forced = self.forced;
+        if pkt.path < 64 {
+            f.paths_mask |= 1 << pkt.path;
+        }
+        if let Proto::Kcp(s) = &mut f.proto {
+            s.wnd = k.wnd;
+            s.una = k.una;
+            if self.push && own {
+                let d = usize::from(self.up);
+                let newest = &mut s.newest_msg_sn[d];
+                past = if newest.is_none_or(|n| self.msg_sn > n) {
+                    *newest = Some(self.msg_sn);
+                    PastClosure::FlowKnows(false)
+                } else {
+                    PastClosure::FlowKnows(s.closed_msgs[d].contains(self.msg_sn))
+                };
+            }
+        }
+        if own {
+            count_wire(f, k.cmd, pkt);
+        }
+        past
     }
 }
 
