@@ -388,96 +388,51 @@ struct ClosedKeys {
 impl ClosedKeys {
     fn fingerprint(&self, k: (u64, u64)) -> u64 {
         use std::hash::BuildHasher;
-        // (0 marks a free place in [`Fingerprints`].)
-        self.fingerprint.hash_one(k).max(1)
+        self.fingerprint.hash_one(k)
     }
 
     fn contains(&self, fp: u64) -> bool {
-        self.current.contains(fp) || self.previous.contains(fp)
+        self.current.contains(&fp) || self.previous.contains(&fp)
     }
 
     fn insert(&mut self, fp: u64) {
-        if self.current.len >= self.per_generation {
+        if self.current.len() >= self.per_generation {
             std::mem::swap(&mut self.current, &mut self.previous);
-            // The new generation will hold as many as the one just ended: room for them now.
-            self.current.clear_with_room_of(&self.previous);
+            self.current.clear();
         }
-        self.current.insert(fp, self.per_generation);
+        if self.current.capacity() == 0 {
+            // A generation's room at once, not grown (and placed again) from empty.
+            self.current
+                .reserve(self.per_generation.min(MAX_FIRST_ROOM));
+        }
+        self.current.insert(fp);
     }
 }
 
-/// Places a set of fingerprints takes at once when it must grow (8 MiB; the pages are touched
-/// as they are used).
-const MAX_FIRST_PLACES: usize = 1 << 20;
+/// Fingerprints a generation makes room for at once.
+const MAX_FIRST_ROOM: usize = 1 << 19;
 
-/// A set of non-zero fingerprints (already random: their low bits place them), at most half
-/// full, in one array (linear probing; 0 marks a free place). Cheaper than a general hash set
-/// for the one insertion per closed message: no hashing again, no control bytes.
+/// A set of fingerprints: already random, so they place themselves (no hashing again).
+type Fingerprints = std::collections::HashSet<u64, std::hash::BuildHasherDefault<Itself>>;
+
+/// The hasher of [`Fingerprints`]: a fingerprint is its own hash.
 #[derive(Debug, Default)]
-struct Fingerprints {
-    /// A power of two places, or none.
-    places: Vec<u64>,
-    len: usize,
-}
+struct Itself(u64);
 
-impl Fingerprints {
-    /// The place holding `fp`, else the free place where it would go (`None` when there are no
-    /// places).
-    #[inline]
-    fn find(&self, fp: u64) -> Option<usize> {
-        let mask = self.places.len().checked_sub(1)?;
-        let mut i = fp as usize & mask;
-        // At most half full: a free place is always reached.
-        loop {
-            match self.places.get(i) {
-                Some(&x) if x != 0 && x != fp => i = (i + 1) & mask,
-                _ => return Some(i),
-            }
+impl std::hash::Hasher for Itself {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 fingerprints are hashed; anything else is folded in.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
         }
     }
 
-    fn contains(&self, fp: u64) -> bool {
-        self.find(fp)
-            .is_some_and(|i| self.places.get(i) == Some(&fp))
-    }
-
-    /// Adds `fp`; a set that must grow is made room for `expected` at once (within bounds).
-    fn insert(&mut self, fp: u64, expected: usize) {
-        if 2 * (self.len + 1) > self.places.len() {
-            self.grow(expected);
-        }
-        if let Some(place) = self.find(fp).and_then(|i| self.places.get_mut(i)) {
-            if *place == 0 {
-                *place = fp;
-                self.len += 1;
-            }
-        }
-    }
-
-    /// At least doubles the places, to twice `expected` (at most [`MAX_FIRST_PLACES`] at
-    /// once), placing the fingerprints again.
-    #[cold]
-    fn grow(&mut self, expected: usize) {
-        let room = expected
-            .saturating_mul(2)
-            .min(MAX_FIRST_PLACES)
-            .next_power_of_two();
-        let n = (self.places.len() * 2).max(room).max(16);
-        let old = std::mem::replace(&mut self.places, vec![0; n]);
-        self.len = 0;
-        for fp in old.into_iter().filter(|&x| x != 0) {
-            self.insert(fp, 0);
-        }
-    }
-
-    /// Empties the set, with at least as many places as `other` has.
-    fn clear_with_room_of(&mut self, other: &Fingerprints) {
-        if self.places.len() < other.places.len() {
-            self.places = vec![0; other.places.len()];
-        } else {
-            self.places.fill(0);
-        }
-        self.len = 0;
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
     }
 }
 
@@ -922,26 +877,6 @@ mod tests {
             up: Some(true),
             past: PastClosure::Unknown,
         }
-    }
-
-    #[test]
-    fn fingerprints_hold_what_was_inserted_through_growth_and_clearing() {
-        let mut set = Fingerprints::default();
-        // Fingerprints crowding the same low bits probe past each other.
-        let fps: Vec<u64> = (1..=200u64).map(|i| i << 20 | (i % 3)).collect();
-        for (n, &fp) in fps.iter().enumerate() {
-            set.insert(fp, 4);
-            set.insert(fp, 4);
-            assert_eq!(set.len, n + 1);
-        }
-        assert!(fps.iter().all(|&fp| set.contains(fp)));
-        assert!(!set.contains(7 << 40) && !set.contains(1 << 19));
-        let mut other = Fingerprints::default();
-        other.clear_with_room_of(&set);
-        assert_eq!(other.places.len(), set.places.len());
-        set.clear_with_room_of(&other);
-        assert_eq!(set.len, 0);
-        assert!(!fps.iter().any(|&fp| set.contains(fp)));
     }
 
     #[test]
