@@ -632,11 +632,12 @@ fn engine_overhead(file: &Path, config: &DissectConfig, rounds: usize) {
     // Each round's own-thread run against that round's decoding alone: the host's slow spells
     // last seconds, so a round's two runs share theirs.
     let mut paired: Vec<f64> = walls[4].iter().zip(&walls[0]).map(|(o, d)| o / d).collect();
-    paired.sort_by(f64::total_cmp);
     let stats = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         (v[0], v[v.len() / 2])
     };
+    let (paired_min, paired_median) = stats(&mut paired);
+    let paired_max = paired.last().copied().unwrap_or(paired_median);
     let (walls, cpus): (Vec<_>, Vec<_>) = walls
         .iter_mut()
         .zip(cpus.iter_mut())
@@ -672,9 +673,9 @@ histograms {:.2} M frames/s with the engine on its own thread: +{:.0} % (best), 
     println!(
         "  the same, each round's own-thread run against that round's decoding alone: median \
 {:+.0} %, rounds from {:+.0} % to {:+.0} %",
-        (paired[paired.len() / 2] - 1.0) * 100.0,
-        (paired[0] - 1.0) * 100.0,
-        (paired[paired.len() - 1] - 1.0) * 100.0
+        (paired_median - 1.0) * 100.0,
+        (paired_min - 1.0) * 100.0,
+        (paired_max - 1.0) * 100.0
     );
 }
 
@@ -722,32 +723,23 @@ fn decode_only(args: &[String]) {
         engine_overhead(&file, &config, rounds);
         return;
     }
-    if args.iter().any(|a| a == "--observations") {
-        for _ in 0..rounds {
-            let (wall, cpu) = decode_to_observations(&file, &config);
-            println!("decode + observations built and dropped: {wall:.3} s ({cpu:.3} s CPU)");
-        }
-        return;
-    }
-    if args.iter().any(|a| a == "--engine-alone") {
-        for _ in 0..rounds {
-            let (wall, cpu) = engine_alone(&file, &config);
-            println!("engine alone: {wall:.3} s ({cpu:.3} s CPU)");
-        }
-        return;
-    }
-    if args.iter().any(|a| a == "--own-thread") {
-        for _ in 0..rounds {
-            let (wall, cpu) = decode_and_match_timed(&file, &config, false, true);
-            println!("decode + engine on its own thread: {wall:.3} s ({cpu:.3} s CPU)");
-        }
-        return;
-    }
-    if args.iter().any(|a| a == "--engine-only") {
+    // One configuration alone, `rounds` times (for `perf record`).
+    const ALONE: [(&str, &str); 4] = [
+        ("--observations", "decode + observations built and dropped"),
+        ("--engine-alone", "engine alone"),
+        ("--own-thread", "decode + engine on its own thread"),
+        ("--engine-only", "decode + engine"),
+    ];
+    if let Some(&(flag, label)) = ALONE.iter().find(|(f, _)| args.iter().any(|a| a == f)) {
         let messages = args.iter().any(|a| a == "--messages");
         for _ in 0..rounds {
-            let (wall, cpu) = decode_with_engine(&file, &config, messages);
-            println!("decode + engine: {wall:.3} s ({cpu:.3} s CPU)");
+            let (wall, cpu) = match flag {
+                "--observations" => decode_to_observations(&file, &config),
+                "--engine-alone" => engine_alone(&file, &config),
+                "--own-thread" => decode_and_match_timed(&file, &config, false, true),
+                _ => decode_with_engine(&file, &config, messages),
+            };
+            println!("{label}: {wall:.3} s ({cpu:.3} s CPU)");
         }
         return;
     }
