@@ -386,8 +386,10 @@ impl Engine {
                 mix(&[3, u64::from(k.conv), u64::from(up), u64::from(msg_sn)]),
                 MsgId::Kcp { up, sn: msg_sn },
             ),
+            // On its own, the conversation's keys are all of this form: direction and sn are
+            // the key as they are (the message store hashes it with the flow).
             _ => (
-                mix(&[3, u64::from(up), u64::from(msg_sn)]),
+                (u64::from(up) << 32) | u64::from(msg_sn),
                 MsgId::Kcp { up, sn: msg_sn },
             ),
         };
