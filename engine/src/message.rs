@@ -3,7 +3,6 @@
 //! Bounded: past `max_open` the oldest message is closed early and counted.
 
 use std::collections::hash_map::Entry as MapEntry;
-use std::collections::VecDeque;
 
 use crate::capture::{CaptureTable, Dir};
 use crate::flow::FlowRef;
@@ -436,20 +435,17 @@ impl std::hash::Hasher for Itself {
     }
 }
 
-/// A slot of the store: the open message (if any) and the stamp of its opening, which tells
-/// a timeout queued for an earlier message of the slot from one queued for this one.
+/// A slot of the store: the open message (if any), the stamp of its opening (the order the
+/// open messages opened in), its timeout, and its neighbours in that order.
 #[derive(Debug, Default)]
 struct Slot {
     stamp: u64,
     msg: Option<OpenMessage>,
-}
-
-/// A queued timeout.
-#[derive(Clone, Copy, Debug)]
-struct Due {
+    /// When the open message times out (engine clock).
     deadline: u64,
-    slot: u32,
-    stamp: u64,
+    /// The open message that opened just before it, and just after.
+    older: Option<u32>,
+    newer: Option<u32>,
 }
 
 /// All open messages: in slots reused as messages close, found by (flow uid, key) through an
@@ -461,14 +457,15 @@ pub struct MessageStore {
     free: Vec<u32>,
     index: FastMap<(u64, u64), u32>,
     closed: ClosedKeys,
-    expiry: VecDeque<Due>,
+    /// The open messages in the order they opened (their timeouts mostly come in that order):
+    /// the ends of the chain through [`Slot::older`] and [`Slot::newer`].
+    oldest: Option<u32>,
+    newest: Option<u32>,
     open: usize,
     stamps: u64,
     /// Allocations of closed messages, reused by new ones (bounded).
     spare_copies: Vec<Vec<CopyState>>,
     max_open: usize,
-    /// Queued timeouts past which those of closed messages are dropped (4 × `max_open`).
-    max_expiry: usize,
     timeout_ns: u64,
     /// Messages closed early to stay within bounds.
     pub evicted: u64,
@@ -493,7 +490,6 @@ impl MessageStore {
         let max_open = max_open.max(1);
         Self {
             max_open,
-            max_expiry: max_open.saturating_mul(4),
             timeout_ns,
             closed: ClosedKeys {
                 per_generation: max_open,
@@ -503,10 +499,36 @@ impl MessageStore {
         }
     }
 
-    fn is_live(&self, d: &Due) -> bool {
-        self.slots
-            .get(d.slot as usize)
-            .is_some_and(|s| s.stamp == d.stamp && s.msg.is_some())
+    /// Puts the message just opened in slot `i` at the newest end of the opening order.
+    #[inline]
+    fn link_newest(&mut self, i: u32) {
+        let older = self.newest;
+        match older.and_then(|o| self.slots.get_mut(o as usize)) {
+            Some(o) => o.newer = Some(i),
+            None => self.oldest = Some(i),
+        }
+        if let Some(s) = self.slots.get_mut(i as usize) {
+            s.older = older;
+            s.newer = None;
+        }
+        self.newest = Some(i);
+    }
+
+    /// Takes the message of slot `i` (closing) out of the opening order.
+    #[inline]
+    fn unlink(&mut self, i: u32) {
+        let Some(s) = self.slots.get(i as usize) else {
+            return;
+        };
+        let (older, newer) = (s.older, s.newer);
+        match older.and_then(|o| self.slots.get_mut(o as usize)) {
+            Some(o) => o.newer = newer,
+            None => self.oldest = newer,
+        }
+        match newer.and_then(|n| self.slots.get_mut(n as usize)) {
+            Some(n) => n.older = older,
+            None => self.newest = older,
+        }
     }
 
     fn slot_of(&self, k: (u64, u64)) -> Option<usize> {
@@ -517,13 +539,6 @@ impl MessageStore {
     pub fn sight(&mut self, a: &SightArgs) -> SightResult {
         let k = (a.flow.uid, a.key);
         let mut r = SightResult::default();
-        // Entries of messages closed early stay queued until their deadline; drop them when
-        // they outnumber the open messages, so the queue stays bounded at any rate.
-        if self.expiry.len() > self.max_expiry {
-            let mut expiry = std::mem::take(&mut self.expiry);
-            expiry.retain(|d| self.is_live(d));
-            self.expiry = expiry;
-        }
         let frg = a.frg.min(63);
         let bit = 1u64 << frg;
         let sighting = Sighting {
@@ -570,36 +585,25 @@ impl MessageStore {
                     sightings: smallvec::smallvec![sighting],
                     ack_ns: None,
                 });
-                self.slots[i] = Slot {
-                    stamp,
-                    msg: Some(OpenMessage {
-                        flow: a.flow,
-                        key: a.key,
-                        id: a.id,
-                        first_ns: a.ts_ns,
-                        bytes: a.bytes,
-                        nfrag: frg + 1,
-                        frag_union: bit,
-                        copies,
-                        flow_remembers: matches!(a.past, PastClosure::FlowKnows(_)),
-                    }),
-                };
+                let deadline = a.ts_ns.saturating_add(self.timeout_ns);
+                let s = &mut self.slots[i];
+                s.stamp = stamp;
+                s.deadline = deadline;
+                s.msg = Some(OpenMessage {
+                    flow: a.flow,
+                    key: a.key,
+                    id: a.id,
+                    first_ns: a.ts_ns,
+                    bytes: a.bytes,
+                    nfrag: frg + 1,
+                    frag_union: bit,
+                    copies,
+                    flow_remembers: matches!(a.past, PastClosure::FlowKnows(_)),
+                });
                 let slot = u32::try_from(i).unwrap_or(u32::MAX);
                 entry.insert(slot);
                 self.open += 1;
-                // Messages mostly close in the order they opened: the timeouts of those closed
-                // already leave the front of the queue here, which keeps it short.
-                while let Some(d) = self.expiry.front() {
-                    if self.is_live(d) {
-                        break;
-                    }
-                    self.expiry.pop_front();
-                }
-                self.expiry.push_back(Due {
-                    deadline: a.ts_ns.saturating_add(self.timeout_ns),
-                    slot,
-                    stamp,
-                });
+                self.link_newest(slot);
                 r.slot = u32::try_from(i).ok();
                 return r;
             }
@@ -722,6 +726,7 @@ impl MessageStore {
             return None;
         }
         let m = held.take()?;
+        self.unlink(slot);
         let k = (m.flow.uid, m.key);
         self.index.remove(&k);
         if !m.flow_remembers {
@@ -744,35 +749,34 @@ impl MessageStore {
     /// Whether [`MessageStore::pop_due`] may have a message for `now` (cheap, inlined).
     #[inline]
     pub fn any_due(&self, now: u64) -> bool {
-        self.open > self.max_open || self.expiry.front().is_some_and(|d| d.deadline <= now)
+        self.open > self.max_open
+            || self
+                .oldest
+                .and_then(|i| self.slots.get(i as usize))
+                .is_some_and(|s| s.deadline <= now)
     }
 
     /// Next message whose timeout passed at `now`, or the oldest one while over the bound
     /// (the flag says which).
     pub fn pop_due(&mut self, now: u64) -> Option<(OpenMessage, bool)> {
-        while let Some(&d) = self.expiry.front() {
-            let over = self.open > self.max_open;
-            if d.deadline > now && !over {
-                return None;
-            }
-            self.expiry.pop_front();
-            if !self.is_live(&d) {
-                continue;
-            }
-            if let Some(m) = self.take_at(d.slot) {
-                if over && d.deadline > now {
-                    self.evicted += 1;
-                    return Some((m, true));
-                }
-                return Some((m, false));
-            }
+        let i = self.oldest?;
+        let deadline = self.slots.get(i as usize)?.deadline;
+        let over = self.open > self.max_open;
+        if deadline > now && !over {
+            return None;
         }
-        None
+        let m = self.take_at(i)?;
+        if over && deadline > now {
+            self.evicted += 1;
+            return Some((m, true));
+        }
+        Some((m, false))
     }
 
     /// Every open message, for the end of the run, oldest first.
     pub fn drain_all(&mut self) -> Vec<OpenMessage> {
-        self.expiry.clear();
+        self.oldest = None;
+        self.newest = None;
         let mut v: Vec<(u64, OpenMessage)> = Vec::with_capacity(self.open);
         for (i, s) in self.slots.iter_mut().enumerate() {
             if let Some(m) = s.msg.take() {
