@@ -97,6 +97,8 @@ pub struct Engine {
     /// Address pairs known to be in `tuple_flows`, in sets of two by their low bits, the
     /// newest first (each packet's pair is remembered; most were already).
     tuples_known: [Option<u64>; TUPLES_KNOWN],
+    /// Address pairs `tuple_flows` holds at most (it is then cleared before the next pair).
+    tuples_max: usize,
     /// Scratch for KCP segments acknowledged by una (sn, segment).
     pub(crate) una_done: Vec<(u64, crate::matcher::kcp::Unacked)>,
     /// Scratch for QUIC packets acknowledged by one ACK packet, and each one's ACK delay.
@@ -146,6 +148,7 @@ impl Engine {
             quic_parts: Vec::new(),
             tuple_flows: HashMap::default(),
             tuples_known: [None; TUPLES_KNOWN],
+            tuples_max: cfg.max_flows.saturating_mul(4).max(16),
             una_done: Vec::new(),
             quic_acked: (Vec::new(), Vec::new()),
             echoes: HashMap::default(),
@@ -926,7 +929,7 @@ impl Engine {
 
     /// Whether the address-pair map is full (it is then cleared before the next pair).
     fn tuples_full(&self) -> bool {
-        self.tuple_flows.len() >= self.cfg.max_flows.saturating_mul(4).max(16)
+        self.tuple_flows.len() >= self.tuples_max
     }
 
     /// Whether [`Engine::remember_tuple`] has nothing to do for `tuple`.

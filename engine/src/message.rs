@@ -461,6 +461,8 @@ pub struct MessageStore {
     /// the ends of the chain through [`Slot::older`] and [`Slot::newer`].
     oldest: Option<u32>,
     newest: Option<u32>,
+    /// The oldest open message's deadline (`u64::MAX` with none open).
+    oldest_deadline: u64,
     open: usize,
     stamps: u64,
     /// Allocations of closed messages, reused by new ones (bounded).
@@ -491,6 +493,7 @@ impl MessageStore {
         Self {
             max_open,
             timeout_ns,
+            oldest_deadline: u64::MAX,
             closed: ClosedKeys {
                 per_generation: max_open,
                 ..ClosedKeys::default()
@@ -510,6 +513,9 @@ impl MessageStore {
         if let Some(s) = self.slots.get_mut(i as usize) {
             s.older = older;
             s.newer = None;
+            if older.is_none() {
+                self.oldest_deadline = s.deadline;
+            }
         }
         self.newest = Some(i);
     }
@@ -526,8 +532,16 @@ impl MessageStore {
             None => self.oldest = newer,
         }
         match newer.and_then(|n| self.slots.get_mut(n as usize)) {
-            Some(n) => n.older = older,
+            Some(n) => {
+                n.older = older;
+                if older.is_none() {
+                    self.oldest_deadline = n.deadline;
+                }
+            }
             None => self.newest = older,
+        }
+        if self.oldest.is_none() {
+            self.oldest_deadline = u64::MAX;
         }
     }
 
@@ -749,11 +763,7 @@ impl MessageStore {
     /// Whether [`MessageStore::pop_due`] may have a message for `now` (cheap, inlined).
     #[inline]
     pub fn any_due(&self, now: u64) -> bool {
-        self.open > self.max_open
-            || self
-                .oldest
-                .and_then(|i| self.slots.get(i as usize))
-                .is_some_and(|s| s.deadline <= now)
+        self.open > self.max_open || self.oldest_deadline <= now
     }
 
     /// Next message whose timeout passed at `now`, or the oldest one while over the bound
@@ -777,6 +787,7 @@ impl MessageStore {
     pub fn drain_all(&mut self) -> Vec<OpenMessage> {
         self.oldest = None;
         self.newest = None;
+        self.oldest_deadline = u64::MAX;
         let mut v: Vec<(u64, OpenMessage)> = Vec::with_capacity(self.open);
         for (i, s) in self.slots.iter_mut().enumerate() {
             if let Some(m) = s.msg.take() {

@@ -628,6 +628,7 @@ fn sessions_per_path(
 /// The mode in which a session not (or no longer) in a group joins the group of its server
 /// port, if it does: by application id (forced, or the segment carries one), or by content
 /// (forced, or sessions to the port were seen on two paths, remembering this one).
+#[inline]
 fn joins_group(
     forced: Option<MatchMode>,
     k: &KcpSegment,
