@@ -32,7 +32,13 @@ pub enum Dir {
 
 /// Client → server (uplink, from the T-Box) or the reverse, by the port heuristic.
 pub fn is_uplink(src: &SocketAddr, dst: &SocketAddr) -> Option<bool> {
-    match src.port().cmp(&dst.port()) {
+    uplink_by_ports(src.port(), dst.port())
+}
+
+/// [`is_uplink`] of a packet from port `src` to port `dst`.
+#[inline]
+pub(crate) fn uplink_by_ports(src: u16, dst: u16) -> Option<bool> {
+    match src.cmp(&dst) {
         std::cmp::Ordering::Greater => Some(true),
         std::cmp::Ordering::Less => Some(false),
         std::cmp::Ordering::Equal => None,

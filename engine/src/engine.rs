@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use crate::capture::{is_uplink, CaptureTable, Dir};
+use crate::capture::{CaptureTable, Dir};
 use crate::config::{Config, MatchMode};
 use crate::flow::{FlowKey, FlowRef, FlowTable};
 use crate::hol::IncidentBook;
@@ -344,7 +344,7 @@ impl Engine {
     pub(crate) fn packet(&mut self, meta: &PacketMeta) -> Option<Pkt> {
         // The capture's facts, in one lookup: a known capture with its own label needs no
         // lookup of the label.
-        let up = is_uplink(&meta.src, &meta.dst);
+        let (up, tuple) = crate::matcher::pair_facts(&meta.src, &meta.dst);
         let facts = |c: &crate::capture::CaptureState| {
             let dir = c.dir_of_pair(&meta.src, &meta.dst, up);
             (c.path, dir, c.offset_ns, c.paired.is_some())
@@ -401,7 +401,7 @@ impl Engine {
             ts_ns: ts,
             wire,
             count_wire,
-            tuple: crate::matcher::tuple_hash(&meta.src, &meta.dst),
+            tuple,
             up,
         })
     }

@@ -67,20 +67,36 @@ pub fn mix(parts: &[u64]) -> u64 {
 }
 
 /// Hash of an address pair (pairing captures that saw the same packet).
+#[inline]
 pub fn tuple_hash(src: &SocketAddr, dst: &SocketAddr) -> u64 {
-    // Each address with its port in one word (exact for IPv4: 32 + 16 bits).
+    pair_facts(src, dst).1
+}
+
+/// [`crate::capture::is_uplink`] and [`tuple_hash`] of a packet from `src` to `dst`, each
+/// address read once.
+#[inline]
+pub fn pair_facts(src: &SocketAddr, dst: &SocketAddr) -> (Option<bool>, u64) {
+    // Each address with its port in one word (exact for IPv4: 32 + 16 bits), and the port.
     let word = |a: &SocketAddr| match a {
-        SocketAddr::V4(v) => (u64::from(u32::from(*v.ip())) << 16) | u64::from(v.port()),
+        SocketAddr::V4(v) => (
+            (u64::from(u32::from(*v.ip())) << 16) | u64::from(v.port()),
+            v.port(),
+        ),
         SocketAddr::V6(v) => {
             let x = u128::from(*v.ip());
-            ((x as u64) ^ ((x >> 64) as u64)).rotate_left(16) ^ u64::from(v.port())
+            let w = ((x as u64) ^ ((x >> 64) as u64)).rotate_left(16) ^ u64::from(v.port());
+            (w, v.port())
         }
     };
+    let ((ws, ps), (wd, pd)) = (word(src), word(dst));
     // One folded multiply of the two words (each offset by its own constant, so that the
     // reverse pair hashes apart): the pair's hash is only compared, never shown.
-    let (a, b) = (word(src) ^ 0x243f_6a88_85a3_08d3, word(dst) ^ 0x1319_8a2e_0370_7344);
+    let (a, b) = (ws ^ 0x243f_6a88_85a3_08d3, wd ^ 0x1319_8a2e_0370_7344);
     let p = u128::from(a) * u128::from(b);
-    (p as u64) ^ ((p >> 64) as u64)
+    (
+        crate::capture::uplink_by_ports(ps, pd),
+        (p as u64) ^ ((p >> 64) as u64),
+    )
 }
 
 /// The server side's port (the lower one).
