@@ -603,6 +603,9 @@ impl MessageStore {
                 let s = &mut self.slots[i];
                 s.stamp = stamp;
                 s.deadline = deadline;
+                // (A free slot holds none: with that settled first, the message is made in
+                // its place.)
+                s.msg = None;
                 s.msg = Some(OpenMessage {
                     flow: a.flow,
                     key: a.key,
