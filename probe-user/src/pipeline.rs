@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use tboxscope_engine::{Engine, Observation};
 
@@ -19,6 +20,16 @@ const BATCH: usize = 1024;
 /// Batches on their way to the engine's thread before decoding waits.
 const IN_FLIGHT: usize = 8;
 
+/// How long each thread of a pipelined run waited for the other: the one that waited less set
+/// the pace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Waits {
+    /// The engine's thread, for the next batch of observations (decoding was slower).
+    pub engine: Duration,
+    /// The decoding thread, for room to hand a batch over (the engine was slower).
+    pub decoding: Duration,
+}
+
 /// Runs after each observation on the engine's thread, with the state given to
 /// [`EngineThread::spawn`]; its first error stops the thread.
 pub type AfterObservation<T, E> = fn(&mut Engine, &mut T) -> Result<(), E>;
@@ -28,14 +39,20 @@ pub fn worth_a_thread() -> bool {
     std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
 }
 
+/// What the engine's thread ends with: the engine, the state and how long it waited for
+/// observations, or the first error of `after`.
+type WorkerResult<T, E> = Result<(Engine, T, Duration), E>;
+
 /// An [`Engine`] running on its own thread, fed through [`ObservationSink::handle`].
 pub struct EngineThread<T, E> {
     batch: Vec<Observation>,
     to_engine: Option<SyncSender<Vec<Observation>>>,
     /// Batches the engine's thread is done with, observations still in them, for reuse.
     recycled: Receiver<Vec<Observation>>,
-    worker: Option<JoinHandle<Result<(Engine, T), E>>>,
+    worker: Option<JoinHandle<WorkerResult<T, E>>>,
     stopped: bool,
+    /// Time spent waiting to hand a batch over.
+    waited: Duration,
 }
 
 impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
@@ -48,7 +65,13 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
             .name("engine".to_owned())
             .spawn(move || {
                 let (mut engine, mut state) = (engine, state);
-                for batch in batches {
+                let mut waited = Duration::ZERO;
+                loop {
+                    let asked = Instant::now();
+                    let Ok(batch) = batches.recv() else {
+                        break;
+                    };
+                    waited += asked.elapsed();
                     for obs in &batch {
                         engine.handle_ref(obs);
                         after(&mut engine, &mut state)?;
@@ -59,7 +82,7 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
                     // decoding does not take them back fast enough, the batch is dropped here.
                     let _ = recycle.try_send(batch);
                 }
-                Ok((engine, state))
+                Ok((engine, state, waited))
             })?;
         Ok(Self {
             batch: Vec::with_capacity(BATCH),
@@ -67,6 +90,7 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
             recycled,
             worker: Some(worker),
             stopped: false,
+            waited: Duration::ZERO,
         })
     }
 
@@ -76,16 +100,24 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
         self.stopped
     }
 
-    /// Hands over what is left, waits for the engine's thread and gives back the engine and
-    /// the state, or the first error of `after`. A panic on the engine's thread goes on here.
-    pub fn finish(mut self) -> Result<(Engine, T), E> {
+    /// Hands over what is left, waits for the engine's thread and gives back the engine, the
+    /// state and how long each thread waited for the other, or the first error of `after`. A
+    /// panic on the engine's thread goes on here.
+    pub fn finish(mut self) -> Result<(Engine, T, Waits), E> {
         self.hand_over();
         self.to_engine = None;
         let Some(worker) = self.worker.take() else {
             unreachable!("the worker is taken only here and in drop");
         };
+        let decoding = self.waited;
         match worker.join() {
-            Ok(r) => r,
+            Ok(r) => r.map(|(engine, state, waited)| {
+                let waits = Waits {
+                    engine: waited,
+                    decoding,
+                };
+                (engine, state, waits)
+            }),
             Err(panic) => std::panic::resume_unwind(panic),
         }
     }
@@ -102,10 +134,12 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
             Err(_) => Vec::with_capacity(BATCH),
         };
         let full = std::mem::replace(&mut self.batch, next);
+        let asked = Instant::now();
         let sent = self
             .to_engine
             .as_ref()
             .is_some_and(|t| t.send(full).is_ok());
+        self.waited += asked.elapsed();
         if !sent {
             self.stopped = true;
             self.batch.clear();
@@ -145,6 +179,8 @@ pub struct Matched<T> {
     pub file_errors: Vec<FileError>,
     /// The newest packet time fed (to finish the run with).
     pub last_ts: u64,
+    /// With the engine on its own thread, how long each thread waited for the other.
+    pub waits: Option<Waits>,
 }
 
 /// Decodes `files` with `analyzer` and matches what they carry in `engine`, the user's
@@ -178,6 +214,7 @@ where
             state,
             file_errors,
             last_ts: feed.last_ts(),
+            waits: None,
         });
     }
     let thread = EngineThread::spawn(engine, state, after)?;
@@ -192,7 +229,7 @@ where
             false => Ok(()),
         }
     });
-    let (engine, state) = correlator.into_sink().finish()?;
+    let (engine, state, waits) = correlator.into_sink().finish()?;
     let file_errors = decoded
         .map_err(|()| std::io::Error::other("the engine's thread stopped without saying why"))?;
     Ok(Matched {
@@ -200,5 +237,6 @@ where
         state,
         file_errors,
         last_ts: feed.last_ts(),
+        waits: Some(waits),
     })
 }
