@@ -57,6 +57,16 @@ pub fn unmet_statements<'a>(
 pub trait ObservationSink {
     /// Takes one observation, in order.
     fn handle(&mut self, obs: Observation);
+
+    /// Takes the observation `make` builds, in order (a sink that keeps observations can
+    /// build it where it keeps it instead of moving it there).
+    #[inline]
+    fn handle_made(&mut self, make: impl FnOnce() -> Observation)
+    where
+        Self: Sized,
+    {
+        self.handle(make());
+    }
 }
 
 impl ObservationSink for Engine {
@@ -224,25 +234,55 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) -> Observation {
+        let (capture, label) = self.capture_and_label(key, path, packet.ts_ns);
+        self.capture_observation(capture, label, frame_len, first_in_frame, packet)
+    }
+
+    /// [`Correlator::observation_keyed`] handed to the sink, built where the sink keeps it.
+    #[inline]
+    pub fn observe_keyed(
+        &mut self,
+        key: Option<usize>,
+        path: &str,
+        frame_len: u32,
+        first_in_frame: bool,
+        packet: &DecodedPacket,
+    ) {
+        let (capture, label) = self.capture_and_label(key, path, packet.ts_ns);
+        let (labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
+        self.sink.handle_made(|| {
+            let meta = packet_meta(capture, label, frame_len, first_in_frame, packet);
+            observation_labeled(meta, packet, &mut |p| quic_label(labels, last, p))
+        });
+    }
+
+    /// The capture id and shared path label of a unit seen on `path` (named by the caller's
+    /// `key`, if any); capture points met first are declared here.
+    #[inline]
+    fn capture_and_label(
+        &mut self,
+        key: Option<usize>,
+        path: &str,
+        ts_ns: u64,
+    ) -> (CaptureId, Arc<str>) {
         if !self.expected.is_empty() {
             for l in std::mem::take(&mut self.expected) {
-                self.capture_id(&l, packet.ts_ns);
+                self.capture_id(&l, ts_ns);
             }
         }
-        let (capture, label) = match &self.last_capture {
+        match &self.last_capture {
             Some((label, capture, last_key))
                 if (key.is_some() && *last_key == key) || **label == *path =>
             {
                 (*capture, Arc::clone(label))
             }
             _ => {
-                let capture = self.capture_id(path, packet.ts_ns);
+                let capture = self.capture_id(path, ts_ns);
                 let label = self.label(path);
                 self.last_capture = Some((Arc::clone(&label), capture, key));
                 (capture, label)
             }
-        };
-        self.capture_observation(capture, label, frame_len, first_in_frame, packet)
+        }
     }
 
     /// Feeds one decoded unit seen by capture `capture` (declared with [`Correlator::declare`]),
@@ -269,33 +309,9 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) -> Observation {
-        let meta = PacketMeta {
-            ts_ns: packet.ts_ns,
-            path,
-            capture,
-            src: packet.src,
-            dst: packet.dst,
-            wire_len: if first_in_frame { frame_len } else { 0 },
-        };
-        let (quic_labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
-        observation_labeled(meta, packet, &mut |p| match p.connection {
-            Some(n) => match last {
-                Some((m, label)) if *m == n => Arc::clone(label),
-                _ => {
-                    if quic_labels.len() >= MAX_QUIC_LABELS && !quic_labels.contains_key(&n) {
-                        quic_labels.clear();
-                    }
-                    let label = Arc::clone(
-                        quic_labels
-                            .entry(n)
-                            .or_insert_with(|| Arc::from(format!("quic#{n}"))),
-                    );
-                    *last = Some((n, Arc::clone(&label)));
-                    label
-                }
-            },
-            None => quic_conn_label(p),
-        })
+        let meta = packet_meta(capture, path, frame_len, first_in_frame, packet);
+        let (labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
+        observation_labeled(meta, packet, &mut |p| quic_label(labels, last, p))
     }
 
     fn capture_id(&mut self, path: &str, ts_ns: u64) -> CaptureId {
@@ -340,8 +356,8 @@ pub struct FrameFeed {
 impl FrameFeed {
     /// Feeds one record.
     pub fn observe<S: ObservationSink>(&mut self, correlator: &mut Correlator<S>, r: &Record<'_>) {
-        let obs = self.observation(correlator, r);
-        correlator.sink_mut().handle(obs);
+        let (frame_len, first) = self.note(correlator, r);
+        correlator.observe_keyed(Some(r.path_index), r.path, frame_len, first, r.packet);
     }
 
     /// What [`FrameFeed::observe`] hands the engine, without handing it.
@@ -350,6 +366,18 @@ impl FrameFeed {
         correlator: &mut Correlator<S>,
         r: &Record<'_>,
     ) -> Observation {
+        let (frame_len, first) = self.note(correlator, r);
+        correlator.observation_keyed(Some(r.path_index), r.path, frame_len, first, r.packet)
+    }
+
+    /// Notes record `r`: its frame's wire length and whether it is the frame's first unit,
+    /// paths newly met announced to `correlator`.
+    #[inline]
+    fn note<S: ObservationSink>(
+        &mut self,
+        correlator: &mut Correlator<S>,
+        r: &Record<'_>,
+    ) -> (u32, bool) {
         // Records of one frame come together; the file name's address tells files apart.
         let key = (r.file.as_ptr() as usize, r.frame);
         let first = self.last_frame != Some(key);
@@ -360,12 +388,59 @@ impl FrameFeed {
             correlator.expect_paths(&r.paths[self.paths_known..]);
             self.paths_known = r.paths.len();
         }
-        correlator.observation_keyed(Some(r.path_index), r.path, frame_len, first, r.packet)
+        (frame_len, first)
     }
 
     /// The newest packet time fed (Unix epoch ns; 0 before the first).
     pub fn last_ts(&self) -> u64 {
         self.last_ts
+    }
+}
+
+/// The engine's facts about a decoded unit seen by `capture` on `path`; the frame's wire
+/// length goes to its first unit.
+#[inline]
+fn packet_meta(
+    capture: CaptureId,
+    path: Arc<str>,
+    frame_len: u32,
+    first_in_frame: bool,
+    packet: &DecodedPacket,
+) -> PacketMeta {
+    PacketMeta {
+        ts_ns: packet.ts_ns,
+        path,
+        capture,
+        src: packet.src,
+        dst: packet.dst,
+        wire_len: if first_in_frame { frame_len } else { 0 },
+    }
+}
+
+/// The label of a QUIC packet's connection, one shared copy per connection number (`labels`,
+/// bounded; `last`: the previous packet's, as packets come in runs).
+fn quic_label(
+    labels: &mut HashMap<u64, Arc<str>>,
+    last: &mut Option<(u64, Arc<str>)>,
+    p: &PacketSummary,
+) -> Arc<str> {
+    match p.connection {
+        Some(n) => match last {
+            Some((m, label)) if *m == n => Arc::clone(label),
+            _ => {
+                if labels.len() >= MAX_QUIC_LABELS && !labels.contains_key(&n) {
+                    labels.clear();
+                }
+                let label = Arc::clone(
+                    labels
+                        .entry(n)
+                        .or_insert_with(|| Arc::from(format!("quic#{n}"))),
+                );
+                *last = Some((n, Arc::clone(&label)));
+                label
+            }
+        },
+        None => quic_conn_label(p),
     }
 }
 
@@ -384,6 +459,7 @@ pub fn quic_conn_label(p: &PacketSummary) -> Arc<str> {
 }
 
 /// [`observation`], with QUIC connection labels from `conn`.
+#[inline]
 fn observation_labeled(
     meta: PacketMeta,
     packet: &DecodedPacket,
@@ -424,6 +500,7 @@ fn observation_labeled(
     }
 }
 
+#[inline]
 fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
     let cmd = match seg.cmd {
         Cmd::Push => KcpCmd::Push,

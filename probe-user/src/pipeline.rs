@@ -149,10 +149,22 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
 
 impl<T: Send + 'static, E: Send + 'static> ObservationSink for EngineThread<T, E> {
     fn handle(&mut self, obs: Observation) {
+        self.handle_made(|| obs);
+    }
+
+    /// Builds the observation in its place in the batch.
+    #[inline]
+    fn handle_made(&mut self, make: impl FnOnce() -> Observation) {
         if self.stopped {
             return;
         }
-        self.batch.push(obs);
+        if let Some(place) = self.batch.spare_capacity_mut().first_mut() {
+            place.write(make());
+            // SAFETY: the place just written is the first past the batch's length.
+            unsafe { self.batch.set_len(self.batch.len() + 1) };
+        } else {
+            self.batch.push(make());
+        }
         if self.batch.len() >= BATCH {
             self.hand_over();
         }
