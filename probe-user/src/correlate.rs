@@ -67,6 +67,12 @@ pub trait ObservationSink {
     {
         self.handle(make());
     }
+
+    /// The allocation of a QUIC packet the sink is done with, to build the next one in (a
+    /// sink that hands observations back keeps them instead of freeing them).
+    fn spare_quic_packet(&mut self) -> Option<Box<QuicPacket>> {
+        None
+    }
 }
 
 impl ObservationSink for Engine {
@@ -249,10 +255,14 @@ impl<S: ObservationSink> Correlator<S> {
         packet: &DecodedPacket,
     ) {
         let (capture, label) = self.capture_and_label(key, path, packet.ts_ns);
+        let spare = match &packet.decoded {
+            Decoded::QuicPacket(p) if p.decrypted => self.sink.spare_quic_packet(),
+            _ => None,
+        };
         let (labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
         self.sink.handle_made(|| {
             let meta = packet_meta(capture, label, frame_len, first_in_frame, packet);
-            observation_labeled(meta, packet, &mut |p| quic_label(labels, last, p))
+            observation_labeled(meta, packet, &mut |p| quic_label(labels, last, p), spare)
         });
     }
 
@@ -311,7 +321,7 @@ impl<S: ObservationSink> Correlator<S> {
     ) -> Observation {
         let meta = packet_meta(capture, path, frame_len, first_in_frame, packet);
         let (labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
-        observation_labeled(meta, packet, &mut |p| quic_label(labels, last, p))
+        observation_labeled(meta, packet, &mut |p| quic_label(labels, last, p), None)
     }
 
     fn capture_id(&mut self, path: &str, ts_ns: u64) -> CaptureId {
@@ -446,7 +456,7 @@ fn quic_label(
 
 /// The engine observation for one decoded unit.
 pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
-    observation_labeled(meta, packet, &mut quic_conn_label)
+    observation_labeled(meta, packet, &mut quic_conn_label, None)
 }
 
 /// The engine's label of a QUIC packet's connection: the decoder's connection number, else
@@ -458,12 +468,14 @@ pub fn quic_conn_label(p: &PacketSummary) -> Arc<str> {
     }
 }
 
-/// [`observation`], with QUIC connection labels from `conn`.
+/// [`observation`], with QUIC connection labels from `conn`, a QUIC packet built in `spare`
+/// if given.
 #[inline]
 fn observation_labeled(
     meta: PacketMeta,
     packet: &DecodedPacket,
     conn: &mut dyn FnMut(&PacketSummary) -> Arc<str>,
+    spare: Option<Box<QuicPacket>>,
 ) -> Observation {
     match &packet.decoded {
         Decoded::KcpSegment(seg) => {
@@ -473,7 +485,7 @@ fn observation_labeled(
             Observation::Kcp(k)
         }
         Decoded::QuicPacket(p) if p.decrypted => {
-            let mut q = quic_packet(meta, p, conn(p));
+            let mut q = quic_packet(meta, p, conn(p), spare);
             for s in &mut q.streams {
                 if let Some(h) = packet
                     .stream_heads
@@ -523,16 +535,29 @@ fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
     }
 }
 
-/// The packet is made in its box and its frames added there (they are held inline).
-fn quic_packet(meta: PacketMeta, p: &PacketSummary, conn: Arc<str>) -> Box<QuicPacket> {
-    let mut packet = Box::new(QuicPacket {
+/// The packet is made in its box (`spare`, or a new one) and its frames added there (they are
+/// held inline).
+fn quic_packet(
+    meta: PacketMeta,
+    p: &PacketSummary,
+    conn: Arc<str>,
+    spare: Option<Box<QuicPacket>>,
+) -> Box<QuicPacket> {
+    let packet = QuicPacket {
         meta,
         conn,
         path_id: p.path_id.unwrap_or(0),
         pn: p.pn.unwrap_or(0),
         streams: QuicStreams::new(),
         acks: QuicAcks::new(),
-    });
+    };
+    let mut packet = match spare {
+        Some(mut b) => {
+            *b = packet;
+            b
+        }
+        None => Box::new(packet),
+    };
     for f in &p.frames {
         match f.frame_type {
             "stream" => packet.streams.extend(stream_range(f)),

@@ -8,7 +8,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tboxscope_engine::{Engine, Observation};
+use tboxscope_engine::{Engine, Observation, QuicPacket};
 
 use crate::analyze::Analyzer;
 use crate::correlate::{CaptureHint, Correlator, FrameFeed, ObservationSink};
@@ -19,6 +19,8 @@ use crate::source::pcap::FileError;
 const BATCH: usize = 1024;
 /// Batches on their way to the engine's thread before decoding waits.
 const IN_FLIGHT: usize = 8;
+/// QUIC packet allocations kept from batches that came back, for the next packets.
+const SPARE_QUIC_PACKETS: usize = 2 * BATCH;
 
 /// How long each thread of a pipelined run waited for the other: the one that waited less set
 /// the pace.
@@ -53,6 +55,13 @@ pub struct EngineThread<T, E> {
     stopped: bool,
     /// Time spent waiting to hand a batch over.
     waited: Duration,
+    /// QUIC packets of batches that came back, their allocations reused for new ones (a
+    /// thousand frees and mallocs per batch otherwise, most of them past malloc's caches).
+    /// Boxed on purpose: each box is an allocation handed back to an observation.
+    #[allow(clippy::vec_box)]
+    spare_quic: Vec<Box<QuicPacket>>,
+    /// Whether QUIC packets are being made (a spare was asked for).
+    quic_made: bool,
 }
 
 impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
@@ -91,6 +100,8 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
             worker: Some(worker),
             stopped: false,
             waited: Duration::ZERO,
+            spare_quic: Vec::new(),
+            quic_made: false,
         })
     }
 
@@ -128,6 +139,17 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
         }
         let next = match self.recycled.try_recv() {
             Ok(mut used) => {
+                // (Moving every observation out costs more than dropping it in place: batches
+                // are taken apart only once QUIC packets are being made.)
+                if self.quic_made {
+                    for obs in used.drain(..) {
+                        if let Observation::Quic(q) = obs {
+                            if self.spare_quic.len() < SPARE_QUIC_PACKETS {
+                                self.spare_quic.push(q);
+                            }
+                        }
+                    }
+                }
                 used.clear();
                 used
             }
@@ -150,6 +172,11 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
 impl<T: Send + 'static, E: Send + 'static> ObservationSink for EngineThread<T, E> {
     fn handle(&mut self, obs: Observation) {
         self.handle_made(|| obs);
+    }
+
+    fn spare_quic_packet(&mut self) -> Option<Box<QuicPacket>> {
+        self.quic_made = true;
+        self.spare_quic.pop()
     }
 
     /// Builds the observation in its place in the batch.
