@@ -619,7 +619,10 @@ fn engine_overhead(file: &Path, config: &DissectConfig, rounds: usize) {
         // other processes on the machine evict pages of an 880 MB file between rounds.
         let reading = warm_page_cache(file);
         if reading != FileReading::SameThread {
-            println!("round {}: the file is not in the page cache ({reading:?})", round + 1);
+            println!(
+                "round {}: the file is not in the page cache ({reading:?})",
+                round + 1
+            );
         }
         let d = decode_in_process(file, config, 1);
         frames = d.stats.frames;
