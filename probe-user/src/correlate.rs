@@ -57,6 +57,22 @@ pub fn unmet_statements<'a>(
 pub trait ObservationSink {
     /// Takes one observation, in order.
     fn handle(&mut self, obs: Observation);
+
+    /// Takes the observation `make` builds, in order (a sink that keeps observations can
+    /// build it where it keeps it instead of moving it there).
+    #[inline]
+    fn handle_made(&mut self, make: impl FnOnce() -> Observation)
+    where
+        Self: Sized,
+    {
+        self.handle(make());
+    }
+
+    /// The allocation of a QUIC packet the sink is done with, to build the next one in (a
+    /// sink that hands observations back keeps them instead of freeing them).
+    fn spare_quic_packet(&mut self) -> Option<Box<QuicPacket>> {
+        None
+    }
 }
 
 impl ObservationSink for Engine {
@@ -224,25 +240,59 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) -> Observation {
+        let (capture, label) = self.capture_and_label(key, path, packet.ts_ns);
+        self.capture_observation(capture, label, frame_len, first_in_frame, packet)
+    }
+
+    /// [`Correlator::observation_keyed`] handed to the sink, built where the sink keeps it.
+    #[inline]
+    pub fn observe_keyed(
+        &mut self,
+        key: Option<usize>,
+        path: &str,
+        frame_len: u32,
+        first_in_frame: bool,
+        packet: &DecodedPacket,
+    ) {
+        let (capture, label) = self.capture_and_label(key, path, packet.ts_ns);
+        let spare = match &packet.decoded {
+            Decoded::QuicPacket(p) if p.decrypted => self.sink.spare_quic_packet(),
+            _ => None,
+        };
+        let (labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
+        self.sink.handle_made(|| {
+            let meta = packet_meta(capture, label, frame_len, first_in_frame, packet);
+            observation_labeled(meta, packet, &mut |p| quic_label(labels, last, p), spare)
+        });
+    }
+
+    /// The capture id and shared path label of a unit seen on `path` (named by the caller's
+    /// `key`, if any); capture points met first are declared here.
+    #[inline]
+    fn capture_and_label(
+        &mut self,
+        key: Option<usize>,
+        path: &str,
+        ts_ns: u64,
+    ) -> (CaptureId, Arc<str>) {
         if !self.expected.is_empty() {
             for l in std::mem::take(&mut self.expected) {
-                self.capture_id(&l, packet.ts_ns);
+                self.capture_id(&l, ts_ns);
             }
         }
-        let (capture, label) = match &self.last_capture {
+        match &self.last_capture {
             Some((label, capture, last_key))
                 if (key.is_some() && *last_key == key) || **label == *path =>
             {
                 (*capture, Arc::clone(label))
             }
             _ => {
-                let capture = self.capture_id(path, packet.ts_ns);
+                let capture = self.capture_id(path, ts_ns);
                 let label = self.label(path);
                 self.last_capture = Some((Arc::clone(&label), capture, key));
                 (capture, label)
             }
-        };
-        self.capture_observation(capture, label, frame_len, first_in_frame, packet)
+        }
     }
 
     /// Feeds one decoded unit seen by capture `capture` (declared with [`Correlator::declare`]),
@@ -269,33 +319,9 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) -> Observation {
-        let meta = PacketMeta {
-            ts_ns: packet.ts_ns,
-            path,
-            capture,
-            src: packet.src,
-            dst: packet.dst,
-            wire_len: if first_in_frame { frame_len } else { 0 },
-        };
-        let (quic_labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
-        observation_labeled(meta, packet, &mut |p| match p.connection {
-            Some(n) => match last {
-                Some((m, label)) if *m == n => Arc::clone(label),
-                _ => {
-                    if quic_labels.len() >= MAX_QUIC_LABELS && !quic_labels.contains_key(&n) {
-                        quic_labels.clear();
-                    }
-                    let label = Arc::clone(
-                        quic_labels
-                            .entry(n)
-                            .or_insert_with(|| Arc::from(format!("quic#{n}"))),
-                    );
-                    *last = Some((n, Arc::clone(&label)));
-                    label
-                }
-            },
-            None => quic_conn_label(p),
-        })
+        let meta = packet_meta(capture, path, frame_len, first_in_frame, packet);
+        let (labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
+        observation_labeled(meta, packet, &mut |p| quic_label(labels, last, p), None)
     }
 
     fn capture_id(&mut self, path: &str, ts_ns: u64) -> CaptureId {
@@ -340,8 +366,8 @@ pub struct FrameFeed {
 impl FrameFeed {
     /// Feeds one record.
     pub fn observe<S: ObservationSink>(&mut self, correlator: &mut Correlator<S>, r: &Record<'_>) {
-        let obs = self.observation(correlator, r);
-        correlator.sink_mut().handle(obs);
+        let (frame_len, first) = self.note(correlator, r);
+        correlator.observe_keyed(Some(r.path_index), r.path, frame_len, first, r.packet);
     }
 
     /// What [`FrameFeed::observe`] hands the engine, without handing it.
@@ -350,6 +376,18 @@ impl FrameFeed {
         correlator: &mut Correlator<S>,
         r: &Record<'_>,
     ) -> Observation {
+        let (frame_len, first) = self.note(correlator, r);
+        correlator.observation_keyed(Some(r.path_index), r.path, frame_len, first, r.packet)
+    }
+
+    /// Notes record `r`: its frame's wire length and whether it is the frame's first unit,
+    /// paths newly met announced to `correlator`.
+    #[inline]
+    fn note<S: ObservationSink>(
+        &mut self,
+        correlator: &mut Correlator<S>,
+        r: &Record<'_>,
+    ) -> (u32, bool) {
         // Records of one frame come together; the file name's address tells files apart.
         let key = (r.file.as_ptr() as usize, r.frame);
         let first = self.last_frame != Some(key);
@@ -360,7 +398,7 @@ impl FrameFeed {
             correlator.expect_paths(&r.paths[self.paths_known..]);
             self.paths_known = r.paths.len();
         }
-        correlator.observation_keyed(Some(r.path_index), r.path, frame_len, first, r.packet)
+        (frame_len, first)
     }
 
     /// The newest packet time fed (Unix epoch ns; 0 before the first).
@@ -369,9 +407,56 @@ impl FrameFeed {
     }
 }
 
+/// The engine's facts about a decoded unit seen by `capture` on `path`; the frame's wire
+/// length goes to its first unit.
+#[inline]
+fn packet_meta(
+    capture: CaptureId,
+    path: Arc<str>,
+    frame_len: u32,
+    first_in_frame: bool,
+    packet: &DecodedPacket,
+) -> PacketMeta {
+    PacketMeta {
+        ts_ns: packet.ts_ns,
+        path,
+        capture,
+        src: packet.src,
+        dst: packet.dst,
+        wire_len: if first_in_frame { frame_len } else { 0 },
+    }
+}
+
+/// The label of a QUIC packet's connection, one shared copy per connection number (`labels`,
+/// bounded; `last`: the previous packet's, as packets come in runs).
+fn quic_label(
+    labels: &mut HashMap<u64, Arc<str>>,
+    last: &mut Option<(u64, Arc<str>)>,
+    p: &PacketSummary,
+) -> Arc<str> {
+    match p.connection {
+        Some(n) => match last {
+            Some((m, label)) if *m == n => Arc::clone(label),
+            _ => {
+                if labels.len() >= MAX_QUIC_LABELS && !labels.contains_key(&n) {
+                    labels.clear();
+                }
+                let label = Arc::clone(
+                    labels
+                        .entry(n)
+                        .or_insert_with(|| Arc::from(format!("quic#{n}"))),
+                );
+                *last = Some((n, Arc::clone(&label)));
+                label
+            }
+        },
+        None => quic_conn_label(p),
+    }
+}
+
 /// The engine observation for one decoded unit.
 pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
-    observation_labeled(meta, packet, &mut quic_conn_label)
+    observation_labeled(meta, packet, &mut quic_conn_label, None)
 }
 
 /// The engine's label of a QUIC packet's connection: the decoder's connection number, else
@@ -383,11 +468,14 @@ pub fn quic_conn_label(p: &PacketSummary) -> Arc<str> {
     }
 }
 
-/// [`observation`], with QUIC connection labels from `conn`.
+/// [`observation`], with QUIC connection labels from `conn`, a QUIC packet built in `spare`
+/// if given.
+#[inline]
 fn observation_labeled(
     meta: PacketMeta,
     packet: &DecodedPacket,
     conn: &mut dyn FnMut(&PacketSummary) -> Arc<str>,
+    spare: Option<Box<QuicPacket>>,
 ) -> Observation {
     match &packet.decoded {
         Decoded::KcpSegment(seg) => {
@@ -397,7 +485,7 @@ fn observation_labeled(
             Observation::Kcp(k)
         }
         Decoded::QuicPacket(p) if p.decrypted => {
-            let mut q = quic_packet(meta, p, conn(p));
+            let mut q = quic_packet(meta, p, conn(p), spare);
             for s in &mut q.streams {
                 if let Some(h) = packet
                     .stream_heads
@@ -424,6 +512,7 @@ fn observation_labeled(
     }
 }
 
+#[inline]
 fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
     let cmd = match seg.cmd {
         Cmd::Push => KcpCmd::Push,
@@ -446,16 +535,29 @@ fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
     }
 }
 
-/// The packet is made in its box and its frames added there (they are held inline).
-fn quic_packet(meta: PacketMeta, p: &PacketSummary, conn: Arc<str>) -> Box<QuicPacket> {
-    let mut packet = Box::new(QuicPacket {
+/// The packet is made in its box (`spare`, or a new one) and its frames added there (they are
+/// held inline).
+fn quic_packet(
+    meta: PacketMeta,
+    p: &PacketSummary,
+    conn: Arc<str>,
+    spare: Option<Box<QuicPacket>>,
+) -> Box<QuicPacket> {
+    let packet = QuicPacket {
         meta,
         conn,
         path_id: p.path_id.unwrap_or(0),
         pn: p.pn.unwrap_or(0),
         streams: QuicStreams::new(),
         acks: QuicAcks::new(),
-    });
+    };
+    let mut packet = match spare {
+        Some(mut b) => {
+            *b = packet;
+            b
+        }
+        None => Box::new(packet),
+    };
     for f in &p.frames {
         match f.frame_type {
             "stream" => packet.streams.extend(stream_range(f)),

@@ -6,8 +6,9 @@
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use tboxscope_engine::{Engine, Observation};
+use tboxscope_engine::{Engine, Observation, QuicPacket};
 
 use crate::analyze::Analyzer;
 use crate::correlate::{CaptureHint, Correlator, FrameFeed, ObservationSink};
@@ -18,6 +19,18 @@ use crate::source::pcap::FileError;
 const BATCH: usize = 1024;
 /// Batches on their way to the engine's thread before decoding waits.
 const IN_FLIGHT: usize = 8;
+/// QUIC packet allocations kept from batches that came back, for the next packets.
+const SPARE_QUIC_PACKETS: usize = 2 * BATCH;
+
+/// How long each thread of a pipelined run waited for the other: the one that waited less set
+/// the pace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Waits {
+    /// The engine's thread, for the next batch of observations (decoding was slower).
+    pub engine: Duration,
+    /// The decoding thread, for room to hand a batch over (the engine was slower).
+    pub decoding: Duration,
+}
 
 /// Runs after each observation on the engine's thread, with the state given to
 /// [`EngineThread::spawn`]; its first error stops the thread.
@@ -28,14 +41,27 @@ pub fn worth_a_thread() -> bool {
     std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
 }
 
+/// What the engine's thread ends with: the engine, the state and how long it waited for
+/// observations, or the first error of `after`.
+type WorkerResult<T, E> = Result<(Engine, T, Duration), E>;
+
 /// An [`Engine`] running on its own thread, fed through [`ObservationSink::handle`].
 pub struct EngineThread<T, E> {
     batch: Vec<Observation>,
     to_engine: Option<SyncSender<Vec<Observation>>>,
     /// Batches the engine's thread is done with, observations still in them, for reuse.
     recycled: Receiver<Vec<Observation>>,
-    worker: Option<JoinHandle<Result<(Engine, T), E>>>,
+    worker: Option<JoinHandle<WorkerResult<T, E>>>,
     stopped: bool,
+    /// Time spent waiting to hand a batch over.
+    waited: Duration,
+    /// QUIC packets of batches that came back, their allocations reused for new ones (a
+    /// thousand frees and mallocs per batch otherwise, most of them past malloc's caches).
+    /// Boxed on purpose: each box is an allocation handed back to an observation.
+    #[allow(clippy::vec_box)]
+    spare_quic: Vec<Box<QuicPacket>>,
+    /// Whether QUIC packets are being made (a spare was asked for).
+    quic_made: bool,
 }
 
 impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
@@ -48,7 +74,13 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
             .name("engine".to_owned())
             .spawn(move || {
                 let (mut engine, mut state) = (engine, state);
-                for batch in batches {
+                let mut waited = Duration::ZERO;
+                loop {
+                    let asked = Instant::now();
+                    let Ok(batch) = batches.recv() else {
+                        break;
+                    };
+                    waited += asked.elapsed();
                     for obs in &batch {
                         engine.handle_ref(obs);
                         after(&mut engine, &mut state)?;
@@ -59,7 +91,7 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
                     // decoding does not take them back fast enough, the batch is dropped here.
                     let _ = recycle.try_send(batch);
                 }
-                Ok((engine, state))
+                Ok((engine, state, waited))
             })?;
         Ok(Self {
             batch: Vec::with_capacity(BATCH),
@@ -67,6 +99,9 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
             recycled,
             worker: Some(worker),
             stopped: false,
+            waited: Duration::ZERO,
+            spare_quic: Vec::new(),
+            quic_made: false,
         })
     }
 
@@ -76,16 +111,24 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
         self.stopped
     }
 
-    /// Hands over what is left, waits for the engine's thread and gives back the engine and
-    /// the state, or the first error of `after`. A panic on the engine's thread goes on here.
-    pub fn finish(mut self) -> Result<(Engine, T), E> {
+    /// Hands over what is left, waits for the engine's thread and gives back the engine, the
+    /// state and how long each thread waited for the other, or the first error of `after`. A
+    /// panic on the engine's thread goes on here.
+    pub fn finish(mut self) -> Result<(Engine, T, Waits), E> {
         self.hand_over();
         self.to_engine = None;
         let Some(worker) = self.worker.take() else {
             unreachable!("the worker is taken only here and in drop");
         };
+        let decoding = self.waited;
         match worker.join() {
-            Ok(r) => r,
+            Ok(r) => r.map(|(engine, state, waited)| {
+                let waits = Waits {
+                    engine: waited,
+                    decoding,
+                };
+                (engine, state, waits)
+            }),
             Err(panic) => std::panic::resume_unwind(panic),
         }
     }
@@ -96,16 +139,29 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
         }
         let next = match self.recycled.try_recv() {
             Ok(mut used) => {
+                // (Moving every observation out costs more than dropping it in place: batches
+                // are taken apart only once QUIC packets are being made.)
+                if self.quic_made {
+                    for obs in used.drain(..) {
+                        if let Observation::Quic(q) = obs {
+                            if self.spare_quic.len() < SPARE_QUIC_PACKETS {
+                                self.spare_quic.push(q);
+                            }
+                        }
+                    }
+                }
                 used.clear();
                 used
             }
             Err(_) => Vec::with_capacity(BATCH),
         };
         let full = std::mem::replace(&mut self.batch, next);
+        let asked = Instant::now();
         let sent = self
             .to_engine
             .as_ref()
             .is_some_and(|t| t.send(full).is_ok());
+        self.waited += asked.elapsed();
         if !sent {
             self.stopped = true;
             self.batch.clear();
@@ -115,10 +171,27 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
 
 impl<T: Send + 'static, E: Send + 'static> ObservationSink for EngineThread<T, E> {
     fn handle(&mut self, obs: Observation) {
+        self.handle_made(|| obs);
+    }
+
+    fn spare_quic_packet(&mut self) -> Option<Box<QuicPacket>> {
+        self.quic_made = true;
+        self.spare_quic.pop()
+    }
+
+    /// Builds the observation in its place in the batch.
+    #[inline]
+    fn handle_made(&mut self, make: impl FnOnce() -> Observation) {
         if self.stopped {
             return;
         }
-        self.batch.push(obs);
+        if let Some(place) = self.batch.spare_capacity_mut().first_mut() {
+            place.write(make());
+            // SAFETY: the place just written is the first past the batch's length.
+            unsafe { self.batch.set_len(self.batch.len() + 1) };
+        } else {
+            self.batch.push(make());
+        }
         if self.batch.len() >= BATCH {
             self.hand_over();
         }
@@ -145,6 +218,8 @@ pub struct Matched<T> {
     pub file_errors: Vec<FileError>,
     /// The newest packet time fed (to finish the run with).
     pub last_ts: u64,
+    /// With the engine on its own thread, how long each thread waited for the other.
+    pub waits: Option<Waits>,
 }
 
 /// Decodes `files` with `analyzer` and matches what they carry in `engine`, the user's
@@ -178,6 +253,7 @@ where
             state,
             file_errors,
             last_ts: feed.last_ts(),
+            waits: None,
         });
     }
     let thread = EngineThread::spawn(engine, state, after)?;
@@ -192,7 +268,7 @@ where
             false => Ok(()),
         }
     });
-    let (engine, state) = correlator.into_sink().finish()?;
+    let (engine, state, waits) = correlator.into_sink().finish()?;
     let file_errors = decoded
         .map_err(|()| std::io::Error::other("the engine's thread stopped without saying why"))?;
     Ok(Matched {
@@ -200,5 +276,6 @@ where
         state,
         file_errors,
         last_ts: feed.last_ts(),
+        waits: Some(waits),
     })
 }

@@ -55,7 +55,7 @@ use probe_user::analyze::Analyzer;
 use probe_user::correlate::{Correlator, FrameFeed, ObservationSink};
 use probe_user::dissect::{DissectConfig, DissectStats};
 use probe_user::engine::{Config as EngineConfig, Engine};
-use probe_user::pipeline::decode_and_match;
+use probe_user::pipeline::{decode_and_match, Waits};
 use probe_user::source::pcap::{
     CaptureFile, FileReading, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
 };
@@ -475,18 +475,20 @@ fn decode_in_process_with(
 /// `message` record per message, as `tboxscope analyze --json` does; without, as the text
 /// report does.
 fn decode_with_engine(file: &Path, config: &DissectConfig, messages: bool) -> (f64, f64) {
-    decode_and_match_timed(file, config, messages, false)
+    let (wall, cpu, _) = decode_and_match_timed(file, config, messages, false);
+    (wall, cpu)
 }
 
 /// Decodes `file` and matches it as `tboxscope analyze` does (its text report when `messages`
 /// is false), the engine on its own thread with `own_thread`; returns (wall s, CPU s of the
-/// whole process: both threads).
+/// whole process: both threads, and with its own thread how long each thread waited for the
+/// other).
 fn decode_and_match_timed(
     file: &Path,
     config: &DissectConfig,
     messages: bool,
     own_thread: bool,
-) -> (f64, f64) {
+) -> (f64, f64, Option<Waits>) {
     let mut analyzer = Analyzer::new(config.clone());
     let engine = Engine::new(EngineConfig {
         emit_messages: messages,
@@ -513,6 +515,7 @@ fn decode_and_match_timed(
     (
         t.elapsed().as_secs_f64(),
         (process_cpu_ns() - cpu0) as f64 / 1e9,
+        matched.waits,
     )
 }
 
@@ -608,22 +611,44 @@ fn engine_overhead(file: &Path, config: &DissectConfig, rounds: usize) {
     let mut walls: [Vec<f64>; 6] = Default::default();
     let mut cpus: [Vec<f64>; 6] = Default::default();
     let mut frames = 0u64;
+    // Per own-thread run: the share of its wall time each thread waited for the other.
+    let (mut engine_waited, mut decoding_waited) = (Vec::new(), Vec::new());
     for round in 0..rounds.max(1) {
+        // Every configuration reads the file from the page cache: `tboxscope analyze` reads a
+        // file that is mostly out of it on a third thread (`FileReading::Auto`), and the
+        // other processes on the machine evict pages of an 880 MB file between rounds.
+        let reading = warm_page_cache(file);
+        if reading != FileReading::SameThread {
+            println!(
+                "round {}: the file is not in the page cache ({reading:?})",
+                round + 1
+            );
+        }
         let d = decode_in_process(file, config, 1);
         frames = d.stats.frames;
+        let (own_wall, own_cpu, waits) = decode_and_match_timed(file, config, false, true);
+        let waits = waits.unwrap_or_default();
+        engine_waited.push(waits.engine.as_secs_f64() / own_wall);
+        decoding_waited.push(waits.decoding.as_secs_f64() / own_wall);
         let runs = [
             (d.wall, d.cpu),
             decode_to_observations(file, config),
             engine_alone(file, config),
             decode_with_engine(file, config, false),
-            decode_and_match_timed(file, config, false, true),
+            (own_wall, own_cpu),
             decode_with_engine(file, config, true),
         ];
         let line: Vec<String> = runs
             .iter()
             .map(|(w, c)| format!("{w:.3} s ({c:.3})"))
             .collect();
-        println!("round {}: {}", round + 1, line.join("; "));
+        println!(
+            "round {}: {} [own thread: engine waited {:.0} ms, decoding {:.0} ms]",
+            round + 1,
+            line.join("; "),
+            waits.engine.as_secs_f64() * 1e3,
+            waits.decoding.as_secs_f64() * 1e3
+        );
         for (i, (w, c)) in runs.into_iter().enumerate() {
             walls[i].push(w);
             cpus[i].push(c);
@@ -677,6 +702,23 @@ histograms {:.2} M frames/s with the engine on its own thread: +{:.0} % (best), 
         (paired_min - 1.0) * 100.0,
         (paired_max - 1.0) * 100.0
     );
+    let (_, engine_waited) = stats(&mut engine_waited);
+    let (_, decoding_waited) = stats(&mut decoding_waited);
+    println!(
+        "  which thread set the pace (median share of the own-thread wall spent waiting for the \
+other): engine's thread {:.0} %, decoding thread {:.0} %",
+        engine_waited * 100.0,
+        decoding_waited * 100.0
+    );
+}
+
+/// Reads `file` once so that its pages are in the page cache; returns how `tboxscope analyze`
+/// would then read it.
+fn warm_page_cache(file: &Path) -> FileReading {
+    let mut f = std::fs::File::open(file).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    while f.read(&mut buf).unwrap() > 0 {}
+    CaptureFile::open(file).unwrap().reading()
 }
 
 /// `engine [--rounds R] [--dir D]`: the issue's goal on both bench captures, written to a
@@ -732,11 +774,22 @@ fn decode_only(args: &[String]) {
     ];
     if let Some(&(flag, label)) = ALONE.iter().find(|(f, _)| args.iter().any(|a| a == f)) {
         let messages = args.iter().any(|a| a == "--messages");
+        warm_page_cache(&file);
         for _ in 0..rounds {
             let (wall, cpu) = match flag {
                 "--observations" => decode_to_observations(&file, &config),
                 "--engine-alone" => engine_alone(&file, &config),
-                "--own-thread" => decode_and_match_timed(&file, &config, false, true),
+                "--own-thread" => {
+                    let (wall, cpu, waits) = decode_and_match_timed(&file, &config, false, true);
+                    if let Some(w) = waits {
+                        println!(
+                            "engine's thread waited {:.0} ms, decoding thread {:.0} ms",
+                            w.engine.as_secs_f64() * 1e3,
+                            w.decoding.as_secs_f64() * 1e3
+                        );
+                    }
+                    (wall, cpu)
+                }
                 _ => decode_with_engine(&file, &config, messages),
             };
             println!("{label}: {wall:.3} s ({cpu:.3} s CPU)");

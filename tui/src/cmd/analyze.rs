@@ -166,6 +166,7 @@ fn run_json(
             state: writer,
             file_errors,
             last_ts: feed.last_ts(),
+            waits: None,
         }
     } else {
         decode_and_match(
@@ -183,6 +184,7 @@ fn run_json(
         state: mut writer,
         file_errors: errors,
         last_ts,
+        ..
     } = matched;
     let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
     let engine_summary = engine.finish(last_ts);
