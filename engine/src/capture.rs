@@ -326,6 +326,20 @@ impl CaptureTable {
         }
     }
 
+    /// [`CaptureTable::offset_and_dir`] of a sighting and whether its capture is paired, with
+    /// one lookup of the capture.
+    #[inline]
+    pub fn sighting_facts(&self, id: CaptureId, up: Option<bool>, dir: Dir) -> (bool, i64, Dir) {
+        match self.caps.get(&id) {
+            Some(c) => (
+                c.paired.is_some(),
+                c.offset_ns,
+                role_dir(c, up).unwrap_or(dir),
+            ),
+            None => (false, 0, dir),
+        }
+    }
+
     /// For a sighting at an unpaired capture, [`CaptureTable::dir_by_role`] (or `dir` where
     /// that has none), with one lookup of the capture; `None` if the capture is paired.
     #[inline]

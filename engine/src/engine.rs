@@ -667,19 +667,24 @@ impl Engine {
             Some(f) => f.paths_mask,
             None => return,
         };
-        let caps = &self.caps;
-        if let Some(m) = self
-            .msgs
-            .take_at_if(slot, |m| m.flow == flow && m.complete(mask, caps))
-        {
-            self.close_message(m, false);
+        let (caps, resolved) = (&self.caps, &mut self.resolved);
+        if let Some(m) = self.msgs.take_at_if(slot, |m| {
+            m.flow == flow && m.resolve_if_complete(mask, caps, resolved)
+        }) {
+            self.close_resolved(m, false);
         }
     }
 
     /// Resolves and accounts a closed message.
     pub(crate) fn close_message(&mut self, m: OpenMessage, evicted: bool) {
-        let mut copies = std::mem::take(&mut self.resolved);
-        m.resolve_into(&self.caps, &mut copies);
+        m.resolve_into(&self.caps, &mut self.resolved);
+        self.close_resolved(m, evicted);
+    }
+
+    /// Accounts a closed message whose copies were resolved into `self.resolved`.
+    #[inline(never)]
+    fn close_resolved(&mut self, m: OpenMessage, evicted: bool) {
+        let copies = std::mem::take(&mut self.resolved);
         self.account_message(&m, &copies, evicted);
         self.resolved = copies;
         self.msgs.recycle(m.copies);

@@ -239,12 +239,7 @@ impl OpenMessage {
             let done_frags = |s: &Sighting| s.frags & full == full;
             let ok = match c.sightings.as_slice() {
                 [] => false,
-                [s] => {
-                    done_frags(s)
-                        && caps
-                            .unpaired_dir(s.capture, s.up, s.dir)
-                            .is_some_and(|d| d != Dir::Out || c.ack_ns.is_some())
-                }
+                [s] => Self::one_done(c, s, full, caps.unpaired_dir(s.capture, s.up, s.dir)),
                 // Both ends: once the far end's clock is known (its offset given or
                 // estimated), so that the copy's latency is on one clock.
                 many => {
@@ -257,6 +252,45 @@ impl OpenMessage {
             }
         }
         mask != 0 && seen & mask == mask
+    }
+
+    /// Whether copy `c`, seen at one capture only (`s`), is finished: all its fragments seen
+    /// there, and, at the sending end, acknowledged (`unpaired_dir`: the sighting's direction
+    /// where the capture is not paired; a paired capture waits for the other end).
+    #[inline(always)]
+    fn one_done(c: &CopyState, s: &Sighting, full: u64, unpaired_dir: Option<Dir>) -> bool {
+        s.frags & full == full && unpaired_dir.is_some_and(|d| d != Dir::Out || c.ack_ns.is_some())
+    }
+
+    /// [`OpenMessage::complete`], and if so the copies resolved into `out`
+    /// ([`OpenMessage::resolve_into`]); a copy seen at one capture (the common case) looks
+    /// its capture up once for both.
+    #[inline]
+    pub fn resolve_if_complete(
+        &self,
+        mask: u64,
+        caps: &CaptureTable,
+        out: &mut Vec<ResolvedCopy>,
+    ) -> bool {
+        if let [c] = self.copies.as_slice() {
+            if let [s] = c.sightings.as_slice() {
+                let full = self.frags_full();
+                let (paired, off, dir) = caps.sighting_facts(s.capture, s.up, s.dir);
+                let done = Self::one_done(c, s, full, (!paired).then_some(dir));
+                let seen = if done && c.path < 64 { 1 << c.path } else { 0 };
+                if mask == 0 || seen & mask != mask {
+                    return false;
+                }
+                out.clear();
+                out.push(Self::resolved_one(c, s, full, off, dir));
+                return true;
+            }
+        }
+        if !self.complete(mask, caps) {
+            return false;
+        }
+        self.resolve_into(caps, out);
+        true
     }
 
     /// Resolves copies: send = first outgoing sighting, arrival = first complete incoming one
@@ -338,6 +372,12 @@ impl OpenMessage {
     #[inline]
     fn resolve_one(c: &CopyState, s: &Sighting, full: u64, caps: &CaptureTable) -> ResolvedCopy {
         let (off, dir) = caps.offset_and_dir(s.capture, s.up, s.dir);
+        Self::resolved_one(c, s, full, off, dir)
+    }
+
+    /// [`OpenMessage::resolve_one`] with the capture's offset and the sighting's direction.
+    #[inline(always)]
+    fn resolved_one(c: &CopyState, s: &Sighting, full: u64, off: i64, dir: Dir) -> ResolvedCopy {
         let first = shifted(s.first_ns, off);
         let (sent, arrived) = match dir {
             Dir::Out => (Some(first), None),
