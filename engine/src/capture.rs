@@ -316,18 +316,9 @@ impl CaptureTable {
         self.caps.get(&id).map_or(0, |c| c.offset_ns)
     }
 
-    /// [`CaptureTable::offset`] and [`CaptureTable::dir_by_role`] (or `dir` where that has
-    /// none) of a sighting, with one lookup of the capture.
-    #[inline]
-    pub fn offset_and_dir(&self, id: CaptureId, up: Option<bool>, dir: Dir) -> (i64, Dir) {
-        match self.caps.get(&id) {
-            Some(c) => (c.offset_ns, role_dir(c, up).unwrap_or(dir)),
-            None => (0, dir),
-        }
-    }
-
-    /// [`CaptureTable::offset_and_dir`] of a sighting and whether its capture is paired, with
-    /// one lookup of the capture.
+    /// Whether a sighting's capture is paired, its [`CaptureTable::offset`], and the
+    /// sighting's [`CaptureTable::dir_by_role`] (or `dir` where that has none), with one lookup
+    /// of the capture.
     #[inline]
     pub fn sighting_facts(&self, id: CaptureId, up: Option<bool>, dir: Dir) -> (bool, i64, Dir) {
         match self.caps.get(&id) {
@@ -337,17 +328,6 @@ impl CaptureTable {
                 role_dir(c, up).unwrap_or(dir),
             ),
             None => (false, 0, dir),
-        }
-    }
-
-    /// For a sighting at an unpaired capture, [`CaptureTable::dir_by_role`] (or `dir` where
-    /// that has none), with one lookup of the capture; `None` if the capture is paired.
-    #[inline]
-    pub fn unpaired_dir(&self, id: CaptureId, up: Option<bool>, dir: Dir) -> Option<Dir> {
-        match self.caps.get(&id) {
-            Some(c) if c.paired.is_some() => None,
-            Some(c) => Some(role_dir(c, up).unwrap_or(dir)),
-            None => Some(dir),
         }
     }
 

@@ -239,7 +239,10 @@ impl OpenMessage {
             let done_frags = |s: &Sighting| s.frags & full == full;
             let ok = match c.sightings.as_slice() {
                 [] => false,
-                [s] => Self::one_done(c, s, full, caps.unpaired_dir(s.capture, s.up, s.dir)),
+                [s] => {
+                    let (paired, _, dir) = caps.sighting_facts(s.capture, s.up, s.dir);
+                    Self::one_done(c, s, full, (!paired).then_some(dir))
+                }
                 // Both ends: once the far end's clock is known (its offset given or
                 // estimated), so that the copy's latency is on one clock.
                 many => {
@@ -371,7 +374,7 @@ impl OpenMessage {
     /// same result, with one lookup of the capture.
     #[inline]
     fn resolve_one(c: &CopyState, s: &Sighting, full: u64, caps: &CaptureTable) -> ResolvedCopy {
-        let (off, dir) = caps.offset_and_dir(s.capture, s.up, s.dir);
+        let (_, off, dir) = caps.sighting_facts(s.capture, s.up, s.dir);
         Self::resolved_one(c, s, full, off, dir)
     }
 
@@ -501,8 +504,6 @@ pub struct MessageStore {
     /// the ends of the chain through [`Slot::older`] and [`Slot::newer`].
     oldest: Option<u32>,
     newest: Option<u32>,
-    /// The oldest open message's deadline (`u64::MAX` with none open).
-    oldest_deadline: u64,
     open: usize,
     stamps: u64,
     /// Allocations of closed messages, reused by new ones (bounded).
@@ -533,7 +534,6 @@ impl MessageStore {
         Self {
             max_open,
             timeout_ns,
-            oldest_deadline: u64::MAX,
             closed: ClosedKeys {
                 per_generation: max_open,
                 ..ClosedKeys::default()
@@ -553,9 +553,6 @@ impl MessageStore {
         if let Some(s) = self.slots.get_mut(i as usize) {
             s.older = older;
             s.newer = None;
-            if older.is_none() {
-                self.oldest_deadline = s.deadline;
-            }
         }
         self.newest = Some(i);
     }
@@ -572,16 +569,8 @@ impl MessageStore {
             None => self.oldest = newer,
         }
         match newer.and_then(|n| self.slots.get_mut(n as usize)) {
-            Some(n) => {
-                n.older = older;
-                if older.is_none() {
-                    self.oldest_deadline = n.deadline;
-                }
-            }
+            Some(n) => n.older = older,
             None => self.newest = older,
-        }
-        if self.oldest.is_none() {
-            self.oldest_deadline = u64::MAX;
         }
     }
 
@@ -806,7 +795,11 @@ impl MessageStore {
     /// Whether [`MessageStore::pop_due`] may have a message for `now` (cheap, inlined).
     #[inline]
     pub fn any_due(&self, now: u64) -> bool {
-        self.open > self.max_open || self.oldest_deadline <= now
+        self.open > self.max_open
+            || self
+                .oldest
+                .and_then(|i| self.slots.get(i as usize))
+                .is_some_and(|s| s.deadline <= now)
     }
 
     /// Next message whose timeout passed at `now`, or the oldest one while over the bound
@@ -830,7 +823,6 @@ impl MessageStore {
     pub fn drain_all(&mut self) -> Vec<OpenMessage> {
         self.oldest = None;
         self.newest = None;
-        self.oldest_deadline = u64::MAX;
         let mut v: Vec<(u64, OpenMessage)> = Vec::with_capacity(self.open);
         for (i, s) in self.slots.iter_mut().enumerate() {
             if let Some(m) = s.msg.take() {
