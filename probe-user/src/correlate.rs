@@ -90,8 +90,9 @@ pub struct Correlator<S = Engine> {
     labels: Vec<Arc<str>>,
     /// QUIC connection number → its label, one shared copy each.
     quic_labels: HashMap<u64, Arc<str>>,
-    /// The previous QUIC packet's connection number and label (packets come in runs).
-    last_quic_label: Option<(u64, Arc<str>)>,
+    /// The previous QUIC packet's connection number (if the decoder numbered it) and label
+    /// (packets come in runs).
+    last_quic_label: Option<(Option<u64>, Arc<str>)>,
     /// Path labels announced by [`Correlator::expect_paths`], declared with the next packet.
     expected: Vec<String>,
     /// What the user stated about captures, by path label ([`Correlator::state`]).
@@ -254,16 +255,37 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) {
-        let (capture, label) = self.capture_and_label(key, path, packet.ts_ns);
-        let spare = match &packet.decoded {
-            Decoded::QuicPacket(p) if p.decrypted => self.sink.spare_quic_packet(),
-            _ => None,
+        let capture = self.capture_and_label(key, path, packet.ts_ns).0;
+        let Correlator {
+            sink,
+            quic_labels,
+            last_quic_label,
+            last_capture,
+            ..
+        } = self;
+        let Some((label, ..)) = last_capture.as_ref() else {
+            unreachable!("capture_and_label sets the last capture");
         };
-        let (labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
-        self.sink.handle_made(|| {
-            let meta = packet_meta(capture, label, frame_len, first_in_frame, packet);
-            observation_labeled(meta, packet, &mut |p| quic_label(labels, last, p), spare)
-        });
+        let facts = UnitFacts {
+            capture,
+            path: label,
+            frame_len,
+            first_in_frame,
+            packet,
+        };
+        match &packet.decoded {
+            Decoded::QuicPacket(p) if p.decrypted => {
+                let spare = sink.spare_quic_packet();
+                let conn = quic_label(quic_labels, last_quic_label, p);
+                sink.handle_made(|| Observation::Quic(quic_packet(&facts, p, conn, spare)));
+            }
+            _ => sink.handle_made(|| {
+                let conn = &mut |p: &PacketSummary| {
+                    Arc::clone(quic_label(quic_labels, last_quic_label, p))
+                };
+                observation_labeled(facts.meta(), packet, conn)
+            }),
+        }
     }
 
     /// The capture id and shared path label of a unit seen on `path` (named by the caller's
@@ -319,9 +341,17 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) -> Observation {
-        let meta = packet_meta(capture, path, frame_len, first_in_frame, packet);
+        let facts = UnitFacts {
+            capture,
+            path: &path,
+            frame_len,
+            first_in_frame,
+            packet,
+        };
         let (labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
-        observation_labeled(meta, packet, &mut |p| quic_label(labels, last, p), None)
+        observation_labeled(facts.meta(), packet, &mut |p| {
+            Arc::clone(quic_label(labels, last, p))
+        })
     }
 
     fn capture_id(&mut self, path: &str, ts_ns: u64) -> CaptureId {
@@ -407,56 +437,89 @@ impl FrameFeed {
     }
 }
 
-/// The engine's facts about a decoded unit seen by `capture` on `path`; the frame's wire
-/// length goes to its first unit.
-#[inline]
-fn packet_meta(
+/// What the engine is told about a decoded unit besides its content: the capture that saw it,
+/// its path label and its frame's wire length (attributed to the frame's first unit).
+struct UnitFacts<'a> {
     capture: CaptureId,
-    path: Arc<str>,
+    path: &'a Arc<str>,
     frame_len: u32,
     first_in_frame: bool,
-    packet: &DecodedPacket,
-) -> PacketMeta {
-    PacketMeta {
-        ts_ns: packet.ts_ns,
-        path,
-        capture,
-        src: packet.src,
-        dst: packet.dst,
-        wire_len: if first_in_frame { frame_len } else { 0 },
+    packet: &'a DecodedPacket,
+}
+
+impl UnitFacts<'_> {
+    /// The engine's facts about the unit.
+    #[inline]
+    fn meta(&self) -> PacketMeta {
+        let packet = self.packet;
+        PacketMeta {
+            ts_ns: packet.ts_ns,
+            path: Arc::clone(self.path),
+            capture: self.capture,
+            src: packet.src,
+            dst: packet.dst,
+            wire_len: self.wire_len(),
+        }
+    }
+
+    /// Overwrites `meta` with the unit's facts; a label that is already the unit's is kept
+    /// (its reference count is not touched: the engine's thread reads next to it).
+    #[inline]
+    fn write_meta(&self, meta: &mut PacketMeta) {
+        if !Arc::ptr_eq(&meta.path, self.path) {
+            meta.path = Arc::clone(self.path);
+        }
+        let packet = self.packet;
+        meta.ts_ns = packet.ts_ns;
+        meta.capture = self.capture;
+        meta.src = packet.src;
+        meta.dst = packet.dst;
+        meta.wire_len = self.wire_len();
+    }
+
+    #[inline]
+    fn wire_len(&self) -> u32 {
+        if self.first_in_frame {
+            self.frame_len
+        } else {
+            0
+        }
     }
 }
 
 /// The label of a QUIC packet's connection, one shared copy per connection number (`labels`,
-/// bounded; `last`: the previous packet's, as packets come in runs).
-fn quic_label(
+/// bounded), kept in `last` (the previous packet's, as packets come in runs).
+fn quic_label<'a>(
     labels: &mut HashMap<u64, Arc<str>>,
-    last: &mut Option<(u64, Arc<str>)>,
+    last: &'a mut Option<(Option<u64>, Arc<str>)>,
     p: &PacketSummary,
-) -> Arc<str> {
-    match p.connection {
-        Some(n) => match last {
-            Some((m, label)) if *m == n => Arc::clone(label),
-            _ => {
+) -> &'a Arc<str> {
+    let known = matches!((p.connection, &*last), (Some(n), Some((Some(m), _))) if *m == n);
+    if !known {
+        let label = match p.connection {
+            Some(n) => {
                 if labels.len() >= MAX_QUIC_LABELS && !labels.contains_key(&n) {
                     labels.clear();
                 }
-                let label = Arc::clone(
+                Arc::clone(
                     labels
                         .entry(n)
                         .or_insert_with(|| Arc::from(format!("quic#{n}"))),
-                );
-                *last = Some((n, Arc::clone(&label)));
-                label
+                )
             }
-        },
-        None => quic_conn_label(p),
+            None => quic_conn_label(p),
+        };
+        *last = Some((p.connection, label));
+    }
+    match last {
+        Some((_, label)) => label,
+        None => unreachable!("set above"),
     }
 }
 
 /// The engine observation for one decoded unit.
 pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
-    observation_labeled(meta, packet, &mut quic_conn_label, None)
+    observation_labeled(meta, packet, &mut quic_conn_label)
 }
 
 /// The engine's label of a QUIC packet's connection: the decoder's connection number, else
@@ -468,14 +531,12 @@ pub fn quic_conn_label(p: &PacketSummary) -> Arc<str> {
     }
 }
 
-/// [`observation`], with QUIC connection labels from `conn`, a QUIC packet built in `spare`
-/// if given.
+/// [`observation`], with QUIC connection labels from `conn`.
 #[inline]
 fn observation_labeled(
     meta: PacketMeta,
     packet: &DecodedPacket,
     conn: &mut dyn FnMut(&PacketSummary) -> Arc<str>,
-    spare: Option<Box<QuicPacket>>,
 ) -> Observation {
     match &packet.decoded {
         Decoded::KcpSegment(seg) => {
@@ -485,17 +546,8 @@ fn observation_labeled(
             Observation::Kcp(k)
         }
         Decoded::QuicPacket(p) if p.decrypted => {
-            let mut q = quic_packet(meta, p, conn(p), spare);
-            for s in &mut q.streams {
-                if let Some(h) = packet
-                    .stream_heads
-                    .iter()
-                    .find(|h| h.stream_id == s.stream_id && h.offset == s.offset)
-                {
-                    s.app_msg_id = h.app_msg_id;
-                    s.data_hash = h.content_hash;
-                }
-            }
+            let mut q = new_quic_packet(meta, conn(p));
+            quic_content(&mut q, p, packet);
             Observation::Quic(q)
         }
         // Without keys the packet still costs bandwidth but carries no matchable message.
@@ -535,37 +587,65 @@ fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
     }
 }
 
-/// The packet is made in its box (`spare`, or a new one) and its frames added there (they are
-/// held inline).
+/// The QUIC packet `p` (the unit of `facts`) of connection `conn`, made in `spare` if given:
+/// its fields overwritten in place, the labels it holds kept where they are the same.
 fn quic_packet(
-    meta: PacketMeta,
+    facts: &UnitFacts<'_>,
     p: &PacketSummary,
-    conn: Arc<str>,
+    conn: &Arc<str>,
     spare: Option<Box<QuicPacket>>,
 ) -> Box<QuicPacket> {
-    let packet = QuicPacket {
-        meta,
-        conn,
-        path_id: p.path_id.unwrap_or(0),
-        pn: p.pn.unwrap_or(0),
-        streams: QuicStreams::new(),
-        acks: QuicAcks::new(),
-    };
     let mut packet = match spare {
         Some(mut b) => {
-            *b = packet;
+            facts.write_meta(&mut b.meta);
+            if !Arc::ptr_eq(&b.conn, conn) {
+                b.conn = Arc::clone(conn);
+            }
             b
         }
-        None => Box::new(packet),
+        None => new_quic_packet(facts.meta(), Arc::clone(conn)),
     };
+    quic_content(&mut packet, p, facts.packet);
+    packet
+}
+
+/// A QUIC packet of connection `conn` with no frames yet.
+fn new_quic_packet(meta: PacketMeta, conn: Arc<str>) -> Box<QuicPacket> {
+    Box::new(QuicPacket {
+        meta,
+        conn,
+        path_id: 0,
+        pn: 0,
+        streams: QuicStreams::new(),
+        acks: QuicAcks::new(),
+    })
+}
+
+/// Writes the packet number, path and frames of `p` (decoded as `packet`) into `q`: STREAM
+/// frames with what names their messages, ACK frames (held inline).
+#[inline]
+fn quic_content(q: &mut QuicPacket, p: &PacketSummary, packet: &DecodedPacket) {
+    q.path_id = p.path_id.unwrap_or(0);
+    q.pn = p.pn.unwrap_or(0);
+    q.streams.clear();
+    q.acks.clear();
     for f in &p.frames {
         match f.frame_type {
-            "stream" => packet.streams.extend(stream_range(f)),
-            "ack" | "path_ack" => packet.acks.push(ack(f)),
+            "stream" => q.streams.extend(stream_range(f)),
+            "ack" | "path_ack" => q.acks.push(ack(f)),
             _ => {}
         }
     }
-    packet
+    for s in &mut q.streams {
+        if let Some(h) = packet
+            .stream_heads
+            .iter()
+            .find(|h| h.stream_id == s.stream_id && h.offset == s.offset)
+        {
+            s.app_msg_id = h.app_msg_id;
+            s.data_hash = h.content_hash;
+        }
+    }
 }
 
 fn stream_range(f: &FrameSummary) -> Option<StreamRange> {
