@@ -58,20 +58,34 @@ pub trait ObservationSink {
     /// Takes one observation, in order.
     fn handle(&mut self, obs: Observation);
 
-    /// Takes the observation `make` builds, in order (a sink that keeps observations can
-    /// build it where it keeps it instead of moving it there).
+    /// Takes the observation `make` makes, in order: a sink that gets its observations back
+    /// lets it write over one it is done with, else has it made where it keeps it.
     #[inline]
-    fn handle_made(&mut self, make: impl FnOnce() -> Observation)
+    fn handle_made(&mut self, make: impl MakeObservation)
     where
         Self: Sized,
     {
-        self.handle(make());
+        self.handle(make.make());
+    }
+}
+
+/// An observation to be made for an [`ObservationSink`].
+pub trait MakeObservation {
+    /// Writes the observation over `old` (one the sink is done with), reusing its allocation
+    /// and labels, if `old` is of its kind; whether it did.
+    fn write_over(&mut self, old: &mut Observation) -> bool;
+
+    /// The observation, made new.
+    fn make(self) -> Observation;
+}
+
+impl MakeObservation for Observation {
+    fn write_over(&mut self, _old: &mut Observation) -> bool {
+        false
     }
 
-    /// The allocation of a QUIC packet the sink is done with, to build the next one in (a
-    /// sink that hands observations back keeps them instead of freeing them).
-    fn spare_quic_packet(&mut self) -> Option<Box<QuicPacket>> {
-        None
+    fn make(self) -> Observation {
+        self
     }
 }
 
@@ -241,8 +255,10 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) -> Observation {
-        let (capture, label) = self.capture_and_label(key, path, packet.ts_ns);
-        self.capture_observation(capture, label, frame_len, first_in_frame, packet)
+        let capture = self.note_capture(key, path, packet.ts_ns);
+        self.split_last(capture, frame_len, first_in_frame, packet)
+            .1
+            .make()
     }
 
     /// [`Correlator::observation_keyed`] handed to the sink, built where the sink keeps it.
@@ -255,7 +271,21 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) {
-        let capture = self.capture_and_label(key, path, packet.ts_ns).0;
+        let capture = self.note_capture(key, path, packet.ts_ns);
+        let (sink, obs) = self.split_last(capture, frame_len, first_in_frame, packet);
+        sink.handle_made(obs);
+    }
+
+    /// The sink, and the observation of `packet` seen by `capture` on the path of the last
+    /// capture noted ([`Correlator::note_capture`]).
+    #[inline]
+    fn split_last<'a>(
+        &'a mut self,
+        capture: CaptureId,
+        frame_len: u32,
+        first_in_frame: bool,
+        packet: &'a DecodedPacket,
+    ) -> (&'a mut S, UnitObservation<'a>) {
         let Correlator {
             sink,
             quic_labels,
@@ -264,7 +294,7 @@ impl<S: ObservationSink> Correlator<S> {
             ..
         } = self;
         let Some((label, ..)) = last_capture.as_ref() else {
-            unreachable!("capture_and_label sets the last capture");
+            unreachable!("note_capture sets the last capture");
         };
         let facts = UnitFacts {
             capture,
@@ -273,30 +303,18 @@ impl<S: ObservationSink> Correlator<S> {
             first_in_frame,
             packet,
         };
-        match &packet.decoded {
-            Decoded::QuicPacket(p) if p.decrypted => {
-                let spare = sink.spare_quic_packet();
-                let conn = quic_label(quic_labels, last_quic_label, p);
-                sink.handle_made(|| Observation::Quic(quic_packet(&facts, p, conn, spare)));
-            }
-            _ => sink.handle_made(|| {
-                let conn = &mut |p: &PacketSummary| {
-                    Arc::clone(quic_label(quic_labels, last_quic_label, p))
-                };
-                observation_labeled(facts.meta(), packet, conn)
-            }),
-        }
+        let obs = UnitObservation {
+            facts,
+            quic_labels,
+            last_quic_label,
+        };
+        (sink, obs)
     }
 
-    /// The capture id and shared path label of a unit seen on `path` (named by the caller's
-    /// `key`, if any); capture points met first are declared here.
+    /// The capture id of a unit seen on `path` (named by the caller's `key`, if any), kept
+    /// with its shared label as the last capture; capture points met first are declared here.
     #[inline]
-    fn capture_and_label(
-        &mut self,
-        key: Option<usize>,
-        path: &str,
-        ts_ns: u64,
-    ) -> (CaptureId, Arc<str>) {
+    fn note_capture(&mut self, key: Option<usize>, path: &str, ts_ns: u64) -> CaptureId {
         if !self.expected.is_empty() {
             for l in std::mem::take(&mut self.expected) {
                 self.capture_id(&l, ts_ns);
@@ -306,13 +324,13 @@ impl<S: ObservationSink> Correlator<S> {
             Some((label, capture, last_key))
                 if (key.is_some() && *last_key == key) || **label == *path =>
             {
-                (*capture, Arc::clone(label))
+                *capture
             }
             _ => {
                 let capture = self.capture_id(path, ts_ns);
                 let label = self.label(path);
-                self.last_capture = Some((Arc::clone(&label), capture, key));
-                (capture, label)
+                self.last_capture = Some((label, capture, key));
+                capture
             }
         }
     }
@@ -329,29 +347,19 @@ impl<S: ObservationSink> Correlator<S> {
         packet: &DecodedPacket,
     ) {
         let label = self.label(path);
-        let obs = self.capture_observation(capture, label, frame_len, first_in_frame, packet);
-        self.sink.handle(obs);
-    }
-
-    fn capture_observation(
-        &mut self,
-        capture: CaptureId,
-        path: Arc<str>,
-        frame_len: u32,
-        first_in_frame: bool,
-        packet: &DecodedPacket,
-    ) -> Observation {
         let facts = UnitFacts {
             capture,
-            path: &path,
+            path: &label,
             frame_len,
             first_in_frame,
             packet,
         };
-        let (labels, last) = (&mut self.quic_labels, &mut self.last_quic_label);
-        observation_labeled(facts.meta(), packet, &mut |p| {
-            Arc::clone(quic_label(labels, last, p))
-        })
+        let obs = UnitObservation {
+            facts,
+            quic_labels: &mut self.quic_labels,
+            last_quic_label: &mut self.last_quic_label,
+        };
+        self.sink.handle(obs.make());
     }
 
     fn capture_id(&mut self, path: &str, ts_ns: u64) -> CaptureId {
@@ -434,6 +442,35 @@ impl FrameFeed {
     /// The newest packet time fed (Unix epoch ns; 0 before the first).
     pub fn last_ts(&self) -> u64 {
         self.last_ts
+    }
+}
+
+/// The observation of a decoded unit, made by [`Correlator::observe_keyed`]'s sink.
+struct UnitObservation<'a> {
+    facts: UnitFacts<'a>,
+    quic_labels: &'a mut HashMap<u64, Arc<str>>,
+    last_quic_label: &'a mut Option<(Option<u64>, Arc<str>)>,
+}
+
+impl MakeObservation for UnitObservation<'_> {
+    /// A QUIC packet is written over one in its allocation.
+    #[inline]
+    fn write_over(&mut self, old: &mut Observation) -> bool {
+        match (&self.facts.packet.decoded, old) {
+            (Decoded::QuicPacket(p), Observation::Quic(q)) if p.decrypted => {
+                let conn = quic_label(self.quic_labels, self.last_quic_label, p);
+                write_quic_packet(q, &self.facts, p, conn);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    #[inline(always)]
+    fn make(self) -> Observation {
+        let (labels, last) = (self.quic_labels, self.last_quic_label);
+        let conn = &mut |p: &PacketSummary| Arc::clone(quic_label(labels, last, p));
+        observation_labeled(self.facts.meta(), self.facts.packet, conn)
     }
 }
 
@@ -532,7 +569,7 @@ pub fn quic_conn_label(p: &PacketSummary) -> Arc<str> {
 }
 
 /// [`observation`], with QUIC connection labels from `conn`.
-#[inline]
+#[inline(always)]
 fn observation_labeled(
     meta: PacketMeta,
     packet: &DecodedPacket,
@@ -587,26 +624,19 @@ fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
     }
 }
 
-/// The QUIC packet `p` (the unit of `facts`) of connection `conn`, made in `spare` if given:
-/// its fields overwritten in place, the labels it holds kept where they are the same.
-fn quic_packet(
+/// Writes the QUIC packet `p` (the unit of `facts`) of connection `conn` over `q`, the labels
+/// `q` holds kept where they are the same.
+fn write_quic_packet(
+    q: &mut QuicPacket,
     facts: &UnitFacts<'_>,
     p: &PacketSummary,
     conn: &Arc<str>,
-    spare: Option<Box<QuicPacket>>,
-) -> Box<QuicPacket> {
-    let mut packet = match spare {
-        Some(mut b) => {
-            facts.write_meta(&mut b.meta);
-            if !Arc::ptr_eq(&b.conn, conn) {
-                b.conn = Arc::clone(conn);
-            }
-            b
-        }
-        None => new_quic_packet(facts.meta(), Arc::clone(conn)),
-    };
-    quic_content(&mut packet, p, facts.packet);
-    packet
+) {
+    facts.write_meta(&mut q.meta);
+    if !Arc::ptr_eq(&q.conn, conn) {
+        q.conn = Arc::clone(conn);
+    }
+    quic_content(q, p, facts.packet);
 }
 
 /// A QUIC packet of connection `conn` with no frames yet.

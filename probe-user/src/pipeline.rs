@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tboxscope_engine::{Engine, Observation, QuicPacket};
 
 use crate::analyze::Analyzer;
-use crate::correlate::{CaptureHint, Correlator, FrameFeed, ObservationSink};
+use crate::correlate::{CaptureHint, Correlator, FrameFeed, MakeObservation, ObservationSink};
 use crate::source::pcap::FileError;
 
 /// Observations per batch handed to the engine's thread: large enough that hand-overs (a
@@ -19,8 +19,8 @@ use crate::source::pcap::FileError;
 const BATCH: usize = 1024;
 /// Batches on their way to the engine's thread before decoding waits.
 const IN_FLIGHT: usize = 8;
-/// QUIC packet allocations kept from batches that came back, for the next packets.
-const SPARE_QUIC_PACKETS: usize = 2 * BATCH;
+/// How far ahead of the observation written over the next ones are fetched ([`fetch_ahead`]).
+const FETCH_AHEAD: usize = 8;
 
 /// How long each thread of a pipelined run waited for the other: the one that waited less set
 /// the pace.
@@ -47,7 +47,11 @@ type WorkerResult<T, E> = Result<(Engine, T, Duration), E>;
 
 /// An [`Engine`] running on its own thread, fed through [`ObservationSink::handle`].
 pub struct EngineThread<T, E> {
+    /// The batch being filled: one the engine's thread is done with, its observations
+    /// written over in turn (the first `filled`: new ones; the rest: old ones, dropped
+    /// when one cannot be written over).
     batch: Vec<Observation>,
+    filled: usize,
     to_engine: Option<SyncSender<Vec<Observation>>>,
     /// Batches the engine's thread is done with, observations still in them, for reuse.
     recycled: Receiver<Vec<Observation>>,
@@ -55,13 +59,6 @@ pub struct EngineThread<T, E> {
     stopped: bool,
     /// Time spent waiting to hand a batch over.
     waited: Duration,
-    /// QUIC packets of batches that came back, their allocations reused for new ones (a
-    /// thousand frees and mallocs per batch otherwise, most of them past malloc's caches).
-    /// Boxed on purpose: each box is an allocation handed back to an observation.
-    #[allow(clippy::vec_box)]
-    spare_quic: Vec<Box<QuicPacket>>,
-    /// Whether QUIC packets are being made (a spare was asked for).
-    quic_made: bool,
 }
 
 impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
@@ -95,13 +92,12 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
             })?;
         Ok(Self {
             batch: Vec::with_capacity(BATCH),
+            filled: 0,
             to_engine: Some(to_engine),
             recycled,
             worker: Some(worker),
             stopped: false,
             waited: Duration::ZERO,
-            spare_quic: Vec::new(),
-            quic_made: false,
         })
     }
 
@@ -134,27 +130,15 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
     }
 
     fn hand_over(&mut self) {
+        self.batch.truncate(self.filled);
         if self.batch.is_empty() {
             return;
         }
-        let next = match self.recycled.try_recv() {
-            Ok(mut used) => {
-                // (Moving every observation out costs more than dropping it in place: batches
-                // are taken apart only once QUIC packets are being made.)
-                if self.quic_made {
-                    for obs in used.drain(..) {
-                        if let Observation::Quic(q) = obs {
-                            if self.spare_quic.len() < SPARE_QUIC_PACKETS {
-                                self.spare_quic.push(q);
-                            }
-                        }
-                    }
-                }
-                used.clear();
-                used
-            }
-            Err(_) => Vec::with_capacity(BATCH),
-        };
+        let next = self
+            .recycled
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+        self.filled = 0;
         let full = std::mem::replace(&mut self.batch, next);
         let asked = Instant::now();
         let sent = self
@@ -171,31 +155,71 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
 
 impl<T: Send + 'static, E: Send + 'static> ObservationSink for EngineThread<T, E> {
     fn handle(&mut self, obs: Observation) {
-        self.handle_made(|| obs);
+        self.handle_made(obs);
     }
 
-    fn spare_quic_packet(&mut self) -> Option<Box<QuicPacket>> {
-        self.quic_made = true;
-        self.spare_quic.pop()
-    }
-
-    /// Builds the observation in its place in the batch.
+    /// Writes the observation over the old one in its place in the batch (one the engine's
+    /// thread is done with) if it can; else drops the old ones left and makes it in its place.
     #[inline]
-    fn handle_made(&mut self, make: impl FnOnce() -> Observation) {
+    fn handle_made(&mut self, mut make: impl MakeObservation) {
         if self.stopped {
             return;
         }
-        if let Some(place) = self.batch.spare_capacity_mut().first_mut() {
-            place.write(make());
-            // SAFETY: the place just written is the first past the batch's length.
-            unsafe { self.batch.set_len(self.batch.len() + 1) };
-        } else {
-            self.batch.push(make());
+        fetch_ahead(&self.batch, self.filled);
+        let written = match self.batch.get_mut(self.filled) {
+            Some(old) => make.write_over(old),
+            None => false,
+        };
+        if !written {
+            self.batch.truncate(self.filled);
+            if let Some(place) = self.batch.spare_capacity_mut().first_mut() {
+                place.write(make.make());
+                // SAFETY: the place just written is the first past the batch's length.
+                unsafe { self.batch.set_len(self.batch.len() + 1) };
+            } else {
+                self.batch.push(make.make());
+            }
         }
-        if self.batch.len() >= BATCH {
+        self.filled += 1;
+        if self.filled >= BATCH {
             self.hand_over();
         }
     }
+}
+
+/// Asks this core's cache, to write them soon, for the place `2 * FETCH_AHEAD` observations
+/// past `at` in `batch` and for what the observation `FETCH_AHEAD` past it keeps out of line
+/// (a QUIC packet). They were last read on the engine's core: fetched one by one as they are
+/// written, each stalls decoding; fetched ahead, they come meanwhile.
+#[inline]
+fn fetch_ahead(batch: &Vec<Observation>, at: usize) {
+    if at + 2 * FETCH_AHEAD < batch.capacity() {
+        fetch_to_write(
+            batch
+                .as_ptr()
+                .wrapping_add(at + 2 * FETCH_AHEAD)
+                .cast::<i8>(),
+        );
+    }
+    if let Some(Observation::Quic(q)) = batch.get(at + FETCH_AHEAD) {
+        let start = std::ptr::from_ref::<QuicPacket>(q).cast::<i8>();
+        for line in (0..std::mem::size_of::<QuicPacket>() + 63).step_by(64) {
+            fetch_to_write(start.wrapping_add(line));
+        }
+    }
+}
+
+/// Asks this core's cache for the line of `p`, to write it (a hint: nothing is read).
+#[inline]
+fn fetch_to_write(p: *const i8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86_64, and a prefetch is a hint: it never faults and changes
+    // nothing the program sees, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 impl<T, E> Drop for EngineThread<T, E> {

@@ -1,8 +1,12 @@
 //! The engine on its own thread gives exactly what it gives on the decoding thread: every record
 //! and the summary, on captures of two paths long enough for many hand-overs between the threads,
-//! and on the QUIC fixture; an error while handling records stops decoding and is returned.
+//! on the QUIC fixture, and on decrypted QUIC mixed with KCP (observations written over the
+//! returned ones of their kind, or of another); an error while handling records stops decoding
+//! and is returned.
 #![allow(clippy::unwrap_used)]
 mod pcap_common;
+#[path = "../../decode/tests/common/mod.rs"]
+mod quic_common;
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +15,7 @@ use pcap_common::{kcp_segment, pcap};
 use probe_user::analyze::Analyzer;
 use probe_user::dissect::DissectConfig;
 use probe_user::pipeline::decode_and_match;
+use tboxscope_decode::quic::Keylog;
 use tboxscope_engine::{Config, Engine};
 
 const QUIC_FIXTURE: &str = "../../shared/fixtures/chrome-cloudflare-quic-with-secrets.pcapng";
@@ -115,6 +120,83 @@ fn the_engine_on_its_own_thread_gives_the_same_records_and_summary() {
     let one = run(std::slice::from_ref(&quic), &config, false);
     assert!(one.0.iter().any(|r| r.contains("stream")), "{:?}", one.0);
     assert_eq!(one, run(&[quic], &config, true));
+}
+
+/// One capture of a decrypted QUIC exchange (the RFC 9001 Initials, then `n` 1-RTT packets of
+/// the benches' mix) with a KCP conversation interleaved in runs of varying length, so that
+/// observations of each kind land where the other kind was; and its key log.
+fn quic_and_kcp_capture(dir: &Path, n: u64) -> (PathBuf, Keylog) {
+    let client = ([10, 0, 0, 1], 50000);
+    let server = ([10, 0, 0, 2], 443);
+    let udp = |from: ([u8; 4], u16), to: ([u8; 4], u16), payload: &[u8]| {
+        let mut frame = Vec::new();
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4(from.0, to.0, 64)
+            .udp(from.1, to.1)
+            .write(&mut frame, payload)
+            .unwrap();
+        frame
+    };
+    let initial = |name: &str| {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../decode/tests/data")
+            .join(name);
+        quic_common::unhex(&std::fs::read_to_string(p).unwrap())
+    };
+    let mut frames = vec![
+        udp(client, server, &initial("rfc9001-client-initial.hex")),
+        udp(server, client, &initial("rfc9001-server-initial.hex")),
+    ];
+    let mut mix = quic_common::OneRttMix::new();
+    let mut sn = 0;
+    for i in 2..n {
+        frames.push(match mix.packet(i) {
+            (true, p) => udp(client, server, &p),
+            (false, p) => udp(server, client, &p),
+        });
+        // A run of KCP segments after every 700th to 1100th packet or so.
+        if i % 997 < 300 && i % 7 == 0 {
+            let push = kcp_segment(9, 81, 0, 128, i as u32, sn, sn, &[sn as u8; 100]);
+            frames.push(udp(([10, 0, 0, 3], 40000), ([10, 0, 0, 4], 9000), &push));
+            sn += 1;
+        }
+    }
+    let t0 = 1_700_000_000_000_000_000u64;
+    let frames: Vec<(u64, u32, Vec<u8>)> = frames
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| (t0 + i as u64 * 10_000, f.len() as u32, f))
+        .collect();
+    let path = dir.join("quic-and-kcp.pcap");
+    std::fs::write(&path, pcap(1, true, false, &frames)).unwrap();
+    let keylog = Keylog::parse(quic_common::rfc9001_keylog().as_bytes()).unwrap();
+    (path, keylog)
+}
+
+#[test]
+fn decrypted_quic_mixed_with_kcp_gives_the_same_records_on_its_own_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, keylog) = quic_and_kcp_capture(dir.path(), 6000);
+    let config = DissectConfig {
+        keylog: Some(keylog),
+        ..DissectConfig::default()
+    };
+    let mut analyzer = Analyzer::new(config.clone());
+    analyzer
+        .run_file(&file, &mut |_| Ok::<(), ()>(()))
+        .unwrap()
+        .unwrap();
+    assert!(analyzer.dissector().quic_stats().decrypted > 5900);
+    let one = run(std::slice::from_ref(&file), &config, false);
+    // Messages of both protocols are in it.
+    assert!(one.1.contains("quic#"), "{}", one.1);
+    assert!(one.1.contains("kcp"), "{}", one.1);
+    let threaded = run(&[file], &config, true);
+    assert_eq!(one.0.len(), threaded.0.len());
+    for (i, (a, b)) in one.0.iter().zip(&threaded.0).enumerate() {
+        assert_eq!(a, b, "record {i}");
+    }
+    assert_eq!(one.1, threaded.1);
 }
 
 #[test]
