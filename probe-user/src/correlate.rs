@@ -453,10 +453,15 @@ struct UnitObservation<'a> {
 }
 
 impl MakeObservation for UnitObservation<'_> {
-    /// A QUIC packet is written over one in its allocation.
+    /// A QUIC packet is written over one in its allocation, a KCP segment over one in its
+    /// place (the labels they hold kept where they are the same).
     #[inline]
     fn write_over(&mut self, old: &mut Observation) -> bool {
         match (&self.facts.packet.decoded, old) {
+            (Decoded::KcpSegment(seg), Observation::Kcp(k)) => {
+                write_kcp_segment(k, &self.facts, seg);
+                true
+            }
             (Decoded::QuicPacket(p), Observation::Quic(q)) if p.decrypted => {
                 let conn = quic_label(self.quic_labels, self.last_quic_label, p);
                 write_quic_packet(q, &self.facts, p, conn);
@@ -576,12 +581,7 @@ fn observation_labeled(
     conn: &mut dyn FnMut(&PacketSummary) -> Arc<str>,
 ) -> Observation {
     match &packet.decoded {
-        Decoded::KcpSegment(seg) => {
-            let mut k = kcp_segment(meta, seg);
-            k.app_msg_id = packet.app_msg_id;
-            k.content_hash = packet.content_hash;
-            Observation::Kcp(k)
-        }
+        Decoded::KcpSegment(seg) => Observation::Kcp(kcp_segment(meta, seg, packet)),
         Decoded::QuicPacket(p) if p.decrypted => {
             let mut q = new_quic_packet(meta, conn(p));
             quic_content(&mut q, p, packet);
@@ -601,27 +601,52 @@ fn observation_labeled(
     }
 }
 
+/// The KCP segment `seg` of `packet`, seen as `meta`.
 #[inline]
-fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord) -> KcpSegment {
-    let cmd = match seg.cmd {
+fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord, packet: &DecodedPacket) -> KcpSegment {
+    let mut k = KcpSegment {
+        meta,
+        conv: 0,
+        cmd: KcpCmd::Push,
+        frg: 0,
+        wnd: 0,
+        ts: 0,
+        sn: 0,
+        una: 0,
+        len: 0,
+        app_msg_id: None,
+        content_hash: None,
+    };
+    write_kcp_fields(&mut k, seg, packet);
+    k
+}
+
+/// Writes the KCP segment `seg` (the unit of `facts`) over `k`, its label kept if it is the
+/// same.
+#[inline]
+fn write_kcp_segment(k: &mut KcpSegment, facts: &UnitFacts<'_>, seg: &KcpSegmentRecord) {
+    facts.write_meta(&mut k.meta);
+    write_kcp_fields(k, seg, facts.packet);
+}
+
+/// Writes what the segment `seg` of `packet` says (all but the packet's facts) into `k`.
+#[inline]
+fn write_kcp_fields(k: &mut KcpSegment, seg: &KcpSegmentRecord, packet: &DecodedPacket) {
+    k.conv = seg.conv;
+    k.cmd = match seg.cmd {
         Cmd::Push => KcpCmd::Push,
         Cmd::Ack => KcpCmd::Ack,
         Cmd::Wask => KcpCmd::WindowAsk,
         Cmd::Wins => KcpCmd::WindowTell,
     };
-    KcpSegment {
-        meta,
-        conv: seg.conv,
-        cmd,
-        frg: seg.frg,
-        wnd: seg.wnd,
-        ts: seg.kcp_ts,
-        sn: seg.sn,
-        una: seg.una,
-        len: seg.len,
-        app_msg_id: None,
-        content_hash: None,
-    }
+    k.frg = seg.frg;
+    k.wnd = seg.wnd;
+    k.ts = seg.kcp_ts;
+    k.sn = seg.sn;
+    k.una = seg.una;
+    k.len = seg.len;
+    k.app_msg_id = packet.app_msg_id;
+    k.content_hash = packet.content_hash;
 }
 
 /// Writes the QUIC packet `p` (the unit of `facts`) of connection `conn` over `q`, the labels

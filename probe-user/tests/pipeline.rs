@@ -124,7 +124,8 @@ fn the_engine_on_its_own_thread_gives_the_same_records_and_summary() {
 
 /// One capture of a decrypted QUIC exchange (the RFC 9001 Initials, then `n` 1-RTT packets of
 /// the benches' mix) with a KCP conversation interleaved in runs of varying length, so that
-/// observations of each kind land where the other kind was; and its key log.
+/// observations of each kind land where the other kind was, then `4 n` KCP segments alone (data
+/// and ACKs: many batches of them, so that batches of KCP segments come back); and its key log.
 fn quic_and_kcp_capture(dir: &Path, n: u64) -> (PathBuf, Keylog) {
     let client = ([10, 0, 0, 1], 50000);
     let server = ([10, 0, 0, 2], 443);
@@ -148,18 +149,34 @@ fn quic_and_kcp_capture(dir: &Path, n: u64) -> (PathBuf, Keylog) {
         udp(server, client, &initial("rfc9001-server-initial.hex")),
     ];
     let mut mix = quic_common::OneRttMix::new();
+    let (tbox, gateway) = (([10, 0, 0, 3], 40000), ([10, 0, 0, 4], 9000));
     let mut sn = 0;
     for i in 2..n {
         frames.push(match mix.packet(i) {
             (true, p) => udp(client, server, &p),
             (false, p) => udp(server, client, &p),
         });
-        // A run of KCP segments after every 700th to 1100th packet or so.
+        // In the first 300 packets of every 997, a KCP segment after every 7th.
         if i % 997 < 300 && i % 7 == 0 {
             let push = kcp_segment(9, 81, 0, 128, i as u32, sn, sn, &[sn as u8; 100]);
-            frames.push(udp(([10, 0, 0, 3], 40000), ([10, 0, 0, 4], 9000), &push));
+            frames.push(udp(tbox, gateway, &push));
             sn += 1;
         }
+    }
+    for i in 0..4 * n as u32 {
+        let (sn, ts) = (sn + i / 2, i / 4);
+        frames.push(match i % 2 {
+            0 => udp(
+                tbox,
+                gateway,
+                &kcp_segment(9, 81, 0, 128, ts, sn, sn, &[i as u8; 100]),
+            ),
+            _ => udp(
+                gateway,
+                tbox,
+                &kcp_segment(9, 82, 0, 128, ts, sn, sn + 1, &[]),
+            ),
+        });
     }
     let t0 = 1_700_000_000_000_000_000u64;
     let frames: Vec<(u64, u32, Vec<u8>)> = frames
