@@ -686,7 +686,11 @@ fn quic_content(q: &mut QuicPacket, p: &PacketSummary, packet: &DecodedPacket) {
     q.acks.clear();
     for f in &p.frames {
         match f.frame_type {
-            "stream" => q.streams.extend(stream_range(f)),
+            "stream" => {
+                if let Some(range) = stream_range(f) {
+                    q.streams.push(range);
+                }
+            }
             "ack" | "path_ack" => q.acks.push(ack(f)),
             _ => {}
         }
