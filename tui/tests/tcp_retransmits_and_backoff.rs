@@ -24,14 +24,16 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
     let port = net.port.to_string();
     let cap = Capture::start("loss", &["--port", &port, "--cwnd-interval", "50ms"]);
 
-    // Phase 1: 2% random loss on the receiver's input → fast retransmits / loss probes.
+    let receiver = spawn_receiver(&net.b, net.server());
+    let mut s = connect_from(&net.a, net.server());
+    let local = s.local_addr().unwrap().to_string();
+    // Phase 1: 2% random loss on the receiver's input → fast retransmits / loss probes. Set
+    // once connected: a lost SYN is resent after the kernel's initial 1 s RTO, before any RTT
+    // sample, which is not the backoff this test checks.
     net.set_receiver_rule(&format!(
         "tcp dport {} numgen random mod 1000 < 20 drop",
         net.port
     ));
-    let receiver = spawn_receiver(&net.b, net.server());
-    let mut s = connect_from(&net.a, net.server());
-    let local = s.local_addr().unwrap().to_string();
     let chunk = vec![0x5au8; 64 * 1024];
     for _ in 0..256 {
         s.write_all(&chunk).unwrap();
