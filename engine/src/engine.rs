@@ -97,8 +97,9 @@ pub struct Engine {
     /// Address pairs known to be in `tuple_flows`, in sets of two by their low bits, the
     /// newest first (each packet's pair is remembered; most were already).
     tuples_known: [Option<u64>; TUPLES_KNOWN],
-    /// Address pairs `tuple_flows` holds at most (it is then cleared before the next pair).
-    tuples_max: usize,
+    /// Entries the side maps keyed per address pair or per connection (`tuple_flows`,
+    /// `quic_conn_modes`) hold at most: a full one is cleared before the next entry.
+    pub(crate) side_map_max: usize,
     /// Scratch for KCP segments acknowledged by una (sn, segment).
     pub(crate) una_done: Vec<(u64, crate::matcher::kcp::Unacked)>,
     /// Scratch for QUIC packets acknowledged by one ACK packet, and each one's ACK delay.
@@ -148,7 +149,7 @@ impl Engine {
             quic_parts: Vec::new(),
             tuple_flows: HashMap::default(),
             tuples_known: [None; TUPLES_KNOWN],
-            tuples_max: cfg.max_flows.saturating_mul(4).max(16),
+            side_map_max: cfg.max_flows.saturating_mul(4).max(16),
             una_done: Vec::new(),
             quic_acked: (Vec::new(), Vec::new()),
             echoes: HashMap::default(),
@@ -934,7 +935,7 @@ impl Engine {
 
     /// Whether the address-pair map is full (it is then cleared before the next pair).
     fn tuples_full(&self) -> bool {
-        self.tuple_flows.len() >= self.tuples_max
+        self.tuple_flows.len() >= self.side_map_max
     }
 
     /// Whether [`Engine::remember_tuple`] has nothing to do for `tuple`.

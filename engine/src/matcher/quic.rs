@@ -270,7 +270,7 @@ impl Engine {
         let grouped = matches!(mode, MatchMode::Content | MatchMode::AppId);
         let joins = grouped && forced.is_none() && joined != Some(mode);
         if joins {
-            if self.quic_conn_modes.len() >= self.cfg.max_flows.saturating_mul(4).max(16) {
+            if self.quic_conn_modes.len() >= self.side_map_max {
                 self.quic_conn_modes.clear();
             }
             self.quic_conn_modes.insert(q.conn.clone(), mode);
