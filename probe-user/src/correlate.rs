@@ -471,7 +471,7 @@ impl MakeObservation for UnitObservation<'_> {
         }
     }
 
-    #[inline(always)]
+    #[inline]
     fn make(self) -> Observation {
         let (labels, last) = (self.quic_labels, self.last_quic_label);
         let conn = &mut |p: &PacketSummary| Arc::clone(quic_label(labels, last, p));
@@ -538,6 +538,9 @@ fn quic_label<'a>(
 ) -> &'a Arc<str> {
     let known = matches!((p.connection, &*last), (Some(n), Some((Some(m), _))) if *m == n);
     if !known {
+        *last = None;
+    }
+    let (_, label) = last.get_or_insert_with(|| {
         let label = match p.connection {
             Some(n) => {
                 if labels.len() >= MAX_QUIC_LABELS && !labels.contains_key(&n) {
@@ -551,12 +554,9 @@ fn quic_label<'a>(
             }
             None => quic_conn_label(p),
         };
-        *last = Some((p.connection, label));
-    }
-    match last {
-        Some((_, label)) => label,
-        None => unreachable!("set above"),
-    }
+        (p.connection, label)
+    });
+    label
 }
 
 /// The engine observation for one decoded unit.
@@ -574,7 +574,7 @@ pub fn quic_conn_label(p: &PacketSummary) -> Arc<str> {
 }
 
 /// [`observation`], with QUIC connection labels from `conn`.
-#[inline(always)]
+#[inline]
 fn observation_labeled(
     meta: PacketMeta,
     packet: &DecodedPacket,
