@@ -54,6 +54,17 @@ fn run(files: &[PathBuf], config: &DissectConfig, own_thread: bool) -> (Vec<Stri
     (records, serde_json::to_string(&summary).unwrap())
 }
 
+/// An Ethernet frame of a UDP datagram from `from` to `to` (IPv4 address, port).
+fn udp(from: ([u8; 4], u16), to: ([u8; 4], u16), payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(from.0, to.0, 64)
+        .udp(from.1, to.1)
+        .write(&mut frame, payload)
+        .unwrap();
+    frame
+}
+
 /// Two captures, one per path, of one KCP conversation sent on both: `n` messages 2 ms apart,
 /// each acknowledged on its path 30 ms (4G) or 12 ms (5G) later; 5G loses every 50th message and
 /// carries nothing for 1.5 s in the middle.
@@ -64,15 +75,6 @@ fn two_path_captures(dir: &Path, n: u32) -> Vec<PathBuf> {
         ("4G.pcap", [10, 4, 0, 2], 30u64, false),
         ("5G.pcap", [10, 5, 0, 2], 12, true),
     ] {
-        let udp = |from: [u8; 4], to: [u8; 4], sport: u16, dport: u16, payload: &[u8]| {
-            let mut frame = Vec::new();
-            PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-                .ipv4(from, to, 64)
-                .udp(sport, dport)
-                .write(&mut frame, payload)
-                .unwrap();
-            frame
-        };
         let mut frames: Vec<(u64, u32, Vec<u8>)> = Vec::new();
         let start = 1_700_000_000_000_000_000u64;
         for sn in 0..n {
@@ -83,10 +85,10 @@ fn two_path_captures(dir: &Path, n: u32) -> Vec<PathBuf> {
             }
             let ts = (sent / 1_000_000) as u32;
             let push = kcp_segment(7, 81, 0, 128, ts, sn, sn, &[sn as u8; 200]);
-            let push = udp(tbox, server, 40000, 9000, &push);
+            let push = udp((tbox, 40000), (server, 9000), &push);
             frames.push((sent, push.len() as u32, push));
             let ack = kcp_segment(7, 82, 0, 128, ts, sn, sn + 1, &[]);
-            let ack = udp(server, tbox, 9000, 40000, &ack);
+            let ack = udp((server, 9000), (tbox, 40000), &ack);
             frames.push((sent + rtt_ms * 1_000_000, ack.len() as u32, ack));
         }
         frames.sort_by_key(|f| f.0);
@@ -129,15 +131,6 @@ fn the_engine_on_its_own_thread_gives_the_same_records_and_summary() {
 fn quic_and_kcp_capture(dir: &Path, n: u64) -> (PathBuf, Keylog) {
     let client = ([10, 0, 0, 1], 50000);
     let server = ([10, 0, 0, 2], 443);
-    let udp = |from: ([u8; 4], u16), to: ([u8; 4], u16), payload: &[u8]| {
-        let mut frame = Vec::new();
-        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-            .ipv4(from.0, to.0, 64)
-            .udp(from.1, to.1)
-            .write(&mut frame, payload)
-            .unwrap();
-        frame
-    };
     let initial = |name: &str| {
         let p = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../decode/tests/data")
