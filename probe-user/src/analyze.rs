@@ -262,7 +262,8 @@ impl Analyzer {
         *loaded = reader.secrets().len();
     }
 
-    /// Problems that did not stop the analysis (unusable embedded secrets).
+    /// Problems that did not stop the analysis (unusable embedded secrets, captures of a link
+    /// type that is not decoded).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
@@ -280,6 +281,14 @@ impl Analyzer {
             let iface = &reader.interfaces()[i];
             let (label, link) = (iface.label.clone(), iface.link);
             let id = self.labels.id_for(file_no, file_name, &label);
+            if link.is_none() {
+                self.warnings.push(format!(
+                    "{file_name}: capture {label} has link type {}, which tboxscope does not decode \
+                     (it decodes {}); its frames are counted as unsupported link",
+                    iface.linktype,
+                    LinkType::SUPPORTED
+                ));
+            }
             iface_paths.push((id, link));
             let label = &self.labels.all()[id];
             if !summary.paths.contains(label) {
