@@ -345,6 +345,8 @@ impl Analyzer {
                 errors.push(e);
             }
         }
+        // Each file's first and last packet time, to tell captures that never overlap.
+        let mut spans: Vec<Option<(u64, u64)>> = vec![None; open.len()];
         while let Some(i) = open
             .iter()
             .enumerate()
@@ -354,6 +356,8 @@ impl Analyzer {
         {
             let f = &mut open[i];
             if let Some(p) = f.pending.take() {
+                let span = spans[i].get_or_insert((p.ts_ns, p.ts_ns));
+                span.1 = span.1.max(p.ts_ns);
                 let (path_id, link) = f.iface_paths.get(p.interface).copied().unwrap_or((0, None));
                 let before = self.dissector.stats().clone();
                 let at = FrameAt {
@@ -377,6 +381,14 @@ impl Analyzer {
             if let Err(e) = self.refill(&mut open[i]) {
                 errors.push(e);
             }
+        }
+        let named: Vec<(&str, (u64, u64))> = open
+            .iter()
+            .zip(&spans)
+            .filter_map(|(f, s)| s.map(|s| (f.name.as_str(), s)))
+            .collect();
+        if let Some(w) = disjoint_captures(&named) {
+            self.warnings.push(w);
         }
         Ok(errors)
     }
@@ -421,6 +433,42 @@ impl Analyzer {
         f.pending = Some(pending);
         Ok(())
     }
+}
+
+/// A warning when captures (file, first and last packet time) fall into groups that never
+/// overlap in time: they cannot be the paths, or the two ends, of one capture, and figures
+/// across them (the duration, latency between them, outages) mean nothing. Captures taken one
+/// after the other are analysed each on its own.
+pub fn disjoint_captures(spans: &[(&str, (u64, u64))]) -> Option<String> {
+    let mut sorted: Vec<&(&str, (u64, u64))> = spans.iter().collect();
+    sorted.sort_by_key(|(_, (start, _))| *start);
+    let (first, rest) = sorted.split_first()?;
+    let mut end = first.1 .1;
+    let mut earlier = first.0;
+    for (name, (start, last)) in rest {
+        if *start > end {
+            let gap_s = (start - end) as f64 / 1e9;
+            let gap = if gap_s >= 2.0 * 86_400.0 {
+                format!("{:.1} days", gap_s / 86_400.0)
+            } else if gap_s >= 2.0 * 3600.0 {
+                format!("{:.1} hours", gap_s / 3600.0)
+            } else {
+                format!("{gap_s:.1} s")
+            };
+            return Some(format!(
+                "the captures do not overlap in time: {name} starts at {} and {earlier} ends at \
+                 {}, {gap} before; they cannot be paths of one capture, and figures across \
+                 them (duration, latency, copies, outages) mean nothing: analyze each alone",
+                crate::output::jsonl::format_ts(*start),
+                crate::output::jsonl::format_ts(end),
+            ));
+        }
+        if *last > end {
+            end = *last;
+            earlier = name;
+        }
+    }
+    None
 }
 
 /// A file being read by [`Analyzer::run_files`], with its next packet copied out.

@@ -15,7 +15,7 @@ fn doctor_reports_every_hook_and_a_denied_one() {
         return;
     }
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
-        .args(["doctor", "--json", "--deny-hook", "tcp_probe"])
+        .args(["doctor", "-i", "lo", "--json", "--deny-hook", "tcp_probe"])
         .output()
         .unwrap();
     assert!(out.status.success(), "doctor exit {:?}", out.status);
@@ -62,7 +62,7 @@ fn doctor_reports_every_hook_and_a_denied_one() {
     assert!(r["privileges"]["missing"].as_array().unwrap().is_empty());
     // Plain report too.
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
-        .args(["doctor"])
+        .args(["doctor", "-i", "lo"])
         .output()
         .unwrap();
     assert!(out.status.success());

@@ -16,10 +16,11 @@ use probe_user::output::JsonLinesWriter;
 use probe_user::pipeline::{decode_and_match, worth_a_thread, Matched};
 use serde::Serialize;
 
-use crate::cli::{files_engine_config, AnalyzeArgs};
+use crate::cli::{files_engine_config, refuse_repeated_files, AnalyzeArgs};
 
 /// Runs `tboxscope analyze`.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    refuse_repeated_files(&args.files)?;
     let mut config = args.decode.dissect_config()?;
     config.unknown_udp = args.unknown_udp;
     let mut analyzer = Analyzer::new(config);
@@ -61,8 +62,8 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             print_report(&analyzer)?;
             let mut engine = matched.engine;
             let summary = engine.finish(matched.last_ts);
-            println!();
-            print!("{}", report::render(&summary));
+            writeln!(std::io::stdout())?;
+            write!(std::io::stdout(), "{}", report::render(&summary))?;
             for e in &matched.file_errors {
                 eprintln!("tboxscope: {e}");
             }
