@@ -149,7 +149,26 @@ impl EngineFeed {
         if !self.tcp_status.is_empty() {
             snapshot.health.inferences.push(self.tcp_status.clone());
         }
+        if let Some(note) = self.keylog_note(snapshot.health.decrypt_failures) {
+            snapshot.health.inferences.push(note);
+        }
         feed.publish(snapshot);
+    }
+
+    /// What the health line says about the QUIC key log: none given while packets stay
+    /// encrypted, or a named one that does not exist (yet).
+    fn keylog_note(&self, undecrypted: u64) -> Option<String> {
+        match &self.keylog {
+            None if undecrypted > 0 => Some(format!(
+                "QUIC: {undecrypted} packets not decrypted: no key log given (--keylog FILE, \
+                 the SSLKEYLOGFILE the QUIC client writes)"
+            )),
+            Some(path) if self.keylog_len == 0 && !path.exists() => Some(format!(
+                "QUIC key log {} does not exist (yet): QUIC stays encrypted until it does",
+                path.display()
+            )),
+            _ => None,
+        }
     }
 
     /// Loads what the peers appended to the key log since the last look (a `stat` when

@@ -35,6 +35,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         ..files_engine_config(&args.decode, &args.timeout, &args.stated)?
     };
     let statements = args.stated.captures();
+    let mut ineffective = Vec::new();
     let ok = match json_target {
         Some(target) => {
             let out: Box<dyn Write + Send> = if target == "-" {
@@ -44,7 +45,14 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                     .with_context(|| format!("cannot create JSON output {target}"))?;
                 Box::new(BufWriter::with_capacity(1 << 16, file))
             };
-            run_json(&args, &mut analyzer, config, &statements, out)?
+            run_json(
+                &args,
+                &mut analyzer,
+                config,
+                &statements,
+                out,
+                &mut ineffective,
+            )?
         }
         None => {
             let matched = decode_and_match(
@@ -64,6 +72,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             let summary = engine.finish(matched.last_ts);
             writeln!(std::io::stdout())?;
             write!(std::io::stdout(), "{}", report::render(&summary))?;
+            ineffective = ineffective_options(&args, &analyzer, &summary);
             for e in &matched.file_errors {
                 eprintln!("tboxscope: {e}");
             }
@@ -79,7 +88,10 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             analyzer.paths().join(", ")
         );
     }
-    Ok(if ok && unknown.is_empty() {
+    for e in &ineffective {
+        eprintln!("tboxscope: {e}");
+    }
+    Ok(if ok && unknown.is_empty() && ineffective.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -137,6 +149,7 @@ fn run_json(
     config: EngineConfig,
     statements: &[(String, CaptureHint)],
     out: Box<dyn Write + Send>,
+    ineffective: &mut Vec<String>,
 ) -> anyhow::Result<bool> {
     #[derive(Serialize)]
     struct Header<'a> {
@@ -189,6 +202,7 @@ fn run_json(
     } = matched;
     let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
     let engine_summary = engine.finish(last_ts);
+    *ineffective = ineffective_options(args, analyzer, &engine_summary);
     write_engine_records(&mut writer, &mut engine)?;
     let kcp = kcp_summary(analyzer);
     let fragments = analyzer.dissector().fragment_stats();
@@ -292,4 +306,68 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
         r.not_ip, r.not_udp, r.truncated, r.malformed, r.fragment, r.bad_fragment, s.unsupported_link
     )?;
     Ok(())
+}
+
+/// The matching options given that changed nothing, each with why: a `--match` that no flow
+/// took up (no flow it selects, or a mode the flow cannot be matched by), an `--app-id` that
+/// found no id in any message.
+fn ineffective_options(
+    args: &AnalyzeArgs,
+    analyzer: &Analyzer,
+    summary: &tboxscope_engine::Summary,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let flows: Vec<String> = summary
+        .redundancy
+        .iter()
+        .map(|r| {
+            let mode = r.mode.map_or("no mode", |m| m.name());
+            format!("{} by {mode}", r.flow)
+        })
+        .collect();
+    for o in &args.stated.modes {
+        let s = &o.selector;
+        let fits = |flow: &str| match (&s.conv, &s.conn) {
+            (Some(c), _) => flow == format!("kcp conv {c}"),
+            (_, Some(c)) => flow == format!("quic {c}"),
+            _ => true,
+        };
+        let applied = summary
+            .redundancy
+            .iter()
+            .any(|r| r.mode_forced && r.mode == Some(o.mode) && fits(&r.flow));
+        if !applied {
+            let selector = match (s.port, s.conv, &s.conn) {
+                (Some(p), _, _) => format!("port:{p}"),
+                (_, Some(c), _) => format!("conv:{c}"),
+                (_, _, Some(c)) => format!("conn:{c}"),
+                _ => "?".to_owned(),
+            };
+            out.push(format!(
+                "--match {selector}={} changed nothing: no flow it selects can be matched by {} \
+                 (the flows: {})",
+                o.mode.name(),
+                o.mode.name(),
+                if flows.is_empty() {
+                    "none".to_owned()
+                } else {
+                    flows.join(", ")
+                }
+            ));
+        }
+    }
+    if let Some(rule) = args.decode.app_id {
+        if analyzer.dissector().app_ids_read() == 0 {
+            out.push(format!(
+                "--app-id {}:{}{} changed nothing: no message holds bytes {}..{} (no KCP segment \
+                 or QUIC stream start is that long)",
+                rule.offset,
+                rule.width,
+                if rule.little_endian { ":le" } else { "" },
+                rule.offset,
+                rule.offset + rule.width
+            ));
+        }
+    }
+    out
 }
