@@ -153,17 +153,40 @@ fn two_pcap_files_replay_as_two_paths_with_latency_redundancy_and_the_outage() {
     drop(player);
 }
 
+/// Replay reads what `analyze` reads: a capture cut inside its last record is replayed up to
+/// the cut (the health panel says where it broke); one broken before its first packet, or
+/// mixed with JSON Lines, is refused before the UI starts.
 #[test]
-fn a_broken_capture_is_refused_before_the_ui_starts() {
+fn a_cut_capture_replays_up_to_the_cut_and_a_broken_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let good = write_captures(dir.path()).remove(0);
-    let bad = dir.path().join("cut.pcap");
+    let cut = dir.path().join("cut.pcap");
     let bytes = std::fs::read(&good).unwrap();
-    std::fs::write(&bad, &bytes[..bytes.len() - 7]).unwrap();
-    let err = replay::start(&[bad], PlayOptions::default(), PacketSettings::default())
+    std::fs::write(&cut, &bytes[..bytes.len() - 1]).unwrap();
+    let options = PlayOptions {
+        speed: 64.0,
+        ..PlayOptions::default()
+    };
+    let (player, mut source) =
+        replay::start(&[cut], options, PacketSettings::default()).expect("a cut capture plays");
+    let snap = final_snapshot(&mut source);
+    let packets = 2 * u64::from(MESSAGES) - (OUTAGE.end - OUTAGE.start) / (20 * MS) * 2;
+    let note = format!("{} packets in 1 file(s)", packets - 1);
+    let notes = &snap.health.inferences;
+    assert!(notes.iter().any(|n| n.contains(&note)), "{notes:?}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("cut.pcap") && n.contains("truncated")),
+        "{notes:?}"
+    );
+    drop(player);
+    let broken = dir.path().join("broken.pcap");
+    std::fs::write(&broken, &bytes[..24 + 10]).unwrap();
+    let err = replay::start(&[broken], PlayOptions::default(), PacketSettings::default())
         .err()
-        .expect("a truncated capture is an error");
-    assert!(err.to_string().contains("cut.pcap"), "{err}");
+        .expect("a capture broken before its first packet is an error");
+    assert!(err.to_string().contains("broken.pcap"), "{err}");
     let jsonl = dir.path().join("x.jsonl");
     std::fs::write(&jsonl, "{}\n").unwrap();
     let err = replay::start(
