@@ -8,8 +8,6 @@
 //! --include-ignored`). The namespace is deleted by a Drop guard, also when a check fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../probe-user/tests/pcap_common/netns.rs"]
-mod netns;
 #[path = "../../probe-user/tests/pcap_common/mod.rs"]
 mod pcap_common;
 
@@ -21,10 +19,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use pcap_common::netns;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tboxscope");
 /// KCP segments sent per capture.
 const SEGMENTS: u32 = 40;
-const PORT: u16 = 7101;
 
 /// A network namespace of this test, with loopback up; deleted on drop.
 struct Ns {
