@@ -94,9 +94,28 @@ fn options_before_the_subcommand_are_honoured_or_refused() {
     // Refused, naming the option and the subcommand.
     for (args, flag) in [
         (vec!["--filter", "udp portx 1", "analyze", &k], "--filter"),
-        (vec!["-i", "lo", "capture", "--json", "/dev/null"], "-i"),
+        // (--duration: a capture that started anyway ends, and the check fails.)
         (
-            vec!["--no-tcp", "capture", "--json", "/dev/null"],
+            vec![
+                "-i",
+                "lo",
+                "capture",
+                "--json",
+                "/dev/null",
+                "--duration",
+                "1s",
+            ],
+            "-i",
+        ),
+        (
+            vec![
+                "--no-tcp",
+                "capture",
+                "--json",
+                "/dev/null",
+                "--duration",
+                "1s",
+            ],
             "--no-tcp",
         ),
         (vec!["--port", "7101", "analyze", &k], "--port"),
