@@ -351,3 +351,45 @@ fn an_unsupported_link_type_is_named() {
         "{report}"
     );
 }
+
+/// Polls `source` (at most 20 s) until a snapshot's health notes hold `want`; returns them.
+fn health_notes_with(source: &mut dyn SnapshotSource, want: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = Vec::new();
+    while Instant::now() < deadline {
+        if let Some(s) = source.poll() {
+            last = s.health.inferences.clone();
+            if last.iter().any(|n| n.contains(want)) {
+                return last;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no health note with {want:?}: {last:?}");
+}
+
+/// The replay UI says the same as `analyze`: a link type it does not decode is named, and
+/// captures that never overlap in time are called so, from the first snapshot on.
+#[test]
+fn replay_names_an_unsupported_link_type_and_disjoint_captures() {
+    use tboxscope::replay::{self, PacketSettings, PlayOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("user0.pcap");
+    let frame = pcap_common::ipv4_udp(1, 2, b"x");
+    std::fs::write(
+        &f,
+        pcap_common::pcap(147, false, false, &[(1, frame.len() as u32, frame)]),
+    )
+    .unwrap();
+    let paused = PlayOptions {
+        paused: true,
+        ..PlayOptions::default()
+    };
+    let (player, mut source) = replay::start(&[f], paused, PacketSettings::default()).unwrap();
+    health_notes_with(&mut source, "user0.pcap has link type 147");
+    drop(player);
+    let files = [fixture("ndpi-kcp.pcap"), fixture("ndpi-quic-v2.pcapng")];
+    let (player, mut source) = replay::start(&files, paused, PacketSettings::default()).unwrap();
+    health_notes_with(&mut source, "the captures do not overlap in time");
+    drop(player);
+}
