@@ -114,14 +114,17 @@ pub fn interface_specs(given: &[String]) -> anyhow::Result<Vec<InterfaceSpec>> {
         .collect::<Result<Vec<_>, _>>()?)
 }
 
-/// The interfaces of `interfaces` this host does not have.
+/// The interfaces of `interfaces` this host does not have. libpcap's pseudo-devices `any`
+/// (every interface, Linux cooked) and `nflog[:GROUP]` (netfilter log) are always there.
 pub fn missing_interfaces(interfaces: &[InterfaceSpec]) -> Vec<&str> {
     interfaces
         .iter()
         .filter(|i| {
-            !std::path::Path::new("/sys/class/net")
-                .join(&i.name)
-                .exists()
+            let pseudo = i.name == "any" || i.name == "nflog" || i.name.starts_with("nflog:");
+            !pseudo
+                && !std::path::Path::new("/sys/class/net")
+                    .join(&i.name)
+                    .exists()
         })
         .map(|i| i.name.as_str())
         .collect()

@@ -343,6 +343,18 @@ fn open_here(
     Ok((cap, link, nano))
 }
 
+/// Whether `e` only says that a non-blocking read found nothing: libpcap's netfilter reader
+/// (`nflog:N`, libpcap 1.10) returns that as an error, "Can't receive packet: " followed by
+/// the text of EAGAIN, where its other readers return no packet.
+fn would_block(e: &pcap::Error) -> bool {
+    let pcap::Error::PcapError(message) = e else {
+        return false;
+    };
+    let eagain = std::io::Error::from_raw_os_error(libc::EAGAIN).to_string();
+    let text = eagain.split(" (os error").next().unwrap_or(&eagain);
+    message.ends_with(text)
+}
+
 /// Compiles `filter` as libpcap would on an Ethernet interface, without opening any: a
 /// syntax error is found before privileges or interfaces matter.
 pub fn check_filter(filter: &str) -> Result<(), LiveError> {
@@ -634,6 +646,7 @@ impl Worker {
                     });
                 }
                 Err(pcap::Error::TimeoutExpired) => return Read::Empty,
+                Err(e) if would_block(&e) => return Read::Empty,
                 Err(e) => return Read::Failed(e.to_string()),
             }
         }
