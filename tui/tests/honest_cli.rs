@@ -78,6 +78,32 @@ fn a_closed_pipe_ends_quietly() {
     }
 }
 
+/// Item 1 for the subcommands that load eBPF programs: `doctor` and `capture --json -`.
+#[test]
+#[ignore = "needs root"]
+fn a_closed_pipe_ends_doctor_and_capture_quietly() {
+    for args in [
+        vec!["doctor", "-i", "lo"],
+        vec!["capture", "--json", "-", "--duration", "2s"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(BIN)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
 /// Item 2: options of the live UI written before the subcommand are honoured where the
 /// subcommand has them, refused with the reason where it does not; never ignored.
 #[test]
