@@ -103,6 +103,18 @@ pub struct Analyzer {
     files: Vec<FileSummary>,
     warnings: Vec<String>,
     reading: FileReading,
+    /// Interfaces of a link type not decoded, with their frames (named in warnings).
+    unsupported: Vec<UnsupportedLink>,
+}
+
+/// An interface whose link type is not decoded, and how many frames it had.
+#[derive(Debug, Clone)]
+struct UnsupportedLink {
+    file: String,
+    label: String,
+    linktype: u32,
+    path_id: usize,
+    frames: u64,
 }
 
 impl Analyzer {
@@ -114,6 +126,7 @@ impl Analyzer {
             files: Vec::new(),
             warnings: Vec::new(),
             reading: FileReading::Auto,
+            unsupported: Vec::new(),
         }
     }
 
@@ -202,6 +215,9 @@ impl Analyzer {
                     &mut summary,
                 );
                 let (path_id, link) = iface_paths.get(iface).copied().unwrap_or((0, None));
+                if link.is_none() {
+                    self.count_unsupported(path_id);
+                }
                 let at = FrameAt {
                     file: &name,
                     frame,
@@ -214,6 +230,9 @@ impl Analyzer {
                 dissect_and_emit(&mut self.dissector, &at, &data, emit)?;
             } else {
                 let (path_id, link) = iface_paths[iface];
+                if link.is_none() {
+                    self.count_unsupported(path_id);
+                }
                 let at = FrameAt {
                     file: &name,
                     frame,
@@ -242,6 +261,7 @@ impl Analyzer {
             summary.error = Some(e.to_string());
         }
         self.files[file_no] = summary;
+        self.warn_unsupported();
         Ok(result)
     }
 }
@@ -260,6 +280,30 @@ impl Analyzer {
             }
         }
         *loaded = reader.secrets().len();
+    }
+
+    fn count_unsupported(&mut self, path_id: usize) {
+        count_unsupported(&mut self.unsupported, path_id);
+    }
+
+    /// Names each interface of a link type not decoded that had frames, in a warning.
+    fn warn_unsupported(&mut self) {
+        for u in self.unsupported.drain(..).filter(|u| u.frames > 0) {
+            self.warnings.push(format!(
+                "{}: capture {} has link type {}, which tboxscope does not decode (it decodes \
+                 {}): its {} {} not decoded",
+                u.file,
+                u.label,
+                u.linktype,
+                LinkType::SUPPORTED,
+                u.frames,
+                if u.frames == 1 {
+                    "frame is"
+                } else {
+                    "frames are"
+                }
+            ));
+        }
     }
 
     /// Problems that did not stop the analysis (unusable embedded secrets, captures of a link
@@ -282,12 +326,13 @@ impl Analyzer {
             let (label, link) = (iface.label.clone(), iface.link);
             let id = self.labels.id_for(file_no, file_name, &label);
             if link.is_none() {
-                self.warnings.push(format!(
-                    "{file_name}: capture {label} has link type {}, which tboxscope does not decode \
-                     (it decodes {}); its frames are counted as unsupported link",
-                    iface.linktype,
-                    LinkType::SUPPORTED
-                ));
+                self.unsupported.push(UnsupportedLink {
+                    file: file_name.to_owned(),
+                    label: label.clone(),
+                    linktype: iface.linktype,
+                    path_id: id,
+                    frames: 0,
+                });
             }
             iface_paths.push((id, link));
             let label = &self.labels.all()[id];
@@ -359,6 +404,9 @@ impl Analyzer {
                 let span = spans[i].get_or_insert((p.ts_ns, p.ts_ns));
                 span.1 = span.1.max(p.ts_ns);
                 let (path_id, link) = f.iface_paths.get(p.interface).copied().unwrap_or((0, None));
+                if link.is_none() {
+                    count_unsupported(&mut self.unsupported, path_id);
+                }
                 let before = self.dissector.stats().clone();
                 let at = FrameAt {
                     file: &f.name,
@@ -390,6 +438,7 @@ impl Analyzer {
         if let Some(w) = disjoint_captures(&named) {
             self.warnings.push(w);
         }
+        self.warn_unsupported();
         Ok(errors)
     }
 
@@ -432,6 +481,13 @@ impl Analyzer {
         self.files[f.file_no] = summary;
         f.pending = Some(pending);
         Ok(())
+    }
+}
+
+/// Counts a frame of the interface of a link type not decoded that has path `path_id`.
+fn count_unsupported(unsupported: &mut [UnsupportedLink], path_id: usize) {
+    if let Some(u) = unsupported.iter_mut().find(|u| u.path_id == path_id) {
+        u.frames += 1;
     }
 }
 

@@ -374,7 +374,8 @@ fn an_unsupported_link_type_is_named() {
     let out = run(&["analyze", &f.display().to_string()]);
     let report = text(&out.stdout);
     assert!(
-        report.contains("warning: user0.pcap: capture user0 has link type 147"),
+        report.contains("warning: user0.pcap: capture user0 has link type 147")
+            && report.contains("its 1 frame is not decoded"),
         "{report}"
     );
 }
