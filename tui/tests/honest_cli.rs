@@ -421,3 +421,33 @@ fn replay_names_an_unsupported_link_type_and_disjoint_captures() {
     health_notes_with(&mut source, "the captures do not overlap in time");
     drop(player);
 }
+
+/// Item 4 in replay: a `--match` no flow took up is named in the health panel after a pass.
+#[test]
+fn replay_names_a_match_that_changed_nothing() {
+    use tboxscope::replay::{self, PacketSettings, PlayOptions};
+    use tboxscope_engine::{FlowSelector, MatchMode, ModeOverride};
+    let settings = PacketSettings {
+        engine: EngineConfig {
+            mode_overrides: vec![ModeOverride {
+                selector: FlowSelector {
+                    port: Some(9999),
+                    ..FlowSelector::default()
+                },
+                mode: MatchMode::Datagram,
+            }],
+            ..EngineConfig::default()
+        },
+        ..PacketSettings::default()
+    };
+    let fast = PlayOptions {
+        speed: 1000.0,
+        ..PlayOptions::default()
+    };
+    let (player, mut source) = replay::start(&[fixture("ndpi-kcp.pcap")], fast, settings).unwrap();
+    health_notes_with(
+        &mut source,
+        "replay: --match port:9999=datagram changed nothing",
+    );
+    drop(player);
+}

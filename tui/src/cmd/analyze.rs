@@ -17,6 +17,7 @@ use probe_user::pipeline::{decode_and_match, worth_a_thread, Matched};
 use serde::Serialize;
 
 use crate::cli::{files_engine_config, refuse_repeated_files, AnalyzeArgs};
+use tboxscope::options::changed_nothing;
 
 /// Runs `tboxscope analyze`.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
@@ -59,7 +60,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                 &mut analyzer,
                 &args.files,
                 &statements,
-                Engine::new(config),
+                Engine::new(config.clone()),
                 (),
                 |engine, ()| {
                     engine.drain_records().for_each(drop);
@@ -72,7 +73,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             let summary = engine.finish(matched.last_ts);
             writeln!(std::io::stdout())?;
             write!(std::io::stdout(), "{}", report::render(&summary))?;
-            ineffective = ineffective_options(&args, &analyzer, &summary);
+            ineffective = changed_nothing(&config, analyzer.dissector().app_ids_read(), &summary);
             for e in &matched.file_errors {
                 eprintln!("tboxscope: {e}");
             }
@@ -163,7 +164,7 @@ fn run_json(
         packets: args.packets,
     };
     let writer = JsonLinesWriter::new(out, WallClock::unix_now(), &header)?;
-    let engine = Engine::new(config);
+    let engine = Engine::new(config.clone());
     let matched = if args.packets {
         // Each packet's line is followed by the records it completed: one thread.
         let mut correlator = Correlator::with_sink(engine);
@@ -202,7 +203,11 @@ fn run_json(
     } = matched;
     let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
     let engine_summary = engine.finish(last_ts);
-    *ineffective = ineffective_options(args, analyzer, &engine_summary);
+    *ineffective = changed_nothing(
+        &config,
+        analyzer.dissector().app_ids_read(),
+        &engine_summary,
+    );
     write_engine_records(&mut writer, &mut engine)?;
     let kcp = kcp_summary(analyzer);
     let fragments = analyzer.dissector().fragment_stats();
@@ -306,68 +311,4 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
         r.not_ip, r.not_udp, r.truncated, r.malformed, r.fragment, r.bad_fragment, s.unsupported_link
     )?;
     Ok(())
-}
-
-/// The matching options given that changed nothing, each with why: a `--match` that no flow
-/// took up (no flow it selects, or a mode the flow cannot be matched by), an `--app-id` that
-/// found no id in any message.
-fn ineffective_options(
-    args: &AnalyzeArgs,
-    analyzer: &Analyzer,
-    summary: &tboxscope_engine::Summary,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    let flows: Vec<String> = summary
-        .redundancy
-        .iter()
-        .map(|r| {
-            let mode = r.mode.map_or("no mode", |m| m.name());
-            format!("{} by {mode}", r.flow)
-        })
-        .collect();
-    for o in &args.stated.modes {
-        let s = &o.selector;
-        let fits = |flow: &str| match (&s.conv, &s.conn) {
-            (Some(c), _) => flow == format!("kcp conv {c}"),
-            (_, Some(c)) => flow == format!("quic {c}"),
-            _ => true,
-        };
-        let applied = summary
-            .redundancy
-            .iter()
-            .any(|r| r.mode_forced && r.mode == Some(o.mode) && fits(&r.flow));
-        if !applied {
-            let selector = match (s.port, s.conv, &s.conn) {
-                (Some(p), _, _) => format!("port:{p}"),
-                (_, Some(c), _) => format!("conv:{c}"),
-                (_, _, Some(c)) => format!("conn:{c}"),
-                _ => "?".to_owned(),
-            };
-            out.push(format!(
-                "--match {selector}={} changed nothing: no flow it selects can be matched by {} \
-                 (the flows: {})",
-                o.mode.name(),
-                o.mode.name(),
-                if flows.is_empty() {
-                    "none".to_owned()
-                } else {
-                    flows.join(", ")
-                }
-            ));
-        }
-    }
-    if let Some(rule) = args.decode.app_id {
-        if analyzer.dissector().app_ids_read() == 0 {
-            out.push(format!(
-                "--app-id {}:{}{} changed nothing: no message holds bytes {}..{} (no KCP segment \
-                 or QUIC stream start is that long)",
-                rule.offset,
-                rule.width,
-                if rule.little_endian { ":le" } else { "" },
-                rule.offset,
-                rule.offset + rule.width
-            ));
-        }
-    }
-    out
 }

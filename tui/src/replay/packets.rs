@@ -15,6 +15,7 @@ use probe_user::source::pcap::file::{format_of_magic, CaptureFile};
 
 use super::{LoadError, PlayOptions, ReplayClock};
 use crate::app::Request;
+use crate::options::changed_nothing;
 use crate::source::SnapshotFeed;
 
 /// How packet captures are decoded and correlated, as `analyze` would: the same decoder and
@@ -296,8 +297,14 @@ pub(super) fn run(
             Ok(errors) => {
                 // The recording is over: close what is still open (messages waiting for a
                 // copy, the outage in progress) as `analyze` does.
-                let _ = correlator.engine_mut().finish(recording.end_ns);
+                let summary = correlator.engine_mut().finish(recording.end_ns);
                 correlator.engine_mut().drain_records().for_each(drop);
+                let app_ids = analyzer.dissector().app_ids_read();
+                pacer.pass_notes.extend(
+                    changed_nothing(&recording.settings.engine, app_ids, &summary)
+                        .into_iter()
+                        .map(|n| format!("replay: {n}")),
+                );
                 pacer
                     .pass_notes
                     .extend(errors.iter().map(|e| format!("replay: {e}")));
