@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::MatchMode;
-use crate::input::{CaptureId, CongState, Host, RetransmitKind};
+use crate::input::{CaptureId, CongState, Host, RetransmitKind, TcpFigures};
 use crate::record::{HolIncident, OutageRecord};
 
 /// Latency percentiles of one distribution (µs, hdrhistogram-quantized, see `latency`).
@@ -286,18 +286,9 @@ pub struct TcpSocketView {
     pub socket: String,
     /// Path.
     pub path: String,
-    /// Congestion window (segments).
-    pub cwnd: u32,
-    /// Slow-start threshold.
-    pub ssthresh: u32,
-    /// Smoothed RTT (µs).
-    pub srtt_us: u32,
-    /// RTO (µs).
-    pub rto_us: u32,
-    /// Backoff level.
-    pub backoff: u8,
-    /// Retransmissions.
-    pub retransmits: u32,
+    /// The kernel's latest figures.
+    #[serde(flatten)]
+    pub figures: TcpFigures,
     /// Congestion state.
     pub cong_state: CongState,
     /// Connection state name.
@@ -320,16 +311,9 @@ pub struct TcpSocketView {
 pub struct TcpSample {
     /// When.
     pub ts_ns: u64,
-    /// Congestion window (segments).
-    pub cwnd: u32,
-    /// Slow-start threshold (segments).
-    pub ssthresh: u32,
-    /// Smoothed RTT (µs).
-    pub srtt_us: u32,
-    /// RTO (µs).
-    pub rto_us: u32,
-    /// Backoff level.
-    pub backoff: u8,
+    /// The figures then.
+    #[serde(flatten)]
+    pub figures: TcpFigures,
 }
 
 /// One retransmission of a TCP socket, with the timer state at that moment.

@@ -391,12 +391,7 @@ impl Engine {
                 (Proto::Tcp(s), _) => v.tcp.push(TcpSocketView {
                     socket: f.key.name(),
                     path: s.path.clone(),
-                    cwnd: s.cwnd,
-                    ssthresh: s.ssthresh,
-                    srtt_us: s.srtt_us,
-                    rto_us: s.rto_us,
-                    backoff: s.backoff,
-                    retransmits: s.retransmits,
+                    figures: s.figures,
                     cong_state: s.cong_state,
                     state: s.state.clone(),
                     last_event_ns: s.last_event_ns,

@@ -831,8 +831,8 @@ fn measured_tcp(summary: &Summary, tcp: &TcpSide<'_>) -> MeasuredTransport {
         ..MeasuredTcp::default()
     };
     for e in &mine {
-        k.max_backoff = k.max_backoff.max(e.backoff);
-        k.max_rto_ms = k.max_rto_ms.max(f64::from(e.rto_us) / 1000.0);
+        k.max_backoff = k.max_backoff.max(e.figures.backoff);
+        k.max_rto_ms = k.max_rto_ms.max(f64::from(e.figures.rto_us) / 1000.0);
         if let TcpEventKind::Retransmit { kind, .. } = e.kind {
             k.retransmits += 1;
             match kind {

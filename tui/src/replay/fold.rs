@@ -220,8 +220,8 @@ impl Fold {
                             e.local,
                             e.remote,
                             retransmit_name(*kind),
-                            e.backoff,
-                            format::micros(u64::from(e.rto_us))
+                            e.figures.backoff,
+                            format::micros(u64::from(e.figures.rto_us))
                         ),
                     );
                 }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use serde_json::{Map, Value};
-use tboxscope_engine::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind};
+use tboxscope_engine::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind, TcpFigures};
 
 fn text<'a>(map: &'a Map<String, Value>, names: &[&str]) -> Option<&'a str> {
     names
@@ -94,14 +94,16 @@ pub fn event(kind: &str, ts_ns: u64, map: &Map<String, Value>) -> Result<TcpEven
         local,
         remote,
         kind: event,
-        cwnd: uint(map, &["cwnd", "snd_cwnd"]),
-        ssthresh: uint(map, &["ssthresh", "snd_ssthresh"]),
-        srtt_us: uint(map, &["srtt_us"]),
-        rto_us,
-        backoff: uint(map, &["backoff"]),
-        // `total_retrans` (the connection's total) wins over `retransmits`, which a capture
-        // file uses for icsk_retransmits (timeouts in a row).
-        retransmits: uint(map, &["total_retrans", "retransmits", "retrans"]),
+        figures: TcpFigures {
+            cwnd: uint(map, &["cwnd", "snd_cwnd"]),
+            ssthresh: uint(map, &["ssthresh", "snd_ssthresh"]),
+            srtt_us: uint(map, &["srtt_us"]),
+            rto_us,
+            backoff: uint(map, &["backoff"]),
+            // `total_retrans` (the connection's total) wins over `retransmits`, which a
+            // capture file uses for icsk_retransmits (timeouts in a row).
+            retransmits: uint(map, &["total_retrans", "retransmits", "retrans"]),
+        },
     })
 }
 
@@ -123,8 +125,8 @@ mod tests {
                 "rto_ms":408,"backoff":1,"cwnd":1,"ssthresh":7,"srtt_us":50000,"retransmits":3}"#,
         );
         let e = event("tcp_retransmit", 5, &m).unwrap();
-        assert_eq!(e.rto_us, 408_000);
-        assert_eq!(e.backoff, 1);
+        assert_eq!(e.figures.rto_us, 408_000);
+        assert_eq!(e.figures.backoff, 1);
         assert_eq!(
             e.kind,
             TcpEventKind::Retransmit {
@@ -141,6 +143,6 @@ mod tests {
         assert!(event("tcp_cwnd", 1, &map(r#"{"src":"x","dst":"1.2.3.4:5"}"#)).is_err());
         let neg = map(r#"{"src":"1.2.3.4:1","dst":"1.2.3.4:5","rto_ms":-3,"backoff":999}"#);
         let e = event("tcp_cwnd", 1, &neg).unwrap();
-        assert_eq!((e.rto_us, e.backoff), (0, 0));
+        assert_eq!((e.figures.rto_us, e.figures.backoff), (0, 0));
     }
 }
