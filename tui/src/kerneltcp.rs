@@ -1,7 +1,7 @@
 //! The kernel's TCP view for the live UIs: the eBPF TCP probes (the same ones `tboxscope
 //! capture` loads) read on a thread of their own, each record turned into an engine
-//! [`TcpEvent`] through the `tcp_*` capture schema (so live, replay and `lab run` read TCP
-//! alike), with the socket's path named by its local address.
+//! [`TcpEvent`] by [`Record::engine_event`] (as replay turns a recorded one: live, replay and
+//! `lab run` read TCP alike), with the socket's path named by its local address.
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,11 +9,10 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
+use probe_user::capture::records::Record;
 use probe_user::capture::watch::TcpWatch;
 use probe_user::source::ebpf::{HookState, ProbeOptions};
 use tboxscope_engine::input::TcpEvent;
-
-use crate::replay::tcp as tcp_record;
 
 /// What the TCP probe thread reports.
 #[derive(Debug)]
@@ -99,23 +98,19 @@ fn tcp_loop(
         ));
     }
     let _ = tx.send(TcpMessage::Status(status));
-    let path_of = |text: Option<&serde_json::Value>| -> Option<String> {
-        let addr: std::net::SocketAddr = text?.as_str()?.parse().ok()?;
+    let path_of = |ip: IpAddr| {
         local
             .iter()
-            .find(|(ip, _)| *ip == addr.ip())
+            .find(|(local, _)| *local == ip)
             .map(|(_, label)| label.clone())
     };
     let mut last_dropped = 0;
     while !stop.load(Ordering::Relaxed) {
-        let polled = watch.poll(Duration::from_millis(100), &mut |ts, record| {
-            let Ok(serde_json::Value::Object(mut map)) = serde_json::to_value(record) else {
-                return;
-            };
-            if let Some(path) = path_of(map.get("src")) {
-                map.insert("path".into(), path.into());
-            }
-            if let Ok(event) = tcp_record::event(record.type_name(), ts, &map) {
+        let polled = watch.poll(Duration::from_millis(100), &mut |ts, record: &Record| {
+            if let Ok(mut event) = record.engine_event(ts) {
+                if let Some(path) = path_of(event.local.ip()) {
+                    event.path = path;
+                }
                 let _ = tx.try_send(TcpMessage::Event(Box::new(event)));
             }
         });
