@@ -211,6 +211,10 @@ pub struct CaptureHealth {
     /// Kernel events lost because the eBPF ring buffer was full; filled by the capture driver.
     #[serde(default)]
     pub ring_buffer_dropped: u64,
+    /// Kernel TCP events read but not given to the engine (refused by the decoder, not
+    /// convertible, or the queue to the UI full); filled by the capture driver.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tcp_events_dropped: u64,
     /// QUIC packets that could not be decrypted; filled by the decode glue.
     #[serde(default)]
     pub decrypt_failures: u64,
@@ -218,6 +222,10 @@ pub struct CaptureHealth {
     pub captures: Vec<CaptureView>,
     /// Sentences describing inferences (pairing, sender end, clock offset).
     pub inferences: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One capture point and what the engine inferred about it.

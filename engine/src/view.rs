@@ -352,6 +352,7 @@ impl Engine {
             // Source counters: the engine never sees them; the capture driver fills them in.
             pcap_dropped: 0,
             ring_buffer_dropped: 0,
+            tcp_events_dropped: 0,
             decrypt_failures: 0,
             captures: self
                 .caps

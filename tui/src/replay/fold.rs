@@ -565,6 +565,7 @@ fn apply_summary(snap: &mut Snapshot, summary: &Summary) {
     mine.clamped_latencies = mine.clamped_latencies.max(h.clamped_latencies);
     mine.pcap_dropped = mine.pcap_dropped.max(h.pcap_dropped);
     mine.ring_buffer_dropped = mine.ring_buffer_dropped.max(h.ring_buffer_dropped);
+    mine.tcp_events_dropped = mine.tcp_events_dropped.max(h.tcp_events_dropped);
     mine.decrypt_failures = mine.decrypt_failures.max(h.decrypt_failures);
     if mine.captures.is_empty() {
         mine.captures = h.captures.clone();
