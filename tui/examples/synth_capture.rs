@@ -8,11 +8,12 @@
 use std::io::BufWriter;
 
 use probe_user::capture::records::{
-    CongStateRecord, CwndRecord, Endpoints, Record, RetransmitRecord, RtoRecord, SockFields,
+    CongStateRecord, CwndRecord, DropsRecord, Endpoints, Record, RetransmitRecord, RtoRecord,
+    SockFields,
 };
 use probe_user::output::JsonLinesWriter;
 use probe_user::source::ebpf::event::{CaState, SocketState};
-use probe_user::source::ebpf::RetransmitKind;
+use probe_user::source::ebpf::{KernelDrops, RetransmitKind};
 use serde_json::json;
 use tboxscope_engine::record::{
     CopyRecord, Evidence, HolIncident, HolProtocol, MessageRecord, OutageRecord, Recovery,
@@ -300,7 +301,15 @@ fn main() -> anyhow::Result<()> {
             tcp_next += 250 * MS;
         }
         if rate <= 1000 && t == BASE + 10 * S {
-            w.write("drops", t, &json!({"ring_buffer": 3}))?;
+            let drops = DropsRecord {
+                kernel: KernelDrops {
+                    ring_full: 3,
+                    read_failed: 0,
+                },
+                decode_rejected: 0,
+                evicted: 0,
+            };
+            w.write("drops", t, &drops)?;
         }
         // One message dual-sent on both paths.
         let in_outage = (outage.0..outage.1).contains(&t);

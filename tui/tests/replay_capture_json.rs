@@ -1,15 +1,17 @@
 //! `tboxscope replay` of a `capture --json` recording: the records are written as `capture`
 //! writes them (the kernel observations through the capture's connection table and JSON Lines
 //! writer), and every one of them must come back in the replayed view: the congestion-state
-//! changes, the retransmission and the socket's last state (issue 20, item 5).
+//! changes, the retransmission and the socket's last state (issue 20, item 5), and the
+//! kernel's drop counters.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 
+use probe_user::capture::records::DropsRecord;
 use probe_user::capture::tracker::Tracker;
 use probe_user::output::JsonLinesWriter;
 use probe_user::source::ebpf::event::{TcpEventKind, TcpObservation, TcpSnapshot, TCP_CLOSE};
-use probe_user::source::ebpf::RetransmitKind;
+use probe_user::source::ebpf::{KernelDrops, RetransmitKind};
 use tboxscope::replay::{load, PlayOptions, Player};
 use tboxscope_engine::input::CongState;
 
@@ -87,12 +89,25 @@ fn congestion_states_and_socket_states_of_a_capture_are_replayed() {
             "tcp_state"
         ]
     );
+    let drops = DropsRecord {
+        kernel: KernelDrops {
+            ring_full: 2,
+            read_failed: 1,
+        },
+        decode_rejected: 4,
+        evicted: 0,
+    };
+    writer.write("drops", BASE + 950 * MS, &drops).unwrap();
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(&writer.into_inner().unwrap()).unwrap();
 
     let recording = load(file.path()).unwrap();
     assert_eq!(recording.skipped_text(), "none", "every record replayed");
-    assert_eq!(recording.items.len(), types.len());
+    assert_eq!(
+        recording.items.len(),
+        types.len() + 1,
+        "the TCP records and drops"
+    );
     let end = recording.end_ns();
     let mut player = Player::new(
         recording,
@@ -112,4 +127,9 @@ fn congestion_states_and_socket_states_of_a_capture_are_replayed() {
     assert_eq!(socket.retransmissions.len(), 1);
     assert_eq!(socket.retransmissions[0].rto_us, 204_000);
     assert_eq!(socket.figures.retransmits, 0, "total at the close");
+    assert_eq!(
+        snap.health.ring_buffer_dropped, 3,
+        "ring full and failed reads"
+    );
+    assert_eq!(snap.health.tcp_events_dropped, 4, "refused by the decoder");
 }

@@ -97,7 +97,7 @@ pub struct Fold {
     incidents: Vec<HolIncident>,
     events: VecDeque<EventLine>,
     ring_buffer_dropped: u64,
-    pcap_dropped: u64,
+    tcp_events_dropped: u64,
     /// Latencies above the engine's bound, recorded at the bound (as the engine counts them).
     clamped: u64,
     summary: Option<(u64, Box<Summary>)>,
@@ -122,7 +122,7 @@ impl Fold {
             incidents: Vec::new(),
             events: VecDeque::new(),
             ring_buffer_dropped: 0,
-            pcap_dropped: 0,
+            tcp_events_dropped: 0,
             clamped: 0,
             summary: None,
             engine: Engine::new(Config::default()),
@@ -215,9 +215,9 @@ impl Fold {
                 }
                 self.engine.handle(Observation::Tcp((**e).clone()));
             }
-            Item::Drops { ring_buffer, pcap } => {
-                self.ring_buffer_dropped = self.ring_buffer_dropped.max(*ring_buffer);
-                self.pcap_dropped = self.pcap_dropped.max(*pcap);
+            Item::Drops(d) => {
+                self.ring_buffer_dropped = self.ring_buffer_dropped.max(d.kernel.total());
+                self.tcp_events_dropped = self.tcp_events_dropped.max(d.decode_rejected);
             }
         }
     }
@@ -337,7 +337,7 @@ impl Fold {
         events.sort_by_key(|e| std::cmp::Reverse(e.ts_ns));
         snap.events = events;
         snap.health.ring_buffer_dropped = self.ring_buffer_dropped;
-        snap.health.pcap_dropped = self.pcap_dropped;
+        snap.health.tcp_events_dropped = self.tcp_events_dropped;
         snap.health.clamped_latencies = self.clamped;
         snap.health.inferences.extend(self.notes.iter().cloned());
         if let Some((_, summary)) = &self.summary {
