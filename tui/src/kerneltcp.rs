@@ -157,24 +157,27 @@ fn tcp_loop(
     let _ = tx.send(TcpMessage::Status(status));
     let mut forward = Forward::new(tx, local);
     let mut reported = TcpDrops::default();
+    let mut report = |watch: &TcpWatch, undelivered: u64| {
+        let drops = TcpDrops {
+            ring_buffer: watch.drops().total(),
+            undelivered: undelivered.saturating_add(watch.rejected()),
+        };
+        // The counts are cumulative: when the queue is full, the next turn sends them again.
+        if drops != reported && tx.try_send(TcpMessage::Dropped(drops)).is_ok() {
+            reported = drops;
+        }
+    };
     while !stop.load(Ordering::Relaxed) {
         let polled = watch.poll(Duration::from_millis(100), &mut |ts, record| {
             forward.record(ts, record);
         });
         if let Err(e) = polled {
             let _ = tx.send(TcpMessage::Status(format!("TCP probes stopped: {e}")));
-            return;
+            break;
         }
-        let kernel = watch.drops();
-        let drops = TcpDrops {
-            ring_buffer: kernel.ring_full.saturating_add(kernel.read_failed),
-            undelivered: forward.undelivered.saturating_add(watch.rejected()),
-        };
-        // The counts are cumulative: when the queue is full, the next turn sends them again.
-        if drops != reported && tx.try_send(TcpMessage::Dropped(drops)).is_ok() {
-            reported = drops;
-        }
+        report(&watch, forward.undelivered);
     }
+    report(&watch, forward.undelivered);
 }
 
 #[cfg(test)]
