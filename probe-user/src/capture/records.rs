@@ -21,7 +21,9 @@ pub struct Endpoints {
     pub dst: Arc<str>,
 }
 
-/// The socket's TCP state as the kernel had it when the event happened.
+/// The socket's TCP state as the kernel had it when the event happened. Its names and units
+/// are the schema's (`rto_ms`, `total_retrans`, and `retransmits` for `icsk_retransmits`), so it
+/// does not embed the engine's [`TcpFigures`]: [`SockFields::figures`] is the one conversion.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SockFields {
     /// Retransmission timeout (`icsk_rto`) in ms; absent when CONFIG_HZ is unknown.
