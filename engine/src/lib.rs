@@ -70,8 +70,8 @@ pub use engine::Engine;
 pub use input::{
     content_hash, payload_hash, AckRanges, AppIdRule, CaptureId, CapturePoint, CongState, Datagram,
     Host, KcpCmd, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicAcks,
-    QuicPacket, QuicStreams, RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpSegment,
-    CONTENT_PREFIX,
+    QuicPacket, QuicStreams, RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpFigures,
+    TcpSegment, CONTENT_PREFIX,
 };
 pub use record::{
     CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, MessageRecord, OutageRecord,

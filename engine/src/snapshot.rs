@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::MatchMode;
-use crate::input::{CaptureId, CongState, Host, RetransmitKind};
+use crate::input::{CaptureId, CongState, Host, RetransmitKind, TcpFigures};
 use crate::record::{HolIncident, OutageRecord};
 
 /// Latency percentiles of one distribution (µs, hdrhistogram-quantized, see `latency`).
@@ -211,6 +211,10 @@ pub struct CaptureHealth {
     /// Kernel events lost because the eBPF ring buffer was full; filled by the capture driver.
     #[serde(default)]
     pub ring_buffer_dropped: u64,
+    /// Kernel TCP events read but not given to the engine (refused by the decoder, not
+    /// convertible, or the queue to the UI full); filled by the capture driver.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tcp_events_dropped: u64,
     /// QUIC packets that could not be decrypted; filled by the decode glue.
     #[serde(default)]
     pub decrypt_failures: u64,
@@ -218,6 +222,10 @@ pub struct CaptureHealth {
     pub captures: Vec<CaptureView>,
     /// Sentences describing inferences (pairing, sender end, clock offset).
     pub inferences: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One capture point and what the engine inferred about it.
@@ -286,18 +294,9 @@ pub struct TcpSocketView {
     pub socket: String,
     /// Path.
     pub path: String,
-    /// Congestion window (segments).
-    pub cwnd: u32,
-    /// Slow-start threshold.
-    pub ssthresh: u32,
-    /// Smoothed RTT (µs).
-    pub srtt_us: u32,
-    /// RTO (µs).
-    pub rto_us: u32,
-    /// Backoff level.
-    pub backoff: u8,
-    /// Retransmissions.
-    pub retransmits: u32,
+    /// The kernel's latest figures.
+    #[serde(flatten)]
+    pub figures: TcpFigures,
     /// Congestion state.
     pub cong_state: CongState,
     /// Connection state name.
@@ -320,16 +319,9 @@ pub struct TcpSocketView {
 pub struct TcpSample {
     /// When.
     pub ts_ns: u64,
-    /// Congestion window (segments).
-    pub cwnd: u32,
-    /// Slow-start threshold (segments).
-    pub ssthresh: u32,
-    /// Smoothed RTT (µs).
-    pub srtt_us: u32,
-    /// RTO (µs).
-    pub rto_us: u32,
-    /// Backoff level.
-    pub backoff: u8,
+    /// The figures then.
+    #[serde(flatten)]
+    pub figures: TcpFigures,
 }
 
 /// One retransmission of a TCP socket, with the timer state at that moment.

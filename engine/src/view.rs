@@ -352,6 +352,7 @@ impl Engine {
             // Source counters: the engine never sees them; the capture driver fills them in.
             pcap_dropped: 0,
             ring_buffer_dropped: 0,
+            tcp_events_dropped: 0,
             decrypt_failures: 0,
             captures: self
                 .caps
@@ -391,12 +392,7 @@ impl Engine {
                 (Proto::Tcp(s), _) => v.tcp.push(TcpSocketView {
                     socket: f.key.name(),
                     path: s.path.clone(),
-                    cwnd: s.cwnd,
-                    ssthresh: s.ssthresh,
-                    srtt_us: s.srtt_us,
-                    rto_us: s.rto_us,
-                    backoff: s.backoff,
-                    retransmits: s.retransmits,
+                    figures: s.figures,
                     cong_state: s.cong_state,
                     state: s.state.clone(),
                     last_event_ns: s.last_event_ns,

@@ -38,7 +38,7 @@ use tboxscope_lab::run::{CapturePlan, RunObserver, RunReport};
 use tboxscope_lab::PathId;
 
 use crate::feed::EngineFeed;
-use crate::kerneltcp::{KernelTcp, TcpMessage};
+use crate::kerneltcp::{KernelTcp, TcpDrops, TcpMessage};
 use crate::source::SnapshotFeed;
 use tcp::{End, TcpMessages};
 
@@ -69,8 +69,8 @@ struct Collected {
     tcp_events: Vec<TcpEvent>,
     /// The probes' last status line.
     tcp_status: Option<String>,
-    /// Kernel events lost (ring buffer full, failed reads).
-    tcp_dropped: u64,
+    /// Kernel events lost (ring buffer full, failed reads, not given to the engine).
+    tcp_dropped: TcpDrops,
 }
 
 /// What tboxscope measured for one transport.
@@ -111,7 +111,8 @@ pub struct MeasuredTcp {
     pub probes: String,
     /// Kernel events of this socket.
     pub kernel_events: u64,
-    /// Kernel events lost by the probes (all sockets).
+    /// Kernel events lost (all sockets): in the ring buffer, or read but not given to the
+    /// engine.
     pub kernel_dropped: u64,
     /// Retransmissions the kernel reported, by kind.
     pub retransmits: u64,
@@ -410,7 +411,7 @@ impl LiveSide {
                 }
             }
             TcpMessage::Status(s) => self.engine.tcp(TcpMessage::Status(s.clone())),
-            TcpMessage::Dropped(n) => self.engine.tcp(TcpMessage::Dropped(*n)),
+            TcpMessage::Dropped(d) => self.engine.tcp(TcpMessage::Dropped(*d)),
         }
     }
 
@@ -498,7 +499,7 @@ fn take(c: &mut Collected, live: Option<&mut LiveSide>, m: TcpMessage) {
     match m {
         TcpMessage::Event(e) => c.tcp_events.push(*e),
         TcpMessage::Status(s) => c.tcp_status = Some(s),
-        TcpMessage::Dropped(n) => c.tcp_dropped = n,
+        TcpMessage::Dropped(d) => c.tcp_dropped = d,
     }
 }
 
@@ -683,7 +684,7 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
                 String::new()
             }
         }),
-        dropped: collected.tcp_dropped,
+        dropped: collected.tcp_dropped.total(),
     };
     let transports = plan
         .transports
@@ -831,8 +832,8 @@ fn measured_tcp(summary: &Summary, tcp: &TcpSide<'_>) -> MeasuredTransport {
         ..MeasuredTcp::default()
     };
     for e in &mine {
-        k.max_backoff = k.max_backoff.max(e.backoff);
-        k.max_rto_ms = k.max_rto_ms.max(f64::from(e.rto_us) / 1000.0);
+        k.max_backoff = k.max_backoff.max(e.figures.backoff);
+        k.max_rto_ms = k.max_rto_ms.max(f64::from(e.figures.rto_us) / 1000.0);
         if let TcpEventKind::Retransmit { kind, .. } = e.kind {
             k.retransmits += 1;
             match kind {

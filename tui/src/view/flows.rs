@@ -75,28 +75,32 @@ impl FlowsModel {
                     .to_owned(),
                 paths: t.path.clone(),
                 packets: 0,
-                retx: u64::from(t.retransmits),
+                retx: u64::from(t.figures.retransmits),
                 unacked: None,
                 tcp: Some((
-                    t.cwnd,
-                    t.ssthresh,
-                    t.srtt_us,
-                    t.rto_us,
-                    t.backoff,
+                    t.figures.cwnd,
+                    t.figures.ssthresh,
+                    t.figures.srtt_us,
+                    t.figures.rto_us,
+                    t.figures.backoff,
                     state.clone(),
                 )),
                 notes: t.state.clone(),
                 detail: vec![
                     format!("TCP socket {}", t.socket),
                     format!("path {} · state {} · congestion {state}", t.path, t.state),
-                    format!("cwnd {} · ssthresh {}", t.cwnd, ssthresh_text(t.ssthresh)),
+                    format!(
+                        "cwnd {} · ssthresh {}",
+                        t.figures.cwnd,
+                        ssthresh_text(t.figures.ssthresh)
+                    ),
                     format!(
                         "srtt {} · RTO {} · backoff {}",
-                        format::micros(u64::from(t.srtt_us)),
-                        format::micros(u64::from(t.rto_us)),
-                        t.backoff
+                        format::micros(u64::from(t.figures.srtt_us)),
+                        format::micros(u64::from(t.figures.rto_us)),
+                        t.figures.backoff
                     ),
-                    format!("retransmits {}", t.retransmits),
+                    format!("retransmits {}", t.figures.retransmits),
                     format!("last event {}", format::clock(t.last_event_ns)),
                 ],
             });

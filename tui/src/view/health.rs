@@ -42,6 +42,7 @@ impl HealthModel {
         let counters = vec![
             loss("libpcap drops", h.pcap_dropped),
             loss("ring-buffer drops", h.ring_buffer_dropped),
+            loss("TCP events dropped", h.tcp_events_dropped),
             loss("decrypt failures", h.decrypt_failures),
             loss("flow evictions", h.evicted_flows),
             loss("message evictions", h.evicted_messages),
@@ -159,4 +160,21 @@ pub fn render_footer(frame: &mut Frame, area: Rect, lines: &[String], theme: &Th
         .map(|l| Line::styled(l.clone(), theme.alert()))
         .collect();
     frame.render_widget(Paragraph::new(lines), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_tcp_events_dropped_show_with_the_other_drops() {
+        let mut snap = Snapshot::default();
+        assert!(HealthModel::build(&snap).footer_lines(200).is_empty());
+        snap.health.ring_buffer_dropped = 2;
+        snap.health.tcp_events_dropped = 3;
+        assert_eq!(
+            HealthModel::build(&snap).footer_lines(200),
+            [" capture health: ring-buffer drops 2 · TCP events dropped 3"]
+        );
+    }
 }

@@ -82,9 +82,9 @@ impl TcpModel {
             .cloned()
             .collect();
         match app.sort_of(Screen::Tcp) {
-            Some(SortKey::Backoff) => sockets.sort_by_key(|t| std::cmp::Reverse(t.backoff)),
+            Some(SortKey::Backoff) => sockets.sort_by_key(|t| std::cmp::Reverse(t.figures.backoff)),
             Some(SortKey::Name) => sockets.sort_by(|a, b| a.socket.cmp(&b.socket)),
-            _ => sockets.sort_by_key(|t| std::cmp::Reverse(t.retransmits)),
+            _ => sockets.sort_by_key(|t| std::cmp::Reverse(t.figures.retransmits)),
         }
         if list.reversed {
             sockets.reverse();
@@ -141,9 +141,9 @@ impl TcpModel {
             .sockets
             .iter()
             .map(|t| {
-                let style = if t.backoff > 0 {
+                let style = if t.figures.backoff > 0 {
                     theme.alert()
-                } else if t.retransmits > 0 {
+                } else if t.figures.retransmits > 0 {
                     theme.warn()
                 } else {
                     ratatui::style::Style::new()
@@ -154,10 +154,10 @@ impl TcpModel {
                         .unwrap_or(&t.socket)
                         .to_owned(),
                     t.path.clone(),
-                    t.retransmits.to_string(),
-                    t.backoff.to_string(),
-                    format::micros(u64::from(t.rto_us)),
-                    t.cwnd.to_string(),
+                    t.figures.retransmits.to_string(),
+                    t.figures.backoff.to_string(),
+                    format::micros(u64::from(t.figures.rto_us)),
+                    t.figures.cwnd.to_string(),
                     format!("{:?}", t.cong_state),
                 ])
                 .style(style)
@@ -226,16 +226,16 @@ fn render_ladder(
         lines.push(Line::styled(
             format!(
                 "no RTO timeouts · RTO now {}",
-                format::micros(u64::from(socket.rto_us))
+                format::micros(u64::from(socket.figures.rto_us))
             ),
             theme.dim(),
         ));
     }
-    let title = if socket.backoff > 0 {
+    let title = if socket.figures.backoff > 0 {
         format!(
             " RTO backoff: level {} now, RTO {} ",
-            socket.backoff,
-            format::micros(u64::from(socket.rto_us))
+            socket.figures.backoff,
+            format::micros(u64::from(socket.figures.rto_us))
         )
     } else {
         " RTO backoff ladder ".to_owned()
@@ -272,7 +272,7 @@ fn render_retransmissions(frame: &mut Frame, area: Rect, socket: &TcpSocketView,
             ))
         })
         .collect();
-    let title = format!(" Retransmissions ({} total) ", socket.retransmits);
+    let title = format!(" Retransmissions ({} total) ", socket.figures.retransmits);
     frame.render_widget(Paragraph::new(lines).block(panel(title, theme)), area);
 }
 
@@ -291,7 +291,7 @@ fn render_cong(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Th
 
 fn render_cwnd(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Theme) {
     let block = panel(
-        format!(" cwnd {} · ssthresh over time ", socket.cwnd),
+        format!(" cwnd {} · ssthresh over time ", socket.figures.cwnd),
         theme,
     );
     let Some(first) = socket.history.first() else {
@@ -306,14 +306,14 @@ fn render_cwnd(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Th
     let cwnd: Vec<(f64, f64)> = socket
         .history
         .iter()
-        .map(|s| (secs(s.ts_ns), f64::from(s.cwnd)))
+        .map(|s| (secs(s.ts_ns), f64::from(s.figures.cwnd)))
         .collect();
     // ssthresh starts "infinite"; only finite values are drawn.
     let ssthresh: Vec<(f64, f64)> = socket
         .history
         .iter()
-        .filter(|s| s.ssthresh < 0x7fff_0000)
-        .map(|s| (secs(s.ts_ns), f64::from(s.ssthresh)))
+        .filter(|s| s.figures.ssthresh < 0x7fff_0000)
+        .map(|s| (secs(s.ts_ns), f64::from(s.figures.ssthresh)))
         .collect();
     let x_max = cwnd.last().map_or(1.0, |p| p.0).max(1.0);
     let y_max = cwnd
