@@ -294,11 +294,20 @@ impl Engine {
             .filter_map(|i| self.paths.paths.get(*i))
             .filter(|p| p.latency.total.count() > 0)
             .collect();
-        if used.len() < 2 {
-            return (
-                Vec::new(),
-                "one path with latency samples: no independent-paths prediction".to_owned(),
-            );
+        match used.len() {
+            0 => {
+                return (
+                    Vec::new(),
+                    "no latency samples yet: no independent-paths prediction".to_owned(),
+                )
+            }
+            1 => {
+                return (
+                    Vec::new(),
+                    "one path with latency samples: no independent-paths prediction".to_owned(),
+                )
+            }
+            _ => {}
         }
         let comb = &self.combined.total;
         let comb_n = comb.count() + self.lost_all;
@@ -429,17 +438,17 @@ pub fn tail_verdict(points: &[TailPoint], slow: &[u64], shared_cause_ratio: f64)
     let Some((p, _)) = judged else {
         return "too few slow messages yet to compare the combined tail with the independent-paths prediction".to_owned();
     };
-    let (observed, predicted, t_ms) = (p.observed, p.predicted, p.t_us as f64 / 1000.0);
+    let (observed, predicted, t) = (p.observed, p.predicted, crate::units::latency(p.t_us));
     if predicted <= 0.0 || observed / predicted > shared_cause_ratio {
         format!(
-            "paths fail together (shared cause): {:.3}% of messages took longer than {t_ms:.1} ms on every path, {} the {:.4}% expected if the paths were independent",
+            "paths fail together (shared cause): {:.3}% of messages took longer than {t} on every path, {} the {:.4}% expected if the paths were independent",
             observed * 100.0,
             if predicted > 0.0 { format!("{:.0}×", observed / predicted) } else { "far above".to_owned() },
             predicted * 100.0
         )
     } else {
         format!(
-            "paths look independent: {:.3}% of messages slower than {t_ms:.1} ms on every path vs {:.4}% predicted",
+            "paths look independent: {:.3}% of messages slower than {t} on every path vs {:.4}% predicted",
             observed * 100.0,
             predicted * 100.0
         )

@@ -94,20 +94,13 @@ impl Item {
 }
 
 fn protocol(p: HolProtocol) -> &'static str {
-    match p {
-        HolProtocol::Tcp => "tcp",
-        HolProtocol::Kcp => "kcp",
-        HolProtocol::Quic => "quic",
-    }
+    p.name()
 }
 
 fn recovery(r: Recovery) -> &'static str {
     match r {
-        Recovery::Fast => "fast retransmit",
-        Recovery::Timeout => "timeout retransmit",
-        Recovery::OtherPath => "filled by the other path",
-        Recovery::Reordered => "filled by the late original (reordering)",
-        Recovery::Unknown => "recovery unknown",
+        Recovery::Unknown => "recovery not known",
+        _ => r.describe(),
     }
 }
 
