@@ -29,6 +29,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if !(args.speed.is_finite() && args.speed > 0.0) {
         anyhow::bail!("--speed must be a positive number, not {}", args.speed);
     }
+    tboxscope::terminal::require_terminal()?;
     // Load before touching the terminal: a bad file is a plain error on a normal screen.
     let options = PlayOptions {
         speed: args.speed,

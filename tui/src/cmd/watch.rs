@@ -39,6 +39,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
             .collect::<Result<Vec<_>, _>>()?
     };
     // Fail before the terminal is taken over, so the message stays readable.
+    tboxscope::terminal::require_terminal()?;
     let missing: Vec<&str> = interfaces
         .iter()
         .filter(|i| {

@@ -8,6 +8,15 @@ use tboxscope_engine::snapshot::Snapshot;
 
 use super::{format, panel, Theme};
 
+/// Which end a capture shows, in words (`T-Box`, `gateway`, `end not known`).
+fn host_name(host: tboxscope_engine::Host) -> &'static str {
+    match host {
+        tboxscope_engine::Host::Tbox => "T-Box",
+        tboxscope_engine::Host::Gateway => "gateway",
+        tboxscope_engine::Host::Unknown => "end not known",
+    }
+}
+
 /// One counter: name, value, whether non-zero means data was lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counter {
@@ -74,10 +83,10 @@ impl HealthModel {
                     String::new()
                 };
                 format!(
-                    "{} → path {} ({:?}){}, {} pkts",
+                    "{} → path {} ({}){}, {} pkts",
                     c.name,
                     c.path,
-                    c.host,
+                    host_name(c.host),
                     offset,
                     format::rate(c.packets as f64)
                 )
