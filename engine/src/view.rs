@@ -97,7 +97,7 @@ impl Engine {
             let mut v: Vec<&Flow> = self
                 .flows
                 .iter()
-                .filter(|f| !members.folded.contains(&f.uid))
+                .filter(|f| !members.folded.contains(&f.uid) && !is_ghost_socket(f))
                 .collect();
             v.sort_by(|a, b| b.messages.cmp(&a.messages).then(a.uid.cmp(&b.uid)));
             v
@@ -147,7 +147,7 @@ impl Engine {
     }
 
     fn recent_flows(&self) -> Vec<&Flow> {
-        let mut v: Vec<&Flow> = self.flows.iter().collect();
+        let mut v: Vec<&Flow> = self.flows.iter().filter(|f| !is_ghost_socket(f)).collect();
         v.sort_by(|a, b| b.last_ns.cmp(&a.last_ns).then(a.uid.cmp(&b.uid)));
         v.truncate(MAX_FLOWS_SHOWN);
         v
@@ -423,6 +423,24 @@ impl Engine {
         }
         v
     }
+}
+
+/// A TCP socket that is not a connection and is not listed as a flow: one without a remote
+/// end (a listening socket, or one not yet connected: `127.0.0.1:47010 → 0.0.0.0:0`), or one
+/// listening or closed with nothing to show: no retransmission and no message. A closed
+/// socket that retransmitted stays listed: its backoff ladder is what the TCP screen is for.
+fn is_ghost_socket(f: &Flow) -> bool {
+    let (crate::flow::FlowKey::Tcp { client, server }, Proto::Tcp(s)) = (&f.key, &f.proto) else {
+        return false;
+    };
+    let nowhere = |a: &std::net::SocketAddr| a.port() == 0 || a.ip().is_unspecified();
+    if nowhere(client) || nowhere(server) {
+        return true;
+    }
+    matches!(s.state.as_str(), "LISTEN" | "CLOSE")
+        && s.retransmits == 0
+        && s.retransmission_log.is_empty()
+        && f.messages == 0
 }
 
 /// The redundancy sentence.
