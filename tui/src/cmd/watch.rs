@@ -39,7 +39,6 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
             .collect::<Result<Vec<_>, _>>()?
     };
     // Fail before the terminal is taken over, so the message stays readable.
-    tboxscope::terminal::require_terminal()?;
     let missing: Vec<&str> = interfaces
         .iter()
         .filter(|i| {
@@ -57,6 +56,8 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
             missing.join(", ")
         );
     }
+    // Before the probes are loaded: the UI cannot draw into a pipe or a file.
+    tboxscope::terminal::require_terminal()?;
     let keylog = args.keylog.clone();
     let tcp = if args.no_tcp {
         None

@@ -7,6 +7,7 @@ use ratatui::Frame;
 use tboxscope_engine::record::{HolIncident, HolProtocol, OutageRecord, Recovery};
 use tboxscope_engine::snapshot::Snapshot;
 
+use super::columns::{self, Column, Keep};
 use super::{format, matches_filter, panel, Theme};
 use crate::app::{App, Screen, SortKey};
 
@@ -161,7 +162,7 @@ impl IncidentsModel {
     /// Draws the list, or the timeline when one is open; returns the row count.
     pub fn render(&self, frame: &mut Frame, area: Rect, app: &App, theme: &Theme) -> usize {
         let list = app.list_of(Screen::Incidents);
-        let rows: Vec<Row> = self
+        let rows: Vec<_> = self
             .items
             .iter()
             .map(|i| {
@@ -173,14 +174,58 @@ impl IncidentsModel {
                     ratatui::style::Style::new()
                 };
                 let duration = format::nanos(i.duration_ns()) + if i.open() { " …" } else { "" };
-                Row::new(vec![
-                    format::clock(i.start_ns()),
-                    i.kind(),
-                    i.subject(),
-                    duration,
-                    i.held().to_string(),
-                    i.what(),
-                ])
+                (
+                    [
+                        format::clock(i.start_ns()),
+                        i.kind(),
+                        i.subject(),
+                        duration,
+                        i.held().to_string(),
+                        i.what(),
+                    ],
+                    style,
+                )
+            })
+            .collect();
+        // Columns by priority: kind and flow/path whole, the description shrinks first.
+        let sorted_col = match app.sort_of(Screen::Incidents) {
+            Some(SortKey::Duration) => 3,
+            Some(SortKey::Held) => 4,
+            _ => 0,
+        };
+        let specs = [
+            ("Start", Keep::Rank(5)),
+            ("Kind", Keep::Always),
+            ("Flow / path", Keep::Always),
+            ("Duration", Keep::Rank(9)),
+            ("Held", Keep::Rank(4)),
+            ("What", Keep::Rest { min: 12 }),
+        ];
+        let columns: Vec<Column> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, (h, keep))| {
+                let header = columns::sorted_header(h, i == sorted_col, !list.reversed);
+                Column::new(header, rows.iter().map(|(r, _)| r[i].as_str()), *keep)
+            })
+            .collect();
+        let layout = columns::layout(&columns, area.width.saturating_sub(2), 1);
+        let shown = |i: &usize| layout.get(*i).is_some_and(Option::is_some);
+        let header: Vec<String> = (0..columns.len())
+            .filter(shown)
+            .map(|i| columns[i].header.clone())
+            .collect();
+        let widths: Vec<Constraint> = layout.iter().flatten().copied().collect();
+        let rows: Vec<Row> = rows
+            .into_iter()
+            .map(|(cells, style)| {
+                Row::new(
+                    cells
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| shown(i))
+                        .map(|(_, c)| c),
+                )
                 .style(style)
             })
             .collect();
@@ -194,30 +239,10 @@ impl IncidentsModel {
                 String::new()
             }
         );
-        let table = Table::new(
-            rows,
-            [
-                Constraint::Length(12),
-                Constraint::Length(8),
-                Constraint::Length(22),
-                Constraint::Length(9),
-                Constraint::Length(5),
-                Constraint::Min(20),
-            ],
-        )
-        .header(
-            Row::new(vec![
-                "Start",
-                "Kind",
-                "Flow / path",
-                "Duration",
-                "Held",
-                "What",
-            ])
-            .style(theme.title()),
-        )
-        .row_highlight_style(theme.selected())
-        .block(panel(title, theme));
+        let table = Table::new(rows, widths)
+            .header(Row::new(header).style(theme.title()))
+            .row_highlight_style(theme.selected())
+            .block(panel(title, theme));
         let mut state = TableState::default();
         if !self.items.is_empty() {
             state.select(Some(list.selected.min(self.items.len() - 1)));
@@ -235,20 +260,14 @@ impl IncidentsModel {
                 render_timeline(frame, popup, item, theme);
             }
         }
-        if self.items.is_empty() && area.height > 3 {
-            let inner = Rect {
-                x: area.x + 2,
-                y: area.y + 2,
-                width: area.width.saturating_sub(4),
-                height: 1,
-            };
-            frame.render_widget(
-                Paragraph::new(Line::styled(
-                    "no head-of-line incident or outage so far",
-                    theme.dim(),
-                )),
-                inner,
-            );
+        if let Some(text) = super::empty_text(
+            self.items.len(),
+            self.total,
+            &list.filter,
+            "no head-of-line incident or outage so far: a gap a retransmission has to fill, \
+             or a path going silent, appears here",
+        ) {
+            super::render_empty(frame, area, &text, theme);
         }
         self.items.len()
     }
@@ -376,7 +395,12 @@ fn render_timeline(frame: &mut Frame, area: Rect, item: &Item, theme: &Theme) {
                 Span::styled(format!("{:>9} ", format::offset(*ts, start)), theme.title()),
                 Span::styled(format!("{} ", format::clock(*ts)), theme.dim()),
                 Span::styled(format!("{path:<6} "), theme.dim()),
-                Span::raw(what.clone()),
+                // A path coming back is good news.
+                if what.starts_with("path back") {
+                    Span::styled(what.clone(), theme.ok())
+                } else {
+                    Span::raw(what.clone())
+                },
             ])
         })
         .collect();
