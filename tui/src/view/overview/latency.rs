@@ -146,6 +146,13 @@ impl LatencyModel {
                 self.outside_outage.1
             )));
         }
+        if self.rows.iter().all(|r| r.p.count == 0) {
+            lines.push(Line::styled(
+                "no latency sample yet: a message needs its send and its arrival (capture both \
+                 ends) or its acknowledgment",
+                theme.dim(),
+            ));
+        }
         if !self.verdict.is_empty() {
             let style = if self.verdict.contains("together") {
                 theme.warn()

@@ -164,9 +164,11 @@ pub fn render_all(paths: &[PathModel], frame: &mut Frame, area: Rect, theme: &Th
     if paths.is_empty() {
         frame.render_widget(
             Paragraph::new(Line::styled(
-                "no path seen yet: waiting for packets or kernel events",
+                "no path seen yet: waiting for packets or kernel events on the paths \
+                 (live: name them with -i IFACE=LABEL)",
                 theme.dim(),
             ))
+            .wrap(ratatui::widgets::Wrap { trim: true })
             .block(panel(" Paths ", theme)),
             area,
         );
