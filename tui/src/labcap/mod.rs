@@ -963,7 +963,7 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<15} {:<9} {:>6} {:>10} {:>10} {:>10} {:>6} {:>7}",
+        "{:<15} {:<9} {:>6} {:>11} {:>11} {:>11} {:>6} {:>7}",
         "transport", "source", "msgs", "P50", "P99", "P999", "dup %", "amplif"
     );
     let lat = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), units::latency_ms);
@@ -971,7 +971,7 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
         let redundant = t.paths.len() > 1;
         let _ = writeln!(
             s,
-            "{:<15} {:<9} {:>6} {:>10} {:>10} {:>10} {:>6} {:>6.2}x",
+            "{:<15} {:<9} {:>6} {:>11} {:>11} {:>11} {:>6} {:>6.2}x",
             t.transport,
             "truth",
             t.sent,
@@ -990,7 +990,7 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<15} {:<9} {:>6} {:>10} {:>10} {:>10} {:>6} {:>7}",
+            "{:<15} {:<9} {:>6} {:>11} {:>11} {:>11} {:>6} {:>7}",
             "",
             "tboxscope",
             r.messages,
