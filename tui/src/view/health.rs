@@ -169,3 +169,35 @@ pub fn render_footer(frame: &mut Frame, area: Rect, lines: &[String], theme: &Th
         .collect();
     frame.render_widget(Paragraph::new(lines), area);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tboxscope_engine::snapshot::CaptureView;
+    use tboxscope_engine::Host;
+
+    /// Which end a capture shows reads in words, not as a Debug name (`(Unknown)`).
+    #[test]
+    fn capture_ends_in_words() {
+        let mut snap = Snapshot::default();
+        for (name, host) in [
+            ("t0", Host::Tbox),
+            ("g0", Host::Gateway),
+            ("x", Host::Unknown),
+        ] {
+            snap.health.captures.push(CaptureView {
+                name: name.to_owned(),
+                path: "eth0".to_owned(),
+                host,
+                ..CaptureView::default()
+            });
+        }
+        let lines = HealthModel::build(&snap).captures;
+        assert!(lines[0].contains("(T-Box)"), "{lines:?}");
+        assert!(lines[1].contains("(gateway)"), "{lines:?}");
+        assert!(lines[2].contains("(end not known)"), "{lines:?}");
+        assert!(!lines
+            .iter()
+            .any(|l| l.contains("Unknown") || l.contains("Tbox")));
+    }
+}
