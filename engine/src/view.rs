@@ -294,20 +294,16 @@ impl Engine {
             .filter_map(|i| self.paths.paths.get(*i))
             .filter(|p| p.latency.total.count() > 0)
             .collect();
-        match used.len() {
-            0 => {
-                return (
-                    Vec::new(),
-                    "no latency samples yet: no independent-paths prediction".to_owned(),
-                )
-            }
-            1 => {
-                return (
-                    Vec::new(),
-                    "one path with latency samples: no independent-paths prediction".to_owned(),
-                )
-            }
-            _ => {}
+        if used.len() < 2 {
+            let why = if used.is_empty() {
+                "no latency samples yet"
+            } else {
+                "one path with latency samples"
+            };
+            return (
+                Vec::new(),
+                format!("{why}: no independent-paths prediction"),
+            );
         }
         let comb = &self.combined.total;
         let comb_n = comb.count() + self.lost_all;
