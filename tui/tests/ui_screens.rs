@@ -193,6 +193,22 @@ fn empty_states_say_what_to_do() {
         "{screen}"
     );
     assert!(screen.contains("capture --json"), "{screen}");
+    let live = SourceStatus {
+        source: "live eth0 + eth1".to_owned(),
+        ..SourceStatus::default()
+    };
+    let screen = text(&draw_from(
+        &live,
+        &on(Screen::Tcp),
+        &snap,
+        (140, 45),
+        Theme { color: false },
+    ));
+    assert!(
+        screen.contains("no TCP socket on the paths yet"),
+        "{screen}"
+    );
+    assert!(screen.contains("tboxscope doctor"), "{screen}");
 }
 
 /// A filter that hides every row says so, on every list screen.

@@ -83,7 +83,7 @@ pub fn render(
         }
         Screen::Flows => flows::FlowsModel::build(snap, app).render(frame, body, app, theme),
         Screen::Tcp => tcp::TcpModel::build(snap, app)
-            .from_packet_replay(is_packet_replay(&status.source))
+            .from_source(SourceKind::of(&status.source))
             .render(frame, body, app, theme),
         Screen::Incidents => {
             incidents::IncidentsModel::build(snap, app).render(frame, body, app, theme)
@@ -165,8 +165,26 @@ pub fn render_empty(frame: &mut Frame, area: Rect, text: &str, theme: &Theme) {
     );
 }
 
-/// True when the source replays packet captures (`replay a.pcap + b.pcapng`): they hold no
-/// kernel events.
-pub fn is_packet_replay(source: &str) -> bool {
-    source.starts_with("replay ") && !source.contains(".json")
+/// What the source is, for the empty states: live, a replay of packet captures (`replay
+/// a.pcap + b.pcapng`, which hold no kernel events), or of a JSON Lines recording.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SourceKind {
+    /// Live capture (or a lab run).
+    #[default]
+    Live,
+    /// Replay of pcap/pcapng files.
+    PacketReplay,
+    /// Replay of a `capture --json` or UI recording.
+    RecordingReplay,
+}
+
+impl SourceKind {
+    /// The kind of the source named `source` in the top bar.
+    pub fn of(source: &str) -> Self {
+        match source.strip_prefix("replay ") {
+            None => Self::Live,
+            Some(files) if files.contains(".json") => Self::RecordingReplay,
+            Some(_) => Self::PacketReplay,
+        }
+    }
 }

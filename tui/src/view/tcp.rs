@@ -42,8 +42,8 @@ pub struct TcpModel {
     pub sockets: Vec<TcpSocketView>,
     /// Sockets before filtering.
     pub total: usize,
-    /// The source replays packet captures, which hold no kernel events.
-    pub packet_replay: bool,
+    /// What the source is (the empty state differs).
+    pub source: super::SourceKind,
 }
 
 /// The ladder of the latest RTO episode: consecutive timeout retransmissions whose backoff level
@@ -95,13 +95,13 @@ impl TcpModel {
         Self {
             sockets,
             total: snap.flows.tcp.len(),
-            packet_replay: false,
+            source: super::SourceKind::Live,
         }
     }
 
-    /// Says whether the source replays packet captures (for the empty state).
-    pub fn from_packet_replay(mut self, packet_replay: bool) -> Self {
-        self.packet_replay = packet_replay;
+    /// Says what the source is (for the empty state).
+    pub fn from_source(mut self, source: super::SourceKind) -> Self {
+        self.source = source;
         self
     }
 
@@ -118,13 +118,20 @@ impl TcpModel {
             .min(self.sockets.len().saturating_sub(1));
         self.render_list(frame, top, selected, app, theme);
         let Some(socket) = self.sockets.get(selected) else {
-            let nothing = if self.packet_replay {
-                "a pcap replay has no kernel events: record them with `sudo tboxscope capture \
-                 --json FILE` (or live with `sudo tboxscope`) and replay that file"
-            } else {
-                "no TCP socket on the paths yet: the kernel's events appear here when a socket \
-                 connects, retransmits or backs off (`sudo tboxscope doctor` shows whether the \
-                 probes are attached)"
+            let nothing = match self.source {
+                super::SourceKind::PacketReplay => {
+                    "a pcap replay has no kernel events: record them with `sudo tboxscope \
+                     capture --json FILE` (or live with `sudo tboxscope`) and replay that file"
+                }
+                super::SourceKind::RecordingReplay => {
+                    "no TCP socket in this recording so far: it was recorded without the \
+                     kernel probes (--no-tcp), or no socket on the paths has had an event yet"
+                }
+                super::SourceKind::Live => {
+                    "no TCP socket on the paths yet: the kernel's events appear here when a \
+                     socket connects, retransmits or backs off (`sudo tboxscope doctor` shows \
+                     whether the probes are attached)"
+                }
             };
             let text = super::empty_text(0, self.total, &app.list_of(Screen::Tcp).filter, nothing)
                 .unwrap_or_default();
