@@ -270,7 +270,8 @@ fn names_whole_sort_marked_footer_fits() {
         Theme { color: false },
     ));
     assert!(
-        screen.contains("tcp 10.0.0.2:40000 → 198.51.100.1:443"),
+        screen.contains("HOL tcp  10.0.0.2:40000 → 198.51.100.1:443")
+            && !screen.contains("tcp tcp"),
         "{screen}"
     );
 }

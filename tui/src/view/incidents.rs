@@ -65,13 +65,21 @@ impl Item {
         }
     }
 
-    /// Flow or path column.
+    /// Flow or path column; a flow without the protocol its name starts with, which the kind
+    /// already says (`HOL kcp  conv 7`, not `HOL kcp  kcp conv 7`).
     pub fn subject(&self) -> String {
         match self {
-            Item::Hol(h) => match h.stream {
-                Some(stream) => format!("{} stream {stream}", h.flow),
-                None => h.flow.clone(),
-            },
+            Item::Hol(h) => {
+                let flow = h
+                    .flow
+                    .strip_prefix(protocol(h.protocol))
+                    .and_then(|rest| rest.strip_prefix(' '))
+                    .unwrap_or(&h.flow);
+                match h.stream {
+                    Some(stream) => format!("{flow} stream {stream}"),
+                    None => flow.to_owned(),
+                }
+            }
             Item::Outage(o) => format!("path {}", o.path),
         }
     }
