@@ -53,6 +53,7 @@ pub mod record;
 pub mod report;
 pub mod sent;
 pub mod snapshot;
+pub mod units;
 mod view;
 
 /// The hash map of the engine's tables. Their keys come from the wire (ports, conv, sn,

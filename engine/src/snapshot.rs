@@ -72,9 +72,12 @@ pub struct PathView {
     pub packets: u64,
     /// Wire bytes seen so far.
     pub bytes: u64,
-    /// Share of closed messages this path should have carried but did not (0..1).
+    /// Messages never carried: the share of closed messages this path should have carried
+    /// but did not (0..1). Not the packet loss on the wire: a lost packet that a
+    /// retransmission replaced still carried its message (see `retransmission_rate`).
     pub loss_rate: f64,
-    /// Share of data sends that were retransmissions (0..1).
+    /// Packets lost on the wire as the sender saw them: the share of data sends that were
+    /// retransmissions (0..1), spurious ones included.
     pub retransmission_rate: f64,
     /// Latency of this path's copies over the whole run.
     pub latency: Percentiles,

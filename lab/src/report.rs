@@ -2,6 +2,9 @@
 use std::fmt;
 
 use serde::Serialize;
+// Latency cells carry their unit (`480 µs` on a lab without delay, `172.9 ms`), as in the
+// report and tboxscope's own table.
+use tboxscope_engine::units::latency_ms;
 
 use crate::names::PathId;
 use crate::peers::truth::TransportTruth;
@@ -238,15 +241,15 @@ impl fmt::Display for RunReport {
         writeln!(f)?;
         writeln!(
             f,
-            "{:<15} {:>5} {:>6} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7} {:>9}",
+            "{:<15} {:>5} {:>6} {:>5} {:>11} {:>11} {:>11} {:>11} {:>6} {:>6} {:>7} {:>9}",
             "transport",
             "paths",
             "sent",
             "lost",
-            "P50 ms",
-            "P99 ms",
-            "P999 ms",
-            "max ms",
+            "P50",
+            "P99",
+            "P999",
+            "max",
             "dup %",
             "B 1st%",
             "amplif",
@@ -261,15 +264,15 @@ impl fmt::Display for RunReport {
                 .join("+");
             writeln!(
                 f,
-                "{:<15} {:>5} {:>6} {:>5} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.1} {:>6.1} {:>6.2}x {:>9.0}",
+                "{:<15} {:>5} {:>6} {:>5} {:>11} {:>11} {:>11} {:>11} {:>6.1} {:>6.1} {:>6.2}x {:>9.0}",
                 r.transport,
                 paths,
                 r.sent,
                 r.lost,
-                r.p50_ms,
-                r.p99_ms,
-                r.p999_ms,
-                r.max_ms,
+                latency_ms(r.p50_ms),
+                latency_ms(r.p99_ms),
+                latency_ms(r.p999_ms),
+                latency_ms(r.max_ms),
                 r.duplication_pct,
                 r.first_on_b_pct,
                 r.amplification,

@@ -64,7 +64,8 @@ pub fn two_ends_of_two_paths(gateway_offset: Option<i64>) -> Vec<Observation> {
 }
 
 /// The percentile the engine must report for exact samples: hdrhistogram's rank rule
-/// (sample of rank ceil(q·n), at least 1) and its bucket upper edge (3 significant digits).
+/// (sample of rank ceil(q·n), at least 1) and its bucket upper edge (3 significant digits),
+/// never above the largest sample.
 pub fn expected_quantile(sorted_us: &[u64], q: f64) -> u64 {
     let n = sorted_us.len() as u64;
     let mut rank = (q * n as f64).ceil() as u64;
@@ -72,7 +73,8 @@ pub fn expected_quantile(sorted_us: &[u64], q: f64) -> u64 {
         rank = 1;
     }
     let v = sorted_us[(rank - 1) as usize];
-    LatencyHist::new(60_000_000, 3).quantized(v)
+    let max = sorted_us.last().copied().unwrap_or(v);
+    LatencyHist::new(60_000_000, 3).quantized(v).min(max)
 }
 
 /// Sorts observations by timestamp (stable), as a capture merger would deliver them.

@@ -127,6 +127,10 @@ fn parse_duration(s: &str) -> anyhow::Result<Duration> {
 }
 
 fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
+    if a.tui && !a.no_capture {
+        // Before the lab is built: the run would otherwise end at the first frame drawn.
+        tboxscope::terminal::require_terminal()?;
+    }
     let scenario = Scenario::load(&a.scenario)?;
     let mut opts = RunOptions::new(names);
     opts.duration = parse_duration(&a.duration)?;

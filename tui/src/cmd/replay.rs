@@ -30,7 +30,8 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--speed must be a positive number, not {}", args.speed);
     }
     refuse_repeated_files(&args.files)?;
-    // Load before touching the terminal: a bad file is a plain error on a normal screen.
+    // Load before touching the terminal: a bad file is a plain error on a normal screen (and
+    // one that is not a terminal is refused before anything is written to it).
     let options = PlayOptions {
         speed: args.speed,
         paused: args.paused,

@@ -39,6 +39,8 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     if !missing.is_empty() {
         bail!("{}", missing_interfaces_message(&missing));
     }
+    // Before the probes are loaded: the UI cannot draw into a pipe or a file.
+    tboxscope::terminal::require_terminal()?;
     let keylog = args.keylog.clone();
     let tcp = if args.no_tcp {
         None

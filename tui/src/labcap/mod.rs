@@ -27,7 +27,7 @@ use probe_user::decode::quic::Keylog;
 use probe_user::dissect::{Decoded, DecodedPacket, DissectConfig};
 use probe_user::engine::flow::FlowKey;
 use probe_user::engine::input::{RetransmitKind, TcpEvent, TcpEventKind};
-use probe_user::engine::{AppIdRule, CapturePoint, Config, Host, Summary};
+use probe_user::engine::{units, AppIdRule, CapturePoint, Config, Host, Summary};
 use probe_user::source::ebpf::{ProbeOptions, TcpFilter};
 use probe_user::source::pcap::live::LivePacket;
 use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent, PathStats};
@@ -964,20 +964,21 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<15} {:<9} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7}",
-        "transport", "source", "msgs", "P50 ms", "P99 ms", "P999 ms", "dup %", "amplif"
+        "{:<15} {:<9} {:>6} {:>11} {:>11} {:>11} {:>6} {:>7}",
+        "transport", "source", "msgs", "P50", "P99", "P999", "dup %", "amplif"
     );
+    let lat = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), units::latency_ms);
     for t in &report.transports {
         let redundant = t.paths.len() > 1;
         let _ = writeln!(
             s,
-            "{:<15} {:<9} {:>6} {:>8.1} {:>8.1} {:>8.1} {:>6} {:>6.2}x",
+            "{:<15} {:<9} {:>6} {:>11} {:>11} {:>11} {:>6} {:>6.2}x",
             t.transport,
             "truth",
             t.sent,
-            t.p50_ms,
-            t.p99_ms,
-            t.p999_ms,
+            units::latency_ms(t.p50_ms),
+            units::latency_ms(t.p99_ms),
+            units::latency_ms(t.p999_ms),
             if redundant {
                 format!("{:.1}", t.duplication_pct)
             } else {
@@ -990,13 +991,13 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<15} {:<9} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7}",
+            "{:<15} {:<9} {:>6} {:>11} {:>11} {:>11} {:>6} {:>7}",
             "",
             "tboxscope",
             r.messages,
-            opt(r.p50_ms, 1),
-            opt(r.p99_ms, 1),
-            opt(r.p999_ms, 1),
+            lat(r.p50_ms),
+            lat(r.p99_ms),
+            lat(r.p999_ms),
             if redundant {
                 opt(r.duplication_pct, 1)
             } else {

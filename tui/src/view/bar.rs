@@ -54,6 +54,19 @@ pub fn render_bottom(
         spans.push(Span::raw(format!("{}▏", list.filter)));
         spans.push(Span::styled("  Enter keep · Esc drop", theme.dim()));
     } else {
+        // The state of the list first (filter, sort), so that it is never cut; the key hints
+        // take what is left.
+        if !list.filter.is_empty() {
+            spans.push(Span::styled(format!(" [/{}]", list.filter), theme.warn()));
+        }
+        if let Some(sort) = app.sort_of(app.screen) {
+            // The direction is the ▲/▼ on the sorted column's header.
+            let reversed = if list.reversed { ", reversed" } else { "" };
+            spans.push(Span::styled(
+                format!(" sort: {}{reversed} ·", sort.label()),
+                theme.title(),
+            ));
+        }
         let mut hints = String::from(
             " ? help · q quit · Tab screens · / filter · s sort · Space freeze · r reset",
         );
@@ -61,16 +74,6 @@ pub fn render_bottom(
             hints.push_str(" · p play/pause · +/- speed · ←/→ seek");
         }
         spans.push(Span::styled(hints, theme.dim()));
-        if !list.filter.is_empty() {
-            spans.push(Span::styled(format!("  [/{}]", list.filter), theme.warn()));
-        }
-        if let Some(sort) = app.sort_of(app.screen) {
-            let arrow = if list.reversed { "↑" } else { "↓" };
-            spans.push(Span::styled(
-                format!("  sort: {}{arrow}", sort.label()),
-                theme.dim(),
-            ));
-        }
     }
     let mut right = Vec::new();
     if let Some(problem) = &status.problem {

@@ -18,6 +18,7 @@ use ratatui::Frame;
 use tboxscope_engine::input::RetransmitKind;
 use tboxscope_engine::snapshot::{Snapshot, TcpSocketView};
 
+use super::columns::{self, Column, Keep};
 use super::{format, matches_filter, panel, Theme};
 use crate::app::{App, Screen, SortKey};
 
@@ -41,6 +42,8 @@ pub struct TcpModel {
     pub sockets: Vec<TcpSocketView>,
     /// Sockets before filtering.
     pub total: usize,
+    /// What the source is (the empty state differs).
+    pub source: super::SourceKind,
 }
 
 /// The ladder of the latest RTO episode: consecutive timeout retransmissions whose backoff level
@@ -92,7 +95,14 @@ impl TcpModel {
         Self {
             sockets,
             total: snap.flows.tcp.len(),
+            source: super::SourceKind::Live,
         }
+    }
+
+    /// Says what the source is (for the empty state).
+    pub fn from_source(mut self, source: super::SourceKind) -> Self {
+        self.source = source;
+        self
     }
 
     /// Draws the screen; returns the socket count.
@@ -106,14 +116,29 @@ impl TcpModel {
             .list_of(Screen::Tcp)
             .selected
             .min(self.sockets.len().saturating_sub(1));
-        self.render_list(frame, top, selected, theme);
+        self.render_list(frame, top, selected, app, theme);
         let Some(socket) = self.sockets.get(selected) else {
+            let nothing = match self.source {
+                super::SourceKind::PacketReplay => {
+                    "a pcap replay has no kernel events: record them with `sudo tboxscope \
+                     capture --json FILE` (or live with `sudo tboxscope`) and replay that file"
+                }
+                super::SourceKind::RecordingReplay => {
+                    "no TCP socket in this recording so far: it was recorded without the \
+                     kernel probes (--no-tcp), or no socket on the paths has had an event yet"
+                }
+                super::SourceKind::Live => {
+                    "no TCP socket on the paths yet: the kernel's events appear here when a \
+                     socket connects, retransmits or backs off (`sudo tboxscope doctor` shows \
+                     whether the probes are attached)"
+                }
+            };
+            let text = super::empty_text(0, self.total, &app.list_of(Screen::Tcp).filter, nothing)
+                .unwrap_or_default();
             frame.render_widget(
-                Paragraph::new(Line::styled(
-                    "no TCP socket seen yet (kernel events appear here as they happen)",
-                    theme.dim(),
-                ))
-                .block(panel(" Socket ", theme)),
+                Paragraph::new(Line::styled(text, theme.dim()))
+                    .wrap(ratatui::widgets::Wrap { trim: true })
+                    .block(panel(" Socket ", theme)),
                 bottom,
             );
             return 0;
@@ -136,8 +161,15 @@ impl TcpModel {
         self.sockets.len()
     }
 
-    fn render_list(&self, frame: &mut Frame, area: Rect, selected: usize, theme: &Theme) {
-        let rows: Vec<Row> = self
+    fn render_list(
+        &self,
+        frame: &mut Frame,
+        area: Rect,
+        selected: usize,
+        app: &App,
+        theme: &Theme,
+    ) {
+        let rows: Vec<_> = self
             .sockets
             .iter()
             .map(|t| {
@@ -148,18 +180,65 @@ impl TcpModel {
                 } else {
                     ratatui::style::Style::new()
                 };
-                Row::new(vec![
-                    t.socket
-                        .strip_prefix("tcp ")
-                        .unwrap_or(&t.socket)
-                        .to_owned(),
-                    t.path.clone(),
-                    t.figures.retransmits.to_string(),
-                    t.figures.backoff.to_string(),
-                    format::micros(u64::from(t.figures.rto_us)),
-                    t.figures.cwnd.to_string(),
-                    format!("{:?}", t.cong_state),
-                ])
+                (
+                    [
+                        t.socket
+                            .strip_prefix("tcp ")
+                            .unwrap_or(&t.socket)
+                            .to_owned(),
+                        t.path.clone(),
+                        t.figures.retransmits.to_string(),
+                        t.figures.backoff.to_string(),
+                        format::micros(u64::from(t.figures.rto_us)),
+                        t.figures.cwnd.to_string(),
+                        format!("{:?}", t.cong_state),
+                    ],
+                    style,
+                )
+            })
+            .collect();
+        // Columns by priority: socket (addresses and ports) and path whole.
+        let list = app.list_of(Screen::Tcp);
+        let (sorted_col, most_first) = match app.sort_of(Screen::Tcp) {
+            Some(SortKey::Backoff) => (3, true),
+            Some(SortKey::Name) => (0, false),
+            _ => (2, true),
+        };
+        let specs = [
+            ("Socket", Keep::Always),
+            ("Path", Keep::Always),
+            ("Retx", Keep::Rank(9)),
+            ("Boff", Keep::Rank(8)),
+            ("RTO", Keep::Rank(7)),
+            ("cwnd", Keep::Rank(5)),
+            ("Cong", Keep::Rank(6)),
+        ];
+        let columns: Vec<Column> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, (h, keep))| {
+                let header =
+                    columns::sorted_header(h, i == sorted_col, most_first != list.reversed);
+                Column::new(header, rows.iter().map(|(r, _)| r[i].as_str()), *keep)
+            })
+            .collect();
+        let layout = columns::layout(&columns, area.width.saturating_sub(2), 2);
+        let shown = |i: &usize| layout.get(*i).is_some_and(Option::is_some);
+        let header: Vec<String> = (0..columns.len())
+            .filter(shown)
+            .map(|i| columns[i].header.clone())
+            .collect();
+        let widths: Vec<Constraint> = layout.iter().flatten().copied().collect();
+        let rows: Vec<Row> = rows
+            .into_iter()
+            .map(|(cells, style)| {
+                Row::new(
+                    cells
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| shown(i))
+                        .map(|(_, c)| c),
+                )
                 .style(style)
             })
             .collect();
@@ -168,26 +247,11 @@ impl TcpModel {
         } else {
             format!(" TCP sockets ({} of {}) ", self.sockets.len(), self.total)
         };
-        let table = Table::new(
-            rows,
-            [
-                Constraint::Min(20),
-                Constraint::Length(8),
-                Constraint::Length(5),
-                Constraint::Length(4),
-                Constraint::Length(7),
-                Constraint::Length(5),
-                Constraint::Length(9),
-            ],
-        )
-        .header(
-            Row::new(vec![
-                "Socket", "Path", "Retx", "Boff", "RTO", "cwnd", "Cong",
-            ])
-            .style(theme.title()),
-        )
-        .row_highlight_style(theme.selected())
-        .block(panel(title, theme));
+        let table = Table::new(rows, widths)
+            .column_spacing(2)
+            .header(Row::new(header).style(theme.title()))
+            .row_highlight_style(theme.selected())
+            .block(panel(title, theme));
         let mut state = TableState::default();
         if !self.sockets.is_empty() {
             state.select(Some(selected));
