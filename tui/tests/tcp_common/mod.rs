@@ -16,12 +16,6 @@ use serde_json::Value;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-/// True when running as root (the tests need it; CI runs as root).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("spawn");
     assert!(
