@@ -5,13 +5,12 @@
 //! (the cryptographic floor) and a copy of the packet bytes.
 #![allow(clippy::unwrap_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
-use common::{directions, rfc9001_keylog, unhex, v1_keys, OneRttMix, RFC9001_SERVER_CID};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use std::net::SocketAddr;
 use tboxscope_decode::quic::{DatagramInfo, Frame, Keylog, QuicDecoder};
+use tboxscope_test_support::quic::{
+    directions, rfc9001_keylog, unhex, v1_keys, OneRttMix, RFC9001_SERVER_CID,
+};
 
 const PACKETS: usize = 4096;
 

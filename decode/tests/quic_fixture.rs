@@ -1,11 +1,9 @@
 //! Real captures decoded exactly as tshark decodes them.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::read_pcapng;
 use std::process::Command;
 use tboxscope_decode::quic::{DatagramInfo, Frame, Keylog, PacketType, QuicDecoder};
+use tboxscope_test_support::quic::read_pcapng;
 
 const CHROME: &str = "../../shared/fixtures/chrome-cloudflare-quic-with-secrets.pcapng";
 const HANDSHAKE: &str = "../../shared/fixtures/quic-tls-handshake.pcapng";

@@ -2,14 +2,12 @@
 //! mutated input never panics.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::unhex;
 use proptest::prelude::*;
 use tboxscope_decode::quic::frame::{Frame, FrameError, Frames};
 use tboxscope_decode::quic::header::{parse_header, HeaderError, ParseOptions};
 use tboxscope_decode::quic::varint::Truncated;
 use tboxscope_decode::quic::{DatagramInfo, QuicDecoder};
+use tboxscope_test_support::quic::unhex;
 
 /// A header described field by field: (name, length, is a varint).
 struct Layout {

@@ -3,7 +3,7 @@
 //! analyze driver (decrypted with the key log) to exactly the streams, offsets and bytes sent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod pcap_common;
+mod live_common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,8 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Duration;
 
-use pcap_common::netns::{capture_in, spawn_in, stop_capture, Lab};
-use pcap_common::Ng;
+use live_common::{capture_in, stop_capture};
 use probe_user::analyze::Analyzer;
 use probe_user::correlate::{Correlator, FrameFeed};
 use probe_user::decode::net::NetParser;
@@ -23,6 +22,8 @@ use probe_user::dissect::{gso_segment_size, Decoded, DissectConfig};
 use probe_user::engine::{Config as EngineConfig, MatchMode};
 use probe_user::source::pcap::{InterfaceSpec, LiveConfig, LiveEvent};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use tboxscope_test_support::netns::{spawn_in, Lab};
+use tboxscope_test_support::pcap::Ng;
 
 const NAME: &str = "gateway.test";
 

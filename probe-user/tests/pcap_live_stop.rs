@@ -3,16 +3,14 @@
 //! which the capture drains at stop instead of closing the socket over it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod pcap_common;
-
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
-use pcap_common::netns::{spawn_in, Lab};
 use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent, PathStats};
+use tboxscope_test_support::netns::{spawn_in, Lab};
 
 /// Counts the packets of `ev` into `delivered` and keeps the latest counters in `stats`.
 fn count(ev: LiveEvent, delivered: &mut u64, stats: &mut Option<PathStats>) {

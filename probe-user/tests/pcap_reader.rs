@@ -2,16 +2,14 @@
 //! every format variant and link type, and truncation at every length.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod pcap_common;
-
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
-use pcap_common::*;
 use probe_user::decode::net::{LinkType, NetParser, NetReject};
 use probe_user::source::pcap::{
     CaptureFile, CaptureReader, FileError, FileReading, Format, FormatIssue, SECRETS_TLS_KEY_LOG,
 };
+use tboxscope_test_support::pcap::*;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

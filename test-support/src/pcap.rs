@@ -6,8 +6,6 @@
     clippy::too_many_arguments
 )]
 
-pub mod netns;
-
 use etherparse::{PacketBuilder, VlanId};
 
 /// Classic pcap: `packets` are (ts_ns, orig_len, bytes).

@@ -198,6 +198,12 @@ pub struct OneRttMix {
 const SERVER_ACKS: [u64; 7] = [2, 5, 8, 11, 14, 17, 19];
 const CLIENT_MIXED: [u64; 2] = [9, 18];
 
+impl Default for OneRttMix {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl OneRttMix {
     /// The mix before its first packet.
     pub fn new() -> Self {

@@ -38,11 +38,6 @@
 //! thread alone, and `decode FILE --observations` decodes and builds the observations only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../probe-user/tests/pcap_common/netns.rs"]
-mod netns;
-#[path = "../../decode/tests/common/mod.rs"]
-mod quic_common;
-
 use std::io::{BufWriter, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -60,6 +55,8 @@ use probe_user::source::pcap::{
     CaptureFile, FileReading, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
 };
 use tboxscope_decode::quic::Keylog;
+use tboxscope_test_support::netns;
+use tboxscope_test_support::quic::{rfc9001_keylog, unhex, OneRttMix};
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter()
@@ -366,7 +363,7 @@ fn rfc9001_packet(name: &str) -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../decode/tests/data")
         .join(name);
-    quic_common::unhex(&std::fs::read_to_string(p).unwrap())
+    unhex(&std::fs::read_to_string(p).unwrap())
 }
 
 /// Writes a QUIC capture of `n` frames and its key log: the RFC 9001 Appendix A client and
@@ -375,7 +372,7 @@ fn rfc9001_packet(name: &str) -> Vec<u8> {
 /// full-size STREAM data client → server, 35 % ACK-only server → client (zero-length DCID), 10 %
 /// ACK + two STREAM frames. Returns the capture's size.
 fn write_quic_capture(path: &Path, keylog: &Path, n: u64) -> u64 {
-    std::fs::write(keylog, quic_common::rfc9001_keylog()).unwrap();
+    std::fs::write(keylog, rfc9001_keylog()).unwrap();
     let client = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 50000);
     let server = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 443);
     let mut w = PcapWriter::create(path);
@@ -396,7 +393,7 @@ fn write_quic_capture(path: &Path, keylog: &Path, n: u64) -> u64 {
             &rfc9001_packet("rfc9001-server-initial.hex"),
         ),
     );
-    let mut mix = quic_common::OneRttMix::new();
+    let mut mix = OneRttMix::new();
     for i in 2..n {
         let (from, to, packet) = match mix.packet(i) {
             (true, p) => (client, server, p),

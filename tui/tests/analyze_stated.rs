@@ -4,9 +4,6 @@
 //! `--match`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../probe-user/tests/pcap_common/mod.rs"]
-mod pcap_common;
-
 mod four_captures;
 
 use std::path::PathBuf;
