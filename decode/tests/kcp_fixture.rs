@@ -1,10 +1,11 @@
 //! The raw-KCP fixture (nDPI's kcp.pcap) decodes segment by segment, with tshark's `udp.payload`
 //! as the reference bytes (checked in under tests/data, and compared live when tshark exists).
-#![allow(clippy::unwrap_used, clippy::too_many_arguments)]
+#![expect(clippy::too_many_arguments)]
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod kcp_common;
 
-use tboxscope_decode::kcp::{Cmd, Detection, Detector, KcpSegment, RejectReason};
+use tboxscope_decode::kcp::{Cmd, Detection, Detector, KcpSegment, RejectReason, Segment};
 
 const TSHARK_REFERENCE: &str = include_str!("data/ndpi-kcp.tshark.tsv");
 
@@ -138,7 +139,7 @@ fn fixture_frg_run_and_echoed_ts() {
         tboxscope_decode::kcp::decode_strict(payload)
             .unwrap()
             .iter()
-            .map(|s| s.summary())
+            .map(Segment::summary)
             .collect::<Vec<_>>()
     };
     // frg 2/1/0 run: sn 0,1,2 of one 4000-byte message (1448 + 1448 + 1104).

@@ -1,6 +1,6 @@
 //! The stateful decoder: keylog selection, key updates, multipath (current draft and draft-05),
 //! reasons for undecrypted packets, bounded connection table.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use tboxscope_decode::quic::keys::{CipherSuite, PacketKeys, Secret};

@@ -1,5 +1,5 @@
 //! Real captures decoded exactly as tshark decodes them.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
 use std::process::Command;
 use tboxscope_decode::quic::{DatagramInfo, Frame, Keylog, PacketType, QuicDecoder};
@@ -45,7 +45,7 @@ fn tshark(file: &str, filter: &str, fields: &[&str]) -> String {
 
 fn join(v: &[u64]) -> String {
     v.iter()
-        .map(|x| x.to_string())
+        .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",")
 }

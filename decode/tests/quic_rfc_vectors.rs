@@ -1,5 +1,5 @@
 //! RFC 9001 Appendix A (QUIC v1) and RFC 9369 Appendix A (QUIC v2) test vectors.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use tboxscope_decode::quic::header::{parse_header, PacketType, ParseOptions, Version};

@@ -509,7 +509,7 @@ impl Dissector {
                     content_hash: None,
                     stream_heads,
                     decoded: Decoded::QuicPacket(Box::new(summary)),
-                })
+                });
             });
         }
         self.stats.quic_unknown_version += unknown_version;

@@ -1,6 +1,5 @@
 //! The dissector on synthetic UDP: random and structured non-KCP/QUIC payloads give no records,
 //! and UDP GSO batches of QUIC short headers are split only when every segment matches.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use probe_user::decode::net::LinkType;
 use probe_user::dissect::{gso_segment_size, Decoded, DissectConfig, Dissector};

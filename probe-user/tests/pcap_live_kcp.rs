@@ -1,7 +1,7 @@
 //! KCP from the `kcp` crate (ikcp, raw over UDP) between two network namespaces, captured live
 //! with tboxscope's libpcap source, written to a pcapng file and decoded back through the
 //! analyze driver to exactly the messages the peers sent.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 mod live_common;
 

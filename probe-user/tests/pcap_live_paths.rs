@@ -1,7 +1,6 @@
 //! Live capture on two veth interfaces in a test namespace; one interface is deleted (a modem
 //! reset) and re-created while traffic runs on both: its path goes down and comes back up, and
 //! the other path's capture misses nothing.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
 use std::net::UdpSocket;

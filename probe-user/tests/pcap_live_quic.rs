@@ -1,7 +1,7 @@
 //! QUIC from `quinn` (rustls, `KeyLogFile` writing to SSLKEYLOGFILE) between two network
 //! namespaces, captured live with tboxscope's libpcap source and decoded back through the
 //! analyze driver (decrypted with the key log) to exactly the streams, offsets and bytes sent.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 mod live_common;
 
@@ -179,7 +179,7 @@ fn quinn_peers_captured_live_decode_to_the_sent_streams() {
     std::thread::sleep(Duration::from_millis(100));
     let msgs = sent.clone();
     spawn_in(&lab.tbox, move || {
-        client(client_addr, server_addr, cert, msgs, Duration::ZERO, None)
+        client(client_addr, server_addr, cert, msgs, Duration::ZERO, None);
     })
     .join()
     .unwrap();
@@ -319,6 +319,7 @@ fn quinn_peers_captured_live_decode_to_the_sent_streams() {
 /// message on both paths, the keep-alives paired in order.
 #[test]
 fn two_connections_one_per_path_match_by_content() {
+    const N: usize = 60;
     let keylog = key_log_file();
     let lab = Lab::new("m", 2);
     let labels = ["eth0", "eth1"];
@@ -334,7 +335,6 @@ fn two_connections_one_per_path_match_by_content() {
     };
     let (cap, mut events) = capture_in(&lab.tbox, cfg);
 
-    const N: usize = 60;
     let sent: Vec<Vec<u8>> = (0..N)
         .map(|i| {
             let mut m = vec![0x6b; 600];
@@ -367,7 +367,7 @@ fn two_connections_one_per_path_match_by_content() {
                     msgs,
                     Duration::from_millis(5),
                     Some(ready),
-                )
+                );
             })
         })
         .collect();

@@ -1,7 +1,6 @@
 //! A live capture stopped while traffic still flows delivers every packet libpcap counted: with
 //! immediate mode off the kernel holds the last packets in a partly filled TPACKET_V3 block,
 //! which the capture drains at stop instead of closing the socket over it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -75,7 +74,7 @@ fn stop_while_traffic_flows_delivers_every_packet_libpcap_counted() {
             Ok(ev) => count(ev, &mut delivered, &mut stats),
             Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
-                assert!(Instant::now() < end, "the capture thread did not end")
+                assert!(Instant::now() < end, "the capture thread did not end");
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The offline reader against real fixtures (cross-checked with tshark), hand-built files of
 //! every format variant and link type, and truncation at every length.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -61,8 +61,7 @@ fn tshark_installed() -> bool {
     std::process::Command::new("tshark")
         .arg("--version")
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+        .is_ok_and(|o| o.status.success())
 }
 
 #[test]

@@ -1,6 +1,5 @@
 //! Network namespaces and veth pairs for live tests: unique names (process id + a tag), removed by
 //! a Drop guard whatever happens, and threads that run inside a namespace.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -1,6 +1,6 @@
 //! Test-only helpers: a minimal pcapng reader (Ethernet/raw IP/Linux cooked, IPv4/IPv6, UDP,
 //! Decryption Secrets Blocks) and builders for protected QUIC packets.
-#![allow(dead_code, clippy::unwrap_used, clippy::too_many_arguments)]
+#![expect(clippy::unwrap_used, clippy::too_many_arguments)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use tboxscope_decode::quic::keys::{CipherSuite, PacketKeys, Secret};

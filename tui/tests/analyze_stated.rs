@@ -2,7 +2,7 @@
 //! clock 300 ms ahead): what tboxscope infers by itself (pairs, hosts, the clock offset, the
 //! matching mode), and what flags state instead (`--pair`, `--host`, `--clock-offset`,
 //! `--match`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 mod four_captures;
 

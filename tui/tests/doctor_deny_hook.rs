@@ -1,5 +1,5 @@
 //! A refused hook degrades only its feature, in `doctor` and in `capture` (as root).
-#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
 
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! and the outage must show; a seek back rebuilds the state from the first packet. Then the
 //! four captures of `four_captures` (both ends of both paths) with statements about them
 //! (`--clock-offset` and the like), applied on every pass as `analyze` applies them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 mod four_captures;
 

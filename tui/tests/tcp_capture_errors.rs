@@ -1,5 +1,5 @@
 //! `capture` refuses bad input clearly, before attaching anything.
-#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+#![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 use std::process::Command;
 
 fn capture(args: &[&str]) -> (bool, String) {

@@ -1,7 +1,8 @@
 //! End to end, as root: real TCP between two namespaces, loss forced by nftables in the
 //! receiver's namespace, `tboxscope capture` watching; its numbers are compared with the
 //! kernel's own (`ss -tin`, `nstat`).
-#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+#![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
 
 use std::io::{Read, Write};

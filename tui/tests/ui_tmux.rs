@@ -3,7 +3,8 @@
 //! cursor visible, canonical mode and echo back, the shell prompt usable). Also: SIGTERM
 //! restores the terminal, and a failed start prints a plain message without touching it.
 //! Every wait is bounded; the tmux session is killed by a Drop guard even when a check fails.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
 
 use std::path::PathBuf;

@@ -111,7 +111,7 @@ fn fuzz(root: &Path, seconds: u64) -> Result<()> {
     let dir = root.join("fuzz/fuzz_targets");
     let mut targets: Vec<String> = std::fs::read_dir(&dir)
         .with_context(|| format!("listing {}", dir.display()))?
-        .filter_map(|e| e.ok())
+        .filter_map(Result::ok)
         .filter_map(|e| {
             e.file_name()
                 .to_str()?

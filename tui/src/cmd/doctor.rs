@@ -127,7 +127,7 @@ fn build(args: &DoctorArgs) -> anyhow::Result<Report> {
         match &h.state {
             HookState::Attached => {}
             HookState::Denied(why) | HookState::Unavailable(why) | HookState::Failed(why) => {
-                degraded.push(format!("no {} ({}: {why})", h.feature, h.tracepoint))
+                degraded.push(format!("no {} ({}: {why})", h.feature, h.tracepoint));
             }
         }
     }

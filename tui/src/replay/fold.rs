@@ -26,7 +26,6 @@ const EVENTS: usize = 500;
 const RATE_WINDOW_NS: u64 = 1_000_000_000;
 fn histogram() -> Histogram<u64> {
     // 1 µs .. 1 h, 3 significant digits; new_with_bounds only fails on invalid bounds.
-    #[allow(clippy::expect_used)]
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant, valid histogram bounds")
 }
 

@@ -1,7 +1,6 @@
 //! Shared by the tests of several captures: four pcap files — both ends of both paths, the
 //! gateway's clock 300 ms ahead of the T-Box's — of a KCP flow dual-sent on both paths (40 ms
 //! and 25 ms one way), every message acknowledged by the gateway 1 ms after it arrived.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,6 @@
 //! Shared by the root-only TCP tests: a pair of network namespaces joined by veth (removed on
 //! drop, also when a test fails), nftables rules in the receiver's namespace, threads that enter
 //! a namespace with setns(2), `ss -tin` parsing, and a `tboxscope capture` child process.
-#![allow(dead_code)]
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};

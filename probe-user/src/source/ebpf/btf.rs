@@ -257,7 +257,7 @@ impl Btf {
             let t = self.ty(id)?;
             match t.kind {
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
-                    id = t.size_or_type
+                    id = t.size_or_type;
                 }
                 _ => return Ok(id),
             }
