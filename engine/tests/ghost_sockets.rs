@@ -1,6 +1,7 @@
 //! Sockets that are not connections (listening, not yet connected, only seen closing) are not
 //! listed as flows: `127.0.0.1:47010 → 0.0.0.0:0` at "0.00×" was.
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;

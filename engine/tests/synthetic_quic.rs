@@ -3,6 +3,7 @@
 //! per-stream HOL (a gap on one stream does not hold another); two separate connections
 //! matched by content hash.
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;
@@ -17,7 +18,7 @@ const GAP: u64 = 20_000_000;
 const MSG: u64 = 600;
 const ACK_DELAY_US: u64 = 2_000;
 
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 fn pkt(
     ts: u64,
     path: &str,

@@ -1,6 +1,7 @@
 //! TCP HOL incidents from kernel events alone (RTO with backoff) and with captured segments
 //! (original send time, bytes behind the hole, the ACK that ends the stall).
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;

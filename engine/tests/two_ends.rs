@@ -8,8 +8,9 @@
 //! - idle paths after the traffic (keep-alives only): outages that did not happen, and copies
 //!   held through a real outage not counted as carried by the other path.
 
-#![allow(clippy::needless_range_loop)]
+#![expect(clippy::needless_range_loop)]
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;

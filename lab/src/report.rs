@@ -134,10 +134,7 @@ pub fn analyse(
     let delivered = lat.len() as u64;
     lat.sort_unstable();
     arrivals.sort_unstable();
-    let mut stall = arrivals
-        .first()
-        .map(|f| f.saturating_sub(start_mono))
-        .unwrap_or(0);
+    let mut stall = arrivals.first().map_or(0, |f| f.saturating_sub(start_mono));
     for w in arrivals.windows(2) {
         stall = stall.max(w[1].saturating_sub(w[0]));
     }
@@ -153,8 +150,7 @@ pub fn analyse(
         let end = timeline
             .iter()
             .find(|e| e.kind == "outage_end" && e.path == start.path && e.mono_ns >= start.mono_ns)
-            .map(|e| (e.mono_ns, e.at_s))
-            .unwrap_or((u64::MAX, f64::INFINITY));
+            .map_or((u64::MAX, f64::INFINITY), |e| (e.mono_ns, e.at_s));
         let mut in_lat = Vec::new();
         let mut in_sent = 0;
         let mut last_arrival = 0u64;

@@ -526,7 +526,7 @@ impl Dissector {
                     content_hash: None,
                     stream_heads,
                     decoded: Decoded::QuicPacket(Box::new(summary)),
-                })
+                });
             });
         }
         self.app_ids += app_ids;

@@ -5,16 +5,14 @@
 //! every non-IP payload is rejected under a reason, never a panic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod pcap_common;
-
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
-use pcap_common::*;
 use probe_user::analyze::Analyzer;
 use probe_user::decode::net::{LinkType, NetParser, NetReject};
 use probe_user::dissect::{Decoded, DissectConfig};
 use probe_user::source::pcap::CaptureReader;
+use tboxscope_test_support::pcap::*;
 
 const PAYLOAD: &[u8] = b"tbox control message";
 

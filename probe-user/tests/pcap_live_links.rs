@@ -5,17 +5,18 @@
 //! `#[ignore]`d, run by `cargo xtask test` (by hand under `flock /tmp/tbx-root.lock`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod pcap_common;
+mod live_common;
 
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::Duration;
 
-use pcap_common::netns::{capture_in, ip, ip_in, spawn_in, stop_capture};
+use live_common::{capture_in, stop_capture};
 use probe_user::decode::net::LinkType;
 use probe_user::dissect::{Decoded, DissectConfig, Dissector};
 use probe_user::source::pcap::{InterfaceSpec, LiveConfig, LiveEvent};
+use tboxscope_test_support::netns::{ip, ip_in, spawn_in};
 
 const SEGMENTS: u32 = 30;
 
@@ -51,7 +52,8 @@ fn capture_kcp(ns: &Ns, iface: &str, to: &'static str, settle: Duration) -> (Lin
     spawn_in(&ns.0, move || {
         let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
         for sn in 0..SEGMENTS {
-            let seg = pcap_common::kcp_segment(78, 81, 0, 128, sn, sn, 0, &[0x33; 100]);
+            let seg =
+                tboxscope_test_support::pcap::kcp_segment(78, 81, 0, 128, sn, sn, 0, &[0x33; 100]);
             let _ = sock.send_to(&seg, to);
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -140,18 +140,20 @@ fn tcp(
             sock,
         }),
     };
-    #[derive(serde::Serialize)]
-    struct OnPath<'a> {
-        #[serde(flatten)]
-        record: &'a Record,
-        path: &'a str,
-    }
     let line = OnPath {
         record: &record,
         path: "eth0",
     };
     w.write(record.type_name(), ts, &line)?;
     Ok(())
+}
+
+/// A kernel TCP record with the path its socket's traffic takes, as replay reads it.
+#[derive(serde::Serialize)]
+struct OnPath<'a> {
+    #[serde(flatten)]
+    record: &'a Record,
+    path: &'a str,
 }
 
 /// Per message of the current window: eth0 latency, eth1 latency if carried, combined, winner.

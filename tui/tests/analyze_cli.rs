@@ -1,6 +1,6 @@
 //! `tboxscope analyze` end to end on the shared fixtures: JSON Lines per packet, the summary,
 //! paths, the readable report, and errors that name the file and the line or offset.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,9 +5,6 @@
 //! `#[ignore]`d and run by `cargo xtask test` (under `flock /tmp/tbx-root.lock` by hand).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../probe-user/tests/pcap_common/mod.rs"]
-mod pcap_common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
@@ -365,10 +362,10 @@ fn a_repeated_file_is_refused_and_disjoint_captures_are_named() {
 fn an_unsupported_link_type_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("user0.pcap");
-    let frame = pcap_common::ipv4_udp(1, 2, b"x");
+    let frame = tboxscope_test_support::pcap::ipv4_udp(1, 2, b"x");
     std::fs::write(
         &f,
-        pcap_common::pcap(147, false, false, &[(1, frame.len() as u32, frame)]),
+        tboxscope_test_support::pcap::pcap(147, false, false, &[(1, frame.len() as u32, frame)]),
     )
     .unwrap();
     let out = run(&["analyze", &f.display().to_string()]);
@@ -403,10 +400,10 @@ fn replay_names_an_unsupported_link_type_and_disjoint_captures() {
     use tboxscope::replay::{self, PacketSettings, PlayOptions};
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("user0.pcap");
-    let frame = pcap_common::ipv4_udp(1, 2, b"x");
+    let frame = tboxscope_test_support::pcap::ipv4_udp(1, 2, b"x");
     std::fs::write(
         &f,
-        pcap_common::pcap(147, false, false, &[(1, frame.len() as u32, frame)]),
+        tboxscope_test_support::pcap::pcap(147, false, false, &[(1, frame.len() as u32, frame)]),
     )
     .unwrap();
     let paused = PlayOptions {

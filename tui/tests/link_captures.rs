@@ -8,9 +8,6 @@
 //! --include-ignored`). The namespace is deleted by a Drop guard, also when a check fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../probe-user/tests/pcap_common/mod.rs"]
-mod pcap_common;
-
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
@@ -19,7 +16,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pcap_common::netns;
+use tboxscope_test_support::netns;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tboxscope");
 /// KCP segments sent per capture.
@@ -147,7 +144,8 @@ fn send_kcp(ns: &Ns, to: &'static str, settle: Duration) {
         let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
         let payload = [0x5au8; 200];
         for sn in 0..SEGMENTS {
-            let seg = pcap_common::kcp_segment(77, 81, 0, 128, sn * 5, sn, 0, &payload);
+            let seg =
+                tboxscope_test_support::pcap::kcp_segment(77, 81, 0, 128, sn * 5, sn, 0, &payload);
             // A refused datagram (no listener: ICMP port unreachable) still went out.
             let _ = sock.send_to(&seg, to);
             std::thread::sleep(Duration::from_millis(5));

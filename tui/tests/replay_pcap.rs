@@ -4,10 +4,7 @@
 //! and the outage must show; a seek back rebuilds the state from the first packet. Then the
 //! four captures of `four_captures` (both ends of both paths) with statements about them
 //! (`--clock-offset` and the like), applied on every pass as `analyze` applies them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "../../probe-user/tests/pcap_common/mod.rs"]
-mod pcap_common;
+#![expect(clippy::unwrap_used)]
 
 mod four_captures;
 
@@ -23,6 +20,7 @@ use tboxscope::replay::{self, PacketSettings, PlayOptions};
 use tboxscope::source::SnapshotSource;
 use tboxscope_engine::snapshot::Snapshot;
 use tboxscope_engine::{FlowSelector, MatchMode, ModeOverride};
+use tboxscope_test_support::pcap;
 
 const MESSAGES: u32 = 600; // 12 s at 50 messages/s
 const OUTAGE: std::ops::Range<u64> = 4_000 * MS..9_000 * MS; // eth0 silent (after T0)
@@ -42,17 +40,17 @@ fn write_captures(dir: &Path) -> Vec<PathBuf> {
                 continue;
             }
             let ts = (sent / MS) as u32;
-            let push = pcap_common::kcp_segment(7, 81, 0, 128, ts, sn, sn, &payload);
+            let push = pcap::kcp_segment(7, 81, 0, 128, ts, sn, sn, &payload);
             let frame = udp(tbox[path], gateway, 40_000, 7_101, &push);
             packets.push((sent, frame.len() as u32, frame));
             let acked = sent + RTT_MS[path] * MS;
-            let ack = pcap_common::kcp_segment(7, 82, 0, 128, ts, sn, sn + 1, &[]);
+            let ack = pcap::kcp_segment(7, 82, 0, 128, ts, sn, sn + 1, &[]);
             let frame = udp(gateway, tbox[path], 7_101, 40_000, &ack);
             packets.push((acked, frame.len() as u32, frame));
         }
         packets.sort_by_key(|p| p.0);
         let file = dir.join(format!("t-eth{path}.pcap"));
-        std::fs::write(&file, pcap_common::pcap(1, true, false, &packets)).unwrap();
+        std::fs::write(&file, pcap::pcap(1, true, false, &packets)).unwrap();
         files.push(file);
     }
     files

@@ -2,7 +2,7 @@
 //! from snapshots the replay builds out of a checked-in recording (`fixtures/two-path.jsonl`,
 //! written by `examples/synth_capture.rs`): two paths, a 5 s outage of eth1 from +6 s to +11 s,
 //! TCP/KCP/QUIC head-of-line incidents, a TCP socket going through an RTO backoff ladder.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
 use std::path::Path;
 
@@ -77,7 +77,11 @@ fn text(terminal: &Terminal<TestBackend>) -> String {
     buffer
         .content()
         .chunks(width)
-        .map(|row| row.iter().map(|c| c.symbol()).collect::<String>())
+        .map(|row| {
+            row.iter()
+                .map(ratatui::buffer::Cell::symbol)
+                .collect::<String>()
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -1,5 +1,4 @@
 //! Helpers for synthetic traces with exactly known ground truth.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 
@@ -79,7 +78,7 @@ pub fn expected_quantile(sorted_us: &[u64], q: f64) -> u64 {
 
 /// Sorts observations by timestamp (stable), as a capture merger would deliver them.
 pub fn sorted(mut v: Vec<Observation>) -> Vec<Observation> {
-    v.sort_by_key(|o| o.ts_ns());
+    v.sort_by_key(Observation::ts_ns);
     v
 }
 

@@ -130,7 +130,7 @@ fn build(args: &DoctorArgs) -> anyhow::Result<Report> {
         match &h.state {
             HookState::Attached => {}
             HookState::Denied(why) | HookState::Unavailable(why) | HookState::Failed(why) => {
-                degraded.push(format!("no {} ({}: {why})", h.feature, h.tracepoint))
+                degraded.push(format!("no {} ({}: {why})", h.feature, h.tracepoint));
             }
         }
     }
@@ -292,7 +292,7 @@ fn print_text(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     )?;
     match r.tracefs.detail.get("path").and_then(|v| v.as_str()) {
         Some(path) if r.tracefs.ok => {
-            writeln!(out, "  [{}] tracefs mounted at {path}", p.mark(Mark::Ok))?
+            writeln!(out, "  [{}] tracefs mounted at {path}", p.mark(Mark::Ok))?;
         }
         _ => writeln!(
             out,

@@ -313,17 +313,17 @@ fn write_json(
     measured: Option<&Measured>,
 ) -> anyhow::Result<()> {
     use probe_user::output::JsonLinesWriter;
+    #[derive(serde::Serialize)]
+    struct Header<'a> {
+        command: &'a str,
+        scenario: &'a Scenario,
+    }
     let out: Box<dyn std::io::Write> = if path == "-" {
         Box::new(std::io::stdout().lock())
     } else {
         Box::new(std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?)
     };
     let ts = report.start_unix_ns;
-    #[derive(serde::Serialize)]
-    struct Header<'a> {
-        command: &'a str,
-        scenario: &'a Scenario,
-    }
     let mut w = JsonLinesWriter::new(
         out,
         ts,

@@ -26,8 +26,8 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App, status: &SourceStatu
         right.push(Span::raw(" "));
     }
     right.push(Span::styled(status.source.clone(), theme.dim()));
-    let used: usize = spans.iter().map(|s| s.width()).sum();
-    let right_width: usize = right.iter().map(|s| s.width()).sum();
+    let used: usize = spans.iter().map(Span::width).sum();
+    let right_width: usize = right.iter().map(Span::width).sum();
     let width = area.width as usize;
     if used + right_width < width {
         spans.push(Span::raw(" ".repeat(width - used - right_width)));
@@ -82,7 +82,7 @@ pub fn render_bottom(
     if let Some(position) = &status.position {
         right.push(Span::styled(format!(" {position} "), theme.title()));
     }
-    let right_width: usize = right.iter().map(|s| s.width()).sum();
+    let right_width: usize = right.iter().map(Span::width).sum();
     let width = area.width as usize;
     // The right part (position, problems) wins over the hints when space is short.
     let left_room = width.saturating_sub(right_width);

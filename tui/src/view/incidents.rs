@@ -362,7 +362,7 @@ fn render_timeline(frame: &mut Frame, area: Rect, item: &Item, theme: &Theme) {
             )));
             if !h.streams_not_held.is_empty() {
                 let streams: Vec<String> =
-                    h.streams_not_held.iter().map(|s| s.to_string()).collect();
+                    h.streams_not_held.iter().map(ToString::to_string).collect();
                 header.push(Line::styled(
                     format!("streams not held (kept delivering): {}", streams.join(", ")),
                     theme.ok(),
@@ -379,7 +379,7 @@ fn render_timeline(frame: &mut Frame, area: Rect, item: &Item, theme: &Theme) {
     let start = events.first().map_or(0, |e| e.0);
     let end = events.last().map_or(start, |e| e.0).max(start + 1);
     // A one-line time axis with a marker per event.
-    let width = inner.width.saturating_sub(2).max(2) as u64;
+    let width = u64::from(inner.width.saturating_sub(2).max(2));
     let mut axis: Vec<char> = vec!['─'; width as usize];
     for (ts, _, _) in &events {
         let pos = ((ts - start) * (width - 1) / (end - start)) as usize;

@@ -268,7 +268,7 @@ fn render_ladder(
     theme: &Theme,
 ) {
     let mut lines = Vec::new();
-    let bar_room = area.width.saturating_sub(22).max(1) as u64;
+    let bar_room = u64::from(area.width.saturating_sub(22).max(1));
     let longest = rungs
         .iter()
         .map(|r| u64::from(r.rto_us))

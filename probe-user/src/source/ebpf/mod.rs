@@ -417,8 +417,7 @@ impl TcpProbes {
         let sum = |i: u32| -> u64 {
             self.drops
                 .get(&i, 0)
-                .map(|v| v.iter().copied().fold(0u64, u64::saturating_add))
-                .unwrap_or(0)
+                .map_or(0, |v| v.iter().copied().fold(0u64, u64::saturating_add))
         };
         KernelDrops {
             ring_full: sum(DROP_RING_FULL),
