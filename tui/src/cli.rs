@@ -240,6 +240,32 @@ pub struct CaptureArgs {
     /// also TBOXSCOPE_DENY_HOOK=a,b).
     #[arg(long = "deny-hook", value_name = "NAME", hide = true)]
     pub deny_hooks: Vec<String>,
+    /// Interface to capture packets on, as IFACE or IFACE=LABEL (repeatable; default eth0
+    /// and eth1, those of them that exist). Its messages, windows, outages and incidents are
+    /// written as `analyze --json` writes them.
+    #[arg(short = 'i', long = "interface", value_name = "IFACE[=LABEL]")]
+    pub interfaces: Vec<String>,
+    /// libpcap capture filter (tcpdump syntax), e.g. `udp port 7101`.
+    #[arg(long = "filter", value_name = "EXPR")]
+    pub pcap_filter: Option<String>,
+    /// TLS key log (SSLKEYLOGFILE format) to decrypt QUIC; re-read while it grows.
+    #[arg(long, value_name = "FILE")]
+    pub keylog: Option<PathBuf>,
+    /// UDP port whose payloads are KCP by configuration (repeatable), as for `analyze`.
+    #[arg(long = "kcp-port", value_name = "N")]
+    pub kcp_ports: Vec<u16>,
+    /// Where each message carries an application id, `OFFSET:WIDTH[:le]`, as for `analyze`.
+    #[arg(long = "app-id", value_name = "OFFSET:WIDTH[:le]", value_parser = parse_app_id)]
+    pub app_id: Option<probe_user::engine::AppIdRule>,
+    /// Do not load the eBPF TCP probes (packets only).
+    #[arg(long)]
+    pub no_tcp: bool,
+    /// Capture no packets (the kernel's TCP view only).
+    #[arg(long, conflicts_with_all = ["interfaces", "pcap_filter", "keylog", "no_tcp"])]
+    pub no_packets: bool,
+    /// Also write one record per decoded packet (`kcp_segment`, `quic_packet`, ...).
+    #[arg(long)]
+    pub packets: bool,
 }
 
 /// How captured packets are decoded (`analyze`, `replay`).

@@ -10,6 +10,7 @@ use probe_user::dissect::{DecodedPacket, DissectConfig, Dissector};
 use probe_user::engine::{CaptureId, Config as EngineConfig, Observation};
 use probe_user::source::pcap::live::LivePacket;
 use tboxscope_engine::input::{PacketMeta, TcpSegment};
+use tboxscope_engine::snapshot::CaptureHealth;
 
 use crate::app::Request;
 use crate::kerneltcp::{TcpDrops, TcpMessage};
@@ -111,6 +112,9 @@ impl EngineFeed {
             TcpMessage::Event(e) => self.correlator.engine_mut().handle(Observation::Tcp(*e)),
             TcpMessage::Status(s) => self.tcp_status = s,
             TcpMessage::Dropped(d) => self.tcp_dropped = d,
+            // What `capture --json` writes beside the engine's records: nothing for the engine.
+            TcpMessage::Started { .. } | TcpMessage::Record { .. } | TcpMessage::KernelDrops(_) => {
+            }
         }
     }
 
@@ -135,25 +139,45 @@ impl EngineFeed {
         }
     }
 
-    /// Loads the key log's new lines, moves the engine's clock to now (less [`SETTLE_NS`]: time
-    /// passes for silent paths too) and publishes a snapshot with the capture's health.
-    pub fn publish(&mut self, feed: &SnapshotFeed) {
+    /// Loads the key log's new lines and moves the engine's clock to now (less [`SETTLE_NS`]:
+    /// time passes for silent paths too, windows close every second). The records this
+    /// produces stay in the engine for the caller to drain.
+    pub fn advance(&mut self) {
         self.follow_keylog();
+        self.correlator
+            .engine_mut()
+            .tick(WallClock::unix_now().saturating_sub(SETTLE_NS));
+    }
+
+    /// [`EngineFeed::advance`], then publishes a snapshot with the capture's health (the
+    /// engine's records are dropped: the UI shows snapshots).
+    pub fn publish(&mut self, feed: &SnapshotFeed) {
+        self.advance();
         let engine = self.correlator.engine_mut();
-        engine.tick(WallClock::unix_now().saturating_sub(SETTLE_NS));
         engine.drain_records().for_each(drop);
         let mut snapshot = engine.snapshot();
-        snapshot.health.pcap_dropped = self.pcap_dropped.iter().sum();
-        snapshot.health.ring_buffer_dropped = self.tcp_dropped.ring_buffer;
-        snapshot.health.tcp_events_dropped = self.tcp_dropped.undelivered;
-        snapshot.health.decrypt_failures = self.dissector.quic_stats().not_decrypted.values().sum();
-        if !self.tcp_status.is_empty() {
-            snapshot.health.inferences.push(self.tcp_status.clone());
-        }
-        if let Some(note) = self.keylog_note(snapshot.health.decrypt_failures) {
-            snapshot.health.inferences.push(note);
-        }
+        self.fill_health(&mut snapshot.health);
         feed.publish(snapshot);
+    }
+
+    /// Adds what the engine does not know to its health figures: libpcap's and the kernel's
+    /// drops, QUIC packets not decrypted, the probes' state, the key log's.
+    pub fn fill_health(&self, health: &mut CaptureHealth) {
+        health.pcap_dropped = self.pcap_dropped.iter().sum();
+        health.ring_buffer_dropped = self.tcp_dropped.ring_buffer;
+        health.tcp_events_dropped = self.tcp_dropped.undelivered;
+        health.decrypt_failures = self.dissector.quic_stats().not_decrypted.values().sum();
+        if !self.tcp_status.is_empty() {
+            health.inferences.push(self.tcp_status.clone());
+        }
+        if let Some(note) = self.keylog_note(health.decrypt_failures) {
+            health.inferences.push(note);
+        }
+    }
+
+    /// The dissector (for its counters).
+    pub fn dissector(&self) -> &Dissector {
+        &self.dissector
     }
 
     /// What the health line says about the QUIC key log: none given while packets stay

@@ -10,9 +10,9 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
-use probe_user::capture::records::Record;
+use probe_user::capture::records::{DropsRecord, Record};
 use probe_user::capture::watch::TcpWatch;
-use probe_user::source::ebpf::{HookState, ProbeOptions};
+use probe_user::source::ebpf::{HookState, HookStatus, ProbeOptions};
 use tboxscope_engine::input::TcpEvent;
 
 /// What the TCP probe thread reports.
@@ -24,6 +24,23 @@ pub enum TcpMessage {
     Status(String),
     /// Events lost so far.
     Dropped(TcpDrops),
+    /// The probes are attached (recording mode only): each hook's state and CONFIG_HZ.
+    Started {
+        /// Each hook's outcome.
+        hooks: Vec<HookStatus>,
+        /// The kernel's CONFIG_HZ, when known.
+        config_hz: Option<u32>,
+    },
+    /// A kernel record as `capture --json` writes it, at Unix time `ts_ns` (recording mode
+    /// only; its engine event follows as [`TcpMessage::Event`]).
+    Record {
+        /// Unix time, ns.
+        ts_ns: u64,
+        /// The record.
+        record: Box<Record>,
+    },
+    /// The kernel side's drop counters, when they changed (recording mode only).
+    KernelDrops(DropsRecord),
 }
 
 /// Kernel TCP events lost on their way to the engine, counted since the probes started.
@@ -48,6 +65,8 @@ impl TcpDrops {
 pub struct Forward<'a> {
     tx: &'a Sender<TcpMessage>,
     local: &'a [(IpAddr, String)],
+    /// Also queue each record itself ([`TcpMessage::Record`]).
+    recording: bool,
     /// Events not converted or not queued.
     pub undelivered: u64,
 }
@@ -58,12 +77,22 @@ impl<'a> Forward<'a> {
         Self {
             tx,
             local,
+            recording: false,
             undelivered: 0,
         }
     }
 
     /// Converts `record` (at Unix time `ts_ns`) and queues it without waiting.
     pub fn record(&mut self, ts_ns: u64, record: &Record) {
+        if self.recording {
+            let message = TcpMessage::Record {
+                ts_ns,
+                record: Box::new(record.clone()),
+            };
+            if self.tx.try_send(message).is_err() {
+                self.undelivered += 1;
+            }
+        }
         let Ok(mut event) = record.engine_event(ts_ns) else {
             self.undelivered += 1;
             return;
@@ -94,12 +123,30 @@ impl KernelTcp {
     /// Loads and attaches the probes on a new thread. `local` names the path of each local
     /// address (a socket's events carry the path its source address belongs to).
     pub fn spawn(options: ProbeOptions, local: Vec<(IpAddr, String)>) -> std::io::Result<Self> {
+        Self::spawn_with(options, local, false)
+    }
+
+    /// [`KernelTcp::spawn`] for `capture --json`: the thread also sends what the JSON Lines
+    /// output holds ([`TcpMessage::Started`], [`TcpMessage::Record`],
+    /// [`TcpMessage::KernelDrops`]).
+    pub fn spawn_recording(
+        options: ProbeOptions,
+        local: Vec<(IpAddr, String)>,
+    ) -> std::io::Result<Self> {
+        Self::spawn_with(options, local, true)
+    }
+
+    fn spawn_with(
+        options: ProbeOptions,
+        local: Vec<(IpAddr, String)>,
+        recording: bool,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded::<TcpMessage>(65_536);
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
         let thread = thread::Builder::new()
             .name("tboxscope-tcp".into())
-            .spawn(move || tcp_loop(&options, &local, &tx, &thread_stop))?;
+            .spawn(move || tcp_loop(&options, &local, recording, &tx, &thread_stop))?;
         Ok(Self {
             messages: rx,
             stop,
@@ -126,6 +173,7 @@ impl Drop for KernelTcp {
 fn tcp_loop(
     options: &ProbeOptions,
     local: &[(IpAddr, String)],
+    recording: bool,
     tx: &Sender<TcpMessage>,
     stop: &AtomicBool,
 ) {
@@ -155,7 +203,15 @@ fn tcp_loop(
         ));
     }
     let _ = tx.send(TcpMessage::Status(status));
+    if recording {
+        let _ = tx.send(TcpMessage::Started {
+            hooks: hooks.to_vec(),
+            config_hz: watch.config_hz(),
+        });
+    }
     let mut forward = Forward::new(tx, local);
+    forward.recording = recording;
+    let mut kernel_reported = DropsRecord::default();
     let mut reported = TcpDrops::default();
     let mut report = |watch: &TcpWatch, undelivered: u64| {
         let drops = TcpDrops {
@@ -176,8 +232,26 @@ fn tcp_loop(
             break;
         }
         report(&watch, forward.undelivered);
+        if recording {
+            report_kernel(&watch, tx, &mut kernel_reported);
+        }
     }
     report(&watch, forward.undelivered);
+    if recording {
+        report_kernel(&watch, tx, &mut kernel_reported);
+    }
+}
+
+/// Sends the kernel side's drop counters when they changed since `reported`.
+fn report_kernel(watch: &TcpWatch, tx: &Sender<TcpMessage>, reported: &mut DropsRecord) {
+    let now = DropsRecord {
+        kernel: watch.drops(),
+        decode_rejected: watch.rejected(),
+        evicted: watch.evicted(),
+    };
+    if now != *reported && tx.try_send(TcpMessage::KernelDrops(now)).is_ok() {
+        *reported = now;
+    }
 }
 
 #[cfg(test)]

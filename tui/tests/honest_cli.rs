@@ -114,33 +114,28 @@ fn options_before_the_subcommand_are_honoured_or_refused() {
         "{}",
         text(&out.stderr)
     );
+    // Honoured: capture captures the interface given before it (here: one that does not
+    // exist, refused before anything is loaded).
+    let out = run(&[
+        "-i",
+        "tbxnosuch0",
+        "capture",
+        "--json",
+        "/dev/null",
+        "--duration",
+        "1s",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no interface tbxnosuch0"),
+        "{}",
+        text(&out.stderr)
+    );
     // Refused, naming the option and the subcommand.
     for (args, flag) in [
         (vec!["--filter", "udp portx 1", "analyze", &k], "--filter"),
-        // (--duration: a capture that started anyway ends, and the check fails.)
-        (
-            vec![
-                "-i",
-                "lo",
-                "capture",
-                "--json",
-                "/dev/null",
-                "--duration",
-                "1s",
-            ],
-            "-i",
-        ),
-        (
-            vec![
-                "--no-tcp",
-                "capture",
-                "--json",
-                "/dev/null",
-                "--duration",
-                "1s",
-            ],
-            "--no-tcp",
-        ),
+        (vec!["-i", "lo", "replay", &k], "-i"),
+        (vec!["--no-tcp", "analyze", &k], "--no-tcp"),
         (vec!["--port", "7101", "analyze", &k], "--port"),
         (vec!["--keylog", "k.txt", "lab", "status"], "--keylog"),
     ] {

@@ -203,7 +203,7 @@ pub enum EndedBy {
 }
 
 /// `drops`: events the kernel or the decoder could not deliver (cumulative since start).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DropsRecord {
     /// Kernel side.
     #[serde(flatten)]

@@ -56,6 +56,16 @@ impl TcpWatch {
         self.kernel.rejected().total()
     }
 
+    /// Connections evicted from the bounded connection tables so far.
+    pub fn evicted(&self) -> u64 {
+        self.kernel.tracker.evicted
+    }
+
+    /// The kernel's CONFIG_HZ, when known (RTOs in jiffies are converted with it).
+    pub fn config_hz(&self) -> Option<u32> {
+        self.probes.hz()
+    }
+
     /// Waits at most `timeout` for kernel events, then hands every record they produce, with
     /// its Unix time in ns, to `emit`. Returns how many kernel events were read. Frequent
     /// events (cwnd samples, socket states) do not wake the poll until many wait

@@ -159,6 +159,11 @@ impl<W: Write> JsonLinesWriter<W> {
         self.records
     }
 
+    /// The destination (e.g. to ask it how writing went).
+    pub fn get_ref(&self) -> &W {
+        &self.out
+    }
+
     /// Flushes buffered lines to the destination.
     pub fn flush(&mut self) -> Result<(), OutputError> {
         self.out.flush()?;

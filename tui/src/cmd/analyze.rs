@@ -116,8 +116,9 @@ struct Summary<'a> {
     engine: &'a tboxscope_engine::Summary,
 }
 
+/// The `kcp` part of a `summary` record (also written by `capture`).
 #[derive(Serialize)]
-struct KcpSummary {
+pub(crate) struct KcpSummary {
     raw: u64,
     kcpgo: u64,
     kcpgo_parity: u64,
@@ -128,7 +129,12 @@ struct KcpSummary {
 }
 
 fn kcp_summary(analyzer: &Analyzer) -> KcpSummary {
-    let s = analyzer.dissector().kcp_stats();
+    kcp_counts(analyzer.dissector())
+}
+
+/// The KCP detector's counters of `dissector`, as summaries write them.
+pub(crate) fn kcp_counts(dissector: &probe_user::dissect::Dissector) -> KcpSummary {
+    let s = dissector.kcp_stats();
     KcpSummary {
         raw: s.raw,
         kcpgo: s.kcpgo,

@@ -80,6 +80,7 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
     match command {
         Command::Analyze(a) => take_keylog(&mut a.decode.keylog)?,
         Command::Replay(r) => take_keylog(&mut r.decode.keylog)?,
+        Command::Capture(c) => take_keylog(&mut c.keylog)?,
         _ if had_keylog => refused.push("--keylog"),
         _ => {}
     }
@@ -99,23 +100,36 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
     }
     match command {
         Command::Doctor(d) => d.interfaces.extend(interfaces),
+        Command::Capture(c) => c.interfaces.extend(interfaces),
         _ if !interfaces.is_empty() => refused.push("-i/--interface"),
         _ => {}
     }
-    if filter.is_some() {
-        refused.push("--filter");
-    }
-    if no_tcp {
-        refused.push("--no-tcp");
+    match command {
+        Command::Capture(c) => {
+            if let Some(f) = filter {
+                if c.pcap_filter.as_ref().is_some_and(|other| *other != f) {
+                    anyhow::bail!("--filter given twice, before and after `capture`");
+                }
+                c.pcap_filter = Some(f);
+            }
+            c.no_tcp |= no_tcp;
+        }
+        _ => {
+            if filter.is_some() {
+                refused.push("--filter");
+            }
+            if no_tcp {
+                refused.push("--no-tcp");
+            }
+        }
     }
     if !refused.is_empty() {
         let why = match command {
-            Command::Capture(_) => {
-                "`capture` records the kernel's TCP view only (no packets, no decryption)"
-            }
             Command::Analyze(_) | Command::Replay(_) => {
                 "it reads capture files, it captures nothing live"
             }
+            // Not reached: capture takes every live UI option.
+            Command::Capture(_) => "it has no option of that name",
             Command::Doctor(_) => "it checks this host for live mode with the paths of -i",
             Command::Lab(_) => "the lab chooses its own interfaces and captures",
         };

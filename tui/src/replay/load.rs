@@ -169,9 +169,12 @@ fn parse_line(line: &str, recording: &mut Recording) -> Result<Option<Timed>, St
                 item: Item::Hol(Box::new(hol)),
             }));
         }
-        // `capture` (kernel TCP only) ends with a summary of its own counters; its drop
-        // counters are in the `drops` line written just before it.
-        "summary" if map.contains_key("stopped_by") => return Ok(None),
+        // `capture` without packets ends with a summary of its own counters; its drop
+        // counters are in the `drops` line written just before it. With packets, the summary
+        // also holds the engine's whole-run figures (`redundancy`, ...), read as analyze's.
+        "summary" if map.contains_key("stopped_by") && !map.contains_key("redundancy") => {
+            return Ok(None)
+        }
         "summary" => Item::Summary(Box::new(body(&map).map_err(bad)?)),
         "drops" => Item::Drops(body(&map).map_err(bad)?),
         k if k.starts_with("tcp_") => Item::Tcp(Box::new(tcp::event(k, ts_ns, &map).map_err(bad)?)),
