@@ -266,6 +266,10 @@ pub struct CaptureArgs {
     /// Also write one record per decoded packet (`kcp_segment`, `quic_packet`, ...).
     #[arg(long)]
     pub packets: bool,
+    /// Keep the raw packets: one pcapng file per interface in this directory (`LABEL.pcapng`),
+    /// the key log embedded as it grows, so `analyze DIR/*.pcapng` decrypts alone.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_packets")]
+    pub pcap: Option<PathBuf>,
 }
 
 /// How captured packets are decoded (`analyze`, `replay`).

@@ -278,7 +278,13 @@ fn capture_json_equals_analyze_of_the_same_packets_and_sigterm_ends_with_a_summa
     let dumps = [bed.path("eth0.pcap"), bed.path("eth1.pcap")];
     let d0 = bed.tcpdump(0, &dumps[0]);
     let d1 = bed.tcpdump(1, &dumps[1]);
-    let mut args = vec!["--json".to_owned(), out.display().to_string()];
+    let pcaps = bed.path("pcap");
+    let mut args = vec![
+        "--json".to_owned(),
+        out.display().to_string(),
+        "--pcap".to_owned(),
+        pcaps.display().to_string(),
+    ];
     args.extend(bed.interfaces());
     let cap = bed.capture(&args);
     wait_for_header(&out);
@@ -310,26 +316,39 @@ fn capture_json_equals_analyze_of_the_same_packets_and_sigterm_ends_with_a_summa
         .iter()
         .any(|t| matches!(t.item, tboxscope::replay::load::Item::Summary(_))));
 
-    let analyzed_file = bed.path("analyze.jsonl");
-    let status = Command::new(BIN)
-        .args(["analyze", "--json"])
-        .arg(&analyzed_file)
-        .args(&dumps)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let analyzed = lines(&analyzed_file);
+    // The write-through files, and tcpdump's captures as an independent check of them.
+    let written = [pcaps.join("eth0.pcapng"), pcaps.join("eth1.pcapng")];
+    let analyzed = analyze(&bed, "written.jsonl", &written);
+    let dumped = analyze(&bed, "dumped.jsonl", &dumps);
     let (live, offline) = (messages(&captured), messages(&analyzed));
     assert_eq!(live.len(), 300, "{live:?}");
     let both = live.values().filter(|c| c.len() == 2).count();
     assert!(both >= 290, "{both} messages on both paths");
     assert_eq!(live, offline);
+    assert_eq!(offline, messages(&dumped));
     let (live, offline) = (outages(&captured), outages(&analyzed));
     assert!(
         live.iter().any(|o| o.0 == "eth1"),
         "no outage of eth1: {live:?}"
     );
     assert_eq!(live, offline);
+    assert_eq!(offline, outages(&dumped));
+}
+
+/// `analyze --json` of `files` into `name`; its records.
+fn analyze(bed: &Bed, name: &str, files: &[PathBuf]) -> Vec<Value> {
+    let file = bed.path(name);
+    let status = Command::new(BIN)
+        .args(["analyze", "--json"])
+        .arg(&file)
+        .args(files)
+        .status()
+        .unwrap();
+    assert!(status.success(), "analyze {files:?}");
+    let got = lines(&file);
+    let summary = got.last().unwrap();
+    assert_eq!(summary["errors"], serde_json::json!([]), "{files:?}");
+    got
 }
 
 #[test]
@@ -337,17 +356,28 @@ fn capture_json_equals_analyze_of_the_same_packets_and_sigterm_ends_with_a_summa
 fn sigkill_leaves_whole_lines() {
     let mut bed = Bed::new("ck");
     let out = bed.path("out.jsonl");
+    let pcaps = bed.path("pcap");
     let mut args = vec![
         "--json".to_owned(),
         out.display().to_string(),
         "--packets".to_owned(),
         "--no-tcp".to_owned(),
+        "--pcap".to_owned(),
+        pcaps.display().to_string(),
     ];
     args.extend(bed.interfaces());
     let cap = bed.capture(&args);
     wait_for_header(&out);
     bed.traffic(0..120, 0..0);
     bed.end(cap, libc::SIGKILL);
+    // Each pcapng file reads to its end without an error: it ends at a whole block.
+    let written = [pcaps.join("eth0.pcapng"), pcaps.join("eth1.pcapng")];
+    for f in &written {
+        let got = analyze(&bed, "written.jsonl", std::slice::from_ref(f));
+        let frames = got.last().unwrap()["files"][0]["frames"].as_u64().unwrap();
+        // 240 frames in 2.4 s, written at least once per second.
+        assert!(frames >= 100, "{f:?}: {frames} frames");
+    }
     let text = std::fs::read(&out).unwrap();
     assert_eq!(text.last(), Some(&b'\n'));
     let got = lines(&out);

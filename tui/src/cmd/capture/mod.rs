@@ -6,6 +6,7 @@
 //! or `--duration` with a `summary`; lines are whole and reach the file at least once per
 //! second; a failed write (full disk) ends the run with a count of what was not written.
 mod out;
+mod pcapng;
 
 use std::fs::File;
 use std::net::IpAddr;
@@ -33,6 +34,7 @@ use tboxscope::kerneltcp::{KernelTcp, TcpMessage};
 
 use crate::cli::CaptureArgs;
 use out::LineOut;
+use pcapng::{KeylogTail, PcapngFile};
 
 /// How often the engine's clock is moved on and its records written.
 const TICK: Duration = Duration::from_millis(200);
@@ -225,6 +227,9 @@ struct Run {
     /// Frames seen per path (the `frame` of per-packet records).
     frames: Vec<u64>,
     packets: bool,
+    /// `--pcap`: each path's pcapng file, and the key log lines still to embed.
+    pcaps: Vec<PcapngFile>,
+    keylog_tail: Option<KeylogTail>,
     out: JsonLinesWriter<LineOut>,
     target: String,
     last_packet_ns: u64,
@@ -317,6 +322,17 @@ impl Run {
             config_hz,
         };
         let out = JsonLinesWriter::new(out, WallClock::unix_now(), &header)?;
+        let mut pcaps = Vec::new();
+        if let Some(dir) = &args.pcap {
+            let cannot = || format!("cannot write pcapng files in {}", dir.display());
+            std::fs::create_dir_all(dir).with_context(cannot)?;
+            for label in &labels {
+                pcaps.push(PcapngFile::create(dir, label).with_context(cannot)?);
+            }
+        }
+        let keylog_tail = (!pcaps.is_empty())
+            .then(|| args.keylog.clone().map(KeylogTail::new))
+            .flatten();
         let paths = interfaces
             .iter()
             .map(|i| PathReport {
@@ -334,6 +350,8 @@ impl Run {
             labels,
             paths,
             packets: args.packets,
+            pcaps,
+            keylog_tail,
             out,
             target: args.json.clone(),
             last_packet_ns: 0,
@@ -388,12 +406,16 @@ impl Run {
             if now >= next_flush {
                 next_flush = now + FLUSH_EVERY;
                 self.out.flush()?;
+                self.pcaps.iter_mut().for_each(PcapngFile::flush);
             }
         }
     }
 
     /// Why the run must end because of its output, if it must.
     fn write_failed(&self) -> Option<StopReason> {
+        if self.pcaps.iter().any(|p| p.failure().is_some()) {
+            return Some(StopReason::WriteFailed);
+        }
         let e = self.out.get_ref().failure()?;
         Some(if e.kind() == std::io::ErrorKind::BrokenPipe {
             StopReason::ReaderGone
@@ -406,7 +428,16 @@ impl Run {
         match event {
             LiveEvent::Packets(batch) => {
                 self.feed.follow_keylog();
+                if let Some(tail) = self.keylog_tail.as_mut() {
+                    let keys = tail.new_lines();
+                    if !keys.is_empty() {
+                        self.pcaps.iter_mut().for_each(|f| f.secrets(&keys));
+                    }
+                }
                 for p in &batch {
+                    if let Some(f) = self.pcaps.get_mut(p.path) {
+                        f.packet(p);
+                    }
                     let Some(label) = self.labels.get(p.path) else {
                         continue;
                     };
@@ -553,6 +584,20 @@ impl Run {
         };
         self.out.write("summary", end_ns, &summary)?;
         let given = self.out.records();
+        let mut failed = false;
+        for f in &mut self.pcaps {
+            f.flush();
+            if let Some(e) = f.failure() {
+                failed = true;
+                eprintln!(
+                    "tboxscope: writing {} failed: {e}; capture stopped. {} packets kept, \
+                     {} blocks not written",
+                    f.path().display(),
+                    f.packets.saturating_sub(f.lost()),
+                    f.lost()
+                );
+            }
+        }
         let out = self.out.into_inner()?;
         log::info!(
             "capture ended ({stopped_by:?}): {} records written",
@@ -570,6 +615,7 @@ impl Run {
                 );
                 Ok(ExitCode::FAILURE)
             }
+            None if failed => Ok(ExitCode::FAILURE),
             None => Ok(ExitCode::SUCCESS),
         }
     }

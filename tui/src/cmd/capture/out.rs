@@ -1,4 +1,5 @@
-//! The JSON Lines destination of `capture`: whole lines only, whatever stops the run. Lines
+//! The destinations of `capture` (JSON Lines, pcapng): whole lines or blocks only, whatever
+//! stops the run. Lines
 //! are collected in memory and written to the file at least once per second
 //! ([`LineOut::flush`] by the caller) or when 64 KiB wait; a write that fails half-way (full
 //! disk) is cut back to the last whole line, and from then on nothing more is written: the
@@ -27,6 +28,8 @@ pub struct LineOut {
     written: u64,
     /// Lines given but not written (after the failure).
     lost: u64,
+    /// Lines (units) collected in `buf`.
+    pending: u64,
     /// The write that failed, if one did.
     failure: Option<io::Error>,
 }
@@ -49,6 +52,7 @@ impl LineOut {
             written_bytes: 0,
             written: 0,
             lost: 0,
+            pending: 0,
             failure: None,
         }
     }
@@ -68,13 +72,27 @@ impl LineOut {
         self.lost
     }
 
-    /// Writes what was collected; on failure, cuts the file back to its last whole line,
-    /// counts the collected lines as lost and keeps the error.
-    fn write_out(&mut self) {
+    /// Takes `bytes` holding `units` whole units (lines, pcapng blocks): collected, written
+    /// when 64 KiB wait; counted as lost after a failure.
+    pub fn push(&mut self, bytes: &[u8], units: u64) {
+        if self.failure.is_some() {
+            self.lost += units;
+            return;
+        }
+        self.buf.extend_from_slice(bytes);
+        self.pending += units;
+        if self.buf.len() >= WRITE_AT {
+            self.write_out();
+        }
+    }
+
+    /// Writes what was collected; on failure, cuts the file back to its last whole unit,
+    /// counts the collected units as lost and keeps the error.
+    pub fn write_out(&mut self) {
         if self.buf.is_empty() || self.failure.is_some() {
             return;
         }
-        let lines = self.buf.iter().filter(|b| **b == b'\n').count() as u64;
+        let lines = std::mem::take(&mut self.pending);
         let result = match &mut self.target {
             Target::File(f) => f.write_all(&self.buf),
             Target::Stdout(s) => s.write_all(&self.buf).and_then(|()| s.flush()),
@@ -101,14 +119,8 @@ impl LineOut {
 impl Write for LineOut {
     /// Takes one whole line (the JSON Lines writer hands each line in one call).
     fn write(&mut self, line: &[u8]) -> io::Result<usize> {
-        if self.failure.is_some() {
-            self.lost += line.iter().filter(|b| **b == b'\n').count() as u64;
-            return Ok(line.len());
-        }
-        self.buf.extend_from_slice(line);
-        if self.buf.len() >= WRITE_AT {
-            self.write_out();
-        }
+        let lines = line.iter().filter(|b| **b == b'\n').count() as u64;
+        self.push(line, lines);
         Ok(line.len())
     }
 
