@@ -270,6 +270,13 @@ pub struct CaptureArgs {
     /// the key log embedded as it grows, so `analyze DIR/*.pcapng` decrypts alone.
     #[arg(long, value_name = "DIR", conflicts_with = "no_packets")]
     pub pcap: Option<PathBuf>,
+    /// Start a new JSON Lines file and new pcapng files at this size or age: `100MB`, `1h`,
+    /// or both (`100MB,1h`); the closed ones are renamed `STEM.N.EXT`.
+    #[arg(long, value_name = "SIZE|AGE")]
+    pub rotate: Option<String>,
+    /// Closed files kept per output when rotating (the oldest are deleted).
+    #[arg(long, value_name = "N", default_value_t = 10, requires = "rotate")]
+    pub keep: usize,
 }
 
 /// How captured packets are decoded (`analyze`, `replay`).

@@ -484,3 +484,55 @@ fn an_interface_deleted_and_recreated_is_reopened_and_the_gap_recorded() {
         .count();
     assert!(late >= 45, "{late} late messages with a copy on eth1");
 }
+
+#[test]
+#[ignore = "needs root"]
+fn json_and_pcapng_files_rotate_by_size_and_a_few_are_kept() {
+    let mut bed = Bed::new("co");
+    let out = bed.path("out.jsonl");
+    let pcaps = bed.path("pcap");
+    let mut args = vec![
+        "--json".to_owned(),
+        out.display().to_string(),
+        "--packets".to_owned(),
+        "--no-tcp".to_owned(),
+        "--pcap".to_owned(),
+        pcaps.display().to_string(),
+        "--rotate".to_owned(),
+        "20kB".to_owned(),
+        "--keep".to_owned(),
+        "2".to_owned(),
+    ];
+    args.extend(bed.interfaces());
+    let cap = bed.capture(&args);
+    wait_for_header(&out);
+    bed.traffic(0..200, 0..0);
+    std::thread::sleep(Duration::from_secs(1));
+    let (code, err) = bed.end(cap, libc::SIGTERM);
+    assert_eq!(code, Some(0), "{err}");
+    let names = |dir: &Path, ext: &str| -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .collect();
+        v.sort();
+        v
+    };
+    // 200 segments and ACKs on two paths with --packets: well over 3 × 20 kB of lines.
+    let json = names(bed.dir.path(), "jsonl");
+    assert_eq!(json.len(), 3, "{json:?}");
+    for f in &json {
+        let got = lines(f);
+        assert_eq!(got[0]["type"], "header", "{f:?}");
+    }
+    assert_eq!(lines(&out).last().unwrap()["type"], "summary");
+    let written = names(&pcaps, "pcapng");
+    // eth0 and eth1, each the current file and 2 kept.
+    assert_eq!(written.len(), 6, "{written:?}");
+    for f in &written {
+        let got = analyze(&bed, "rotated.jsonl", std::slice::from_ref(f));
+        let frames = got.last().unwrap()["files"][0]["frames"].as_u64().unwrap();
+        assert!(frames > 0, "{f:?}");
+    }
+}

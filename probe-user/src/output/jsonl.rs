@@ -164,6 +164,11 @@ impl<W: Write> JsonLinesWriter<W> {
         &self.out
     }
 
+    /// The destination, mutably (e.g. to start a new file between two records).
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     /// Flushes buffered lines to the destination.
     pub fn flush(&mut self) -> Result<(), OutputError> {
         self.out.flush()?;

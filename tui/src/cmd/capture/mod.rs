@@ -137,12 +137,24 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
         );
     }
     // Open the output before attaching anything, so an unwritable path fails fast.
+    let rotation = args
+        .rotate
+        .as_deref()
+        .map(|r| out::Rotation::parse(r, args.keep))
+        .transpose()?;
     let out = if args.json == "-" {
+        if rotation.is_some() && args.pcap.is_none() {
+            bail!("--rotate rotates files: --json - writes to standard output (add --pcap DIR)");
+        }
         LineOut::stdout()
     } else {
         let f = File::create(&args.json)
             .with_context(|| format!("cannot write the JSON output {:?}", args.json))?;
-        LineOut::file(f)
+        let mut out = LineOut::file(f);
+        if let Some(r) = rotation {
+            out.rotate_as(std::path::Path::new(&args.json), r);
+        }
+        out
     };
     let signals = Signals::install().context("installing the signal handlers")?;
     let probe = (!args.no_tcp).then(|| ProbeOptions {
@@ -152,7 +164,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
         ..ProbeOptions::default()
     });
     let started = Instant::now();
-    let mut run = Run::start(&args, interfaces, probe, out)?;
+    let mut run = Run::start(&args, interfaces, probe, out, rotation)?;
     let stopped_by = run.capture(&signals, started, duration)?;
     run.finish(stopped_by, started)
 }
@@ -244,6 +256,7 @@ impl Run {
         interfaces: Vec<InterfaceSpec>,
         probe: Option<ProbeOptions>,
         out: LineOut,
+        rotation: Option<out::Rotation>,
     ) -> anyhow::Result<Self> {
         let labels: Vec<String> = interfaces.iter().map(|i| i.label.clone()).collect();
         let live = if interfaces.is_empty() {
@@ -321,13 +334,15 @@ impl Run {
             hooks: &hooks,
             config_hz,
         };
-        let out = JsonLinesWriter::new(out, WallClock::unix_now(), &header)?;
+        let mut out = JsonLinesWriter::new(out, WallClock::unix_now(), &header)?;
+        // Every file of a rotated recording starts with the header.
+        out.get_mut().keep_pending_as_preamble();
         let mut pcaps = Vec::new();
         if let Some(dir) = &args.pcap {
             let cannot = || format!("cannot write pcapng files in {}", dir.display());
             std::fs::create_dir_all(dir).with_context(cannot)?;
             for label in &labels {
-                pcaps.push(PcapngFile::create(dir, label).with_context(cannot)?);
+                pcaps.push(PcapngFile::create(dir, label, rotation).with_context(cannot)?);
             }
         }
         let keylog_tail = (!pcaps.is_empty())
@@ -402,6 +417,8 @@ impl Run {
                 next_tick = now + TICK;
                 self.feed.advance();
                 write_engine_records(&mut self.out, self.feed.correlator_mut().engine_mut())?;
+                self.out.get_mut().rotate_if_due();
+                self.pcaps.iter_mut().for_each(PcapngFile::rotate_if_due);
             }
             if now >= next_flush {
                 next_flush = now + FLUSH_EVERY;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use probe_user::source::pcap::live::LivePacket;
 use probe_user::source::pcap::SECRETS_TLS_KEY_LOG;
 
-use super::out::LineOut;
+use super::out::{LineOut, Rotation};
 
 const SHB: u32 = 0x0A0D_0D0A;
 const IDB: u32 = 1;
@@ -35,14 +35,19 @@ pub struct PcapngFile {
 }
 
 impl PcapngFile {
-    /// Creates `dir/LABEL.pcapng` with its section header.
-    pub fn create(dir: &Path, label: &str) -> io::Result<Self> {
+    /// Creates `dir/LABEL.pcapng` with its section header, rotated as `rotation` says (each
+    /// new file starts with the section header and every key log line so far).
+    pub fn create(dir: &Path, label: &str, rotation: Option<Rotation>) -> io::Result<Self> {
         let path = dir.join(format!("{label}.pcapng"));
         let file = File::create(&path)?;
+        let mut out = LineOut::file(file);
+        if let Some(r) = rotation {
+            out.rotate_as(&path, r);
+        }
         let mut f = Self {
             path,
             label: label.to_owned(),
-            out: LineOut::file(file),
+            out,
             links: Vec::new(),
             block: Vec::with_capacity(2048),
             packets: 0,
@@ -53,7 +58,16 @@ impl PcapngFile {
         body.extend_from_slice(&0u16.to_le_bytes());
         body.extend_from_slice(&(-1i64).to_le_bytes());
         f.push(SHB, &body);
+        f.out.keep_pending_as_preamble();
         Ok(f)
+    }
+
+    /// Starts a new file when the current one is big or old enough.
+    pub fn rotate_if_due(&mut self) {
+        if self.out.rotate_if_due() {
+            // The new file describes its interfaces again, before its first packet.
+            self.links.clear();
+        }
     }
 
     /// The file's path.
@@ -102,6 +116,8 @@ impl PcapngFile {
         body.extend_from_slice(text);
         pad(&mut body);
         self.push(DSB, &body);
+        // Every later file decrypts alone: it starts with the key log so far.
+        self.out.add_preamble(&self.block, 1);
     }
 
     /// Writes the collected blocks to the file.
@@ -193,7 +209,7 @@ mod tests {
     #[test]
     fn written_files_read_back_with_their_label_and_secrets() {
         let dir = tempfile::tempdir().unwrap();
-        let mut f = PcapngFile::create(dir.path(), "eth1").unwrap();
+        let mut f = PcapngFile::create(dir.path(), "eth1", None).unwrap();
         let frame = tboxscope_test_support::pcap::eth_udp(&[], false, 4000, 7000, b"hello");
         for i in 0..3u64 {
             f.packet(&LivePacket {
