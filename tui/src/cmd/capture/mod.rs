@@ -8,7 +8,6 @@
 mod out;
 mod pcapng;
 
-use std::fs::File;
 use std::net::IpAddr;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -148,7 +147,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
         }
         LineOut::stdout()
     } else {
-        let f = File::create(&args.json)
+        let f = out::create(std::path::Path::new(&args.json), rotation)
             .with_context(|| format!("cannot write the JSON output {:?}", args.json))?;
         let mut out = LineOut::file(f);
         if let Some(r) = rotation {

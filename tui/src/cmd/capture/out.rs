@@ -65,6 +65,34 @@ impl Rotation {
     }
 }
 
+/// `STEM.N.EXT` beside `path` for the first `N` from `next` on that names no file (never over
+/// an earlier run's file); `next` moves past it.
+fn free_name(path: &Path, next: &mut u64) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    loop {
+        let name = path.with_file_name(format!("{stem}.{next}{ext}"));
+        *next += 1;
+        if !name.exists() {
+            return name;
+        }
+    }
+}
+
+/// Creates `path` for writing. When rotating, a non-empty file already there (an earlier run
+/// of a restarted service) is first renamed `STEM.N.EXT` rather than overwritten.
+pub fn create(path: &Path, rotation: Option<Rotation>) -> io::Result<File> {
+    if rotation.is_some() && std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+        std::fs::rename(path, free_name(path, &mut 1))?;
+    }
+    File::create(path)
+}
+
 /// A file being rotated: its path, policy and the closed files kept.
 struct Rotating {
     path: PathBuf,
@@ -184,24 +212,7 @@ impl LineOut {
         let Some(r) = self.rotating.as_mut() else {
             return Ok(());
         };
-        let stem = r
-            .path
-            .file_stem()
-            .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
-        let ext = r
-            .path
-            .extension()
-            .map(|e| format!(".{}", e.to_string_lossy()));
-        let named = |n: u64| {
-            r.path
-                .with_file_name(format!("{stem}.{n}{}", ext.as_deref().unwrap_or("")))
-        };
-        // Never over an earlier run's file.
-        while named(r.next).exists() {
-            r.next += 1;
-        }
-        let closed = named(r.next);
-        r.next += 1;
+        let closed = free_name(&r.path, &mut r.next);
         std::fs::rename(&r.path, &closed)?;
         r.closed.push_back(closed);
         while r.closed.len() > r.rotation.keep {
@@ -353,6 +364,11 @@ mod tests {
             assert!(text.starts_with("{\"type\":\"header\"}\n"), "{n}");
             assert!(text.ends_with("}\n"), "{n}");
         }
+        // A restart keeps the file it finds (renamed past the existing numbers).
+        drop(out);
+        drop(create(&path, Some(r)).unwrap());
+        assert!(dir.path().join("out.1.jsonl").exists());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
         assert!(Rotation::parse("1h", 3).unwrap().max_age == Some(Duration::from_secs(3600)));
         assert!(Rotation::parse("12 parsecs", 3).is_err());
         assert!(Rotation::parse("10B", 3).is_err());

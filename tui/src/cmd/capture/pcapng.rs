@@ -3,7 +3,6 @@
 //! `analyze` labels it alike), with the QUIC key log embedded as Decryption Secrets Blocks as
 //! it grows, so that the files decrypt alone. Blocks are built whole and reach the file at
 //! least once per second; a file cut by SIGKILL or a full disk ends at its last whole block.
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -39,7 +38,7 @@ impl PcapngFile {
     /// new file starts with the section header and every key log line so far).
     pub fn create(dir: &Path, label: &str, rotation: Option<Rotation>) -> io::Result<Self> {
         let path = dir.join(format!("{label}.pcapng"));
-        let file = File::create(&path)?;
+        let file = super::out::create(&path, rotation)?;
         let mut out = LineOut::file(file);
         if let Some(r) = rotation {
             out.rotate_as(&path, r);
