@@ -1,6 +1,7 @@
 //! Captured frames and kernel TCP events into the engine, for the live UI and `lab run`: the
 //! decoding (UDP through the dissector, TCP segments as segments), the QUIC key log followed as
 //! the peers append to it, and the snapshot published to the UI with the capture's health.
+use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
 
 use probe_user::capture::clock::WallClock;
@@ -18,6 +19,76 @@ use crate::source::SnapshotFeed;
 
 /// How far the idle clock stays behind the wall clock (packets still buffered by libpcap).
 pub const SETTLE_NS: u64 = 500_000_000;
+/// How long a captured packet is held so that the other paths' packets captured before it
+/// (delivered by their own capture threads, up to a libpcap read timeout later) reach the
+/// engine first; well under [`SETTLE_NS`], so held packets are never behind the engine's clock.
+pub const REORDER_NS: u64 = 200_000_000;
+/// Packets held at most (beyond, the oldest go on at once, counted).
+const REORDER_MAX: usize = 1 << 16;
+
+/// Packets of several captures put back in timestamp order before the engine sees them, as
+/// `analyze` merges capture files: each path's capture thread delivers its packets in
+/// batches, so without this one path's packets could overtake the other's by a batch.
+#[derive(Default)]
+pub struct Reorder {
+    heap: BinaryHeap<Held>,
+    seq: u64,
+    /// Packets let through before their time because too many were held.
+    pub overflowed: u64,
+}
+
+struct Held {
+    ts_ns: u64,
+    seq: u64,
+    packet: LivePacket,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        (self.ts_ns, self.seq) == (other.ts_ns, other.seq)
+    }
+}
+
+impl Eq for Held {}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Held {
+    // The heap is a max-heap: the earliest packet (then the first arrived) is the greatest.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (other.ts_ns, other.seq).cmp(&(self.ts_ns, self.seq))
+    }
+}
+
+impl Reorder {
+    /// Holds `packet`.
+    pub fn push(&mut self, packet: LivePacket) {
+        self.seq += 1;
+        self.heap.push(Held {
+            ts_ns: packet.ts_ns,
+            seq: self.seq,
+            packet,
+        });
+    }
+
+    /// The earliest packet held, if its time is [`REORDER_NS`] before `now_ns` (Unix ns) or
+    /// too many are held; `now_ns` = `u64::MAX` lets every packet go.
+    pub fn pop_ready(&mut self, now_ns: u64) -> Option<LivePacket> {
+        let top = self.heap.peek()?;
+        let full = self.heap.len() > REORDER_MAX;
+        if top.ts_ns.saturating_add(REORDER_NS) <= now_ns || full {
+            if full && now_ns != u64::MAX {
+                self.overflowed += 1;
+            }
+            return self.heap.pop().map(|h| h.packet);
+        }
+        None
+    }
+}
 
 /// A dissector and an engine fed frame by frame.
 pub struct EngineFeed {
@@ -217,5 +288,41 @@ impl EngineFeed {
                 self.keylog_len = meta.len();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use probe_user::decode::net::LinkType;
+
+    fn packet(path: usize, ts_ns: u64) -> LivePacket {
+        LivePacket {
+            path,
+            ts_ns,
+            orig_len: 0,
+            link: LinkType::Ethernet,
+            data: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn packets_of_two_paths_go_on_in_time_order_once_held_long_enough() {
+        let mut r = Reorder::default();
+        // Path 0's batch arrives before path 1's, which holds earlier packets.
+        for ts in [10, 30, 50] {
+            r.push(packet(0, ts));
+        }
+        for ts in [20, 40] {
+            r.push(packet(1, ts));
+        }
+        assert!(r.pop_ready(REORDER_NS + 9).is_none(), "held");
+        let mut out = Vec::new();
+        while let Some(p) = r.pop_ready(REORDER_NS + 40) {
+            out.push((p.path, p.ts_ns));
+        }
+        assert_eq!(out, [(0, 10), (1, 20), (0, 30), (1, 40)]);
+        assert_eq!(r.pop_ready(u64::MAX).map(|p| p.ts_ns), Some(50));
+        assert_eq!(r.overflowed, 0);
     }
 }

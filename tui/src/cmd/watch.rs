@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use crossbeam_channel::Receiver;
+use probe_user::capture::clock::WallClock;
 use probe_user::dissect::DissectConfig;
 use probe_user::engine::Config as EngineConfig;
 use probe_user::source::ebpf::{denied_hooks, ProbeOptions, TcpFilter};
 use probe_user::source::pcap::live::{
     check_filter, interface_addresses, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
 };
-use tboxscope::feed::EngineFeed;
+use tboxscope::feed::{EngineFeed, Reorder};
 use tboxscope::kerneltcp::{KernelTcp, TcpMessage};
 use tboxscope::source::{snapshot_channel, SnapshotFeed};
 
@@ -164,15 +165,13 @@ fn capture_loop(
     // Every interface is a path from the first packet on, also one that stays silent.
     engine.correlator_mut().expect_paths(&labels);
     let mut next_publish = Instant::now();
+    let mut reorder = Reorder::default();
     let packets = capture.events().clone();
     while !stop.load(Ordering::Relaxed) {
         let deadline = next_publish.saturating_duration_since(Instant::now());
         crossbeam_channel::select! {
             recv(packets) -> event => match event {
-                Ok(LiveEvent::Packets(batch)) => for p in &batch {
-                    let label = labels.get(p.path).map_or("?", String::as_str);
-                    engine.frame(None, label, p);
-                }
+                Ok(LiveEvent::Packets(batch)) => batch.into_iter().for_each(|p| reorder.push(p)),
                 Ok(LiveEvent::Stats { path, stats, .. }) => {
                     engine.pcap_dropped(path, stats.dropped.saturating_add(stats.if_dropped));
                 }
@@ -189,6 +188,10 @@ fn capture_loop(
                 Err(_) => tcp = crossbeam_channel::never(),
             },
             default(deadline) => {}
+        }
+        while let Some(p) = reorder.pop_ready(WallClock::unix_now()) {
+            let label = labels.get(p.path).map_or("?", String::as_str);
+            engine.frame(None, label, &p);
         }
         engine.requests(&feed);
         if Instant::now() >= next_publish {

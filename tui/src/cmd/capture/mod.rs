@@ -25,10 +25,11 @@ use probe_user::engine::Config as EngineConfig;
 use probe_user::output::{JsonLinesWriter, OutputError};
 use probe_user::source::ebpf::{denied_hooks, HookStatus, ProbeOptions, TcpFilter};
 use probe_user::source::pcap::live::{
-    check_filter, interface_addresses, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent, PathStats,
+    check_filter, interface_addresses, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
+    LivePacket, PathStats,
 };
 use serde::Serialize;
-use tboxscope::feed::EngineFeed;
+use tboxscope::feed::{EngineFeed, Reorder};
 use tboxscope::kerneltcp::{KernelTcp, TcpMessage};
 
 use crate::cli::CaptureArgs;
@@ -36,7 +37,7 @@ use out::LineOut;
 use pcapng::{KeylogTail, PcapngFile};
 
 /// How often the engine's clock is moved on and its records written.
-const TICK: Duration = Duration::from_millis(200);
+const TICK: Duration = Duration::from_millis(100);
 /// How often collected lines are written to the file (at least).
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// How long the probes may take to load before the capture starts without them.
@@ -233,6 +234,8 @@ struct Run {
     kernel: Option<KernelTcp>,
     tcp: Receiver<TcpMessage>,
     feed: EngineFeed,
+    /// Packets put back in time order across paths before the engine sees them.
+    reorder: Reorder,
     labels: Vec<String>,
     paths: Vec<PathReport>,
     /// Frames seen per path (the `frame` of per-packet records).
@@ -360,6 +363,7 @@ impl Run {
             kernel,
             tcp,
             feed,
+            reorder: Reorder::default(),
             frames: vec![0; labels.len()],
             labels,
             paths,
@@ -411,6 +415,7 @@ impl Run {
                 },
                 default(wait) => {}
             }
+            self.release(WallClock::unix_now())?;
             let now = Instant::now();
             if now >= next_tick {
                 next_tick = now + TICK;
@@ -450,38 +455,10 @@ impl Run {
                         self.pcaps.iter_mut().for_each(|f| f.secrets(&keys));
                     }
                 }
-                for p in &batch {
-                    if let Some(f) = self.pcaps.get_mut(p.path) {
-                        f.packet(p);
-                    }
-                    let Some(label) = self.labels.get(p.path) else {
-                        continue;
-                    };
-                    self.last_packet_ns = self.last_packet_ns.max(p.ts_ns);
-                    let decoded = self.feed.frame(None, label, p);
-                    if self.packets {
-                        let frame = self.frames.get_mut(p.path).map_or(0, |f| {
-                            *f += 1;
-                            *f
-                        });
-                        let file = self.paths.get(p.path).map_or("?", |r| r.interface.as_str());
-                        for packet in decoded {
-                            write_record(
-                                &mut self.out,
-                                &PacketRecord {
-                                    file,
-                                    frame,
-                                    path: label,
-                                    path_index: p.path,
-                                    paths: &self.labels,
-                                    data: &p.data,
-                                    packet,
-                                },
-                            )?;
-                        }
-                    }
-                    write_engine_records(&mut self.out, self.feed.correlator_mut().engine_mut())?;
+                for p in batch {
+                    self.reorder.push(p);
                 }
+                self.release(WallClock::unix_now())?;
             }
             LiveEvent::Stats { path, stats, .. } => {
                 self.feed
@@ -531,6 +508,48 @@ impl Run {
         Ok(())
     }
 
+    /// Hands the packets held long enough (all with `u64::MAX`) to the pcapng files, the
+    /// engine and, with `--packets`, the output.
+    fn release(&mut self, now_ns: u64) -> Result<(), OutputError> {
+        while let Some(p) = self.reorder.pop_ready(now_ns) {
+            self.packet(&p)?;
+        }
+        Ok(())
+    }
+
+    fn packet(&mut self, p: &LivePacket) -> Result<(), OutputError> {
+        if let Some(f) = self.pcaps.get_mut(p.path) {
+            f.packet(p);
+        }
+        let Some(label) = self.labels.get(p.path) else {
+            return Ok(());
+        };
+        self.last_packet_ns = self.last_packet_ns.max(p.ts_ns);
+        let decoded = self.feed.frame(None, label, p);
+        if self.packets {
+            let frame = self.frames.get_mut(p.path).map_or(0, |f| {
+                *f += 1;
+                *f
+            });
+            let file = self.paths.get(p.path).map_or("?", |r| r.interface.as_str());
+            for packet in decoded {
+                write_record(
+                    &mut self.out,
+                    &PacketRecord {
+                        file,
+                        frame,
+                        path: label,
+                        path_index: p.path,
+                        paths: &self.labels,
+                        data: &p.data,
+                        packet,
+                    },
+                )?;
+            }
+        }
+        write_engine_records(&mut self.out, self.feed.correlator_mut().engine_mut())
+    }
+
     fn tcp_message(&mut self, message: TcpMessage) -> Result<(), OutputError> {
         match message {
             TcpMessage::Record { ts_ns, record } => {
@@ -566,6 +585,7 @@ impl Run {
         for e in events.try_iter() {
             self.live_event(e)?;
         }
+        self.release(u64::MAX)?;
         for m in self.tcp.clone().try_iter() {
             self.tcp_message(m)?;
         }
