@@ -410,11 +410,14 @@ fn a_full_disk_stops_writing_with_counts() {
     assert!(ok.success());
     let _mounted = Tmpfs(mount.clone());
     let out = mount.join("out.jsonl");
+    let pcaps = mount.join("pcap");
     let mut args = vec![
         "--json".to_owned(),
         out.display().to_string(),
         "--packets".to_owned(),
         "--no-tcp".to_owned(),
+        "--pcap".to_owned(),
+        pcaps.display().to_string(),
         "--duration".to_owned(),
         "20s".to_owned(),
     ];
@@ -439,6 +442,10 @@ fn a_full_disk_stops_writing_with_counts() {
     let text = std::fs::read(&out).unwrap();
     assert_eq!(text.last(), Some(&b'\n'), "the file ends at a whole line");
     lines(&out);
+    // The pcapng files end at a whole block: they read without an error.
+    for f in [pcaps.join("eth0.pcapng"), pcaps.join("eth1.pcapng")] {
+        analyze(&bed, "written.jsonl", std::slice::from_ref(&f));
+    }
 }
 
 #[test]
