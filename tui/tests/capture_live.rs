@@ -475,6 +475,15 @@ fn an_interface_deleted_and_recreated_is_reopened_and_the_gap_recorded() {
     assert_eq!(gaps.len(), 1, "{gaps:?}");
     let gap = gaps[0]["gap_s"].as_f64().unwrap();
     assert!((1.5..10.0).contains(&gap), "gap {gap} s");
+    // Replay shows them among the events, as the live UI's status line showed them.
+    let recording = tboxscope::replay::load(&out).unwrap();
+    assert!(recording.skipped.is_empty(), "{:?}", recording.skipped);
+    let notes = recording
+        .items
+        .iter()
+        .filter(|t| matches!(t.item, tboxscope::replay::load::Item::CaptureNote(_)))
+        .count();
+    assert_eq!(notes, 2);
     let summary = got.last().unwrap();
     assert_eq!(summary["stopped_by"], "sigint");
     assert_eq!(summary["capture"][1]["lost"], 1);

@@ -219,6 +219,7 @@ impl Fold {
                 self.ring_buffer_dropped = self.ring_buffer_dropped.max(d.kernel.total());
                 self.tcp_events_dropped = self.tcp_events_dropped.max(d.decode_rejected);
             }
+            Item::CaptureNote(text) => self.event(ts, Severity::Warn, text.clone()),
         }
     }
 

@@ -72,6 +72,8 @@ pub enum Item {
     Tcp(Box<TcpEvent>),
     /// The kernel probes' drop counters (cumulative), as `capture` writes them.
     Drops(DropsRecord),
+    /// What `capture` says about its own capture (an interface lost, captured again).
+    CaptureNote(String),
 }
 
 /// An item at its replay time.
@@ -177,6 +179,19 @@ fn parse_line(line: &str, recording: &mut Recording) -> Result<Option<Timed>, St
         }
         "summary" => Item::Summary(Box::new(body(&map).map_err(bad)?)),
         "drops" => Item::Drops(body(&map).map_err(bad)?),
+        "capture_lost" | "capture_gap" => {
+            let text = |k: &str| map.get(k).and_then(Value::as_str).unwrap_or("?").to_owned();
+            Item::CaptureNote(if kind == "capture_lost" {
+                format!(
+                    "{}: capture lost ({}); reopening",
+                    text("path"),
+                    text("reason")
+                )
+            } else {
+                let gap = map.get("gap_s").and_then(Value::as_f64).unwrap_or(0.0);
+                format!("{}: captured again after {gap:.1} s", text("path"))
+            })
+        }
         k if k.starts_with("tcp_") => Item::Tcp(Box::new(tcp::event(k, ts_ns, &map).map_err(bad)?)),
         other => return Err(format!("not replayed: {other}")),
     };
