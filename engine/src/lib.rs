@@ -48,12 +48,13 @@ pub mod latency;
 pub mod matcher;
 pub mod message;
 pub mod outage;
+mod pairs;
 pub mod paths;
 pub mod record;
 pub mod report;
 pub mod sent;
+mod shared;
 pub mod snapshot;
-mod view;
 
 /// The hash map of the engine's tables. Their keys come from the wire (ports, conv, sn,
 /// stream offsets, connection ids), so the hash is keyed: foldhash's `RandomState` draws its
@@ -77,5 +78,5 @@ pub use record::{
     CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, MessageRecord, OutageRecord,
     Record, Recovery, Summary, WindowRecord,
 };
+pub use shared::view::{redundancy_verdict, tail_verdict};
 pub use snapshot::Snapshot;
-pub use view::{redundancy_verdict, tail_verdict};

@@ -3,13 +3,13 @@
 
 use crate::capture::Dir;
 use crate::config::MatchMode;
-use crate::engine::Engine;
 use crate::flow::{FlowKey, Proto};
 use crate::input::Datagram;
 use crate::matcher::{forced_mode, mix, server_port};
 use crate::message::{MsgId, SightArgs};
+use crate::shared::Shared;
 
-impl Engine {
+impl Shared {
     pub(crate) fn on_datagram(&mut self, d: &Datagram) {
         let Some(pkt) = self.packet(&d.meta) else {
             return;
