@@ -985,7 +985,7 @@ impl CopySummary {
         s
     }
 
-    /// [`OpenMessage::kind`] of the copies.
+    /// The latency kind of the copies (by acknowledgment or one-way).
     fn kind(&self) -> LatencyKind {
         crate::message::latency_kind(self.any_by_ack, self.any_one_way)
     }

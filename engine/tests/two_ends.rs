@@ -44,7 +44,7 @@ fn one_group_flow(obs: Vec<Observation>, mode: MatchMode) -> FlowSummary {
     assert_eq!(f.mode, Some(mode), "{f:?}");
     assert_eq!(f.messages, N);
     assert_eq!(f.duplication, 1.0);
-    let q = tboxscope_engine::latency::LatencyHist::new(60_000_000, 2).quantized(DELAY[1] / 1000);
+    let q = quantized(DELAY[1] / 1000, 2);
     assert_eq!((f.latency.p50_us, f.latency.max_us), (q, DELAY[1] / 1000));
     f
 }

@@ -7,13 +7,13 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use hdrhistogram::Histogram;
-use tboxscope_engine::config::Config;
 use tboxscope_engine::input::Observation;
 use tboxscope_engine::record::{HolIncident, MessageRecord, OutageRecord, Summary};
 use tboxscope_engine::snapshot::{
     AmplificationView, EventLine, LatencyKind, LatencyView, PathShare, PathView, Percentiles,
     RedundancyView, SeriesPoint, Severity, Snapshot, TailPoint,
 };
+use tboxscope_engine::Config;
 use tboxscope_engine::{redundancy_verdict, tail_verdict, Engine};
 
 use super::load::{Item, Timed};
