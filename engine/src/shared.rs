@@ -12,7 +12,9 @@ use crate::flow::{FlowKey, FlowRef, FlowTable};
 use crate::hol::IncidentBook;
 use crate::input::{CaptureId, Host, PacketMeta};
 use crate::latency::{LatencyHist, Remainder, WindowedHist, PATH_SIGFIG};
-use crate::message::{MessageStore, OpenMessage, ResolvedCopy, SightArgs, SightResult};
+use crate::message::{
+    MessageStore, MsgId, OpenMessage, PastClosure, ResolvedCopy, SightArgs, SightResult,
+};
 use crate::outage::OutageBook;
 use crate::pairs::{side_map_max, AddressPairs};
 use crate::paths::{PathIdx, PathTable};
@@ -54,6 +56,30 @@ pub(crate) struct Pkt {
     pub count_wire: bool,
     pub tuple: u64,
     pub up: Option<bool>,
+}
+
+impl Pkt {
+    /// The sighting of the copy of a message this packet carries: `bytes` of message `key`
+    /// (named `id`) of flow `flow`; one fragment, nothing known of an earlier closure (set
+    /// `frg` and `past` where more is known).
+    #[inline]
+    pub(crate) fn sighting(&self, flow: FlowRef, key: u64, id: MsgId, bytes: u64) -> SightArgs {
+        SightArgs {
+            flow,
+            key,
+            id,
+            path: self.path,
+            capture: self.capture,
+            dir: self.dir,
+            raw_ns: self.raw_ns,
+            ts_ns: self.ts_ns,
+            frg: 0,
+            bytes,
+            tuple: self.tuple,
+            up: self.up,
+            past: PastClosure::Unknown,
+        }
+    }
 }
 
 /// The state every matcher shares (see the module documentation); the fields the matchers

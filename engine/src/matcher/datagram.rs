@@ -6,7 +6,7 @@ use crate::config::MatchMode;
 use crate::flow::{FlowKey, Proto};
 use crate::input::Datagram;
 use crate::matcher::{forced_mode, mix, server_port};
-use crate::message::{MsgId, SightArgs};
+use crate::message::MsgId;
 use crate::shared::Shared;
 
 impl Shared {
@@ -45,21 +45,7 @@ impl Shared {
                 MsgId::Hash(d.payload_hash),
             ),
         };
-        let r = self.sight(SightArgs {
-            flow: fr,
-            key: mkey,
-            id,
-            path: pkt.path,
-            capture: pkt.capture,
-            dir: pkt.dir,
-            raw_ns: pkt.raw_ns,
-            ts_ns: pkt.ts_ns,
-            frg: 0,
-            bytes: u64::from(d.payload_len),
-            tuple: pkt.tuple,
-            up: pkt.up,
-            past: crate::message::PastClosure::Unknown,
-        });
+        let r = self.sight(pkt.sighting(fr, mkey, id, u64::from(d.payload_len)));
         // Request → response (one end observed): a reply carrying the request's application id.
         let max_waiting = self.cfg.max_unacked_per_flow;
         let mut rr_sample = None;

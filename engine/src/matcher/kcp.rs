@@ -414,19 +414,9 @@ impl KcpMatcher {
             ),
         };
         let r = shared.sight(SightArgs {
-            flow: mfr,
-            key: mkey,
-            id,
-            path: pkt.path,
-            capture: pkt.capture,
-            dir: pkt.dir,
-            raw_ns: pkt.raw_ns,
-            ts_ns: pkt.ts_ns,
             frg: k.frg,
-            bytes: u64::from(k.len),
-            tuple: pkt.tuple,
-            up: pkt.up,
             past,
+            ..pkt.sighting(mfr, mkey, id, u64::from(k.len))
         });
         let max_unacked = shared.cfg.max_unacked_per_flow;
         let mut evicted = 0u64;

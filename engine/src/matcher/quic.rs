@@ -420,23 +420,12 @@ impl QuicMatcher {
             let mut repeated = 0u64;
             for &(mkey, id, bytes, new_key) in &parts {
                 let r = shared.sight(SightArgs {
-                    flow: fr,
-                    key: mkey,
-                    id,
-                    path: pkt.path,
-                    capture: pkt.capture,
-                    dir: pkt.dir,
-                    raw_ns: pkt.raw_ns,
-                    ts_ns: pkt.ts_ns,
-                    frg: 0,
-                    bytes,
-                    tuple: pkt.tuple,
-                    up: pkt.up,
                     past: if new_key {
                         PastClosure::NeverSeen
                     } else {
                         PastClosure::Unknown
                     },
+                    ..pkt.sighting(fr, mkey, id, bytes)
                 });
                 if r.repeat || r.late {
                     repeated += bytes;
