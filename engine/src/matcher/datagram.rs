@@ -10,6 +10,7 @@ use crate::message::MsgId;
 use crate::shared::Shared;
 
 impl Shared {
+    /// One UDP datagram: a copy of the message its payload (or application id) names.
     pub(crate) fn on_datagram(&mut self, d: &Datagram) {
         let Some(pkt) = self.packet(&d.meta) else {
             return;

@@ -207,6 +207,8 @@ pub(crate) struct KcpMatcher {
 }
 
 impl KcpMatcher {
+    /// One KCP segment: matched by conv + sn, or within the group of per-path sessions its
+    /// conversation joined; ACKs and una acknowledge, arrivals feed the receiver's gaps.
     pub(crate) fn on_segment(&mut self, shared: &mut Shared, k: &KcpSegment) {
         let Some(pkt) = shared.packet(&k.meta) else {
             return;
@@ -628,15 +630,15 @@ impl KcpMatcher {
 }
 
 /// Whether sessions to `server` other than `conv` were seen on another path than `path`
-/// (remembering `conv` on `path` in `kcp_sessions`): separate sessions, one per path.
+/// (remembering `conv` on `path` in `sessions`): separate sessions, one per path.
 fn sessions_per_path(
-    kcp_sessions: &mut crate::FastMap<u16, Vec<(u32, PathIdx)>>,
+    sessions: &mut crate::FastMap<u16, Vec<(u32, PathIdx)>>,
     paths: &crate::paths::PathTable,
     server: u16,
     conv: u32,
     path: PathIdx,
 ) -> bool {
-    let sessions = kcp_sessions.entry(server).or_default();
+    let sessions = sessions.entry(server).or_default();
     if !sessions.contains(&(conv, path)) && sessions.len() < MAX_SESSIONS_PER_PORT {
         sessions.push((conv, path));
     }

@@ -242,6 +242,8 @@ impl QuicMatcher {
 }
 
 impl QuicMatcher {
+    /// One decrypted QUIC packet: its connection's per-path detection and mode, its STREAM
+    /// frames sighted as message copies, its ACK frames acknowledging sent packets.
     pub(crate) fn on_packet(&mut self, shared: &mut Shared, q: &QuicPacket) {
         let Some(pkt) = shared.packet(&q.meta) else {
             return;
