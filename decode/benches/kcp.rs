@@ -2,12 +2,12 @@
 //! measured in the same run (touching every datagram without decoding it).
 //!
 //! Run: `cargo bench -p tboxscope-decode --bench kcp` (add `-- --quick` for a short run).
-#![allow(clippy::unwrap_used, clippy::too_many_arguments)]
+#![expect(clippy::too_many_arguments)]
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use tboxscope_decode::kcp::{ConvTracker, Detector, Direction, Observation, Segments};
+use tboxscope_decode::kcp::{Detector, Segments};
 
 /// Deterministic xorshift generator (no dependency, same mix every run).
 struct Rng(u64);
@@ -45,43 +45,34 @@ fn segment(
     out.extend(std::iter::repeat_n(0x5a, len));
 }
 
-/// A datagram with its direction (true = up) and capture time.
-struct Datagram {
-    bytes: Vec<u8>,
-    up: bool,
-    time_ns: u64,
-}
-
 /// The mix laid out back to back in one buffer, as datagrams sit in a capture file read
-/// sequentially: (offset, length, up, time).
+/// sequentially: (offset, length).
 struct Laid {
     buf: Vec<u8>,
-    index: Vec<(usize, usize, bool, u64)>,
+    index: Vec<(usize, usize)>,
 }
 
 impl Laid {
-    fn new(mix: &[Datagram]) -> Self {
+    fn new(mix: &[Vec<u8>]) -> Self {
         let mut buf = Vec::new();
         let mut index = Vec::with_capacity(mix.len());
         for d in mix {
             // 16-byte record header + 62 bytes of Ethernet/IPv6/UDP headers, as in a pcap file.
             buf.extend_from_slice(&[0u8; 78]);
-            index.push((buf.len(), d.bytes.len(), d.up, d.time_ns));
-            buf.extend_from_slice(&d.bytes);
+            index.push((buf.len(), d.len()));
+            buf.extend_from_slice(d);
         }
         Self { buf, index }
     }
-    fn iter(&self) -> impl Iterator<Item = (&[u8], bool, u64)> + '_ {
-        self.index
-            .iter()
-            .map(|&(at, len, up, t)| (&self.buf[at..at + len], up, t))
+    fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.index.iter().map(|&(at, len)| &self.buf[at..at + len])
     }
 }
 
 /// The mix: 8 conversations; per direction, 1376-byte PUSH runs (frg countdowns), small control
 /// PUSHes, ACK datagrams batching 1–8 ACKs, ~1% retransmissions, rare WASK/WINS; plus 10%
 /// non-KCP UDP (DNS-like and random QUIC-like payloads).
-fn build_mix(count: usize) -> (Vec<Datagram>, u64, [[u32; 2]; 8]) {
+fn build_mix(count: usize) -> (Vec<Vec<u8>>, u64) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut sn = [[0u32; 2]; 8];
     let mut out = Vec::with_capacity(count);
@@ -115,11 +106,7 @@ fn build_mix(count: usize) -> (Vec<Datagram>, u64, [[u32; 2]; 8]) {
                 let s = sn[conv][dir];
                 sn[conv][dir] = s.wrapping_add(1);
                 segment(&mut d, conv as u32, 81, f, 128, ts, s, una, 1376);
-                out.push(Datagram {
-                    bytes: d,
-                    up,
-                    time_ns,
-                });
+                out.push(d);
                 segments += 1;
             }
             continue;
@@ -175,10 +162,10 @@ fn build_mix(count: usize) -> (Vec<Datagram>, u64, [[u32; 2]; 8]) {
             u64::from(acks)
         };
         segments += n;
-        out.push(Datagram { bytes, up, time_ns });
+        out.push(bytes);
     }
     out.truncate(count);
-    (out, segments, sn)
+    (out, segments)
 }
 
 /// Runs `f` over the whole mix repeatedly for at least `min`; returns seconds per pass.
@@ -196,7 +183,7 @@ fn measure(min: Duration, mut f: impl FnMut() -> u64) -> f64 {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let min = Duration::from_millis(if quick { 300 } else { 2000 });
-    // `--only STAGE` (baseline, walk, detect, track) runs one stage, e.g. under a profiler.
+    // `--only STAGE` (baseline, walk, detect) runs one stage, e.g. under a profiler.
     let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
     // Streaming through a mix far larger than the caches, then a mix that stays in cache (as
     // when the capture reader has just touched the packet).
@@ -217,10 +204,10 @@ fn run(count: usize, min: Duration, only: Option<&str>) {
             Duration::ZERO
         }
     };
-    let (mix, kcp_segments, advance) = build_mix(count);
+    let (mix, kcp_segments) = build_mix(count);
     let laid = Laid::new(&mix);
     let datagrams = mix.len() as f64;
-    let bytes: usize = mix.iter().map(|d| d.bytes.len()).sum();
+    let bytes: usize = mix.iter().map(Vec::len).sum();
     println!();
     println!(
         "KCP decode mix: {} datagrams, {} KCP segments, {:.1} MB",
@@ -231,7 +218,7 @@ fn run(count: usize, min: Duration, only: Option<&str>) {
 
     let baseline = measure(min_for("baseline"), || {
         let mut acc = 0u64;
-        for (d, _, _) in laid.iter() {
+        for d in laid.iter() {
             let b = black_box(d);
             acc = acc.wrapping_add(b.len() as u64 ^ u64::from(b.first().copied().unwrap_or(0)));
         }
@@ -239,7 +226,7 @@ fn run(count: usize, min: Duration, only: Option<&str>) {
     });
     let walk = measure(min_for("walk"), || {
         let mut n = 0u64;
-        for (d, _, _) in laid.iter() {
+        for d in laid.iter() {
             for s in Segments::new(black_box(d)).flatten() {
                 n = n.wrapping_add(u64::from(s.sn()));
             }
@@ -249,51 +236,11 @@ fn run(count: usize, min: Duration, only: Option<&str>) {
     let mut detector = Detector::default();
     let detect = measure(min_for("detect"), || {
         let mut n = 0u64;
-        for (d, _, _) in laid.iter() {
+        for d in laid.iter() {
             if let Some(segments) = detector.classify(40000, 29900, black_box(d)).segments() {
                 for s in segments {
                     n = n.wrapping_add(u64::from(s.sn()));
                 }
-            }
-        }
-        n
-    });
-    // One tracker in steady state across passes: each pass continues the conversations (sequence
-    // numbers, timestamps and capture times shifted past the previous pass).
-    let mut tracker = ConvTracker::default();
-    let mut events = Vec::with_capacity(64);
-    let mut pass = 0u32;
-    let span_ns = laid.index.last().map_or(0, |l| l.3) + 1_000_000;
-    let track = measure(min_for("track"), || {
-        pass += 1;
-        let ts_shift = pass.wrapping_mul((span_ns / 1_000_000) as u32);
-        let t_shift = u64::from(pass) * span_ns;
-        let mut n = 0u64;
-        for (d, up, time_ns) in laid.iter() {
-            if let Some(segments) = detector.classify(40000, 29900, d).segments() {
-                let obs = Observation {
-                    time_ns: time_ns + t_shift,
-                    direction: if up { Direction::Up } else { Direction::Down },
-                    path: 0,
-                    scope: 0,
-                };
-                let dir = usize::from(up);
-                for s in segments {
-                    let mut seg = s.summary();
-                    let adv = advance.get(seg.conv as usize).copied().unwrap_or_default();
-                    // PUSH sn counts this direction's data; ACK sn and una the peer's.
-                    let own = if seg.cmd == tboxscope_decode::kcp::Cmd::Push {
-                        dir
-                    } else {
-                        1 - dir
-                    };
-                    seg.sn = seg.sn.wrapping_add(pass.wrapping_mul(adv[own]));
-                    seg.una = seg.una.wrapping_add(pass.wrapping_mul(adv[1 - dir]));
-                    seg.ts = seg.ts.wrapping_add(ts_shift);
-                    tracker.observe(obs, &seg, &mut events);
-                }
-                n = n.wrapping_add(events.len() as u64);
-                events.clear();
             }
         }
         n
@@ -307,7 +254,6 @@ fn run(count: usize, min: Duration, only: Option<&str>) {
         ("baseline (touch each datagram)", baseline),
         ("segment walk (Segments)", walk),
         ("detect (Detector::classify)", detect),
-        ("detect + ConvTracker", track),
     ] {
         println!(
             "{:<34} {:>14.0} {:>14.0} {:>10.1}",
@@ -318,9 +264,8 @@ fn run(count: usize, min: Duration, only: Option<&str>) {
         );
     }
     println!(
-        "ratios to baseline time: walk {:.1}x, detect {:.1}x, detect+track {:.1}x",
+        "ratios to baseline time: walk {:.1}x, detect {:.1}x",
         walk / baseline,
-        detect / baseline,
-        track / baseline
+        detect / baseline
     );
 }

@@ -3,15 +3,14 @@
 //!
 //! Baselines measured in the same run: the bare AEAD open of the same packets with `ring`
 //! (the cryptographic floor) and a copy of the packet bytes.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
-use common::{directions, rfc9001_keylog, unhex, v1_keys, OneRttMix, RFC9001_SERVER_CID};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use std::net::SocketAddr;
 use tboxscope_decode::quic::{DatagramInfo, Frame, Keylog, QuicDecoder};
+use tboxscope_test_support::quic::{
+    directions, rfc9001_keylog, unhex, v1_keys, OneRttMix, RFC9001_SERVER_CID,
+};
 
 const PACKETS: usize = 4096;
 
@@ -63,7 +62,7 @@ fn bench(c: &mut Criterion) {
                 buf.extend_from_slice(black_box(p));
             }
             black_box(buf.len())
-        })
+        });
     });
 
     // The AEAD alone on the same bytes (headers left protected: the tag fails, but `ring` does
@@ -83,7 +82,7 @@ fn bench(c: &mut Criterion) {
                 let (aad, body) = buf.split_at_mut(hdr);
                 let _ = black_box(k.open([0; 12], aad, body));
             }
-        })
+        });
     });
 
     g.bench_function("decrypt_and_parse_frames", |b| {
@@ -99,7 +98,7 @@ fn bench(c: &mut Criterion) {
                 });
             }
             black_box(stream_bytes)
-        })
+        });
     });
 
     g.bench_function("decrypt_parse_and_owned_summary", |b| {
@@ -109,7 +108,7 @@ fn bench(c: &mut Criterion) {
                 n += s.dec.decode(p, info).len();
             }
             black_box(n)
-        })
+        });
     });
     g.finish();
 

@@ -31,9 +31,22 @@ pub enum LinkType {
     Null,
     /// OpenBSD loopback: a 4-byte address family in network byte order (LINKTYPE_LOOP, 108).
     Loop,
+    /// PPP, with or without the HDLC-like address and control bytes (LINKTYPE_PPP, 9).
+    Ppp,
+    /// PPP in HDLC-like framing, or Cisco HDLC (LINKTYPE_PPP_HDLC, 50).
+    PppHdlc,
+    /// PPPoE session frames without their Ethernet header (LINKTYPE_PPP_ETHER, 51).
+    PppEther,
+    /// Linux netfilter log: a 4-byte header, then type-length-value attributes, the packet in
+    /// one of them (LINKTYPE_NFLOG, 239; `tcpdump -i nflog:N`).
+    Nflog,
 }
 
 impl LinkType {
+    /// The link layers decoded, in words (for messages about a link type that is not).
+    pub const SUPPORTED: &'static str = "Ethernet (VLAN, PPPoE), Linux cooked v1 and v2, raw IP, \
+        PPP, PPP in HDLC framing, PPPoE, BSD loopback and NFLOG";
+
     /// The link type for a pcap/pcapng `LINKTYPE_*` (or libpcap `DLT_*`) number, if supported.
     pub fn from_linktype(value: u32) -> Option<Self> {
         Some(match value {
@@ -45,6 +58,10 @@ impl LinkType {
             229 => Self::Ipv6,
             0 => Self::Null,
             108 => Self::Loop,
+            9 => Self::Ppp,
+            50 => Self::PppHdlc,
+            51 => Self::PppEther,
+            239 => Self::Nflog,
             _ => return None,
         })
     }
@@ -60,6 +77,10 @@ impl LinkType {
             Self::Ipv6 => 229,
             Self::Null => 0,
             Self::Loop => 108,
+            Self::Ppp => 9,
+            Self::PppHdlc => 50,
+            Self::PppEther => 51,
+            Self::Nflog => 239,
         }
     }
 }
@@ -311,8 +332,8 @@ pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Option<TcpSegmentView<'_>> {
 
 /// The UDP datagram of an unfragmented IP packet, found with etherparse's per-layer slices
 /// without building a [`SlicedPacket`] (the common frame, at a fraction of the cost). `None`
-/// for anything else (other protocols, fragments, errors, MACsec, link types other than
-/// Ethernet, Linux cooked v2 and raw IP), which [`slice`] then classifies; where this finds a
+/// for anything else (other protocols, fragments, errors, MACsec, PPPoE, link types other than
+/// Ethernet, Linux cooked and raw IP), which [`slice`] then classifies; where this finds a
 /// datagram, [`slice`] finds the same one (same slices, same checks, same order).
 fn udp_direct(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, UdpSlice<'_>)> {
     match link {
@@ -321,10 +342,10 @@ fn udp_direct(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, UdpSlice<
                 .ok()?
                 .payload(),
         ),
-        LinkType::LinuxSll2 => {
-            let (proto, rest) = (frame.get(0..2)?, frame.get(20..)?);
+        LinkType::LinuxSll | LinkType::LinuxSll2 => {
+            let (ether_type, rest) = cooked(link, frame).ok()?;
             udp_in_ether_payload(EtherPayloadSlice {
-                ether_type: EtherType(u16::from_be_bytes([proto[0], proto[1]])),
+                ether_type,
                 len_source: LenSource::Slice,
                 payload: rest,
             })
@@ -394,14 +415,15 @@ fn unfragmented_udp<'a>(payload: &etherparse::IpPayloadSlice<'a>) -> Option<UdpS
 /// Slices `frame` per its link type down to the transport layer.
 fn slice(link: LinkType, frame: &[u8]) -> Result<SlicedPacket<'_>, NetReject> {
     let result = match link {
-        LinkType::Ethernet => SlicedPacket::from_ethernet(frame),
-        LinkType::LinuxSll => SlicedPacket::from_linux_sll(frame),
-        LinkType::LinuxSll2 => {
-            // Protocol type (big endian) at 0..2; the header is 20 bytes.
-            let (Some(proto), Some(rest)) = (frame.get(0..2), frame.get(20..)) else {
-                return Err(NetReject::Truncated);
-            };
-            SlicedPacket::from_ether_type(EtherType(u16::from_be_bytes([proto[0], proto[1]])), rest)
+        LinkType::Ethernet => match frame.get(12..14).zip(frame.get(14..)) {
+            Some((t, rest)) if carries_pppoe(EtherType(u16::from_be_bytes([t[0], t[1]])), rest) => {
+                return from_ether_type(EtherType(u16::from_be_bytes([t[0], t[1]])), rest);
+            }
+            _ => SlicedPacket::from_ethernet(frame),
+        },
+        LinkType::LinuxSll | LinkType::LinuxSll2 => {
+            let (ether_type, rest) = cooked(link, frame)?;
+            return from_ether_type(ether_type, rest);
         }
         LinkType::RawIp => SlicedPacket::from_ip(frame),
         LinkType::Ipv4 => match frame.first() {
@@ -437,8 +459,148 @@ fn slice(link: LinkType, frame: &[u8]) -> Result<SlicedPacket<'_>, NetReject> {
                 _ => return Err(NetReject::NotIp),
             }
         }
+        LinkType::Ppp => SlicedPacket::from_ip(ppp(frame)?),
+        LinkType::PppHdlc => match frame.first() {
+            // Cisco HDLC: address, control, then an EtherType.
+            Some(0x0f | 0x8f) => {
+                let (Some(t), Some(rest)) = (frame.get(2..4), frame.get(4..)) else {
+                    return Err(NetReject::Truncated);
+                };
+                return from_ether_type(EtherType(u16::from_be_bytes([t[0], t[1]])), rest);
+            }
+            _ => SlicedPacket::from_ip(ppp(frame)?),
+        },
+        LinkType::PppEther => SlicedPacket::from_ip(pppoe_session(frame)?),
+        LinkType::Nflog => SlicedPacket::from_ip(nflog_payload(frame)?),
     };
     result.map_err(classify)
+}
+
+/// The EtherType and the rest of a Linux cooked header. v1 (16 bytes) has the protocol at
+/// 14..16, v2 (20 bytes) at 0..2. The protocol is an EtherType whatever the hardware type
+/// (Ethernet, loopback 772, PPP 512, raw IP 519, tunnels), except on netlink captures, whose
+/// protocol numbers are netlink families and never an IP EtherType.
+fn cooked(link: LinkType, frame: &[u8]) -> Result<(EtherType, &[u8]), NetReject> {
+    let (at, len) = if link == LinkType::LinuxSll {
+        (14, 16)
+    } else {
+        (0, 20)
+    };
+    let (Some(t), Some(rest)) = (frame.get(at..at + 2), frame.get(len..)) else {
+        return Err(NetReject::Truncated);
+    };
+    Ok((EtherType(u16::from_be_bytes([t[0], t[1]])), rest))
+}
+
+/// The PPPoE session EtherType (RFC 2516).
+const PPPOE_SESSION: EtherType = EtherType(0x8864);
+
+/// Whether an Ethernet payload of type `ether_type` is a PPPoE session frame, after up to
+/// three VLAN tags (as many as [`SlicedPacket`] looks through).
+fn carries_pppoe(mut ether_type: EtherType, mut rest: &[u8]) -> bool {
+    for _ in 0..=3 {
+        match ether_type {
+            PPPOE_SESSION => return true,
+            EtherType::VLAN_TAGGED_FRAME
+            | EtherType::PROVIDER_BRIDGING
+            | EtherType::VLAN_DOUBLE_TAGGED_FRAME => {
+                let Some(vlan) = SingleVlanSlice::from_slice(rest).ok() else {
+                    return false;
+                };
+                ether_type = vlan.ether_type();
+                rest = vlan.payload().payload;
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// [`SlicedPacket::from_ether_type`], with PPPoE sessions (behind up to three VLAN tags)
+/// opened down to their IP packet.
+fn from_ether_type(ether_type: EtherType, rest: &[u8]) -> Result<SlicedPacket<'_>, NetReject> {
+    if !carries_pppoe(ether_type, rest) {
+        return SlicedPacket::from_ether_type(ether_type, rest).map_err(classify);
+    }
+    let (mut ether_type, mut rest) = (ether_type, rest);
+    while ether_type != PPPOE_SESSION {
+        let vlan = SingleVlanSlice::from_slice(rest).map_err(|_| NetReject::Truncated)?;
+        ether_type = vlan.ether_type();
+        rest = vlan.payload().payload;
+    }
+    SlicedPacket::from_ip(pppoe_session(rest)?).map_err(classify)
+}
+
+/// The IP packet of a PPPoE session frame: a 6-byte header (version and type 0x11, code 0,
+/// session id, length), then PPP. The length field cuts Ethernet padding.
+fn pppoe_session(frame: &[u8]) -> Result<&[u8], NetReject> {
+    let header = frame.get(0..6).ok_or(NetReject::Truncated)?;
+    if header[0] != 0x11 || header[1] != 0 {
+        return Err(NetReject::Malformed);
+    }
+    let len = usize::from(u16::from_be_bytes([header[4], header[5]]));
+    let body = frame.get(6..6 + len).ok_or(NetReject::Truncated)?;
+    ppp(body)
+}
+
+/// The IP packet of a PPP frame (RFC 1661): optional HDLC-like address and control bytes
+/// (0xff 0x03, RFC 1662), then the protocol, one byte when compressed (odd first byte).
+/// IPv4 (0x21) and IPv6 (0x57) are IP; anything else (LCP, IPCP, compressed TCP/IP) is not.
+fn ppp(frame: &[u8]) -> Result<&[u8], NetReject> {
+    let frame = match frame {
+        [0xff, 0x03, rest @ ..] => rest,
+        [0xff] => return Err(NetReject::Truncated),
+        other => other,
+    };
+    let (protocol, rest) = match frame {
+        [] => return Err(NetReject::Truncated),
+        [p, rest @ ..] if p & 1 == 1 => (u16::from(*p), rest),
+        [_] => return Err(NetReject::Truncated),
+        [hi, lo, rest @ ..] => (u16::from_be_bytes([*hi, *lo]), rest),
+    };
+    match protocol {
+        0x0021 | 0x0057 => Ok(rest),
+        _ => Err(NetReject::NotIp),
+    }
+}
+
+/// The packet of a Linux NFLOG record: after a 4-byte header (address family, version 0,
+/// resource id), attributes of a 2-byte length (header included) and a 2-byte type, each
+/// padded to 4 bytes; the packet is the NFULA_PAYLOAD (9) attribute. Lengths and types are in
+/// the capturing host's byte order: the first attribute's type (always < 256) tells which.
+/// A record with no payload attribute (logged without a copy of the packet) is not IP.
+fn nflog_payload(frame: &[u8]) -> Result<&[u8], NetReject> {
+    const NFULA_PAYLOAD: u16 = 9;
+    // The netlink attribute flags (nested, network byte order) are not part of the type.
+    const TYPE_MASK: u16 = 0x3fff;
+    let header = frame.get(0..4).ok_or(NetReject::Truncated)?;
+    if header[1] != 0 {
+        return Err(NetReject::Malformed);
+    }
+    let mut rest = &frame[4..];
+    let mut little_endian = None;
+    while !rest.is_empty() {
+        let tlv = rest.get(0..4).ok_or(NetReject::Truncated)?;
+        let le =
+            *little_endian.get_or_insert(u16::from_le_bytes([tlv[2], tlv[3]]) & TYPE_MASK < 0x100);
+        let read = |b: &[u8]| {
+            if le {
+                u16::from_le_bytes([b[0], b[1]])
+            } else {
+                u16::from_be_bytes([b[0], b[1]])
+            }
+        };
+        let (len, kind) = (usize::from(read(&tlv[0..2])), read(&tlv[2..4]) & TYPE_MASK);
+        if len < 4 {
+            return Err(NetReject::Malformed);
+        }
+        let value = rest.get(4..len).ok_or(NetReject::Truncated)?;
+        if kind == NFULA_PAYLOAD {
+            return Ok(value);
+        }
+        rest = rest.get(len.next_multiple_of(4)..).unwrap_or(&[]);
+    }
+    Err(NetReject::NotIp)
 }
 
 fn classify(e: err::packet::SliceError) -> NetReject {
@@ -576,7 +738,10 @@ mod tests {
             0x08, 0x00, 0, 0, 0, 0, 0, 2, 0, 1, 0, 6, 1, 1, 1, 1, 1, 1, 0, 0,
         ];
         sll2.extend_from_slice(&v4);
+        let mut sll1 = vec![0, 4, 0x03, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x86, 0xdd];
+        sll1.extend_from_slice(&v6);
         let common = [
+            (LinkType::LinuxSll, sll1),
             (LinkType::Ethernet, ethernet(&[], &v4)),
             (LinkType::Ethernet, ethernet(&[], &v6)),
             (LinkType::Ethernet, padded),

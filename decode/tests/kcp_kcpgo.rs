@@ -1,7 +1,8 @@
 //! kcp-go framing built by construction (FEC data + parity, out-of-band, `crypt none` CRC) and
 //! decoded back; encrypted kcp-go is recognised on a forced port and never misparsed.
-#![allow(clippy::unwrap_used, clippy::too_many_arguments)]
+#![expect(clippy::unwrap_used)]
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod kcp_common;
 
 use kcp_common::encode;

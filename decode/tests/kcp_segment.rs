@@ -1,6 +1,7 @@
 //! Segment parsing: exact errors at every truncation length, strict and lax datagram decoding.
-#![allow(clippy::unwrap_used, clippy::too_many_arguments)]
+#![expect(clippy::unwrap_used)]
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod kcp_common;
 
 use kcp_common::encode;
@@ -185,7 +186,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
         let lax = decode_lax(&bytes);
-        let used: usize = lax.segments.iter().map(|s| s.wire_len()).sum();
+        let used: usize = lax.segments.iter().map(Segment::wire_len).sum();
         match lax.stopped {
             Some(e) => prop_assert_eq!(e.offset, used),
             None => prop_assert_eq!(used, bytes.len()),

@@ -1,10 +1,7 @@
 //! The stateful decoder: keylog selection, key updates, multipath (current draft and draft-05),
 //! reasons for undecrypted packets, bounded connection table.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
-mod common;
-
-use common::{directions, seal_short, unhex};
 use std::net::SocketAddr;
 use tboxscope_decode::quic::keys::{CipherSuite, PacketKeys, Secret};
 use tboxscope_decode::quic::multipath::MultipathMode;
@@ -12,6 +9,7 @@ use tboxscope_decode::quic::varint::encode_varint;
 use tboxscope_decode::quic::{
     DatagramInfo, DecoderConfig, Keylog, PacketSummary, QuicDecoder, Version,
 };
+use tboxscope_test_support::quic::{directions, seal_short, unhex};
 
 const RANDOM: &str = "ebf8fa56f12939b9584a3896472ec40bb863cfd3e86804fe3a47f06a2b69484c";
 const CLIENT_SECRET: [u8; 32] = [0x11; 32];

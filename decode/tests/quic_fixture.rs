@@ -1,11 +1,9 @@
 //! Real captures decoded exactly as tshark decodes them.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
-mod common;
-
-use common::read_pcapng;
 use std::process::Command;
 use tboxscope_decode::quic::{DatagramInfo, Frame, Keylog, PacketType, QuicDecoder};
+use tboxscope_test_support::quic::read_pcapng;
 
 const CHROME: &str = "../../shared/fixtures/chrome-cloudflare-quic-with-secrets.pcapng";
 const HANDSHAKE: &str = "../../shared/fixtures/quic-tls-handshake.pcapng";
@@ -47,7 +45,7 @@ fn tshark(file: &str, filter: &str, fields: &[&str]) -> String {
 
 fn join(v: &[u64]) -> String {
     v.iter()
-        .map(|x| x.to_string())
+        .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",")
 }

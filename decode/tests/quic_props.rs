@@ -1,15 +1,13 @@
 //! Property tests: every header at every truncation length yields the exact error; random and
 //! mutated input never panics.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
-mod common;
-
-use common::unhex;
 use proptest::prelude::*;
 use tboxscope_decode::quic::frame::{Frame, FrameError, Frames};
 use tboxscope_decode::quic::header::{parse_header, HeaderError, ParseOptions};
 use tboxscope_decode::quic::varint::Truncated;
 use tboxscope_decode::quic::{DatagramInfo, QuicDecoder};
+use tboxscope_test_support::quic::unhex;
 
 /// A header described field by field: (name, length, is a varint).
 struct Layout {
@@ -245,7 +243,7 @@ fn ack_frequency_frames_do_not_hide_the_frames_after_them() {
     // IMMEDIATE_ACK (old and current type), ACK_FREQUENCY {1, 2, 25 000 µs, 3}, STREAM 2 "hi" FIN.
     let payload = unhex("1f 40ac 40af 01 02 800061a8 03 0b 02 02 6869");
     let frames: Vec<_> = Frames::new(&payload).collect::<Result<_, _>>().unwrap();
-    let names: Vec<&str> = frames.iter().map(|f| f.name()).collect();
+    let names: Vec<&str> = frames.iter().map(Frame::name).collect();
     assert_eq!(
         names,
         ["immediate_ack", "immediate_ack", "ack_frequency", "stream"]

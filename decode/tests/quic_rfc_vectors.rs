@@ -1,14 +1,12 @@
 //! RFC 9001 Appendix A (QUIC v1) and RFC 9369 Appendix A (QUIC v2) test vectors.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
-mod common;
-
-use common::{directions, unhex};
 use std::net::SocketAddr;
 use tboxscope_decode::quic::header::{parse_header, PacketType, ParseOptions, Version};
 use tboxscope_decode::quic::keys::{CipherSuite, Secret};
 use tboxscope_decode::quic::protection::{decode_packet_number, decrypt_into, unprotect_header};
 use tboxscope_decode::quic::{DatagramInfo, QuicDecoder};
+use tboxscope_test_support::quic::{directions, unhex};
 
 const RANDOM: &str = "ebf8fa56f12939b9584a3896472ec40bb863cfd3e86804fe3a47f06a2b69484c";
 

@@ -57,7 +57,7 @@ fn datagram_trace(n: u64) -> Vec<Observation> {
             ));
         }
     }
-    v.sort_by_key(|o| o.ts_ns());
+    v.sort_by_key(Observation::ts_ns);
     v
 }
 
@@ -90,7 +90,7 @@ fn kcp_trace(n: u64) -> Vec<Observation> {
             ));
         }
     }
-    v.sort_by_key(|o| o.ts_ns());
+    v.sort_by_key(Observation::ts_ns);
     v
 }
 
@@ -129,7 +129,7 @@ fn quic_trace(n: u64) -> Vec<Observation> {
             }));
         }
     }
-    v.sort_by_key(|o| o.ts_ns());
+    v.sort_by_key(Observation::ts_ns);
     v
 }
 

@@ -322,6 +322,24 @@ pub enum TcpEventKind {
     Sample,
 }
 
+/// The kernel's figures of a TCP socket at one moment: what a kernel event carries, what the
+/// engine keeps per socket and what the snapshot shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpFigures {
+    /// Congestion window (segments).
+    pub cwnd: u32,
+    /// Slow-start threshold (segments).
+    pub ssthresh: u32,
+    /// Smoothed RTT (µs).
+    pub srtt_us: u32,
+    /// Current retransmission timeout (µs).
+    pub rto_us: u32,
+    /// RTO backoff level (`icsk_backoff`).
+    pub backoff: u8,
+    /// Retransmissions so far (`total_retrans`).
+    pub retransmits: u32,
+}
+
 /// A TCP event from the kernel with the socket's state at that moment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TcpEvent {
@@ -335,18 +353,9 @@ pub struct TcpEvent {
     pub remote: SocketAddr,
     /// What happened.
     pub kind: TcpEventKind,
-    /// Congestion window (segments).
-    pub cwnd: u32,
-    /// Slow-start threshold (segments).
-    pub ssthresh: u32,
-    /// Smoothed RTT (µs).
-    pub srtt_us: u32,
-    /// Current retransmission timeout (µs).
-    pub rto_us: u32,
-    /// RTO backoff level (`icsk_backoff`).
-    pub backoff: u8,
-    /// Retransmissions so far (`total_retrans`).
-    pub retransmits: u32,
+    /// The socket's figures when it happened.
+    #[serde(flatten)]
+    pub figures: TcpFigures,
 }
 
 /// What an overhead packet is.

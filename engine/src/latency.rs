@@ -5,8 +5,9 @@
 //! 2·10^sigfig rounded up to a power of two (2048 µs for 3 digits, 256 µs for 2) exact; above,
 //! values share buckets whose width is at most 10^-sigfig of the value. A reported percentile
 //! is the *upper edge* of the bucket holding the sample of rank ⌈q·n⌉ (hdrhistogram's
-//! `value_at_quantile`), so it equals `highest_equivalent(exact sample)`. `min_us`/`max_us`
-//! and `mean_us` are exact. Samples above `max_latency_us` are clamped to it and counted.
+//! `value_at_quantile`), so it equals `highest_equivalent(exact sample)`, except that no
+//! percentile is ever above `max_us`: see [`summarize`]. `min_us`/`max_us` and `mean_us` are
+//! exact. Samples above `max_latency_us` are clamped to it and counted.
 //!
 //! The counts are laid out exactly as hdrhistogram lays out a histogram with bounds
 //! `1..=max_us` and the same significant digits (same buckets, same edges, same number of
@@ -121,6 +122,14 @@ fn values_at_quantiles<const N: usize>(
 }
 
 /// The summary of a distribution given by its counters and exact figures.
+///
+/// Percentiles are clamped to the exact maximum. A bucket's upper edge can lie above the
+/// largest sample in it (`P99 18799 µs` beside `max 18784 µs`), and a percentile above the
+/// maximum is a figure no reader can believe. Clamping keeps every percentile an upper bound of
+/// its sample (the sample of that rank is never above the maximum) and only ever makes it more
+/// exact; reporting the maximum as its bucket's upper edge instead would make the one exactly
+/// known figure inexact. So `p50 ≤ p90 ≤ p99 ≤ p999 ≤ max` holds in the snapshot, the records,
+/// the report and the lab tables, which all take their figures from here.
 fn summarize(
     layout: Layout,
     counts: impl Iterator<Item = u64>,
@@ -131,7 +140,7 @@ fn summarize(
         return Percentiles::default();
     }
     let [p50_us, p90_us, p99_us, p999_us] =
-        values_at_quantiles(layout, counts, count, [0.5, 0.9, 0.99, 0.999]);
+        values_at_quantiles(layout, counts, count, [0.5, 0.9, 0.99, 0.999]).map(|v| v.min(max_us));
     Percentiles {
         count,
         min_us,
@@ -203,13 +212,14 @@ impl LatencyHist {
         self.clamped
     }
 
-    /// Value at quantile `q` (0..=1), hdrhistogram-quantized; 0 when empty.
+    /// Value at quantile `q` (0..=1), hdrhistogram-quantized and never above the exact maximum
+    /// (as in [`summarize`]); 0 when empty.
     pub fn quantile(&self, q: f64) -> u64 {
         if self.count == 0 {
             return 0;
         }
         let [v] = values_at_quantiles(self.layout, self.counts.iter().copied(), self.count, [q]);
-        v
+        v.min(self.exact_max)
     }
 
     /// Number of samples strictly greater than `t_us`.
@@ -404,9 +414,38 @@ mod tests {
         assert_eq!(p.min_us, 1);
         let mut big = LatencyHist::new(60_000_000, 3);
         big.record(123_456);
+        big.record(200_000);
         let q = big.percentiles().p50_us;
         assert_eq!(q, big.quantized(123_456));
         assert!((123_456..=123_456 + 123).contains(&q));
+    }
+
+    /// A bucket's upper edge above the largest sample is not reported: `p99_us 18799` beside
+    /// `max_us 18784` was; every percentile stays at or below the exact maximum, in the whole
+    /// run, a window and a remainder alike.
+    #[test]
+    fn percentiles_never_exceed_the_maximum() {
+        let mut h = LatencyHist::new(60_000_000, 3);
+        let mut w = WindowedHist::new(60_000_000, 3, 4);
+        for us in [18_700, 18_784] {
+            h.record(us);
+            w.record(us);
+        }
+        assert_eq!(h.quantized(18_784), 18_799);
+        let p = h.percentiles();
+        assert_eq!((p.p99_us, p.p999_us, p.max_us), (18_784, 18_784, 18_784));
+        assert_eq!(p.p50_us, h.quantized(18_700));
+        assert_eq!(h.quantile(1.0), 18_784);
+        assert_eq!(w.roll(1), p);
+        let (whole, part, rest) = (h.clone(), LatencyHist::new(60_000_000, 3), {
+            let mut r = Remainder::default();
+            r.note(&h, 18_700);
+            r.note(&h, 18_784);
+            r
+        });
+        assert_eq!(rest.percentiles(&whole, &part), p);
+        assert!(p.p50_us <= p.p90_us && p.p90_us <= p.p99_us);
+        assert!(p.p99_us <= p.p999_us && p.p999_us <= p.max_us);
     }
 
     #[test]
@@ -539,14 +578,16 @@ mod tests {
                 return Percentiles::default();
             }
             let clamped = samples.iter().map(|&us| us.min(max_us));
+            // Percentiles never above the exact maximum (see `summarize`).
+            let max = clamped.clone().max().unwrap();
             Percentiles {
                 count: h.len(),
                 min_us: clamped.clone().min().unwrap(),
-                p50_us: h.value_at_quantile(0.5),
-                p90_us: h.value_at_quantile(0.9),
-                p99_us: h.value_at_quantile(0.99),
-                p999_us: h.value_at_quantile(0.999),
-                max_us: clamped.clone().max().unwrap(),
+                p50_us: h.value_at_quantile(0.5).min(max),
+                p90_us: h.value_at_quantile(0.9).min(max),
+                p99_us: h.value_at_quantile(0.99).min(max),
+                p999_us: h.value_at_quantile(0.999).min(max),
+                max_us: max,
                 mean_us: clamped.map(u128::from).sum::<u128>() as f64 / h.len() as f64,
             }
         }
@@ -571,11 +612,16 @@ mod tests {
                     prop_assert_eq!(low, hdr.lowest_equivalent(low));
                     prop_assert_eq!(c, hdr.count_at(low), "counter {} (from {})", i, low);
                 }
+                let exact_max = samples.iter().map(|&us| us.min(max_us)).max().unwrap_or(0);
                 for q in [0.0, 0.5, 0.9, 0.99, 0.999, 1.0, 1.5, f64::NAN, q] {
-                    prop_assert_eq!(ours.quantile(q), hdr.value_at_quantile(q), "q {}", q);
+                    prop_assert_eq!(
+                        ours.quantile(q),
+                        hdr.value_at_quantile(q).min(exact_max),
+                        "q {}",
+                        q
+                    );
                 }
                 prop_assert_eq!(ours.percentiles(), reference_summary(&hdr, max_us, &samples));
-                let exact_max = samples.iter().map(|&us| us.min(max_us)).max().unwrap_or(0);
                 for &t in probes.iter().chain(&samples) {
                     let above = if hdr.is_empty() || t >= exact_max {
                         0

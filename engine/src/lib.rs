@@ -57,6 +57,7 @@ mod shared;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;
+pub mod units;
 
 /// The hash map of the engine's tables. Their keys come from the wire (ports, conv, sn,
 /// stream offsets, connection ids), so the hash is keyed: foldhash's `RandomState` draws its
@@ -74,10 +75,10 @@ pub use flow::FlowKey;
 pub use input::{
     content_hash, payload_hash, AckRanges, AppIdRule, CaptureId, CapturePoint, CongState, Datagram,
     Host, KcpCmd, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicAcks,
-    QuicPacket, QuicStreams, RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpSegment,
-    CONTENT_PREFIX,
+    QuicPacket, QuicStreams, RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpFigures,
+    TcpSegment, CONTENT_PREFIX,
 };
-pub use latency::{LatencyHist, PATH_SIGFIG};
+pub use latency::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 pub use record::{
     CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, MessageRecord, OutageRecord,
     Record, Recovery, Summary, WindowRecord,

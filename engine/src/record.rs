@@ -104,6 +104,17 @@ pub enum HolProtocol {
     Quic,
 }
 
+impl HolProtocol {
+    /// The protocol's name as the user writes it: `tcp`, `kcp`, `quic`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp",
+            Self::Kcp => "kcp",
+            Self::Quic => "quic",
+        }
+    }
+}
+
 /// How the loss was recovered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -120,6 +131,19 @@ pub enum Recovery {
     /// Not known (yet).
     #[default]
     Unknown,
+}
+
+impl Recovery {
+    /// How the gap was filled, in words: `fast retransmit`, `not known`, ….
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Fast => "fast retransmit",
+            Self::Timeout => "timeout retransmit",
+            Self::OtherPath => "filled by the other path",
+            Self::Reordered => "filled by the late original (reordering)",
+            Self::Unknown => "not known",
+        }
+    }
 }
 
 /// One piece of evidence on an incident's timeline.

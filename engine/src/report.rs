@@ -7,12 +7,14 @@ use std::fmt::Write;
 
 use crate::record::Summary;
 use crate::snapshot::{LatencyKind, Percentiles};
+use crate::units;
 
 /// Incidents listed in the report.
 const MAX_INCIDENTS_LISTED: usize = 20;
 
+/// A latency with its unit (`480 µs`, `12.3 ms`).
 fn ms(us: u64) -> String {
-    format!("{:.1}", us as f64 / 1000.0)
+    units::latency(us)
 }
 
 fn pct_line(p: &Percentiles) -> String {
@@ -20,7 +22,7 @@ fn pct_line(p: &Percentiles) -> String {
         return "no samples".to_owned();
     }
     format!(
-        "n={} P50 {} P90 {} P99 {} P999 {} max {} ms",
+        "n={} P50 {} P90 {} P99 {} P999 {} max {}",
         p.count,
         ms(p.p50_us),
         ms(p.p90_us),
@@ -30,6 +32,17 @@ fn pct_line(p: &Percentiles) -> String {
     )
 }
 
+/// An incident's flow, led by its protocol unless the flow's name already says it
+/// (`kcp conv 7`, not `Kcp kcp conv 7`).
+fn incident_flow(i: &crate::record::HolIncident) -> String {
+    let proto = i.protocol.name();
+    if i.flow.split_whitespace().next() == Some(proto) {
+        i.flow.clone()
+    } else {
+        format!("{proto} {}", i.flow)
+    }
+}
+
 /// Renders the report.
 pub fn render(s: &Summary) -> String {
     let mut o = String::new();
@@ -37,8 +50,7 @@ pub fn render(s: &Summary) -> String {
     let _ = writeln!(o, "tboxscope report — {secs:.1} s of traffic");
     let _ = writeln!(o);
     let headers = [
-        "flow", "proto", "mode", "msgs", "P50 ms", "P99 ms", "P999 ms", "dup %", "ampl", "outages",
-        "HOL",
+        "flow", "proto", "mode", "msgs", "P50", "P99", "P999", "dup %", "ampl", "outages", "HOL",
     ];
     let rows: Vec<[String; 11]> = s
         .flows
@@ -144,7 +156,7 @@ pub fn render(s: &Summary) -> String {
     for t in &s.latency.tail {
         let _ = writeln!(
             o,
-            "  P(slower than {} ms): observed {:.4}%, independent-paths prediction {:.4}%",
+            "  P(slower than {}): observed {:.4}%, independent-paths prediction {:.4}%",
             ms(t.t_us),
             t.observed * 100.0,
             t.predicted * 100.0
@@ -152,11 +164,14 @@ pub fn render(s: &Summary) -> String {
     }
     let _ = writeln!(o, "  → {}", s.latency.verdict);
     let _ = writeln!(o);
-    let _ = writeln!(o, "Paths:");
+    let _ = writeln!(
+        o,
+        "Paths (messages never carried: closed messages the path did not deliver; data sends retransmitted: packets lost on the wire, or taken for lost, and sent again):"
+    );
     for p in &s.paths {
         let _ = writeln!(
             o,
-            "  {:<10} {} packets, {} bytes, loss {:.2}%, retransmissions {:.2}%",
+            "  {:<10} {} packets, {} bytes, messages never carried {:.2}%, data sends retransmitted {:.2}%",
             p.label,
             p.packets,
             p.bytes,
@@ -183,7 +198,7 @@ pub fn render(s: &Summary) -> String {
                 (false, _) => {
                     let _ = writeln!(
                         o,
-                        "    {}; copy spacing P50 {} ms, P99 {} ms",
+                        "    {}; copy spacing P50 {}, P99 {}",
                         wins.join(", "),
                         ms(r.copy_spacing.p50_us),
                         ms(r.copy_spacing.p99_us)
@@ -215,16 +230,15 @@ pub fn render(s: &Summary) -> String {
     for i in s.hol_incidents.iter().rev().take(MAX_INCIDENTS_LISTED) {
         let _ = writeln!(
             o,
-            "  #{} {:?} {}{}: {} stalled {:.1} ms, {} message(s)/{} bytes held, recovery {:?}{}",
+            "  #{} {}{}: {} stalled {}, {} message(s)/{} bytes held, recovery: {}{}",
             i.id,
-            i.protocol,
-            i.flow,
+            incident_flow(i),
             i.stream.map_or(String::new(), |s| format!(" stream {s}")),
             i.missing,
-            i.stall_ns as f64 / 1e6,
+            units::latency_ns(i.stall_ns),
             i.messages_held,
             i.bytes_held,
-            i.recovery,
+            i.recovery.describe(),
             if i.backoff > 0 {
                 format!(", backoff {}", i.backoff)
             } else {
@@ -254,4 +268,118 @@ pub fn render(s: &Summary) -> String {
         h.clamped_latencies
     );
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{FlowSummary, HolIncident, HolProtocol, Recovery};
+    use crate::snapshot::PathView;
+    use crate::{Config, Engine};
+
+    fn sub_millisecond() -> Percentiles {
+        Percentiles {
+            count: 10,
+            min_us: 300,
+            p50_us: 480,
+            p90_us: 700,
+            p99_us: 950,
+            p999_us: 950,
+            max_us: 1_260,
+            mean_us: 500.0,
+        }
+    }
+
+    /// A LAN capture's sub-millisecond latencies read in µs, not `0.5`/`0.0 ms`; milliseconds
+    /// keep their unit beside each figure.
+    #[test]
+    fn sub_millisecond_latencies_in_microseconds() {
+        let mut s = Summary::default();
+        s.latency
+            .per_path
+            .push(("eth0".to_owned(), sub_millisecond()));
+        s.flows.push(FlowSummary {
+            flow: "kcp conv 7".to_owned(),
+            protocol: "kcp".to_owned(),
+            latency: sub_millisecond(),
+            messages: 10,
+            ..FlowSummary::default()
+        });
+        let text = render(&s);
+        assert!(
+            text.contains(
+                "eth0       n=10 P50 480 µs P90 700 µs P99 950 µs P999 950 µs max 1.3 ms"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("  480 µs  950 µs  950 µs"), "{text}");
+        assert!(
+            !text.contains(" 0.5 ") && !text.contains("0.0 ms"),
+            "{text}"
+        );
+    }
+
+    /// Incidents read in words: no `Kcp kcp conv`, no `recovery Timeout`.
+    #[test]
+    fn incidents_without_debug_names() {
+        let mut s = Summary::default();
+        s.hol_incidents.push(HolIncident {
+            id: 3,
+            protocol: HolProtocol::Kcp,
+            flow: "kcp conv 7".to_owned(),
+            missing: "sn 41".to_owned(),
+            stall_ns: 700_000,
+            recovery: Recovery::Timeout,
+            ..HolIncident::default()
+        });
+        s.hol_incidents.push(HolIncident {
+            id: 4,
+            protocol: HolProtocol::Tcp,
+            flow: "10.0.0.2:40000 → 10.0.0.1:443".to_owned(),
+            missing: "seq 1000".to_owned(),
+            stall_ns: 250_000_000,
+            recovery: Recovery::Unknown,
+            ..HolIncident::default()
+        });
+        let text = render(&s);
+        assert!(
+            text.contains("#3 kcp conv 7: sn 41 stalled 700 µs, 0 message(s)/0 bytes held, recovery: timeout retransmit"),
+            "{text}"
+        );
+        assert!(
+            text.contains("#4 tcp 10.0.0.2:40000 → 10.0.0.1:443: seq 1000 stalled 250.0 ms"),
+            "{text}"
+        );
+        assert!(text.contains("recovery: not known"), "{text}");
+        for debug in ["Kcp", "Tcp", "Timeout", "Unknown"] {
+            assert!(!text.contains(debug), "{debug} in {text}");
+        }
+    }
+
+    /// A path's message loss and its retransmissions on the wire are both shown, each named
+    /// for what it counts (`loss 0.0%` beside `retx 65.5%` read as a contradiction).
+    #[test]
+    fn path_loss_says_what_it_counts() {
+        let mut s = Summary::default();
+        s.paths.push(PathView {
+            label: "eth0".to_owned(),
+            loss_rate: 0.0,
+            retransmission_rate: 0.655,
+            ..PathView::default()
+        });
+        let text = render(&s);
+        assert!(
+            text.contains("eth0       0 packets, 0 bytes, messages never carried 0.00%, data sends retransmitted 65.50%"),
+            "{text}"
+        );
+        assert!(text.contains("packets lost on the wire"), "{text}");
+    }
+
+    /// No latency sample at all is not "one path with latency samples".
+    #[test]
+    fn no_samples_is_not_one_path() {
+        let text = render(&Engine::new(Config::default()).finish(1));
+        assert!(!text.contains("one path with latency samples"), "{text}");
+        assert!(text.contains("no latency samples yet"), "{text}");
+    }
 }

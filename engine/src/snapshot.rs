@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::MatchMode;
-use crate::input::{CaptureId, CongState, Host, RetransmitKind};
+use crate::input::{CaptureId, CongState, Host, RetransmitKind, TcpFigures};
 use crate::record::{HolIncident, OutageRecord};
 
 /// Latency percentiles of one distribution (µs, hdrhistogram-quantized, see `latency`).
@@ -72,9 +72,12 @@ pub struct PathView {
     pub packets: u64,
     /// Wire bytes seen so far.
     pub bytes: u64,
-    /// Share of closed messages this path should have carried but did not (0..1).
+    /// Messages never carried: the share of closed messages this path should have carried
+    /// but did not (0..1). Not the packet loss on the wire: a lost packet that a
+    /// retransmission replaced still carried its message (see `retransmission_rate`).
     pub loss_rate: f64,
-    /// Share of data sends that were retransmissions (0..1).
+    /// Packets lost on the wire as the sender saw them: the share of data sends that were
+    /// retransmissions (0..1), spurious ones included.
     pub retransmission_rate: f64,
     /// Latency of this path's copies over the whole run.
     pub latency: Percentiles,
@@ -211,6 +214,10 @@ pub struct CaptureHealth {
     /// Kernel events lost because the eBPF ring buffer was full; filled by the capture driver.
     #[serde(default)]
     pub ring_buffer_dropped: u64,
+    /// Kernel TCP events read but not given to the engine (refused by the decoder, not
+    /// convertible, or the queue to the UI full); filled by the capture driver.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tcp_events_dropped: u64,
     /// QUIC packets that could not be decrypted; filled by the decode glue.
     #[serde(default)]
     pub decrypt_failures: u64,
@@ -218,6 +225,10 @@ pub struct CaptureHealth {
     pub captures: Vec<CaptureView>,
     /// Sentences describing inferences (pairing, sender end, clock offset).
     pub inferences: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One capture point and what the engine inferred about it.
@@ -286,18 +297,9 @@ pub struct TcpSocketView {
     pub socket: String,
     /// Path.
     pub path: String,
-    /// Congestion window (segments).
-    pub cwnd: u32,
-    /// Slow-start threshold.
-    pub ssthresh: u32,
-    /// Smoothed RTT (µs).
-    pub srtt_us: u32,
-    /// RTO (µs).
-    pub rto_us: u32,
-    /// Backoff level.
-    pub backoff: u8,
-    /// Retransmissions.
-    pub retransmits: u32,
+    /// The kernel's latest figures.
+    #[serde(flatten)]
+    pub figures: TcpFigures,
     /// Congestion state.
     pub cong_state: CongState,
     /// Connection state name.
@@ -320,16 +322,9 @@ pub struct TcpSocketView {
 pub struct TcpSample {
     /// When.
     pub ts_ns: u64,
-    /// Congestion window (segments).
-    pub cwnd: u32,
-    /// Slow-start threshold (segments).
-    pub ssthresh: u32,
-    /// Smoothed RTT (µs).
-    pub srtt_us: u32,
-    /// RTO (µs).
-    pub rto_us: u32,
-    /// Backoff level.
-    pub backoff: u8,
+    /// The figures then.
+    #[serde(flatten)]
+    pub figures: TcpFigures,
 }
 
 /// One retransmission of a TCP socket, with the timer state at that moment.

@@ -1,6 +1,7 @@
 //! One million distinct flows (KCP conversations, one unacknowledged segment each): flows and
 //! open messages stay within their bounds, and every eviction is counted.
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;

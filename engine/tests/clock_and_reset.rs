@@ -1,6 +1,7 @@
 //! The engine's clock moved without packets (`tick`, as a live capture's idle clock or a replay
 //! position does) and the UI's "reset windows" (`r`).
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;

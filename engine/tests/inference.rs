@@ -2,6 +2,7 @@
 //! the engine works out which captures show the same path at its two ends, which end sent each
 //! copy, and the clock offset, says so, and then measures one-way latency exactly.
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;

@@ -2,6 +2,7 @@
 //! closed is late (a retransmission), not a new message, while a message first seen below the
 //! newest sn (its earlier copies missed by the capture) is a new one.
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;

@@ -1,6 +1,7 @@
 //! Output shape and the smaller paths: JSON of each record type, a forced matching mode, and an
 //! outage seen from the sender alone (ACKs stop while it keeps sending).
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;

@@ -1,6 +1,7 @@
 //! Independent-paths prediction vs the observed combined tail: paths that are slow at the same
 //! moments are reported as failing together; paths slow at different moments are not.
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;

@@ -2,6 +2,7 @@
 //! 5-second outage on eth1: counts, latencies, percentiles, win rates, the outage and its
 //! messages must match the ground truth exactly (percentiles up to hdrhistogram quantization).
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;

@@ -1,6 +1,7 @@
 //! Mode 2 (KCP conv+sn): dual-sent KCP seen from the T-Box alone (time to first ACK, losses
 //! retransmitted on one path), and a receiver-side sn gap that becomes one HOL incident.
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;
@@ -12,7 +13,7 @@ use tboxscope_engine::{
 const N: u32 = 1000;
 const GAP: u64 = 20_000_000;
 
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 fn seg(
     ts: u64,
     path: &str,

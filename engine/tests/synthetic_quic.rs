@@ -3,6 +3,7 @@
 //! per-stream HOL (a gap on one stream does not hold another); two separate connections
 //! matched by content hash.
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;
@@ -17,7 +18,7 @@ const GAP: u64 = 20_000_000;
 const MSG: u64 = 600;
 const ACK_DELAY_US: u64 = 2_000;
 
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 fn pkt(
     ts: u64,
     path: &str,
@@ -272,8 +273,9 @@ fn separate_connections_match_by_content_hash() {
     let eth0 = red.paths.iter().find(|p| p.path == "eth0").unwrap();
     assert_eq!(eth0.only, lost_on_1);
     assert_eq!(eth0.wins, 200);
-    // Per-flow histograms keep 2 significant digits: 4000 µs reports as its bucket's edge.
+    // Per-flow histograms keep 2 significant digits: 4000 µs reports as its bucket's edge,
+    // or as the largest spacing where that is lower.
     let q = quantized(4_000, 2);
-    assert_eq!(red.copy_spacing.p50_us, q);
+    assert_eq!(red.copy_spacing.p50_us, q.min(red.copy_spacing.max_us));
     assert_eq!(red.copy_spacing.min_us, 4_000);
 }

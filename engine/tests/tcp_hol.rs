@@ -1,12 +1,13 @@
 //! TCP HOL incidents from kernel events alone (RTO with backoff) and with captured segments
 //! (original send time, bytes behind the hole, the ACK that ends the stall).
 
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;
 use tboxscope_engine::{
     Config, CongState, Engine, HolProtocol, Observation, Record, Recovery, RetransmitKind,
-    TcpEvent, TcpEventKind, TcpSegment,
+    TcpEvent, TcpEventKind, TcpFigures, TcpSegment,
 };
 
 fn ev(ts: u64, kind: TcpEventKind, backoff: u8, rto_ms: u32) -> Observation {
@@ -16,12 +17,14 @@ fn ev(ts: u64, kind: TcpEventKind, backoff: u8, rto_ms: u32) -> Observation {
         local: addr("10.0.0.2:41000"),
         remote: addr("192.0.2.1:8883"),
         kind,
-        cwnd: 10,
-        ssthresh: 7,
-        srtt_us: 40_000,
-        rto_us: rto_ms * 1000,
-        backoff,
-        retransmits: u32::from(backoff) + 1,
+        figures: TcpFigures {
+            cwnd: 10,
+            ssthresh: 7,
+            srtt_us: 40_000,
+            rto_us: rto_ms * 1000,
+            backoff,
+            retransmits: u32::from(backoff) + 1,
+        },
     })
 }
 
@@ -75,8 +78,8 @@ fn rto_with_backoff_from_kernel_events_is_one_incident() {
     assert_eq!(h.recovery, Recovery::Timeout);
     let snap = e.snapshot();
     assert_eq!(snap.flows.tcp.len(), 1);
-    assert_eq!(snap.flows.tcp[0].cwnd, 10);
-    assert_eq!(snap.flows.tcp[0].backoff, 0);
+    assert_eq!(snap.flows.tcp[0].figures.cwnd, 10);
+    assert_eq!(snap.flows.tcp[0].figures.backoff, 0);
     assert_eq!(snap.paths[0].label, "eth0");
 }
 

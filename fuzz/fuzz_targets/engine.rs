@@ -15,7 +15,7 @@ use libfuzzer_sys::fuzz_target;
 use tboxscope_engine::{
     CapturePoint, Config, CongState, Datagram, Engine, FlowSelector, Host, KcpCmd, KcpSegment,
     MatchMode, ModeOverride, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket,
-    RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpSegment,
+    RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpFigures, TcpSegment,
 };
 
 const T0: u64 = 1_796_000_000_000_000_000;
@@ -221,12 +221,14 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
                 local: meta.src,
                 remote: meta.dst,
                 kind,
-                cwnd: small(u, 100)?,
-                ssthresh: small(u, 100)?,
-                srtt_us: small(u, 500_000)?,
-                rto_us: small(u, 3_000_000)?,
-                backoff: u.int_in_range(0..=6)?,
-                retransmits: small(u, 10)?,
+                figures: TcpFigures {
+                    cwnd: small(u, 100)?,
+                    ssthresh: small(u, 100)?,
+                    srtt_us: small(u, 500_000)?,
+                    rto_us: small(u, 3_000_000)?,
+                    backoff: u.int_in_range(0..=6)?,
+                    retransmits: small(u, 10)?,
+                },
             })
         }
         _ => Observation::Overhead(Overhead {

@@ -1,11 +1,11 @@
-//! Raw KCP: segment walk (strict and lax), detection (port-free and forced) and the conversation
-//! tracker must never panic, and the lax walk must account for every byte it accepts.
+//! Raw KCP: segment walk (strict and lax) and detection (port-free and forced, its state kept
+//! across datagrams) must never panic; the lax walk must account for every byte it accepts, and
+//! every segment a detection hands out must read the same through each view and on its own.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tboxscope_decode::kcp::{
-    decode_lax, decode_strict, ConvTracker, ConvTrackerConfig, Detector, DetectorConfig,
-    Direction, Observation, Segment,
+    decode_lax, decode_strict, Detection, Detector, DetectorConfig, Segment, HEADER_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -22,27 +22,35 @@ fuzz_target!(|data: &[u8]| {
         forced_ports: vec![4000],
         ..DetectorConfig::default()
     });
-    let mut tracker = ConvTracker::new(ConvTrackerConfig {
-        max_convs: 8,
-        max_tracked_sns: 16,
-        ..ConvTrackerConfig::default()
-    });
-    let mut events = Vec::new();
-    // Split the input into datagrams at a marker byte so one input exercises a conversation.
-    for (i, datagram) in data.split(|b| *b == 0xa5).enumerate() {
+    // Split the input into datagrams at a marker byte so one input exercises a flow over time.
+    for datagram in data.split(|b| *b == 0xa5) {
         for forced in [0u16, 4000] {
             let detection = detector.classify(forced, 1, datagram);
-            if let Some(segments) = detection.segments() {
-                for s in segments {
-                    let obs = Observation {
-                        time_ns: i as u64 * 1_000_000,
-                        direction: if s.sn() % 2 == 0 { Direction::Up } else { Direction::Down },
-                        path: (i % 2) as u16,
-                        scope: 0,
-                    };
-                    tracker.observe(obs, &s.summary(), &mut events);
-                }
+            let (Detection::Raw(kcp) | Detection::KcpGo { datagram: kcp, .. }) = detection else {
+                continue;
+            };
+            let (mut count, mut bytes) = (0, 0);
+            for s in kcp.segments() {
+                count += 1;
+                bytes += s.wire_len();
+                assert_eq!(s.wire_len(), HEADER_LEN + s.payload().len());
+                let summary = s.summary();
+                assert_eq!(
+                    (summary.conv, summary.cmd, summary.sn, summary.una),
+                    (s.conv(), s.cmd(), s.sn(), s.una())
+                );
+                assert_eq!(
+                    (summary.ts, summary.frg, summary.wnd, summary.len as usize),
+                    (s.ts(), s.frg(), s.wnd(), s.payload().len())
+                );
+                // The segment alone decodes strictly to the same fields.
+                let mut alone = s.header().to_vec();
+                alone.extend_from_slice(s.payload());
+                let again = decode_strict(&alone).expect("a detected segment decodes alone");
+                assert_eq!(again.len(), 1);
+                assert_eq!(again[0].summary(), summary);
             }
+            assert_eq!((count, bytes), (kcp.segment_count(), kcp.bytes().len()));
         }
     }
 });

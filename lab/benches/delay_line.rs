@@ -185,7 +185,7 @@ fn main() {
             println!();
             println!(
                 "Highest tested rate up to which every rate kept P99 added error < 1 ms (spin 0): {}",
-                best.map(|r| r.to_string()).unwrap_or("none".into())
+                best.map_or("none".into(), |r| r.to_string())
             );
             println!("Line counters: {stats:?}\n");
         }

@@ -2,6 +2,9 @@
 use std::fmt;
 
 use serde::Serialize;
+// Latency cells carry their unit (`480 µs` on a lab without delay, `172.9 ms`), as in the
+// report and tboxscope's own table.
+use tboxscope_engine::units::latency_ms;
 
 use crate::names::PathId;
 use crate::peers::truth::TransportTruth;
@@ -131,10 +134,7 @@ pub fn analyse(
     let delivered = lat.len() as u64;
     lat.sort_unstable();
     arrivals.sort_unstable();
-    let mut stall = arrivals
-        .first()
-        .map(|f| f.saturating_sub(start_mono))
-        .unwrap_or(0);
+    let mut stall = arrivals.first().map_or(0, |f| f.saturating_sub(start_mono));
     for w in arrivals.windows(2) {
         stall = stall.max(w[1].saturating_sub(w[0]));
     }
@@ -150,8 +150,7 @@ pub fn analyse(
         let end = timeline
             .iter()
             .find(|e| e.kind == "outage_end" && e.path == start.path && e.mono_ns >= start.mono_ns)
-            .map(|e| (e.mono_ns, e.at_s))
-            .unwrap_or((u64::MAX, f64::INFINITY));
+            .map_or((u64::MAX, f64::INFINITY), |e| (e.mono_ns, e.at_s));
         let mut in_lat = Vec::new();
         let mut in_sent = 0;
         let mut last_arrival = 0u64;
@@ -238,15 +237,15 @@ impl fmt::Display for RunReport {
         writeln!(f)?;
         writeln!(
             f,
-            "{:<15} {:>5} {:>6} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7} {:>9}",
+            "{:<15} {:>5} {:>6} {:>5} {:>11} {:>11} {:>11} {:>11} {:>6} {:>6} {:>7} {:>9}",
             "transport",
             "paths",
             "sent",
             "lost",
-            "P50 ms",
-            "P99 ms",
-            "P999 ms",
-            "max ms",
+            "P50",
+            "P99",
+            "P999",
+            "max",
             "dup %",
             "B 1st%",
             "amplif",
@@ -261,15 +260,15 @@ impl fmt::Display for RunReport {
                 .join("+");
             writeln!(
                 f,
-                "{:<15} {:>5} {:>6} {:>5} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.1} {:>6.1} {:>6.2}x {:>9.0}",
+                "{:<15} {:>5} {:>6} {:>5} {:>11} {:>11} {:>11} {:>11} {:>6.1} {:>6.1} {:>6.2}x {:>9.0}",
                 r.transport,
                 paths,
                 r.sent,
                 r.lost,
-                r.p50_ms,
-                r.p99_ms,
-                r.p999_ms,
-                r.max_ms,
+                latency_ms(r.p50_ms),
+                latency_ms(r.p99_ms),
+                latency_ms(r.p999_ms),
+                latency_ms(r.max_ms),
                 r.duplication_pct,
                 r.first_on_b_pct,
                 r.amplification,

@@ -229,7 +229,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn presets_match_the_issue() {
+    fn presets_match_the_readme() {
         let s2 = Scenario::preset("S2").unwrap();
         assert_eq!(
             (s2.path.a.delay_ms, s2.path.a.jitter_ms, s2.path.a.loss_pct),

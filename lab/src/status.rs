@@ -46,8 +46,7 @@ impl LabStatus {
 
 fn iface_up(ns: &str, iface: &str) -> bool {
     sys::run_in(ns, "ip", &["-o", "link", "show", "dev", iface])
-        .map(|o| o.contains("state UP") || o.contains(",UP"))
-        .unwrap_or(false)
+        .is_ok_and(|o| o.contains("state UP") || o.contains(",UP"))
 }
 
 fn counter(ns: &str, name: &str) -> u64 {
@@ -83,8 +82,7 @@ pub fn status(names: &LabNames) -> Result<LabStatus> {
                 "nft",
                 &["list", "chain", "netdev", NFT_TABLE, "outage"],
             )
-            .map(|o| o.contains("drop"))
-            .unwrap_or(false);
+            .is_ok_and(|o| o.contains("drop"));
             paths.push(PathStatus {
                 path: p,
                 tbox_iface_up: iface_up(&t, p.tbox_iface()),

@@ -250,7 +250,7 @@ pub fn recv_timestamped(
     if n < 0 {
         let err = std::io::Error::last_os_error();
         return match err.raw_os_error() {
-            Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+            Some(libc::EAGAIN | libc::EINTR) => Ok(None),
             _ => Err(err),
         };
     }

@@ -256,8 +256,7 @@ impl Testbed {
         for _ in 0..300 {
             pending.retain(|(ns, iface)| {
                 !sys::run_in(ns, "ip", &["-o", "link", "show", "dev", iface])
-                    .map(|o| o.contains("state UP"))
-                    .unwrap_or(false)
+                    .is_ok_and(|o| o.contains("state UP"))
             });
             if pending.is_empty() {
                 return Ok(());

@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used)]
 //! The delay line's achieved one-way delay distribution matches each preset's. Needs root.
 use std::time::Duration;
 

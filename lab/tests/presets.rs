@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used)]
 //! Each of S1–S3 briefly with every transport: everything is delivered, the redundant
 //! transports duplicate every message, and teardown leaves nothing behind. Needs root.
 use std::time::Duration;

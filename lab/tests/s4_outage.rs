@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used)]
 //! S4 (path A down for 5 s in the middle): the redundant transports deliver every message
 //! through the outage, the single-path ones stall for the outage. Needs root.
 use std::time::Duration;

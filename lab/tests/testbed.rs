@@ -1,5 +1,5 @@
 //! Testbed up/down, addressing, routing, nftables loss and outages. Needs root.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 use std::time::Duration;
 
 use tboxscope_lab::names::{existing_namespaces, PathId};

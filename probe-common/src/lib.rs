@@ -309,12 +309,16 @@ pub struct CwndLast {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all of them are repr(C), Copy, contain only integers and explicit padding fields, so
-    // every bit pattern is valid and there are no implicit padding bytes.
+    // SAFETY: the struct is repr(C) and Copy, with only integer fields and explicit
+    // padding fields, so every bit pattern is valid and there are no implicit padding bytes.
     unsafe impl aya::Pod for super::TcpEvent {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::SockOffsets {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::TracepointOffsets {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::ProbeConfig {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::CwndLast {}
 }
 

@@ -20,7 +20,7 @@
 //!    decoder, tracker and JSON encoding; per rate: events made, delivered, dropped, and the
 //!    reader's CPU per event.
 // A benchmark harness, like a test: any failure should stop it loudly.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -124,10 +124,8 @@ fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) ->
     std::thread::spawn(move || {
         let file = File::open(&path).expect("netns");
         // SAFETY: valid netns fd; affects this thread only.
-        assert_eq!(
-            unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0);
         f()
     })
 }
@@ -251,13 +249,13 @@ fn pings(n: &Net) -> (f64, f64) {
         s.read_exact(&mut m).unwrap();
         lat.push(t0.elapsed().as_nanos() as f64 / 1000.0);
     }
-    lat.sort_by(|a, b| a.total_cmp(b));
+    lat.sort_by(f64::total_cmp);
     (lat[lat.len() / 2], lat[lat.len() * 99 / 100])
 }
 
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
+    v.sort_by(f64::total_cmp);
     let k = v.len();
     if k % 2 == 1 {
         v[k / 2]
@@ -416,8 +414,7 @@ fn stats_delta(
             let (t0, c0) = before
                 .iter()
                 .find(|p| p.0 == *id)
-                .map(|p| (p.2, p.3))
-                .unwrap_or((0, 0));
+                .map_or((0, 0), |p| (p.2, p.3));
             let (dt, dc) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
             (dc > 0).then(|| {
                 (

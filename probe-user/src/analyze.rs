@@ -103,6 +103,18 @@ pub struct Analyzer {
     files: Vec<FileSummary>,
     warnings: Vec<String>,
     reading: FileReading,
+    /// Interfaces of a link type not decoded, with their frames (named in warnings).
+    unsupported: Vec<UnsupportedLink>,
+}
+
+/// An interface whose link type is not decoded, and how many frames it had.
+#[derive(Debug, Clone)]
+struct UnsupportedLink {
+    file: String,
+    label: String,
+    linktype: u32,
+    path_id: usize,
+    frames: u64,
 }
 
 impl Analyzer {
@@ -114,6 +126,7 @@ impl Analyzer {
             files: Vec::new(),
             warnings: Vec::new(),
             reading: FileReading::Auto,
+            unsupported: Vec::new(),
         }
     }
 
@@ -202,6 +215,9 @@ impl Analyzer {
                     &mut summary,
                 );
                 let (path_id, link) = iface_paths.get(iface).copied().unwrap_or((0, None));
+                if link.is_none() {
+                    self.count_unsupported(path_id);
+                }
                 let at = FrameAt {
                     file: &name,
                     frame,
@@ -214,6 +230,9 @@ impl Analyzer {
                 dissect_and_emit(&mut self.dissector, &at, &data, emit)?;
             } else {
                 let (path_id, link) = iface_paths[iface];
+                if link.is_none() {
+                    self.count_unsupported(path_id);
+                }
                 let at = FrameAt {
                     file: &name,
                     frame,
@@ -242,6 +261,7 @@ impl Analyzer {
             summary.error = Some(e.to_string());
         }
         self.files[file_no] = summary;
+        self.warn_unsupported();
         Ok(result)
     }
 }
@@ -262,7 +282,32 @@ impl Analyzer {
         *loaded = reader.secrets().len();
     }
 
-    /// Problems that did not stop the analysis (unusable embedded secrets).
+    fn count_unsupported(&mut self, path_id: usize) {
+        count_unsupported(&mut self.unsupported, path_id);
+    }
+
+    /// Names each interface of a link type not decoded that had frames, in a warning.
+    fn warn_unsupported(&mut self) {
+        for u in self.unsupported.drain(..).filter(|u| u.frames > 0) {
+            self.warnings.push(format!(
+                "{}: capture {} has link type {}, which tboxscope does not decode (it decodes \
+                 {}): its {} {} not decoded",
+                u.file,
+                u.label,
+                u.linktype,
+                LinkType::SUPPORTED,
+                u.frames,
+                if u.frames == 1 {
+                    "frame is"
+                } else {
+                    "frames are"
+                }
+            ));
+        }
+    }
+
+    /// Problems that did not stop the analysis (unusable embedded secrets, captures of a link
+    /// type that is not decoded).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
@@ -280,6 +325,15 @@ impl Analyzer {
             let iface = &reader.interfaces()[i];
             let (label, link) = (iface.label.clone(), iface.link);
             let id = self.labels.id_for(file_no, file_name, &label);
+            if link.is_none() {
+                self.unsupported.push(UnsupportedLink {
+                    file: file_name.to_owned(),
+                    label: label.clone(),
+                    linktype: iface.linktype,
+                    path_id: id,
+                    frames: 0,
+                });
+            }
             iface_paths.push((id, link));
             let label = &self.labels.all()[id];
             if !summary.paths.contains(label) {
@@ -336,6 +390,8 @@ impl Analyzer {
                 errors.push(e);
             }
         }
+        // Each file's first and last packet time, to tell captures that never overlap.
+        let mut spans: Vec<Option<(u64, u64)>> = vec![None; open.len()];
         while let Some(i) = open
             .iter()
             .enumerate()
@@ -345,7 +401,12 @@ impl Analyzer {
         {
             let f = &mut open[i];
             if let Some(p) = f.pending.take() {
+                let span = spans[i].get_or_insert((p.ts_ns, p.ts_ns));
+                span.1 = span.1.max(p.ts_ns);
                 let (path_id, link) = f.iface_paths.get(p.interface).copied().unwrap_or((0, None));
+                if link.is_none() {
+                    count_unsupported(&mut self.unsupported, path_id);
+                }
                 let before = self.dissector.stats().clone();
                 let at = FrameAt {
                     file: &f.name,
@@ -369,6 +430,15 @@ impl Analyzer {
                 errors.push(e);
             }
         }
+        let named: Vec<(&str, (u64, u64))> = open
+            .iter()
+            .zip(&spans)
+            .filter_map(|(f, s)| s.map(|s| (f.name.as_str(), s)))
+            .collect();
+        if let Some(w) = disjoint_captures(&named) {
+            self.warnings.push(w);
+        }
+        self.warn_unsupported();
         Ok(errors)
     }
 
@@ -412,6 +482,49 @@ impl Analyzer {
         f.pending = Some(pending);
         Ok(())
     }
+}
+
+/// Counts a frame of the interface of a link type not decoded that has path `path_id`.
+fn count_unsupported(unsupported: &mut [UnsupportedLink], path_id: usize) {
+    if let Some(u) = unsupported.iter_mut().find(|u| u.path_id == path_id) {
+        u.frames += 1;
+    }
+}
+
+/// A warning when captures (file, first and last packet time) fall into groups that never
+/// overlap in time: they cannot be the paths, or the two ends, of one capture, and figures
+/// across them (the duration, latency between them, outages) mean nothing. Captures taken one
+/// after the other are analysed each on its own.
+pub fn disjoint_captures(spans: &[(&str, (u64, u64))]) -> Option<String> {
+    let mut sorted: Vec<&(&str, (u64, u64))> = spans.iter().collect();
+    sorted.sort_by_key(|(_, (start, _))| *start);
+    let (first, rest) = sorted.split_first()?;
+    let mut end = first.1 .1;
+    let mut earlier = first.0;
+    for (name, (start, last)) in rest {
+        if *start > end {
+            let gap_s = (start - end) as f64 / 1e9;
+            let gap = if gap_s >= 2.0 * 86_400.0 {
+                format!("{:.1} days", gap_s / 86_400.0)
+            } else if gap_s >= 2.0 * 3600.0 {
+                format!("{:.1} hours", gap_s / 3600.0)
+            } else {
+                format!("{gap_s:.1} s")
+            };
+            return Some(format!(
+                "the captures do not overlap in time: {name} starts at {} and {earlier} ends at \
+                 {}, {gap} before; they cannot be paths of one capture, and figures across \
+                 them (duration, latency, copies, outages) mean nothing: analyze each alone",
+                crate::output::jsonl::format_ts(*start),
+                crate::output::jsonl::format_ts(end),
+            ));
+        }
+        if *last > end {
+            end = *last;
+            earlier = name;
+        }
+    }
+    None
 }
 
 /// A file being read by [`Analyzer::run_files`], with its next packet copied out.

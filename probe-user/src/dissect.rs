@@ -221,6 +221,8 @@ pub struct Dissector {
     stats: DissectStats,
     /// The first bytes of QUIC streams, until they name their message.
     starts: StreamStarts,
+    /// Application message ids read (see [`Dissector::app_ids_read`]).
+    app_ids: u64,
 }
 
 /// Streams whose start is being gathered or was named, at most this many each.
@@ -332,7 +334,14 @@ impl Dissector {
             quic,
             stats: DissectStats::default(),
             starts: StreamStarts::default(),
+            app_ids: 0,
         }
+    }
+
+    /// Application message ids read with [`DissectConfig::app_id`] so far (KCP segments, QUIC
+    /// stream starts, unrecognised datagrams): 0 means the rule reaches beyond every message.
+    pub fn app_ids_read(&self) -> u64 {
+        self.app_ids
     }
 
     /// Adds TLS key-log text (e.g. a pcapng Decryption Secrets Block) for QUIC decryption;
@@ -427,6 +436,7 @@ impl Dissector {
                     Some(rule) => rule.extract(seg.payload()),
                     _ => None,
                 };
+                self.app_ids += u64::from(app_msg_id.is_some());
                 each(DecodedPacket {
                     ts_ns,
                     src,
@@ -466,6 +476,7 @@ impl Dissector {
         let mut unknown_version = 0u64;
         let mut unknown_short = 0u64;
         let app_rule = self.config.app_id;
+        let mut app_ids = 0u64;
         // A capture taken on the sending host sees a UDP GSO batch before the NIC splits it:
         // one "datagram" holding several equal-sized QUIC datagrams. Decode them one by one.
         let segment = gso_segment_size(udp.payload);
@@ -500,6 +511,12 @@ impl Dissector {
                 } else {
                     Vec::new()
                 };
+                if app_rule.is_some() {
+                    app_ids += stream_heads
+                        .iter()
+                        .filter(|h| h.app_msg_id.is_some())
+                        .count() as u64;
+                }
                 quic_records += 1;
                 each(DecodedPacket {
                     ts_ns,
@@ -509,9 +526,10 @@ impl Dissector {
                     content_hash: None,
                     stream_heads,
                     decoded: Decoded::QuicPacket(Box::new(summary)),
-                })
+                });
             });
         }
+        self.app_ids += app_ids;
         self.stats.quic_unknown_version += unknown_version;
         self.stats.quic_unknown_short += unknown_short;
         if quic_records > 0 {
@@ -521,11 +539,13 @@ impl Dissector {
         }
         self.stats.other_udp += 1;
         if self.config.unknown_udp {
+            let app_msg_id = self.config.app_id.and_then(|r| r.extract(udp.payload));
+            self.app_ids += u64::from(app_msg_id.is_some());
             each(DecodedPacket {
                 ts_ns,
                 src,
                 dst,
-                app_msg_id: self.config.app_id.and_then(|r| r.extract(udp.payload)),
+                app_msg_id,
                 content_hash: None,
                 stream_heads: Vec::new(),
                 decoded: Decoded::UdpDatagram(UdpRecord {

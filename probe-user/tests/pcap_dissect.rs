@@ -1,12 +1,9 @@
 //! The dissector on synthetic UDP: random and structured non-KCP/QUIC payloads give no records,
 //! and UDP GSO batches of QUIC short headers are split only when every segment matches.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod pcap_common;
-
-use pcap_common::{ipv4_udp, kcp_segment};
 use probe_user::decode::net::LinkType;
 use probe_user::dissect::{gso_segment_size, Decoded, DissectConfig, Dissector};
+use tboxscope_test_support::pcap::{ipv4_udp, kcp_segment};
 
 fn xorshift(seed: &mut u64) -> u64 {
     *seed ^= *seed << 13;

@@ -1,9 +1,9 @@
 //! KCP from the `kcp` crate (ikcp, raw over UDP) between two network namespaces, captured live
 //! with tboxscope's libpcap source, written to a pcapng file and decoded back through the
 //! analyze driver to exactly the messages the peers sent.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
-mod pcap_common;
+mod live_common;
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -12,11 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pcap_common::netns::{capture_in, spawn_in, stop_capture, Lab};
-use pcap_common::Ng;
+use live_common::{capture_in, stop_capture};
 use probe_user::analyze::Analyzer;
 use probe_user::dissect::{Decoded, DissectConfig};
 use probe_user::source::pcap::{InterfaceSpec, LiveConfig, LiveEvent};
+use tboxscope_test_support::netns::{spawn_in, Lab};
+use tboxscope_test_support::pcap::Ng;
 
 const CONV: u32 = 0x7b0c_5e11;
 

@@ -1,9 +1,6 @@
 //! Live capture on two veth interfaces in a test namespace; one interface is deleted (a modem
 //! reset) and re-created while traffic runs on both: its path goes down and comes back up, and
 //! the other path's capture misses nothing.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod pcap_common;
 
 use std::collections::BTreeSet;
 use std::net::UdpSocket;
@@ -11,9 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pcap_common::netns::{spawn_in, Lab};
 use probe_user::decode::net::NetParser;
 use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent};
+use tboxscope_test_support::netns::{spawn_in, Lab};
 
 /// Waits (bounded) for an event matching `want`, collecting everything seen on the way.
 fn wait_for(

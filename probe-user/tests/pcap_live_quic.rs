@@ -1,9 +1,9 @@
 //! QUIC from `quinn` (rustls, `KeyLogFile` writing to SSLKEYLOGFILE) between two network
 //! namespaces, captured live with tboxscope's libpcap source and decoded back through the
 //! analyze driver (decrypted with the key log) to exactly the streams, offsets and bytes sent.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
-mod pcap_common;
+mod live_common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,8 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Duration;
 
-use pcap_common::netns::{capture_in, spawn_in, stop_capture, Lab};
-use pcap_common::Ng;
+use live_common::{capture_in, stop_capture};
 use probe_user::analyze::Analyzer;
 use probe_user::correlate::{Correlator, FrameFeed};
 use probe_user::decode::net::NetParser;
@@ -23,6 +22,8 @@ use probe_user::dissect::{gso_segment_size, Decoded, DissectConfig};
 use probe_user::engine::{Config as EngineConfig, MatchMode};
 use probe_user::source::pcap::{InterfaceSpec, LiveConfig, LiveEvent};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use tboxscope_test_support::netns::{spawn_in, Lab};
+use tboxscope_test_support::pcap::Ng;
 
 const NAME: &str = "gateway.test";
 
@@ -178,7 +179,7 @@ fn quinn_peers_captured_live_decode_to_the_sent_streams() {
     std::thread::sleep(Duration::from_millis(100));
     let msgs = sent.clone();
     spawn_in(&lab.tbox, move || {
-        client(client_addr, server_addr, cert, msgs, Duration::ZERO, None)
+        client(client_addr, server_addr, cert, msgs, Duration::ZERO, None);
     })
     .join()
     .unwrap();
@@ -318,6 +319,7 @@ fn quinn_peers_captured_live_decode_to_the_sent_streams() {
 /// message on both paths, the keep-alives paired in order.
 #[test]
 fn two_connections_one_per_path_match_by_content() {
+    const N: usize = 60;
     let keylog = key_log_file();
     let lab = Lab::new("m", 2);
     let labels = ["eth0", "eth1"];
@@ -333,7 +335,6 @@ fn two_connections_one_per_path_match_by_content() {
     };
     let (cap, mut events) = capture_in(&lab.tbox, cfg);
 
-    const N: usize = 60;
     let sent: Vec<Vec<u8>> = (0..N)
         .map(|i| {
             let mut m = vec![0x6b; 600];
@@ -366,7 +367,7 @@ fn two_connections_one_per_path_match_by_content() {
                     msgs,
                     Duration::from_millis(5),
                     Some(ready),
-                )
+                );
             })
         })
         .collect();

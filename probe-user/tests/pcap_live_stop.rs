@@ -1,9 +1,6 @@
 //! A live capture stopped while traffic still flows delivers every packet libpcap counted: with
 //! immediate mode off the kernel holds the last packets in a partly filled TPACKET_V3 block,
 //! which the capture drains at stop instead of closing the socket over it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod pcap_common;
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
-use pcap_common::netns::{spawn_in, Lab};
 use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent, PathStats};
+use tboxscope_test_support::netns::{spawn_in, Lab};
 
 /// Counts the packets of `ev` into `delivered` and keeps the latest counters in `stats`.
 fn count(ev: LiveEvent, delivered: &mut u64, stats: &mut Option<PathStats>) {
@@ -77,7 +74,7 @@ fn stop_while_traffic_flows_delivers_every_packet_libpcap_counted() {
             Ok(ev) => count(ev, &mut delivered, &mut stats),
             Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
-                assert!(Instant::now() < end, "the capture thread did not end")
+                assert!(Instant::now() < end, "the capture thread did not end");
             }
         }
     }

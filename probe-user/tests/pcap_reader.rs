@@ -1,17 +1,15 @@
 //! The offline reader against real fixtures (cross-checked with tshark), hand-built files of
 //! every format variant and link type, and truncation at every length.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod pcap_common;
+#![expect(clippy::unwrap_used)]
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
-use pcap_common::*;
 use probe_user::decode::net::{LinkType, NetParser, NetReject};
 use probe_user::source::pcap::{
     CaptureFile, CaptureReader, FileError, FileReading, Format, FormatIssue, SECRETS_TLS_KEY_LOG,
 };
+use tboxscope_test_support::pcap::*;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -63,8 +61,7 @@ fn tshark_installed() -> bool {
     std::process::Command::new("tshark")
         .arg("--version")
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+        .is_ok_and(|o| o.status.success())
 }
 
 #[test]

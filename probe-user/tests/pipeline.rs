@@ -4,19 +4,17 @@
 //! returned ones of their kind, or of another); an error while handling records stops decoding
 //! and is returned.
 #![allow(clippy::unwrap_used)]
-mod pcap_common;
-#[path = "../../decode/tests/common/mod.rs"]
-mod quic_common;
 
 use std::path::{Path, PathBuf};
 
 use etherparse::PacketBuilder;
-use pcap_common::{kcp_segment, pcap};
 use probe_user::analyze::Analyzer;
 use probe_user::dissect::DissectConfig;
 use probe_user::pipeline::decode_and_match;
 use tboxscope_decode::quic::Keylog;
 use tboxscope_engine::{Config, Engine};
+use tboxscope_test_support::pcap::{kcp_segment, pcap};
+use tboxscope_test_support::quic::{rfc9001_keylog, unhex, OneRttMix};
 
 const QUIC_FIXTURE: &str = "../../shared/fixtures/chrome-cloudflare-quic-with-secrets.pcapng";
 
@@ -135,13 +133,13 @@ fn quic_and_kcp_capture(dir: &Path, n: u64) -> (PathBuf, Keylog) {
         let p = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../decode/tests/data")
             .join(name);
-        quic_common::unhex(&std::fs::read_to_string(p).unwrap())
+        unhex(&std::fs::read_to_string(p).unwrap())
     };
     let mut frames = vec![
         udp(client, server, &initial("rfc9001-client-initial.hex")),
         udp(server, client, &initial("rfc9001-server-initial.hex")),
     ];
-    let mut mix = quic_common::OneRttMix::new();
+    let mut mix = OneRttMix::new();
     let (tbox, gateway) = (([10, 0, 0, 3], 40000), ([10, 0, 0, 4], 9000));
     let mut sn = 0;
     for i in 2..n {
@@ -179,7 +177,7 @@ fn quic_and_kcp_capture(dir: &Path, n: u64) -> (PathBuf, Keylog) {
         .collect();
     let path = dir.join("quic-and-kcp.pcap");
     std::fs::write(&path, pcap(1, true, false, &frames)).unwrap();
-    let keylog = Keylog::parse(quic_common::rfc9001_keylog().as_bytes()).unwrap();
+    let keylog = Keylog::parse(rfc9001_keylog().as_bytes()).unwrap();
     (path, keylog)
 }
 

@@ -1,5 +1,6 @@
 //! Throughput benchmark for `tboxscope analyze` and for live capture, with baselines measured in
-//! the same run. Not a test: it prints figures for BENCHMARKS.md ("analyze throughput").
+//! the same run. Not a test: it prints the figures of BENCHMARKS.md's capture-decode, engine and
+//! live-capture sections.
 //!
 //! ```text
 //! cargo build --release -p tboxscope --example analyze_bench
@@ -22,26 +23,22 @@
 //! received but never delivered. `--stop-early` stops the capture half-way, traffic still flowing.
 //!
 //! `engine` writes both captures and measures, on each, the engine's cost on top of decoding
-//! in the same run (issue 4's goal: ≤ 30 %): decode alone, decode + engine on one thread, and
-//! with the engine on its own thread as `tboxscope analyze` runs it (`cargo xtask bench` runs it),
-//! with the parts of the last: decoding and building observations, and the engine alone. Every
-//! round runs each configuration once, and each is reported by its best and its median round.
+//! in the same run (the goal in BENCHMARKS.md: ≤ 30 %): decode alone, decode + engine on one
+//! thread, and with the engine on its own thread as `tboxscope analyze` runs it (`cargo xtask
+//! bench` runs it), with the parts of the last: decoding and building observations, and the
+//! engine alone. Every round runs each configuration once, and each is reported by its best and
+//! its median round.
 //!
 //! `offline-quic` writes a QUIC capture of N packets (default 1,000,000) with its key log and
 //! times the in-process decode with 1-RTT decryption, the binary with `--keylog`, and
 //! `tshark -o tls.keylog_file:` on the same file. `write-kcp`/`write-quic PATH` only write the
 //! captures and `decode FILE [--keylog K]` only decodes (for `perf record`); `decode FILE
 //! --engine [--rounds R]` measures the correlation engine on top of decoding in the same run
-//! (the issue's ≤ 30 % goal), `decode FILE --engine-only [--messages]` runs decode + engine
-//! alone (for `perf record`), `decode FILE --engine-alone` times the engine alone on the file's
+//! (the ≤ 30 % goal), `decode FILE --engine-only [--messages]` runs decode + engine alone (for
+//! `perf record`), `decode FILE --engine-alone` times the engine alone on the file's
 //! observations decoded beforehand, `decode FILE --own-thread` runs decode + engine on its own
 //! thread alone, and `decode FILE --observations` decodes and builds the observations only.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "../../probe-user/tests/pcap_common/netns.rs"]
-mod netns;
-#[path = "../../decode/tests/common/mod.rs"]
-mod quic_common;
+#![expect(clippy::unwrap_used)]
 
 use std::io::{BufWriter, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -60,6 +57,8 @@ use probe_user::source::pcap::{
     CaptureFile, FileReading, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
 };
 use tboxscope_decode::quic::Keylog;
+use tboxscope_test_support::netns;
+use tboxscope_test_support::quic::{rfc9001_keylog, unhex, OneRttMix};
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter()
@@ -366,7 +365,7 @@ fn rfc9001_packet(name: &str) -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../decode/tests/data")
         .join(name);
-    quic_common::unhex(&std::fs::read_to_string(p).unwrap())
+    unhex(&std::fs::read_to_string(p).unwrap())
 }
 
 /// Writes a QUIC capture of `n` frames and its key log: the RFC 9001 Appendix A client and
@@ -375,7 +374,7 @@ fn rfc9001_packet(name: &str) -> Vec<u8> {
 /// full-size STREAM data client → server, 35 % ACK-only server → client (zero-length DCID), 10 %
 /// ACK + two STREAM frames. Returns the capture's size.
 fn write_quic_capture(path: &Path, keylog: &Path, n: u64) -> u64 {
-    std::fs::write(keylog, quic_common::rfc9001_keylog()).unwrap();
+    std::fs::write(keylog, rfc9001_keylog()).unwrap();
     let client = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 50000);
     let server = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 443);
     let mut w = PcapWriter::create(path);
@@ -396,7 +395,7 @@ fn write_quic_capture(path: &Path, keylog: &Path, n: u64) -> u64 {
             &rfc9001_packet("rfc9001-server-initial.hex"),
         ),
     );
-    let mut mix = quic_common::OneRttMix::new();
+    let mut mix = OneRttMix::new();
     for i in 2..n {
         let (from, to, packet) = match mix.packet(i) {
             (true, p) => (client, server, p),
@@ -738,7 +737,7 @@ fn warm_page_cache(file: &Path) -> FileReading {
     CaptureFile::open(file).unwrap().reading()
 }
 
-/// `engine [--rounds R] [--dir D]`: the issue's goal on both bench captures, written to a
+/// `engine [--rounds R] [--dir D]`: the ≤ 30 % goal on both bench captures, written to a
 /// temporary directory (or D, kept): the engine's cost on top of decoding ([`engine_overhead`]),
 /// KCP then QUIC with 1-RTT decryption.
 fn engine_goal(args: &[String]) {
@@ -767,6 +766,16 @@ fn engine_goal(args: &[String]) {
 /// in-process decode of an existing capture (for profiling); with `--engine`, the engine's cost
 /// on top of it ([`engine_overhead`]); with `--engine-only`, only decode + engine rounds.
 fn decode_only(args: &[String]) {
+    // One configuration alone, `rounds` times (for `perf record`).
+    const ALONE: [(&str, &str); 4] = [
+        (
+            "--observations",
+            "decode + observations built, each over the last",
+        ),
+        ("--engine-alone", "engine alone"),
+        ("--own-thread", "decode + engine on its own thread"),
+        ("--engine-only", "decode + engine"),
+    ];
     let file = PathBuf::from(args.get(2).expect("decode FILE"));
     let keylog: Option<PathBuf> = args
         .iter()
@@ -782,16 +791,6 @@ fn decode_only(args: &[String]) {
         engine_overhead(&file, &config, rounds);
         return;
     }
-    // One configuration alone, `rounds` times (for `perf record`).
-    const ALONE: [(&str, &str); 4] = [
-        (
-            "--observations",
-            "decode + observations built, each over the last",
-        ),
-        ("--engine-alone", "engine alone"),
-        ("--own-thread", "decode + engine on its own thread"),
-        ("--engine-only", "decode + engine"),
-    ];
     if let Some(&(flag, label)) = ALONE.iter().find(|(f, _)| args.iter().any(|a| a == f)) {
         let messages = args.iter().any(|a| a == "--messages");
         warm_page_cache(&file);

@@ -7,7 +7,13 @@
 //! `cargo run -p tboxscope --example synth_capture -- OUT.jsonl [MSG_PER_S] [SECONDS]`
 use std::io::BufWriter;
 
+use probe_user::capture::records::{
+    CongStateRecord, CwndRecord, DropsRecord, Endpoints, Record, RetransmitRecord, RtoRecord,
+    SockFields,
+};
 use probe_user::output::JsonLinesWriter;
+use probe_user::source::ebpf::event::{CaState, SocketState};
+use probe_user::source::ebpf::{KernelDrops, RetransmitKind};
 use serde_json::json;
 use tboxscope_engine::record::{
     CopyRecord, Evidence, HolIncident, HolProtocol, MessageRecord, OutageRecord, Recovery,
@@ -60,27 +66,94 @@ fn pct(mut v: Vec<u64>) -> Percentiles {
     }
 }
 
+/// The socket's figures in one TCP record; what the scenario leaves unset is 0 (no RTO).
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    rto_ms: Option<u64>,
+    backoff: u8,
+    cwnd: u32,
+    ssthresh: u32,
+    srtt_us: u32,
+}
+
+/// What a TCP record is, besides the socket's state.
+enum Tcp {
+    Cwnd,
+    Rto { timeout: u32 },
+    Retransmit { kind: RetransmitKind, seq: u32 },
+    Cong { from: CaState, to: CaState },
+}
+
+/// Writes one `tcp_*` record as `capture --json` does, with the path the socket is on.
 fn tcp(
     w: &mut JsonLinesWriter<impl std::io::Write>,
-    kind: &str,
     ts: u64,
-    fields: serde_json::Value,
+    what: Tcp,
+    ca_state: CaState,
+    f: Figures,
 ) -> anyhow::Result<()> {
     // The kernel's retransmission total at `ts` (the scenario's four retransmissions).
     let rel = ts.saturating_sub(BASE);
-    let retransmits = [3_204 * MS, 3_612 * MS, 4_428 * MS, 9 * S + MS]
+    let total = [3_204 * MS, 3_612 * MS, 4_428 * MS, 9 * S + MS]
         .iter()
         .filter(|at| rel >= **at)
         .count();
-    let mut body = json!({"src": "10.0.0.2:40000", "dst": "198.51.100.1:443", "path": "eth0",
-                          "retransmits": retransmits});
-    if let (Some(b), Some(f)) = (body.as_object_mut(), fields.as_object()) {
-        for (k, v) in f {
-            b.insert(k.clone(), v.clone());
-        }
-    }
-    w.write(kind, ts, &body)?;
+    let ends = Endpoints {
+        conn: 1,
+        src: "10.0.0.2:40000".into(),
+        dst: "198.51.100.1:443".into(),
+    };
+    let sock = SockFields {
+        rto_ms: f.rto_ms,
+        backoff: f.backoff,
+        retransmits: f.backoff,
+        total_retrans: u32::try_from(total)?,
+        cwnd: f.cwnd,
+        ssthresh: f.ssthresh,
+        srtt_us: f.srtt_us,
+        packets_out: 0,
+        lost_out: 0,
+        retrans_out: 0,
+        ca_state,
+        state: SocketState::Established,
+    };
+    let record = match what {
+        Tcp::Cwnd => Record::Cwnd(CwndRecord { ends, sock }),
+        Tcp::Rto { timeout } => Record::Rto(RtoRecord {
+            ends,
+            timeout,
+            sock,
+        }),
+        Tcp::Retransmit { kind, seq } => Record::Retransmit(RetransmitRecord {
+            ends,
+            kind,
+            segs: Some(1),
+            err: 0,
+            seq: Some(seq),
+            len: None,
+            sock,
+        }),
+        Tcp::Cong { from, to } => Record::CongState(CongStateRecord {
+            ends,
+            from,
+            to,
+            sock,
+        }),
+    };
+    let line = OnPath {
+        record: &record,
+        path: "eth0",
+    };
+    w.write(record.type_name(), ts, &line)?;
     Ok(())
+}
+
+/// A kernel TCP record with the path its socket's traffic takes, as replay reads it.
+#[derive(serde::Serialize)]
+struct OnPath<'a> {
+    #[serde(flatten)]
+    record: &'a Record,
+    path: &'a str,
 }
 
 /// Per message of the current window: eth0 latency, eth1 latency if carried, combined, winner.
@@ -115,68 +188,130 @@ fn main() -> anyhow::Result<()> {
                 cwnd = 1;
                 tcp(
                     &mut w,
-                    "tcp_cong_state",
                     tcp_next + 204 * MS,
-                    json!({"state": "loss"}),
+                    Tcp::Cong {
+                        from: CaState::Open,
+                        to: CaState::Loss,
+                    },
+                    CaState::Open,
+                    Figures::default(),
                 )?;
                 for (i, (at, rto)) in [(204u64, 204u64), (612, 408), (1428, 816)]
-                    .iter()
+                    .into_iter()
                     .enumerate()
                 {
                     let ts = tcp_next + at * MS;
+                    let figures = Figures {
+                        rto_ms: Some(rto),
+                        backoff: u8::try_from(i)?,
+                        cwnd: 1,
+                        ssthresh,
+                        srtt_us: 52000,
+                    };
+                    let timeout = u32::try_from(i + 1)?;
+                    tcp(&mut w, ts, Tcp::Rto { timeout }, CaState::Loss, figures)?;
+                    let kind = RetransmitKind::Rto;
+                    let seq = 1000;
                     tcp(
                         &mut w,
-                        "tcp_rto",
                         ts,
-                        json!({"rto_ms": rto, "backoff": i, "cwnd": 1, "ssthresh": ssthresh, "srtt_us": 52000}),
-                    )?;
-                    tcp(
-                        &mut w,
-                        "tcp_retransmit",
-                        ts,
-                        json!({"kind": "rto", "seq": 1000, "rto_ms": rto, "backoff": i, "cwnd": 1, "ssthresh": ssthresh, "srtt_us": 52000, "retransmits": i + 1}),
+                        Tcp::Retransmit { kind, seq },
+                        CaState::Loss,
+                        figures,
                     )?;
                 }
                 tcp(
                     &mut w,
-                    "tcp_cong_state",
                     tcp_next + 1480 * MS,
-                    json!({"state": "open", "cwnd": 2, "ssthresh": ssthresh}),
+                    Tcp::Cong {
+                        from: CaState::Loss,
+                        to: CaState::Open,
+                    },
+                    CaState::Loss,
+                    Figures {
+                        cwnd: 2,
+                        ssthresh,
+                        ..Figures::default()
+                    },
                 )?;
             } else if rel == 9 * S {
                 ssthresh = cwnd * 7 / 10;
                 cwnd = ssthresh;
+                let figures = Figures {
+                    cwnd,
+                    ssthresh,
+                    ..Figures::default()
+                };
                 tcp(
                     &mut w,
-                    "tcp_cong_state",
                     tcp_next,
-                    json!({"state": "recovery", "cwnd": cwnd, "ssthresh": ssthresh}),
+                    Tcp::Cong {
+                        from: CaState::Open,
+                        to: CaState::Recovery,
+                    },
+                    CaState::Open,
+                    figures,
                 )?;
                 tcp(
                     &mut w,
-                    "tcp_retransmit",
                     tcp_next + MS,
-                    json!({"kind": "fast", "seq": 91000, "rto_ms": 204, "backoff": 0, "cwnd": cwnd, "ssthresh": ssthresh, "srtt_us": 50000, "retransmits": 4}),
+                    Tcp::Retransmit {
+                        kind: RetransmitKind::Fast,
+                        seq: 91000,
+                    },
+                    CaState::Recovery,
+                    Figures {
+                        rto_ms: Some(204),
+                        backoff: 0,
+                        srtt_us: 50000,
+                        ..figures
+                    },
                 )?;
                 tcp(
                     &mut w,
-                    "tcp_cong_state",
                     tcp_next + 60 * MS,
-                    json!({"state": "open", "cwnd": cwnd, "ssthresh": ssthresh}),
+                    Tcp::Cong {
+                        from: CaState::Recovery,
+                        to: CaState::Open,
+                    },
+                    CaState::Recovery,
+                    figures,
                 )?;
             } else if !(3 * S..3 * S + 1500 * MS).contains(&rel) {
                 cwnd = (cwnd + 2).min(60);
             }
+            let srtt_us = 50000 + u32::try_from(rng.next() % 4000)?;
+            let in_loss = (3 * S + 204 * MS..3 * S + 1480 * MS).contains(&rel);
+            let ca = if in_loss {
+                CaState::Loss
+            } else {
+                CaState::Open
+            };
             tcp(
                 &mut w,
-                "tcp_cwnd",
                 tcp_next,
-                json!({"cwnd": cwnd, "ssthresh": ssthresh, "srtt_us": 50000 + (rng.next() % 4000), "rto_ms": 204, "backoff": 0}),
+                Tcp::Cwnd,
+                ca,
+                Figures {
+                    rto_ms: Some(204),
+                    backoff: 0,
+                    cwnd,
+                    ssthresh,
+                    srtt_us,
+                },
             )?;
             tcp_next += 250 * MS;
         }
         if rate <= 1000 && t == BASE + 10 * S {
-            w.write("drops", t, &json!({"ring_buffer": 3}))?;
+            let drops = DropsRecord {
+                kernel: KernelDrops {
+                    ring_full: 3,
+                    read_failed: 0,
+                },
+                decode_rejected: 0,
+                evicted: 0,
+            };
+            w.write("drops", t, &drops)?;
         }
         // One message dual-sent on both paths.
         let in_outage = (outage.0..outage.1).contains(&t);

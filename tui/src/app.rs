@@ -276,7 +276,7 @@ impl App {
             Action::Quit => self.quit = true,
             Action::NextScreen => self.switch((self.screen.index() + 1) % Screen::ALL.len()),
             Action::PrevScreen => {
-                self.switch((self.screen.index() + Screen::ALL.len() - 1) % Screen::ALL.len())
+                self.switch((self.screen.index() + Screen::ALL.len() - 1) % Screen::ALL.len());
             }
             Action::GoTo(screen) => self.switch(screen.index()),
             Action::Up => self.move_by(-1),

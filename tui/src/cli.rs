@@ -66,6 +66,19 @@ pub enum Command {
     Replay(ReplayArgs),
 }
 
+impl Command {
+    /// The subcommand's name as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Doctor(_) => "doctor",
+            Command::Capture(_) => "capture",
+            Command::Analyze(_) => "analyze",
+            Command::Lab(_) => "lab",
+            Command::Replay(_) => "replay",
+        }
+    }
+}
+
 /// `tboxscope lab`.
 #[derive(Debug, Args)]
 pub struct LabArgs {
@@ -184,6 +197,10 @@ pub struct LabRunArgs {
 /// `tboxscope doctor`.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
+    /// Interface live mode would capture, as IFACE or IFACE=LABEL (repeatable; default eth0
+    /// and eth1), checked as `sudo tboxscope -i …` checks it.
+    #[arg(short = 'i', long = "interface", value_name = "IFACE[=LABEL]")]
+    pub interfaces: Vec<String>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -276,7 +293,7 @@ pub struct AnalyzeArgs {
     #[arg(long)]
     pub packets: bool,
     /// With --packets, also emit a `udp_datagram` line for UDP that no decoder recognised.
-    #[arg(long)]
+    #[arg(long, requires = "packets")]
     pub unknown_udp: bool,
     #[command(flatten)]
     pub timeout: TimeoutArgs,
@@ -514,12 +531,41 @@ fn parse_app_id(s: &str) -> Result<probe_user::engine::AppIdRule, String> {
         Some("le") => true,
         Some(_) => return Err(bad()),
     };
-    if !(1..=8).contains(&width) || parts.next().is_some() {
+    if parts.next().is_some() {
         return Err(bad());
+    }
+    if !(1..=8).contains(&width) {
+        return Err(format!(
+            "the id's WIDTH must be 1 to 8 bytes (an integer of up to 64 bits), got {width} in {s:?}"
+        ));
     }
     Ok(probe_user::engine::AppIdRule {
         offset,
         width,
         little_endian,
     })
+}
+
+/// Refuses a file named twice (the same file by any path): it would be taken for two captures
+/// of the same traffic, i.e. the two ends of one path.
+pub fn refuse_repeated_files(files: &[PathBuf]) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen: Vec<((u64, u64), &PathBuf)> = Vec::new();
+    for f in files {
+        // A file that cannot be read is reported by the reader, with its own reason.
+        let Ok(meta) = std::fs::metadata(f) else {
+            continue;
+        };
+        let id = (meta.dev(), meta.ino());
+        if let Some((_, first)) = seen.iter().find(|(i, _)| *i == id) {
+            anyhow::bail!(
+                "{} and {} are the same file: each capture is given once (two captures of one \
+                 path are two files, e.g. one taken at each end)",
+                first.display(),
+                f.display()
+            );
+        }
+        seen.push((id, f));
+    }
+    Ok(())
 }

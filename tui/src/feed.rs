@@ -12,7 +12,7 @@ use probe_user::source::pcap::live::LivePacket;
 use tboxscope_engine::input::{PacketMeta, TcpSegment};
 
 use crate::app::Request;
-use crate::kerneltcp::TcpMessage;
+use crate::kerneltcp::{TcpDrops, TcpMessage};
 use crate::source::SnapshotFeed;
 
 /// How far the idle clock stays behind the wall clock (packets still buffered by libpcap).
@@ -26,7 +26,7 @@ pub struct EngineFeed {
     keylog_len: u64,
     decoded: Vec<DecodedPacket>,
     pcap_dropped: Vec<u64>,
-    ring_dropped: u64,
+    tcp_dropped: TcpDrops,
     tcp_status: String,
 }
 
@@ -46,7 +46,7 @@ impl EngineFeed {
             keylog_len: 0,
             decoded: Vec::with_capacity(16),
             pcap_dropped: vec![0; points],
-            ring_dropped: 0,
+            tcp_dropped: TcpDrops::default(),
             tcp_status: String::new(),
         }
     }
@@ -110,7 +110,7 @@ impl EngineFeed {
         match message {
             TcpMessage::Event(e) => self.correlator.engine_mut().handle(Observation::Tcp(*e)),
             TcpMessage::Status(s) => self.tcp_status = s,
-            TcpMessage::Dropped(n) => self.ring_dropped = n,
+            TcpMessage::Dropped(d) => self.tcp_dropped = d,
         }
     }
 
@@ -144,12 +144,32 @@ impl EngineFeed {
         engine.drain_records().for_each(drop);
         let mut snapshot = engine.snapshot();
         snapshot.health.pcap_dropped = self.pcap_dropped.iter().sum();
-        snapshot.health.ring_buffer_dropped = self.ring_dropped;
+        snapshot.health.ring_buffer_dropped = self.tcp_dropped.ring_buffer;
+        snapshot.health.tcp_events_dropped = self.tcp_dropped.undelivered;
         snapshot.health.decrypt_failures = self.dissector.quic_stats().not_decrypted.values().sum();
         if !self.tcp_status.is_empty() {
             snapshot.health.inferences.push(self.tcp_status.clone());
         }
+        if let Some(note) = self.keylog_note(snapshot.health.decrypt_failures) {
+            snapshot.health.inferences.push(note);
+        }
         feed.publish(snapshot);
+    }
+
+    /// What the health line says about the QUIC key log: none given while packets stay
+    /// encrypted, or a named one that does not exist (yet).
+    fn keylog_note(&self, undecrypted: u64) -> Option<String> {
+        match &self.keylog {
+            None if undecrypted > 0 => Some(format!(
+                "QUIC: {undecrypted} packets not decrypted: no key log given (--keylog FILE, \
+                 the SSLKEYLOGFILE the QUIC client writes)"
+            )),
+            Some(path) if self.keylog_len == 0 && !path.exists() => Some(format!(
+                "QUIC key log {} does not exist (yet): QUIC stays encrypted until it does",
+                path.display()
+            )),
+            _ => None,
+        }
     }
 
     /// Loads what the peers appended to the key log since the last look (a `stat` when

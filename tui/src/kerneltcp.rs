@@ -1,7 +1,8 @@
 //! The kernel's TCP view for the live UIs: the eBPF TCP probes (the same ones `tboxscope
 //! capture` loads) read on a thread of their own, each record turned into an engine
-//! [`TcpEvent`] through the `tcp_*` capture schema (so live, replay and `lab run` read TCP
-//! alike), with the socket's path named by its local address.
+//! [`TcpEvent`] by [`Record::engine_event`] (as replay turns a recorded one: live, replay and
+//! `lab run` read TCP alike), with the socket's path named by its local address. Every event
+//! lost on the way is counted ([`TcpDrops`]) and reported with the others.
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,11 +10,10 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
+use probe_user::capture::records::Record;
 use probe_user::capture::watch::TcpWatch;
 use probe_user::source::ebpf::{HookState, ProbeOptions};
 use tboxscope_engine::input::TcpEvent;
-
-use crate::replay::tcp as tcp_record;
 
 /// What the TCP probe thread reports.
 #[derive(Debug)]
@@ -22,8 +22,64 @@ pub enum TcpMessage {
     Event(Box<TcpEvent>),
     /// The probes' state, for the health panel (`TCP probes: 4/4 hooks attached`).
     Status(String),
-    /// Kernel events lost so far.
-    Dropped(u64),
+    /// Events lost so far.
+    Dropped(TcpDrops),
+}
+
+/// Kernel TCP events lost on their way to the engine, counted since the probes started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpDrops {
+    /// Lost in the kernel: ring buffer full, failed reads.
+    pub ring_buffer: u64,
+    /// Read but not given to the engine: refused by the decoder, not convertible to an
+    /// engine event, or the queue to the UI full.
+    pub undelivered: u64,
+}
+
+impl TcpDrops {
+    /// Every event lost.
+    pub fn total(&self) -> u64 {
+        self.ring_buffer.saturating_add(self.undelivered)
+    }
+}
+
+/// Capture records → engine events on the queue to the UI, counting each one that does not
+/// get there (not convertible, queue full).
+pub struct Forward<'a> {
+    tx: &'a Sender<TcpMessage>,
+    local: &'a [(IpAddr, String)],
+    /// Events not converted or not queued.
+    pub undelivered: u64,
+}
+
+impl<'a> Forward<'a> {
+    /// Forwards to `tx`, naming each socket's path by its local address in `local`.
+    pub fn new(tx: &'a Sender<TcpMessage>, local: &'a [(IpAddr, String)]) -> Self {
+        Self {
+            tx,
+            local,
+            undelivered: 0,
+        }
+    }
+
+    /// Converts `record` (at Unix time `ts_ns`) and queues it without waiting.
+    pub fn record(&mut self, ts_ns: u64, record: &Record) {
+        let Ok(mut event) = record.engine_event(ts_ns) else {
+            self.undelivered += 1;
+            return;
+        };
+        let ip = event.local.ip();
+        if let Some((_, label)) = self.local.iter().find(|(local, _)| *local == ip) {
+            label.clone_into(&mut event.path);
+        }
+        if self
+            .tx
+            .try_send(TcpMessage::Event(Box::new(event)))
+            .is_err()
+        {
+            self.undelivered += 1;
+        }
+    }
 }
 
 /// The probe thread: its messages, and a stop flag that ends it within 100 ms.
@@ -99,35 +155,84 @@ fn tcp_loop(
         ));
     }
     let _ = tx.send(TcpMessage::Status(status));
-    let path_of = |text: Option<&serde_json::Value>| -> Option<String> {
-        let addr: std::net::SocketAddr = text?.as_str()?.parse().ok()?;
-        local
-            .iter()
-            .find(|(ip, _)| *ip == addr.ip())
-            .map(|(_, label)| label.clone())
+    let mut forward = Forward::new(tx, local);
+    let mut reported = TcpDrops::default();
+    let mut report = |watch: &TcpWatch, undelivered: u64| {
+        let drops = TcpDrops {
+            ring_buffer: watch.drops().total(),
+            undelivered: undelivered.saturating_add(watch.rejected()),
+        };
+        // The counts are cumulative: when the queue is full, the next turn sends them again.
+        if drops != reported && tx.try_send(TcpMessage::Dropped(drops)).is_ok() {
+            reported = drops;
+        }
     };
-    let mut last_dropped = 0;
     while !stop.load(Ordering::Relaxed) {
         let polled = watch.poll(Duration::from_millis(100), &mut |ts, record| {
-            let Ok(serde_json::Value::Object(mut map)) = serde_json::to_value(record) else {
-                return;
-            };
-            if let Some(path) = path_of(map.get("src")) {
-                map.insert("path".into(), path.into());
-            }
-            if let Ok(event) = tcp_record::event(record.type_name(), ts, &map) {
-                let _ = tx.try_send(TcpMessage::Event(Box::new(event)));
-            }
+            forward.record(ts, record);
         });
         if let Err(e) = polled {
             let _ = tx.send(TcpMessage::Status(format!("TCP probes stopped: {e}")));
-            return;
+            break;
         }
-        let drops = watch.drops();
-        let dropped = drops.ring_full.saturating_add(drops.read_failed);
-        if dropped != last_dropped {
-            last_dropped = dropped;
-            let _ = tx.try_send(TcpMessage::Dropped(dropped));
-        }
+        report(&watch, forward.undelivered);
+    }
+    report(&watch, forward.undelivered);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use probe_user::capture::records::{CwndRecord, Endpoints, SockFields};
+    use probe_user::source::ebpf::event::{CaState, SocketState};
+
+    use super::*;
+
+    fn cwnd(src: &str) -> Record {
+        Record::Cwnd(CwndRecord {
+            ends: Endpoints {
+                conn: 1,
+                src: Arc::from(src),
+                dst: Arc::from("192.0.2.1:443"),
+            },
+            sock: SockFields {
+                rto_ms: Some(204),
+                backoff: 0,
+                retransmits: 0,
+                total_retrans: 0,
+                cwnd: 10,
+                ssthresh: 7,
+                srtt_us: 50_000,
+                packets_out: 0,
+                lost_out: 0,
+                retrans_out: 0,
+                ca_state: CaState::Open,
+                state: SocketState::Established,
+            },
+        })
+    }
+
+    #[test]
+    fn events_not_converted_or_not_queued_are_counted() {
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        let local = [("10.0.0.2".parse().unwrap(), "eth0".to_owned())];
+        let mut forward = Forward::new(&tx, &local);
+        forward.record(1, &cwnd("10.0.0.2:40000"));
+        forward.record(2, &cwnd("not an address"));
+        forward.record(3, &cwnd("10.0.0.3:40000"));
+        forward.record(4, &cwnd("10.0.0.2:40001"));
+        assert_eq!(
+            forward.undelivered, 2,
+            "one not converted, one on a full queue"
+        );
+        let paths: Vec<String> = rx
+            .try_iter()
+            .filter_map(|m| match m {
+                TcpMessage::Event(e) => Some(e.path),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(paths, ["eth0", "-"]);
     }
 }

@@ -6,6 +6,7 @@ pub mod feed;
 pub mod input;
 pub mod kerneltcp;
 pub mod labcap;
+pub mod options;
 pub mod replay;
 pub mod source;
 pub mod terminal;

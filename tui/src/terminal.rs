@@ -2,7 +2,7 @@
 //! guard's `Drop`), a panic (a hook restores before the panic message is printed, so the message
 //! lands on a normal screen), and SIGINT/SIGTERM/SIGHUP (flags the UI loop polls; it then returns
 //! and the guard restores).
-use std::io::{self, Stdout, Write};
+use std::io::{self, IsTerminal, Stdout, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once};
 
@@ -27,6 +27,19 @@ pub fn restore() {
     }
 }
 
+/// Refuses to start the UI when standard output is not a terminal (a pipe, a file, a CI
+/// log): the UI would write escape codes there. The error names the commands that write text.
+pub fn require_terminal() -> anyhow::Result<()> {
+    if io::stdout().is_terminal() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "the terminal UI needs a terminal, and standard output is not one (a pipe or a file). \
+         For text, use `tboxscope analyze FILE…` (a report of pcap/pcapng captures or a \
+         recording), or `tboxscope capture --json FILE` (the kernel's TCP events as JSON Lines)"
+    )
+}
+
 /// Owns the terminal while the UI runs; dropping it restores the terminal.
 pub struct TerminalGuard {
     /// Set when SIGINT, SIGTERM or SIGHUP arrived; the UI loop checks it every tick.
@@ -38,6 +51,7 @@ impl TerminalGuard {
     /// Enters raw mode and the alternate screen and installs the panic hook and signal flags.
     /// On failure the terminal is already restored and the error says what failed.
     pub fn enter() -> anyhow::Result<(Self, Tty)> {
+        require_terminal()?;
         install_panic_hook();
         let stop = Arc::new(AtomicBool::new(false));
         let mut signal_ids = Vec::new();

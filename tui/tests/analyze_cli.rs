@@ -1,6 +1,6 @@
 //! `tboxscope analyze` end to end on the shared fixtures: JSON Lines per packet, the summary,
 //! paths, the readable report, and errors that name the file and the line or offset.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -319,8 +319,17 @@ fn a_write_error_is_said_once_and_a_closed_pipe_ends_quietly() {
     // ~6 KB), so the child meets the closed pipe whichever way the race goes.
     let file = f.to_str().unwrap();
     let json = vec!["analyze", "--json", "-", "--packets", file];
+    // 30 copies (the same file given twice is refused).
+    let dir = tempfile::tempdir().unwrap();
+    let copies: Vec<String> = (0..30)
+        .map(|i| {
+            let c = dir.path().join(format!("kcp{i}.pcap"));
+            std::fs::copy(&f, &c).unwrap();
+            c.display().to_string()
+        })
+        .collect();
     let mut report = vec!["analyze"];
-    report.extend(std::iter::repeat_n(file, 30));
+    report.extend(copies.iter().map(String::as_str));
     for args in [json, report] {
         let (mut stdout, writer) = std::io::pipe().unwrap();
         // SAFETY: F_SETPIPE_SZ on a pipe this test owns, before anything is written to it; no

@@ -2,10 +2,7 @@
 //! clock 300 ms ahead): what tboxscope infers by itself (pairs, hosts, the clock offset, the
 //! matching mode), and what flags state instead (`--pair`, `--host`, `--clock-offset`,
 //! `--match`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "../../probe-user/tests/pcap_common/mod.rs"]
-mod pcap_common;
+#![expect(clippy::unwrap_used)]
 
 mod four_captures;
 

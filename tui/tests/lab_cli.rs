@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 //! `tboxscope lab up|status|outage|down` end to end with detached delay-line processes, and
 //! `down` cleaning up after a crash. Needs root (network namespaces).
 use std::process::Command;

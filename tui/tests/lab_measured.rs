@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 //! tboxscope measures a real lab run itself — libpcap on both ends of both paths inside the
 //! lab's namespaces, QUIC decrypted with the run's key log, the eBPF TCP probes on the TCP
 //! baseline's socket, the engine — and its figures are checked against the peers' own ground

@@ -4,10 +4,7 @@
 //! and the outage must show; a seek back rebuilds the state from the first packet. Then the
 //! four captures of `four_captures` (both ends of both paths) with statements about them
 //! (`--clock-offset` and the like), applied on every pass as `analyze` applies them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "../../probe-user/tests/pcap_common/mod.rs"]
-mod pcap_common;
+#![expect(clippy::unwrap_used)]
 
 mod four_captures;
 
@@ -23,6 +20,7 @@ use tboxscope::replay::{self, PacketSettings, PlayOptions};
 use tboxscope::source::SnapshotSource;
 use tboxscope_engine::snapshot::Snapshot;
 use tboxscope_engine::{FlowSelector, MatchMode, ModeOverride};
+use tboxscope_test_support::pcap;
 
 const MESSAGES: u32 = 600; // 12 s at 50 messages/s
 const OUTAGE: std::ops::Range<u64> = 4_000 * MS..9_000 * MS; // eth0 silent (after T0)
@@ -42,17 +40,17 @@ fn write_captures(dir: &Path) -> Vec<PathBuf> {
                 continue;
             }
             let ts = (sent / MS) as u32;
-            let push = pcap_common::kcp_segment(7, 81, 0, 128, ts, sn, sn, &payload);
+            let push = pcap::kcp_segment(7, 81, 0, 128, ts, sn, sn, &payload);
             let frame = udp(tbox[path], gateway, 40_000, 7_101, &push);
             packets.push((sent, frame.len() as u32, frame));
             let acked = sent + RTT_MS[path] * MS;
-            let ack = pcap_common::kcp_segment(7, 82, 0, 128, ts, sn, sn + 1, &[]);
+            let ack = pcap::kcp_segment(7, 82, 0, 128, ts, sn, sn + 1, &[]);
             let frame = udp(gateway, tbox[path], 7_101, 40_000, &ack);
             packets.push((acked, frame.len() as u32, frame));
         }
         packets.sort_by_key(|p| p.0);
         let file = dir.join(format!("t-eth{path}.pcap"));
-        std::fs::write(&file, pcap_common::pcap(1, true, false, &packets)).unwrap();
+        std::fs::write(&file, pcap::pcap(1, true, false, &packets)).unwrap();
         files.push(file);
     }
     files
@@ -153,17 +151,40 @@ fn two_pcap_files_replay_as_two_paths_with_latency_redundancy_and_the_outage() {
     drop(player);
 }
 
+/// Replay reads what `analyze` reads: a capture cut inside its last record is replayed up to
+/// the cut (the health panel says where it broke); one broken before its first packet, or
+/// mixed with JSON Lines, is refused before the UI starts.
 #[test]
-fn a_broken_capture_is_refused_before_the_ui_starts() {
+fn a_cut_capture_replays_up_to_the_cut_and_a_broken_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let good = write_captures(dir.path()).remove(0);
-    let bad = dir.path().join("cut.pcap");
+    let cut = dir.path().join("cut.pcap");
     let bytes = std::fs::read(&good).unwrap();
-    std::fs::write(&bad, &bytes[..bytes.len() - 7]).unwrap();
-    let err = replay::start(&[bad], PlayOptions::default(), PacketSettings::default())
+    std::fs::write(&cut, &bytes[..bytes.len() - 1]).unwrap();
+    let options = PlayOptions {
+        speed: 64.0,
+        ..PlayOptions::default()
+    };
+    let (player, mut source) =
+        replay::start(&[cut], options, PacketSettings::default()).expect("a cut capture plays");
+    let snap = final_snapshot(&mut source);
+    let packets = 2 * u64::from(MESSAGES) - (OUTAGE.end - OUTAGE.start) / (20 * MS) * 2;
+    let note = format!("{} packets in 1 file(s)", packets - 1);
+    let notes = &snap.health.inferences;
+    assert!(notes.iter().any(|n| n.contains(&note)), "{notes:?}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("cut.pcap") && n.contains("truncated")),
+        "{notes:?}"
+    );
+    drop(player);
+    let broken = dir.path().join("broken.pcap");
+    std::fs::write(&broken, &bytes[..24 + 10]).unwrap();
+    let err = replay::start(&[broken], PlayOptions::default(), PacketSettings::default())
         .err()
-        .expect("a truncated capture is an error");
-    assert!(err.to_string().contains("cut.pcap"), "{err}");
+        .expect("a capture broken before its first packet is an error");
+    assert!(err.to_string().contains("broken.pcap"), "{err}");
     let jsonl = dir.path().join("x.jsonl");
     std::fs::write(&jsonl, "{}\n").unwrap();
     let err = replay::start(

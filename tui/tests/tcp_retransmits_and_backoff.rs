@@ -1,13 +1,15 @@
 //! End to end, as root: real TCP between two namespaces, loss forced by nftables in the
 //! receiver's namespace, `tboxscope capture` watching; its numbers are compared with the
 //! kernel's own (`ss -tin`, `nstat`).
-#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+#![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tboxscope_engine::input::CongState;
 use tcp_common::*;
 
 fn u(v: &Value) -> u64 {
@@ -15,11 +17,8 @@ fn u(v: &Value) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
-    if !is_root() {
-        eprintln!("skipped: needs root (CI runs as root)");
-        return;
-    }
     let net = NetnsPair::new();
     let port = net.port.to_string();
     let cap = Capture::start("loss", &["--port", &port, "--cwnd-interval", "50ms"]);
@@ -263,6 +262,52 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
     );
     assert_eq!(u(&next["rto_ms"]) as f64, quiet_ss.rto_ms);
     assert_eq!(u(&next["backoff"]), u64::from(quiet_ss.backoff));
+
+    // --- replay reads every TCP record the capture wrote ---
+    replay_shows_the_capture(&all, &local);
+}
+
+/// Replays the capture's lines: no TCP record skipped, the socket's congestion states
+/// (Loss in the blackhole, Open after it) and its closing state in the replayed view.
+fn replay_shows_the_capture(all: &[Value], local: &str) {
+    let text: String = all.iter().map(|l| format!("{l}\n")).collect();
+    let recording = tboxscope::replay::load::parse(text.as_bytes());
+    let skipped = recording.skipped_text();
+    assert!(!skipped.contains("tcp_"), "TCP records skipped: {skipped}");
+    let tcp_lines = all
+        .iter()
+        .filter(|l| l["type"].as_str().is_some_and(|t| t.starts_with("tcp_")))
+        .count();
+    let tcp_items = recording
+        .items
+        .iter()
+        .filter(|t| matches!(t.item, tboxscope::replay::load::Item::Tcp(_)))
+        .count();
+    assert_eq!(tcp_items, tcp_lines);
+    let end = recording.end_ns();
+    let mut player = tboxscope::replay::Player::new(
+        recording,
+        tboxscope::replay::PlayOptions {
+            paused: true,
+            ..Default::default()
+        },
+    );
+    player.seek_to(end);
+    let snap = player.snapshot();
+    let socket = snap
+        .flows
+        .tcp
+        .iter()
+        .find(|t| t.socket.contains(local))
+        .unwrap_or_else(|| panic!("{local} not among {:?}", snap.flows.tcp));
+    let states: Vec<CongState> = socket.cong_changes.iter().map(|(_, s)| *s).collect();
+    assert!(states.contains(&CongState::Loss), "{states:?}");
+    assert_eq!(states.last(), Some(&CongState::Open), "{states:?}");
+    assert!(
+        ["FIN_WAIT1", "FIN_WAIT2", "TIME_WAIT", "CLOSE"].contains(&socket.state.as_str()),
+        "state {}",
+        socket.state
+    );
 }
 
 fn unix_ns() -> u64 {

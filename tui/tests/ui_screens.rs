@@ -1,8 +1,8 @@
-//! Whole-screen snapshot tests of every screen at 80×24 and 200×60, drawn by the real renderer
+//! Whole-screen snapshot tests of every screen at 80×24, 140×45 and 200×60, drawn by the real renderer
 //! from snapshots the replay builds out of a checked-in recording (`fixtures/two-path.jsonl`,
 //! written by `examples/synth_capture.rs`): two paths, a 5 s outage of eth1 from +6 s to +11 s,
 //! TCP/KCP/QUIC head-of-line incidents, a TCP socket going through an RTO backoff ladder.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
 use std::path::Path;
 
@@ -14,7 +14,7 @@ use tboxscope::replay::{load, PlayOptions, Player};
 use tboxscope::view::{self, SourceStatus, Theme};
 use tboxscope_engine::snapshot::Snapshot;
 
-const SIZES: [(u16, u16); 2] = [(80, 24), (200, 60)];
+const SIZES: [(u16, u16); 3] = [(80, 24), (140, 45), (200, 60)];
 
 fn snapshot_at(secs: f64) -> Snapshot {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/two-path.jsonl");
@@ -39,21 +39,51 @@ fn status() -> SourceStatus {
     }
 }
 
-fn draw(app: &App, snap: &Snapshot, (w, h): (u16, u16), theme: Theme) -> Terminal<TestBackend> {
+fn draw(app: &App, snap: &Snapshot, size: (u16, u16), theme: Theme) -> Terminal<TestBackend> {
+    draw_from(&status(), app, snap, size, theme)
+}
+
+fn draw_from(
+    status: &SourceStatus,
+    app: &App,
+    snap: &Snapshot,
+    (w, h): (u16, u16),
+    theme: Theme,
+) -> Terminal<TestBackend> {
     let mut terminal = Terminal::new(TestBackend::new(w, h)).unwrap();
     terminal
         .draw(|frame| {
-            view::render(frame, app, snap, &status(), &theme);
+            view::render(frame, app, snap, status, &theme);
         })
         .unwrap();
     terminal
 }
 
 fn check(name: &str, app: &App, snap: &Snapshot) {
+    check_from(&status(), name, app, snap);
+}
+
+fn check_from(status: &SourceStatus, name: &str, app: &App, snap: &Snapshot) {
     for size in SIZES {
-        let terminal = draw(app, snap, size, Theme { color: true });
+        let terminal = draw_from(status, app, snap, size, Theme { color: true });
         insta::assert_snapshot!(format!("{name}_{}x{}", size.0, size.1), terminal.backend());
     }
+}
+
+/// The text of the whole screen, rows joined by newlines.
+fn text(terminal: &Terminal<TestBackend>) -> String {
+    let buffer = terminal.backend().buffer();
+    let width = usize::from(buffer.area.width);
+    buffer
+        .content()
+        .chunks(width)
+        .map(|row| {
+            row.iter()
+                .map(ratatui::buffer::Cell::symbol)
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn on(screen: Screen) -> App {
@@ -134,11 +164,135 @@ fn help_overlay() {
 fn empty_snapshot_draws_everywhere() {
     let snap = Snapshot::default();
     for screen in Screen::ALL {
-        for size in [(80, 24), (200, 60), (20, 5)] {
+        for size in [(80, 24), (140, 45), (200, 60), (20, 5)] {
             draw(&on(screen), &snap, size, Theme { color: true });
         }
     }
     check("overview_empty", &on(Screen::Overview), &snap);
+}
+
+/// Every screen says what to do when it has nothing to show, at every size.
+#[test]
+fn empty_states_say_what_to_do() {
+    let snap = Snapshot::default();
+    check("flows_empty", &on(Screen::Flows), &snap);
+    check("tcp_empty", &on(Screen::Tcp), &snap);
+    check("incidents_empty", &on(Screen::Incidents), &snap);
+    check("events_empty", &on(Screen::Events), &snap);
+    let pcap = SourceStatus {
+        source: "replay tbox-eth0.pcap + tbox-eth1.pcap".to_owned(),
+        position: Some("⏸ 1x 0.00s/27.1s".to_owned()),
+        problem: None,
+    };
+    check_from(&pcap, "tcp_empty_pcap_replay", &on(Screen::Tcp), &snap);
+    let screen = text(&draw_from(
+        &pcap,
+        &on(Screen::Tcp),
+        &snap,
+        (140, 45),
+        Theme { color: false },
+    ));
+    assert!(
+        screen.contains("a pcap replay has no kernel events"),
+        "{screen}"
+    );
+    assert!(screen.contains("capture --json"), "{screen}");
+    let live = SourceStatus {
+        source: "live eth0 + eth1".to_owned(),
+        ..SourceStatus::default()
+    };
+    let screen = text(&draw_from(
+        &live,
+        &on(Screen::Tcp),
+        &snap,
+        (140, 45),
+        Theme { color: false },
+    ));
+    assert!(
+        screen.contains("no TCP socket on the paths yet"),
+        "{screen}"
+    );
+    assert!(screen.contains("tboxscope doctor"), "{screen}");
+}
+
+/// A filter that hides every row says so, on every list screen.
+#[test]
+fn no_match_for_the_filter_says_so() {
+    let snap = snapshot_at(16.0);
+    for screen in [
+        Screen::Flows,
+        Screen::Tcp,
+        Screen::Incidents,
+        Screen::Events,
+    ] {
+        let mut app = on(screen);
+        for c in "xy".chars() {
+            app.apply(Action::FilterChar(c));
+        }
+        app.apply(Action::FilterAccept);
+        let screen_text = text(&draw(&app, &snap, (80, 24), Theme { color: false }));
+        assert!(
+            screen_text.contains("no match for filter /xy"),
+            "{screen:?}:\n{screen_text}"
+        );
+    }
+    let mut app = on(Screen::Flows);
+    for c in "xy".chars() {
+        app.apply(Action::FilterChar(c));
+    }
+    app.apply(Action::FilterAccept);
+    check("flows_no_match", &app, &snap);
+}
+
+/// Flow names (addresses and ports) and path labels are never cut, at 80 columns too; the
+/// sorted column carries ▼, and the footer's sort and filter fit at 80 and 140 columns.
+#[test]
+fn names_whole_sort_marked_footer_fits() {
+    let snap = snapshot_at(8.5);
+    for width in [80, 140] {
+        let mut app = on(Screen::Flows);
+        for c in "tcp".chars() {
+            app.apply(Action::FilterChar(c));
+        }
+        app.apply(Action::FilterAccept);
+        let screen = text(&draw(&app, &snap, (width, 24), Theme { color: false }));
+        assert!(
+            screen.contains("10.0.0.2:40000 → 198.51.100.1:443"),
+            "{screen}"
+        );
+        assert!(screen.contains("Pkts▼"), "{screen}");
+        let footer = screen.lines().last().unwrap();
+        assert!(
+            footer.contains("[/tcp]") && footer.contains("sort: packets"),
+            "{footer}"
+        );
+    }
+    let screen = text(&draw(
+        &on(Screen::Incidents),
+        &snapshot_at(16.0),
+        (80, 24),
+        Theme { color: false },
+    ));
+    assert!(
+        screen.contains("HOL tcp  10.0.0.2:40000 → 198.51.100.1:443")
+            && !screen.contains("tcp tcp"),
+        "{screen}"
+    );
+}
+
+/// A path's two loss figures are both there, each named for what it counts.
+#[test]
+fn path_panels_name_both_loss_figures() {
+    let screen = text(&draw(
+        &on(Screen::Overview),
+        &snapshot_at(16.0),
+        (80, 24),
+        Theme { color: false },
+    ));
+    assert!(
+        screen.contains("msgs not carried 31.2% · re-sent 0.0%"),
+        "{screen}"
+    );
 }
 
 fn colors(terminal: &Terminal<TestBackend>) -> Vec<Color> {
@@ -169,4 +323,35 @@ fn no_color_uses_no_colour_and_colour_uses_only_the_16() {
             "{screen:?} uses more than the 16 ANSI colours"
         );
     }
+}
+
+/// A path coming back is good news: drawn in the ok colour, labelled `ok`, not as a warning.
+#[test]
+fn path_back_is_good_news() {
+    use tboxscope_engine::snapshot::{EventLine, Severity};
+    let mut snap = Snapshot::default();
+    snap.events.push(EventLine {
+        ts_ns: 1_000_000_000,
+        severity: Severity::Warn,
+        text: "path eth1 back after 5.000 s of outage".to_owned(),
+    });
+    let terminal = draw(&on(Screen::Events), &snap, (80, 24), Theme { color: true });
+    let screen = text(&terminal);
+    let row = screen
+        .lines()
+        .position(|l| l.contains("back after"))
+        .unwrap();
+    assert!(
+        screen.lines().nth(row).unwrap().contains(" ok "),
+        "{screen}"
+    );
+    let buffer = terminal.backend().buffer();
+    let col = screen
+        .lines()
+        .nth(row)
+        .unwrap()
+        .chars()
+        .position(|c| c == 'p')
+        .unwrap();
+    assert_eq!(buffer[(col as u16, row as u16)].fg, Color::Green);
 }

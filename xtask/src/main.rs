@@ -29,8 +29,8 @@ enum Task {
         #[arg(long, default_value = "20s")]
         duration: String,
     },
-    /// Set up, then run every test (root, eBPF and network-namespace tests included) and a
-    /// bounded fuzzing run of every fuzz target.
+    /// Set up, then check formatting and lints, run every test (root, eBPF and
+    /// network-namespace tests included) and a bounded fuzzing run of every fuzz target.
     Test {
         /// Seconds of fuzzing per fuzz target (0 skips fuzzing).
         #[arg(long, env = "TBOX_FUZZ_SECONDS", default_value_t = 20)]
@@ -54,14 +54,37 @@ fn main() -> Result<()> {
         Task::Test { fuzz_seconds } => {
             setup::install_missing()?;
             require_root("the tests load eBPF programs and build network namespaces")?;
-            cargo(&root, &["test", "--workspace", "--no-fail-fast"])?;
+            cargo(&root, &["fmt", "--all", "--", "--check"])?;
+            cargo(
+                &root,
+                &[
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ],
+            )?;
+            // The root-only tests are `#[ignore = "needs root"]`, so a run as a plain user
+            // lists them as ignored instead of passing them; here they run.
+            cargo(
+                &root,
+                &[
+                    "test",
+                    "--workspace",
+                    "--no-fail-fast",
+                    "--",
+                    "--include-ignored",
+                ],
+            )?;
             fuzz(&root, fuzz_seconds)
         }
         Task::Bench => {
             setup::install_missing()?;
             require_root("the benchmarks load eBPF programs and build network namespaces")?;
             cargo(&root, &["bench", "--workspace"])?;
-            // The engine's cost on top of decoding (issue 4), on the decoder bench captures.
+            // The engine's cost on top of decoding, on the decoder bench captures.
             cargo(
                 &root,
                 &[
@@ -88,7 +111,7 @@ fn fuzz(root: &Path, seconds: u64) -> Result<()> {
     let dir = root.join("fuzz/fuzz_targets");
     let mut targets: Vec<String> = std::fs::read_dir(&dir)
         .with_context(|| format!("listing {}", dir.display()))?
-        .filter_map(|e| e.ok())
+        .filter_map(Result::ok)
         .filter_map(|e| {
             e.file_name()
                 .to_str()?

@@ -1,23 +1,16 @@
-//! KCP: raw ikcp segments, kcp-go framing, port-free detection and per-conversation tracking.
+//! KCP: raw ikcp segments, kcp-go framing and port-free detection. What the segments mean for
+//! messages, copies across paths and latency is the correlation engine's business.
 //!
 //! - [`segment`]: zero-copy [`Segment`] views, the [`Segments`] walk of a datagram, strict and
 //!   lax decoding, the owned [`KcpSegment`] summary.
 //! - [`kcpgo`]: kcp-go's `crypt none` header (CRC-32 verified) and FEC header.
 //! - [`detect`]: [`Detector`], which decides whether a UDP payload is KCP without port
 //!   configuration (optional forced ports) and counts every rejection by reason.
-//! - [`conv`]: [`ConvTracker`], sans-IO per-conversation analysis (messages, copies across paths,
-//!   retransmissions fast or on timeout, RTT from the echoed `ts`, window probes and stalls).
 
-pub mod conv;
-mod conv_store;
 pub mod detect;
 pub mod kcpgo;
 pub mod segment;
 
-pub use conv::{
-    ConvEvent, ConvKey, ConvStats, ConvTracker, ConvTrackerConfig, Direction, Observation,
-    ResendKind,
-};
 pub use detect::{Detection, Detector, DetectorConfig, DetectorStats, RejectReason};
 pub use kcpgo::{FecKind, KcpGoError, KcpGoFraming, KcpGoPacket};
 pub use segment::{

@@ -307,7 +307,7 @@ impl<'a> Segment<'a> {
     }
 }
 
-/// Owned summary of one segment, for JSON output and for the conversation tracker.
+/// Owned summary of one segment, for JSON output and the correlation engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct KcpSegment {
     /// Conversation id.

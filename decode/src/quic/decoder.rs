@@ -526,8 +526,7 @@ impl QuicDecoder {
                 } else {
                     c.initial
                         .as_ref()
-                        .map(|(_, d, _)| d.clone())
-                        .unwrap_or_else(|| c.original_dcid.clone())
+                        .map_or_else(|| c.original_dcid.clone(), |(_, d, _)| d.clone())
                 };
                 c.initial_keys(version, &dcid)
                     .err()
@@ -554,9 +553,8 @@ impl QuicDecoder {
         let Some(keys) = keys else {
             return Outcome::fail(Some(id), Some(sender), Undecrypted::BadSecret);
         };
-        let un = match unprotect_header(h.packet, h.pn_offset, keys) {
-            Ok(u) => u,
-            Err(_) => return Outcome::fail(Some(id), Some(sender), Undecrypted::TooShort),
+        let Ok(un) = unprotect_header(h.packet, h.pn_offset, keys) else {
+            return Outcome::fail(Some(id), Some(sender), Undecrypted::TooShort);
         };
         let pn = decode_packet_number(largest, un.truncated_pn, un.pn_len);
         let nonce = super::keys::nonce(&keys.iv(), pn);
@@ -610,9 +608,8 @@ impl QuicDecoder {
         let Some(app) = c.app[sender].as_mut() else {
             return Outcome::fail(Some(id), Some(sender), Undecrypted::BadSecret);
         };
-        let un = match unprotect_header(h.packet, h.pn_offset, &app.hp) {
-            Ok(u) => u,
-            Err(_) => return Outcome::fail(Some(id), Some(sender), Undecrypted::TooShort),
+        let Ok(un) = unprotect_header(h.packet, h.pn_offset, &app.hp) else {
+            return Outcome::fail(Some(id), Some(sender), Undecrypted::TooShort);
         };
         let phase = un.key_phase();
         // Candidate (path identifier for the nonce, PN space, mode it proves).

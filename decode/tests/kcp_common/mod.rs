@@ -1,6 +1,6 @@
 //! Test-only helpers shared by the KCP tests: a minimal pcap reader (classic pcap, Ethernet,
 //! IPv4/IPv6, UDP) — the real reader lives in probe-user.
-#![allow(clippy::unwrap_used, clippy::too_many_arguments, dead_code)]
+#![expect(clippy::unwrap_used, clippy::too_many_arguments)]
 
 /// One UDP datagram from a capture.
 pub struct UdpFrame {
@@ -33,8 +33,8 @@ pub fn read_udp_frames(path: &str) -> Vec<UdpFrame> {
     let mut number = 0;
     while off + 16 <= data.len() {
         let rec = &data[off..off + 16];
-        let sec = u32::from_le_bytes(rec[0..4].try_into().unwrap()) as u64;
-        let usec = u32::from_le_bytes(rec[4..8].try_into().unwrap()) as u64;
+        let sec = u64::from(u32::from_le_bytes(rec[0..4].try_into().unwrap()));
+        let usec = u64::from(u32::from_le_bytes(rec[4..8].try_into().unwrap()));
         let incl = u32::from_le_bytes(rec[8..12].try_into().unwrap()) as usize;
         let frame = &data[off + 16..off + 16 + incl];
         off += 16 + incl;

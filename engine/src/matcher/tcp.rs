@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use crate::capture::{is_uplink, Dir};
 use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::push_evidence;
-use crate::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind, TcpSegment};
+use crate::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind, TcpFigures, TcpSegment};
 use crate::record::{HolIncident, HolProtocol, Record};
 use crate::shared::Shared;
 use crate::snapshot::{Severity, TcpRetransmission, TcpSample};
@@ -32,17 +32,7 @@ pub struct TcpState {
     /// Path label of the socket.
     pub path: String,
     /// Latest kernel figures.
-    pub cwnd: u32,
-    /// Slow-start threshold.
-    pub ssthresh: u32,
-    /// Smoothed RTT µs.
-    pub srtt_us: u32,
-    /// RTO µs.
-    pub rto_us: u32,
-    /// Backoff level.
-    pub backoff: u8,
-    /// Retransmissions (kernel total).
-    pub retransmits: u32,
+    pub figures: TcpFigures,
     /// Congestion state.
     pub cong_state: CongState,
     /// Connection state name.
@@ -184,22 +174,13 @@ impl Shared {
                 f.paths_mask |= 1 << path;
             }
             if let Proto::Tcp(s) = &mut f.proto {
-                s.cwnd = e.cwnd;
-                s.ssthresh = e.ssthresh;
-                s.srtt_us = e.srtt_us;
-                s.rto_us = e.rto_us;
-                s.backoff = e.backoff;
-                s.retransmits = e.retransmits;
+                s.figures = e.figures;
                 s.last_event_ns = e.ts_ns;
                 push_bounded(
                     &mut s.history,
                     TcpSample {
                         ts_ns: e.ts_ns,
-                        cwnd: e.cwnd,
-                        ssthresh: e.ssthresh,
-                        srtt_us: e.srtt_us,
-                        rto_us: e.rto_us,
-                        backoff: e.backoff,
+                        figures: e.figures,
                     },
                 );
                 if let TcpEventKind::Retransmit { kind, seq, .. } = &e.kind {
@@ -209,8 +190,8 @@ impl Shared {
                             ts_ns: e.ts_ns,
                             kind: *kind,
                             seq: *seq,
-                            rto_us: e.rto_us,
-                            backoff: e.backoff,
+                            rto_us: e.figures.rto_us,
+                            backoff: e.figures.backoff,
                         },
                     );
                 }
@@ -220,7 +201,7 @@ impl Shared {
                         Some(_) => {
                             note = Some(format!(
                                 "retransmit seq {seq} ({kind:?}, backoff {})",
-                                e.backoff
+                                e.figures.backoff
                             ))
                         }
                     },
@@ -228,8 +209,8 @@ impl Shared {
                         if s.incident.is_some() {
                             note = Some(format!(
                                 "RTO expired (rto {} ms, backoff {})",
-                                e.rto_us / 1000,
-                                e.backoff
+                                e.figures.rto_us / 1000,
+                                e.figures.backoff
                             ));
                         }
                     }
@@ -269,7 +250,7 @@ impl Shared {
                     } else {
                         inc.timeout_retransmits += 1;
                     }
-                    inc.backoff = inc.backoff.max(e.backoff);
+                    inc.backoff = inc.backoff.max(e.figures.backoff);
                 }
             }
         }
@@ -321,7 +302,7 @@ impl Shared {
             flow: name.clone(),
             missing: format!("seq {seq}"),
             start_ns: sent_at.unwrap_or(e.ts_ns),
-            backoff: e.backoff,
+            backoff: e.figures.backoff,
             fast_retransmits: u32::from(fast),
             timeout_retransmits: u32::from(!fast),
             ..HolIncident::default()
@@ -335,9 +316,9 @@ impl Shared {
             label,
             format!(
                 "retransmit seq {seq} ({kind:?}, rto {} ms, backoff {}, cwnd {})",
-                e.rto_us / 1000,
-                e.backoff,
-                e.cwnd
+                e.figures.rto_us / 1000,
+                e.figures.backoff,
+                e.figures.cwnd
             ),
         );
         let id = self.incidents.open(inc);

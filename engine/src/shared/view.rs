@@ -96,7 +96,7 @@ impl Shared {
             let mut v: Vec<&Flow> = self
                 .flows
                 .iter()
-                .filter(|f| !members.folded.contains(&f.uid))
+                .filter(|f| !members.folded.contains(&f.uid) && !is_ghost_socket(f))
                 .collect();
             v.sort_by(|a, b| b.messages.cmp(&a.messages).then(a.uid.cmp(&b.uid)));
             v
@@ -146,7 +146,7 @@ impl Shared {
     }
 
     fn recent_flows(&self) -> Vec<&Flow> {
-        let mut v: Vec<&Flow> = self.flows.iter().collect();
+        let mut v: Vec<&Flow> = self.flows.iter().filter(|f| !is_ghost_socket(f)).collect();
         v.sort_by(|a, b| b.last_ns.cmp(&a.last_ns).then(a.uid.cmp(&b.uid)));
         v.truncate(MAX_FLOWS_SHOWN);
         v
@@ -294,9 +294,14 @@ impl Shared {
             .filter(|p| p.latency.total.count() > 0)
             .collect();
         if used.len() < 2 {
+            let why = if used.is_empty() {
+                "no latency samples yet"
+            } else {
+                "one path with latency samples"
+            };
             return (
                 Vec::new(),
-                "one path with latency samples: no independent-paths prediction".to_owned(),
+                format!("{why}: no independent-paths prediction"),
             );
         }
         let comb = &self.combined.total;
@@ -351,6 +356,7 @@ impl Shared {
             // Source counters: the engine never sees them; the capture driver fills them in.
             pcap_dropped: 0,
             ring_buffer_dropped: 0,
+            tcp_events_dropped: 0,
             decrypt_failures: 0,
             captures: self
                 .caps
@@ -390,12 +396,7 @@ impl Shared {
                 (Proto::Tcp(s), _) => v.tcp.push(TcpSocketView {
                     socket: f.key.name(),
                     path: s.path.clone(),
-                    cwnd: s.cwnd,
-                    ssthresh: s.ssthresh,
-                    srtt_us: s.srtt_us,
-                    rto_us: s.rto_us,
-                    backoff: s.backoff,
-                    retransmits: s.retransmits,
+                    figures: s.figures,
                     cong_state: s.cong_state,
                     state: s.state.clone(),
                     last_event_ns: s.last_event_ns,
@@ -415,6 +416,24 @@ impl Shared {
     }
 }
 
+/// A TCP socket that is not a connection and is not listed as a flow: one without a remote
+/// end (a listening socket, or one not yet connected: `127.0.0.1:47010 → 0.0.0.0:0`), or one
+/// listening or closed with nothing to show: no retransmission and no message. A closed
+/// socket that retransmitted stays listed: its backoff ladder is what the TCP screen is for.
+fn is_ghost_socket(f: &Flow) -> bool {
+    let (crate::flow::FlowKey::Tcp { client, server }, Proto::Tcp(s)) = (&f.key, &f.proto) else {
+        return false;
+    };
+    let nowhere = |a: &std::net::SocketAddr| a.port() == 0 || a.ip().is_unspecified();
+    if nowhere(client) || nowhere(server) {
+        return true;
+    }
+    matches!(s.state.as_str(), "LISTEN" | "CLOSE")
+        && s.figures.retransmits == 0
+        && s.retransmission_log.is_empty()
+        && f.messages == 0
+}
+
 /// The redundancy sentence.
 /// The verdict comparing the observed combined tail with the independent-paths prediction,
 /// judged at the last point (highest threshold) with at least five slow messages; `slow[i]` is
@@ -428,17 +447,17 @@ pub fn tail_verdict(points: &[TailPoint], slow: &[u64], shared_cause_ratio: f64)
     let Some((p, _)) = judged else {
         return "too few slow messages yet to compare the combined tail with the independent-paths prediction".to_owned();
     };
-    let (observed, predicted, t_ms) = (p.observed, p.predicted, p.t_us as f64 / 1000.0);
+    let (observed, predicted, t) = (p.observed, p.predicted, crate::units::latency(p.t_us));
     if predicted <= 0.0 || observed / predicted > shared_cause_ratio {
         format!(
-            "paths fail together (shared cause): {:.3}% of messages took longer than {t_ms:.1} ms on every path, {} the {:.4}% expected if the paths were independent",
+            "paths fail together (shared cause): {:.3}% of messages took longer than {t} on every path, {} the {:.4}% expected if the paths were independent",
             observed * 100.0,
             if predicted > 0.0 { format!("{:.0}×", observed / predicted) } else { "far above".to_owned() },
             predicted * 100.0
         )
     } else {
         format!(
-            "paths look independent: {:.3}% of messages slower than {t_ms:.1} ms on every path vs {:.4}% predicted",
+            "paths look independent: {:.3}% of messages slower than {t} on every path vs {:.4}% predicted",
             observed * 100.0,
             predicted * 100.0
         )

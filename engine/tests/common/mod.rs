@@ -1,5 +1,4 @@
 //! Helpers for synthetic traces with exactly known ground truth.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 
@@ -63,7 +62,8 @@ pub fn two_ends_of_two_paths(gateway_offset: Option<i64>) -> Vec<Observation> {
 }
 
 /// The percentile the engine must report for exact samples: hdrhistogram's rank rule
-/// (sample of rank ceil(q·n), at least 1) and its bucket upper edge (3 significant digits).
+/// (sample of rank ceil(q·n), at least 1) and its bucket upper edge (3 significant digits),
+/// never above the largest sample.
 pub fn expected_quantile(sorted_us: &[u64], q: f64) -> u64 {
     let n = sorted_us.len() as u64;
     let mut rank = (q * n as f64).ceil() as u64;
@@ -71,7 +71,8 @@ pub fn expected_quantile(sorted_us: &[u64], q: f64) -> u64 {
         rank = 1;
     }
     let v = sorted_us[(rank - 1) as usize];
-    quantized(v, 3)
+    let max = sorted_us.last().copied().unwrap_or(v);
+    quantized(v, 3).min(max)
 }
 
 /// The bucket upper edge hdrhistogram reports for `us` (what a percentile equal to `us` is
@@ -85,7 +86,7 @@ pub fn quantized(us: u64, sigfig: u8) -> u64 {
 
 /// Sorts observations by timestamp (stable), as a capture merger would deliver them.
 pub fn sorted(mut v: Vec<Observation>) -> Vec<Observation> {
-    v.sort_by_key(|o| o.ts_ns());
+    v.sort_by_key(Observation::ts_ns);
     v
 }
 

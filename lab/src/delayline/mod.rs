@@ -230,8 +230,9 @@ pub fn run_forwarder(cfg: &LineConfig, stop: &AtomicBool, counters: &LineCounter
         // Sleep until the next release (minus the spin window) or the next frame.
         let wait = heap
             .peek()
-            .map(|t| t.due_ns.saturating_sub(now).saturating_sub(spin_ns))
-            .unwrap_or(MAX_SLEEP_NS)
+            .map_or(MAX_SLEEP_NS, |t| {
+                t.due_ns.saturating_sub(now).saturating_sub(spin_ns)
+            })
             .min(MAX_SLEEP_NS);
         let ts = libc::timespec {
             tv_sec: (wait / 1_000_000_000) as libc::time_t,
@@ -271,9 +272,8 @@ pub fn run_forwarder(cfg: &LineConfig, stop: &AtomicBool, counters: &LineCounter
                         // counts from when the frame reached the line, not from when this
                         // thread woke up.
                         let (mono, unix) = (sys::mono_ns(), sys::unix_ns());
-                        let arrival = stamp
-                            .map(|rt| mono.saturating_sub(unix.saturating_sub(rt)))
-                            .unwrap_or(mono);
+                        let arrival =
+                            stamp.map_or(mono, |rt| mono.saturating_sub(unix.saturating_sub(rt)));
                         let mut due = arrival.saturating_add(samplers[dir].sample_ns());
                         if !cfg.reorder {
                             due = due.max(last_due[dir]);

@@ -80,8 +80,8 @@ mod tests {
         let mut s = DelaySampler::new(40.0, 10.0, 7);
         let n = 200_000;
         let xs: Vec<f64> = (0..n).map(|_| s.sample_ns() as f64 / 1e6).collect();
-        let mean = xs.iter().sum::<f64>() / n as f64;
-        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+        let mean = xs.iter().sum::<f64>() / f64::from(n);
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / f64::from(n);
         assert!((mean - 40.0).abs() < 0.1, "mean {mean}");
         assert!((var.sqrt() - 10.0).abs() < 0.1, "sd {}", var.sqrt());
         let mut c = DelaySampler::new(5.0, 0.0, 1);

@@ -251,6 +251,15 @@ pub fn run<W: Write, H: Serialize>(
     rt.block_on(run_async(opts, out, header))
 }
 
+/// The first JSON line of a capture: the caller's fields, then what the probes could attach.
+#[derive(Serialize)]
+struct Header<'a, H: Serialize> {
+    #[serde(flatten)]
+    fields: &'a H,
+    hooks: &'a [HookStatus],
+    config_hz: Option<u32>,
+}
+
 /// [`run`] inside an existing current-thread runtime.
 pub async fn run_async<W: Write, H: Serialize>(
     mut opts: CaptureOptions,
@@ -264,13 +273,6 @@ pub async fn run_async<W: Write, H: Serialize>(
     let hooks = probes.hooks().to_vec();
     let clock = WallClock::measure();
     let start_mono = WallClock::mono_now();
-    #[derive(Serialize)]
-    struct Header<'a, H: Serialize> {
-        #[serde(flatten)]
-        fields: &'a H,
-        hooks: &'a [HookStatus],
-        config_hz: Option<u32>,
-    }
     let writer = JsonLinesWriter::new(
         out,
         clock.to_unix_ns(start_mono),
@@ -294,6 +296,7 @@ pub async fn run_async<W: Write, H: Serialize>(
         .map_err(std::io::Error::from)?;
     let mut logger = match probes.take_logger() {
         Some(l) => Some(
+            // SAFETY: as for the ring buffer above.
             unsafe { AsyncFd::register_with_interest(l, tokio::io::Interest::READABLE) }
                 .map_err(std::io::Error::from)?,
         ),
@@ -329,8 +332,8 @@ pub async fn run_async<W: Write, H: Serialize>(
         tokio::select! {
             _ = sigint.recv() => break StopReason::Sigint,
             _ = sigterm.recv() => break StopReason::Sigterm,
-            _ = &mut deadline => break StopReason::Duration,
-            _ = &mut stop => break StopReason::Requested,
+            () = &mut deadline => break StopReason::Duration,
+            () = &mut stop => break StopReason::Requested,
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
                 if sink.drain(guard.get_inner_mut(), DRAIN_BATCH)? {

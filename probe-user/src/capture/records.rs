@@ -1,13 +1,17 @@
-//! The JSON Lines records of `capture` (field names are part of the schema `tboxscope/1`).
+//! The JSON Lines records of `capture` (field names are part of the schema `tboxscope/1`):
+//! written by `capture --json`, read back by `replay` ([`Record::deserialize_as`]), and turned
+//! into the engine's [`TcpEvent`] by [`Record::engine_event`] (live and replay alike).
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
+use tboxscope_engine::input::{self as engine, TcpEvent, TcpEventKind, TcpFigures};
 
-use crate::source::ebpf::event::{ca_state_name, jiffies_to_ms, tcp_state_name, TcpSnapshot};
+use crate::source::ebpf::event::{jiffies_to_ms, CaState, SocketState, TcpSnapshot};
 use crate::source::ebpf::{KernelDrops, RetransmitKind};
 
 /// Identity of a connection in every TCP record (shared text: a record costs no copy of it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoints {
     /// Connection number in this capture (stable while the socket lives).
     pub conn: u64,
@@ -17,11 +21,13 @@ pub struct Endpoints {
     pub dst: Arc<str>,
 }
 
-/// The socket's TCP state as the kernel had it when the event happened.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The socket's TCP state as the kernel had it when the event happened. Its names and units
+/// are the schema's (`rto_ms`, `total_retrans`, and `retransmits` for `icsk_retransmits`), so it
+/// does not embed the engine's [`TcpFigures`]: [`SockFields::figures`] is the one conversion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SockFields {
     /// Retransmission timeout (`icsk_rto`) in ms; absent when CONFIG_HZ is unknown.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rto_ms: Option<u64>,
     /// Exponential backoff count (`icsk_backoff`).
     pub backoff: u8,
@@ -42,9 +48,9 @@ pub struct SockFields {
     /// Retransmitted segments not yet acknowledged.
     pub retrans_out: u32,
     /// Congestion state (open, disorder, cwr, recovery, loss).
-    pub ca_state: &'static str,
+    pub ca_state: CaState,
     /// TCP state (ESTABLISHED, ...).
-    pub state: &'static str,
+    pub state: SocketState,
 }
 
 impl SockFields {
@@ -61,14 +67,29 @@ impl SockFields {
             packets_out: s.packets_out,
             lost_out: s.lost_out,
             retrans_out: s.retrans_out,
-            ca_state: ca_state_name(s.ca_state),
-            state: tcp_state_name(s.state),
+            ca_state: CaState::from_kernel(s.ca_state),
+            state: SocketState::from_kernel(s.state),
+        }
+    }
+
+    /// The engine's figures: RTO in µs (0 when unknown), the connection's retransmission
+    /// total.
+    pub fn figures(&self) -> TcpFigures {
+        TcpFigures {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            srtt_us: self.srtt_us,
+            rto_us: self.rto_ms.map_or(0, |ms| {
+                u32::try_from(ms.saturating_mul(1000)).unwrap_or(u32::MAX)
+            }),
+            backoff: self.backoff,
+            retransmits: self.total_retrans,
         }
     }
 }
 
 /// `tcp_retransmit`: one retransmission.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetransmitRecord {
     /// Connection.
     #[serde(flatten)]
@@ -76,15 +97,15 @@ pub struct RetransmitRecord {
     /// rto (RTO timer), fast, loss_probe, loss_recovery, other.
     pub kind: RetransmitKind,
     /// Segments resent by this call, when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segs: Option<u16>,
     /// Kernel error of the resend (0 = sent; non-zero = not sent, e.g. a local drop).
     pub err: i32,
     /// First sequence number resent, when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u32>,
     /// Sequence space resent (bytes; SYN and FIN count one), when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub len: Option<u32>,
     /// Socket state before this retransmission.
     #[serde(flatten)]
@@ -92,7 +113,7 @@ pub struct RetransmitRecord {
 }
 
 /// `tcp_rto`: the retransmission timer expired.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RtoRecord {
     /// Connection.
     #[serde(flatten)]
@@ -107,7 +128,7 @@ pub struct RtoRecord {
 }
 
 /// `tcp_cwnd`: a cwnd/ssthresh/srtt sample (on change, or at most every N ms per socket).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CwndRecord {
     /// Connection.
     #[serde(flatten)]
@@ -118,50 +139,49 @@ pub struct CwndRecord {
 }
 
 /// `tcp_cong_state`: congestion state change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CongStateRecord {
     /// Connection.
     #[serde(flatten)]
     pub ends: Endpoints,
     /// Old state.
-    pub from: &'static str,
+    pub from: CaState,
     /// New state.
-    pub to: &'static str,
+    pub to: CaState,
     /// State before the change (`ca_state` = `from`).
     #[serde(flatten)]
     pub sock: SockFields,
 }
 
 /// `tcp_state`: socket state change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateRecord {
     /// Connection.
     #[serde(flatten)]
     pub ends: Endpoints,
     /// Old TCP state.
-    pub from: &'static str,
+    pub from: SocketState,
     /// New TCP state.
-    pub to: &'static str,
+    pub to: SocketState,
     /// Socket state (`state` = `from`).
     #[serde(flatten)]
     pub sock: SockFields,
 }
 
 /// `tcp_backoff_end`: the end of an RTO backoff episode.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackoffEndRecord {
     /// Connection.
     #[serde(flatten)]
     pub ends: Endpoints,
-    /// `ack` (congestion state left Loss: new data acknowledged), `ack_sample` (seen from a
-    /// cwnd sample with backoff 0, when the cong-state hook is missing) or `close`.
-    pub ended_by: &'static str,
+    /// What ended it.
+    pub ended_by: EndedBy,
     /// RTO expiries in the episode.
     pub timeouts: u32,
     /// Highest backoff level reached.
     pub max_backoff: u8,
     /// The RTO that expired first (ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_rto_ms: Option<u64>,
     /// From the first expiry to the end (ms).
     pub episode_ms: u64,
@@ -170,8 +190,20 @@ pub struct BackoffEndRecord {
     pub stall_ms: u64,
 }
 
+/// What ended an RTO backoff episode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndedBy {
+    /// The congestion state left Loss: new data was acknowledged.
+    Ack,
+    /// A cwnd sample with backoff 0 (when the cong-state hook is missing).
+    AckSample,
+    /// The connection closed.
+    Close,
+}
+
 /// `drops`: events the kernel or the decoder could not deliver (cumulative since start).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DropsRecord {
     /// Kernel side.
     #[serde(flatten)]
@@ -181,6 +213,9 @@ pub struct DropsRecord {
     /// Connections evicted from the bounded tables.
     pub evicted: u64,
 }
+
+/// The path of an engine event whose path is not known.
+pub const NO_PATH: &str = "-";
 
 /// A record and its type name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,7 +234,113 @@ pub enum Record {
     BackoffEnd(BackoffEndRecord),
 }
 
+/// Why a record gives no engine event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAnEvent {
+    /// An endpoint that is not `addr:port`.
+    #[error("endpoint {0} is not addr:port")]
+    Endpoint(Arc<str>),
+    /// A congestion-state change to a state the kernel does not define.
+    #[error("congestion state unknown")]
+    UnknownCongState,
+}
+
+fn socket(text: &Arc<str>) -> Result<SocketAddr, NotAnEvent> {
+    text.parse()
+        .map_err(|_| NotAnEvent::Endpoint(Arc::clone(text)))
+}
+
+fn retransmit_kind(k: RetransmitKind) -> engine::RetransmitKind {
+    match k {
+        RetransmitKind::Rto => engine::RetransmitKind::Rto,
+        RetransmitKind::Fast => engine::RetransmitKind::Fast,
+        RetransmitKind::LossProbe => engine::RetransmitKind::Tlp,
+        RetransmitKind::LossRecovery => engine::RetransmitKind::LossRecovery,
+        RetransmitKind::Other => engine::RetransmitKind::Unknown,
+    }
+}
+
+fn cong_state(s: CaState) -> Result<engine::CongState, NotAnEvent> {
+    Ok(match s {
+        CaState::Open => engine::CongState::Open,
+        CaState::Disorder => engine::CongState::Disorder,
+        CaState::Cwr => engine::CongState::Cwr,
+        CaState::Recovery => engine::CongState::Recovery,
+        CaState::Loss => engine::CongState::Loss,
+        CaState::Unknown => return Err(NotAnEvent::UnknownCongState),
+    })
+}
+
 impl Record {
+    /// The connection the record is about.
+    pub fn ends(&self) -> &Endpoints {
+        match self {
+            Record::Retransmit(r) => &r.ends,
+            Record::Rto(r) => &r.ends,
+            Record::Cwnd(r) => &r.ends,
+            Record::CongState(r) => &r.ends,
+            Record::State(r) => &r.ends,
+            Record::BackoffEnd(r) => &r.ends,
+        }
+    }
+
+    /// The engine's event for this record at `ts_ns` (Unix ns), on path [`NO_PATH`] (the
+    /// caller names the path when it knows it). A backoff end carries no figures (zero).
+    pub fn engine_event(&self, ts_ns: u64) -> Result<TcpEvent, NotAnEvent> {
+        let (kind, figures) = match self {
+            Record::Retransmit(r) => (
+                TcpEventKind::Retransmit {
+                    kind: retransmit_kind(r.kind),
+                    seq: r.seq.unwrap_or(0),
+                    len: r.len.unwrap_or(0),
+                },
+                r.sock.figures(),
+            ),
+            Record::Rto(r) => (TcpEventKind::RtoExpired, r.sock.figures()),
+            Record::Cwnd(r) => (TcpEventKind::Sample, r.sock.figures()),
+            Record::CongState(r) => (
+                TcpEventKind::CongState {
+                    state: cong_state(r.to)?,
+                },
+                r.sock.figures(),
+            ),
+            Record::State(r) => (
+                TcpEventKind::StateChange {
+                    old: r.from.name().to_owned(),
+                    new: r.to.name().to_owned(),
+                },
+                r.sock.figures(),
+            ),
+            Record::BackoffEnd(_) => (TcpEventKind::BackoffEnd, TcpFigures::default()),
+        };
+        let ends = self.ends();
+        Ok(TcpEvent {
+            ts_ns,
+            path: NO_PATH.to_owned(),
+            local: socket(&ends.src)?,
+            remote: socket(&ends.dst)?,
+            kind,
+            figures,
+        })
+    }
+
+    /// Reads the fields of a line of type `type_name` as `capture --json` writes them;
+    /// `None` when the type is not a TCP record's.
+    pub fn deserialize_as<'de, D: Deserializer<'de>>(
+        type_name: &str,
+        fields: D,
+    ) -> Result<Option<Self>, D::Error> {
+        Ok(Some(match type_name {
+            "tcp_retransmit" => Record::Retransmit(RetransmitRecord::deserialize(fields)?),
+            "tcp_rto" => Record::Rto(RtoRecord::deserialize(fields)?),
+            "tcp_cwnd" => Record::Cwnd(CwndRecord::deserialize(fields)?),
+            "tcp_cong_state" => Record::CongState(CongStateRecord::deserialize(fields)?),
+            "tcp_state" => Record::State(StateRecord::deserialize(fields)?),
+            "tcp_backoff_end" => Record::BackoffEnd(BackoffEndRecord::deserialize(fields)?),
+            _ => return Ok(None),
+        }))
+    }
+
     /// The `"type"` of the JSON line.
     pub fn type_name(&self) -> &'static str {
         match self {

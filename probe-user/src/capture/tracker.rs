@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use serde::Serialize;
 
 use super::records::*;
-use crate::source::ebpf::event::{TcpEventKind, TcpObservation, TCP_CLOSE};
+use crate::source::ebpf::event::{CaState, SocketState, TcpEventKind, TcpObservation, TCP_CLOSE};
 use crate::source::ebpf::RetransmitKind;
 
 const CA_LOSS: u8 = probe_common::CA_LOSS;
@@ -155,12 +155,7 @@ impl Tracker {
         self.closed.push_back(t);
     }
 
-    fn end_episode(
-        ep: Episode,
-        now_ns: u64,
-        ended_by: &'static str,
-        c: &mut Conn,
-    ) -> BackoffEndRecord {
+    fn end_episode(ep: Episode, now_ns: u64, ended_by: EndedBy, c: &mut Conn) -> BackoffEndRecord {
         let episode_ms = now_ns.saturating_sub(ep.first_ns) / 1_000_000;
         let stall_ms = episode_ms.saturating_add(ep.first_rto_ms.unwrap_or(0));
         c.totals.backoff_episodes += 1;
@@ -253,7 +248,7 @@ impl Tracker {
                         out.push(Record::BackoffEnd(Self::end_episode(
                             ep,
                             o.mono_ns,
-                            "ack_sample",
+                            EndedBy::AckSample,
                             c,
                         )));
                     }
@@ -261,17 +256,20 @@ impl Tracker {
                 out.insert(start, Record::Cwnd(CwndRecord { ends, sock }));
             }
             TcpEventKind::CongState { new } => {
-                let from = crate::source::ebpf::event::ca_state_name(o.snap.ca_state);
+                let from = CaState::from_kernel(o.snap.ca_state);
                 out.push(Record::CongState(CongStateRecord {
                     ends,
                     from,
-                    to: crate::source::ebpf::event::ca_state_name(new),
+                    to: CaState::from_kernel(new),
                     sock,
                 }));
                 if o.snap.ca_state == CA_LOSS && new != CA_LOSS {
                     if let Some(ep) = c.episode.take() {
                         out.push(Record::BackoffEnd(Self::end_episode(
-                            ep, o.mono_ns, "ack", c,
+                            ep,
+                            o.mono_ns,
+                            EndedBy::Ack,
+                            c,
                         )));
                     }
                 }
@@ -279,14 +277,17 @@ impl Tracker {
             TcpEventKind::SockState { new } => {
                 out.push(Record::State(StateRecord {
                     ends,
-                    from: crate::source::ebpf::event::tcp_state_name(o.snap.state),
-                    to: crate::source::ebpf::event::tcp_state_name(new),
+                    from: SocketState::from_kernel(o.snap.state),
+                    to: SocketState::from_kernel(new),
                     sock,
                 }));
                 if new == TCP_CLOSE {
                     if let Some(ep) = c.episode.take() {
                         out.push(Record::BackoffEnd(Self::end_episode(
-                            ep, o.mono_ns, "close", c,
+                            ep,
+                            o.mono_ns,
+                            EndedBy::Close,
+                            c,
                         )));
                     }
                     c.totals.closed = true;
@@ -430,6 +431,44 @@ mod tests {
         assert_eq!(lines[2]["backoff"], 0);
         assert_eq!(lines[2]["timeout"], 1);
         assert_eq!(lines[2]["ts"], "1970-01-01T00:00:01.000000000Z");
+    }
+
+    #[test]
+    fn every_record_reads_back_as_written() {
+        let mut t = Tracker::new(Some(250), 16, 16);
+        let mut recs = Vec::new();
+        recs.extend(t.handle(&obs(1, TcpEventKind::Cwnd, 51, 0, 0)));
+        recs.extend(t.handle(&obs(2, TcpEventKind::CongState { new: 4 }, 51, 0, 0)));
+        recs.extend(t.handle(&obs(3, rto(), 51, 0, 4)));
+        recs.extend(t.handle(&obs(4, TcpEventKind::CongState { new: 0 }, 102, 1, 4)));
+        recs.extend(t.handle(&obs(
+            5,
+            TcpEventKind::SockState { new: TCP_CLOSE },
+            51,
+            0,
+            0,
+        )));
+        let mut kinds: Vec<&str> = recs.iter().map(Record::type_name).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds.len(), 6, "every record type: {kinds:?}");
+        let mut w =
+            crate::output::JsonLinesWriter::new(Vec::new(), 0, &serde_json::json!({})).unwrap();
+        for r in &recs {
+            w.write(r.type_name(), 1_000_000_000, r).unwrap();
+        }
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        for (line, r) in text.lines().skip(1).zip(&recs) {
+            let map: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(line).unwrap();
+            let kind = map["type"].as_str().unwrap();
+            let back = Record::deserialize_as(kind, &map).unwrap();
+            assert_eq!(back.as_ref(), Some(r), "{line}");
+        }
+        assert_eq!(
+            Record::deserialize_as("drops", &serde_json::Map::new()).unwrap(),
+            None
+        );
     }
 
     #[test]

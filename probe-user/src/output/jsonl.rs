@@ -93,12 +93,6 @@ impl<W: Write> JsonLinesWriter<W> {
     /// Starts an output: writes the header line (`"type":"header"`, schema, tool version) stamped
     /// `ts_ns`, with `fields` (e.g. the command line, sources) merged in.
     pub fn new<T: Serialize>(out: W, ts_ns: u64, fields: &T) -> Result<Self, OutputError> {
-        let mut writer = Self {
-            out,
-            line: Vec::with_capacity(512),
-            records: 0,
-            ts_cache: None,
-        };
         #[derive(Serialize)]
         struct Header<'a, T: Serialize> {
             schema: &'a str,
@@ -107,6 +101,12 @@ impl<W: Write> JsonLinesWriter<W> {
             #[serde(flatten)]
             fields: &'a T,
         }
+        let mut writer = Self {
+            out,
+            line: Vec::with_capacity(512),
+            records: 0,
+            ts_cache: None,
+        };
         writer.write(
             "header",
             ts_ns,

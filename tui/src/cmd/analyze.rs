@@ -16,10 +16,12 @@ use probe_user::output::JsonLinesWriter;
 use probe_user::pipeline::{decode_and_match, worth_a_thread, Matched};
 use serde::Serialize;
 
-use crate::cli::{files_engine_config, AnalyzeArgs};
+use crate::cli::{files_engine_config, refuse_repeated_files, AnalyzeArgs};
+use tboxscope::options::changed_nothing;
 
 /// Runs `tboxscope analyze`.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    refuse_repeated_files(&args.files)?;
     let mut config = args.decode.dissect_config()?;
     config.unknown_udp = args.unknown_udp;
     let mut analyzer = Analyzer::new(config);
@@ -34,6 +36,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         ..files_engine_config(&args.decode, &args.timeout, &args.stated)?
     };
     let statements = args.stated.captures();
+    let mut ineffective = Vec::new();
     let ok = match json_target {
         Some(target) => {
             let out: Box<dyn Write + Send> = if target == "-" {
@@ -43,14 +46,21 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                     .with_context(|| format!("cannot create JSON output {target}"))?;
                 Box::new(BufWriter::with_capacity(1 << 16, file))
             };
-            run_json(&args, &mut analyzer, config, &statements, out)?
+            run_json(
+                &args,
+                &mut analyzer,
+                config,
+                &statements,
+                out,
+                &mut ineffective,
+            )?
         }
         None => {
             let matched = decode_and_match(
                 &mut analyzer,
                 &args.files,
                 &statements,
-                Engine::new(config),
+                Engine::new(config.clone()),
                 (),
                 |engine, ()| {
                     engine.drain_records().for_each(drop);
@@ -61,8 +71,9 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             print_report(&analyzer)?;
             let mut engine = matched.engine;
             let summary = engine.finish(matched.last_ts);
-            println!();
-            print!("{}", report::render(&summary));
+            writeln!(std::io::stdout())?;
+            write!(std::io::stdout(), "{}", report::render(&summary))?;
+            ineffective = changed_nothing(&config, analyzer.dissector().app_ids_read(), &summary);
             for e in &matched.file_errors {
                 eprintln!("tboxscope: {e}");
             }
@@ -78,7 +89,10 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             analyzer.paths().join(", ")
         );
     }
-    Ok(if ok && unknown.is_empty() {
+    for e in &ineffective {
+        eprintln!("tboxscope: {e}");
+    }
+    Ok(if ok && unknown.is_empty() && ineffective.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -136,6 +150,7 @@ fn run_json(
     config: EngineConfig,
     statements: &[(String, CaptureHint)],
     out: Box<dyn Write + Send>,
+    ineffective: &mut Vec<String>,
 ) -> anyhow::Result<bool> {
     #[derive(Serialize)]
     struct Header<'a> {
@@ -149,7 +164,7 @@ fn run_json(
         packets: args.packets,
     };
     let writer = JsonLinesWriter::new(out, WallClock::unix_now(), &header)?;
-    let engine = Engine::new(config);
+    let engine = Engine::new(config.clone());
     let matched = if args.packets {
         // Each packet's line is followed by the records it completed: one thread.
         let mut correlator = Correlator::with_sink(engine);
@@ -188,6 +203,11 @@ fn run_json(
     } = matched;
     let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
     let engine_summary = engine.finish(last_ts);
+    *ineffective = changed_nothing(
+        &config,
+        analyzer.dissector().app_ids_read(),
+        &engine_summary,
+    );
     write_engine_records(&mut writer, &mut engine)?;
     let kcp = kcp_summary(analyzer);
     let fragments = analyzer.dissector().fragment_stats();

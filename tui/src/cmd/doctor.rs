@@ -1,5 +1,6 @@
 //! `tboxscope doctor`: what live mode can use on this machine, and why not when it cannot.
 //! Hooks are really loaded and attached (then detached), not guessed.
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -20,8 +21,10 @@ struct Check<T: Serialize> {
 
 #[derive(Debug, Serialize)]
 struct Report {
-    /// True when `tboxscope capture` / live mode can run (possibly degraded).
+    /// True when live mode (`sudo tboxscope` with these interfaces) can run, possibly degraded.
     live_mode: bool,
+    /// Why live mode cannot run (the first blocking check), in the words live mode uses.
+    live_mode_blocked: Option<String>,
     /// Features missing, one line each.
     degraded: Vec<String>,
     kernel: serde_json::Value,
@@ -127,11 +130,11 @@ fn build(args: &DoctorArgs) -> anyhow::Result<Report> {
         match &h.state {
             HookState::Attached => {}
             HookState::Denied(why) | HookState::Unavailable(why) | HookState::Failed(why) => {
-                degraded.push(format!("no {} ({}: {why})", h.feature, h.tracepoint))
+                degraded.push(format!("no {} ({}: {why})", h.feature, h.tracepoint));
             }
         }
     }
-    let live_mode = hooks.iter().any(|h| h.state == HookState::Attached);
+
     if let Some(e) = &hooks_error {
         degraded.push(format!("no eBPF TCP probes: {e}"));
     }
@@ -140,23 +143,38 @@ fn build(args: &DoctorArgs) -> anyhow::Result<Report> {
         degraded.push(format!("no packet capture: {e}"));
     }
     let ifs = interfaces();
-    let (eth0, eth1) = (
-        ifs.iter().any(|i| i == "eth0"),
-        ifs.iter().any(|i| i == "eth1"),
-    );
-    if !eth0 || !eth1 {
-        degraded.push(format!(
-            "path interfaces: eth0 (4G) {}, eth1 (5G) {}",
-            if eth0 { "present" } else { "missing" },
-            if eth1 { "present" } else { "missing" }
-        ));
+    let specs = super::watch::interface_specs(&args.interfaces)?;
+    let missing_ifs = super::watch::missing_interfaces(&specs);
+    if !missing_ifs.is_empty() {
+        degraded.push(format!("no interface {} here", missing_ifs.join(", ")));
     }
+    let paths: Vec<serde_json::Value> = specs
+        .iter()
+        .map(|i| {
+            serde_json::json!({
+                "name": i.name,
+                "label": i.label,
+                "present": !missing_ifs.contains(&i.name.as_str()),
+            })
+        })
+        .collect();
     let ringbuf = ebpf::ringbuf_support();
     if cg.is_none() {
         degraded.push("no cgroup v2 mount: sock_ops hooks unavailable".into());
     }
+    // The same checks, in the same words, as `sudo tboxscope` makes before it starts.
+    let live_mode_blocked = if !missing_ifs.is_empty() {
+        Some(super::watch::missing_interfaces_message(&missing_ifs))
+    } else if let Err(e) = &pcap {
+        Some(format!("no packet capture: {e}"))
+    } else if !hooks.iter().any(|h| h.state == HookState::Attached) {
+        Some("no eBPF TCP hook attaches (see above)".to_owned())
+    } else {
+        None
+    };
     Ok(Report {
-        live_mode,
+        live_mode: live_mode_blocked.is_none(),
+        live_mode_blocked,
         degraded,
         kernel: serde_json::json!({
             "release": read_trim("/proc/sys/kernel/osrelease"),
@@ -205,48 +223,120 @@ fn build(args: &DoctorArgs) -> anyhow::Result<Report> {
             },
         },
         interfaces: Check {
-            ok: eth0 && eth1,
-            detail: serde_json::json!({"all": ifs, "eth0": eth0, "eth1": eth1}),
+            ok: missing_ifs.is_empty(),
+            detail: serde_json::json!({"all": ifs, "paths": paths}),
         },
     })
 }
 
-fn mark(ok: bool) -> &'static str {
-    if ok {
-        "ok  "
-    } else {
-        "FAIL"
+/// How a check line is marked: green ok, yellow degraded, red failure (colour only on a
+/// terminal, and not with NO_COLOR, as the terminal UI).
+#[derive(Clone, Copy)]
+enum Mark {
+    Ok,
+    No,
+    Unknown,
+    Fail,
+}
+
+/// Writes the report's marks in colour or plain.
+struct Painter {
+    color: bool,
+}
+
+impl Painter {
+    fn for_stdout() -> Self {
+        use std::io::IsTerminal;
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Self {
+            color: std::io::stdout().is_terminal() && !no_color,
+        }
+    }
+
+    fn paint(&self, text: &str, code: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    fn mark(&self, m: Mark) -> String {
+        match m {
+            Mark::Ok => self.paint("ok  ", "32"),
+            Mark::No => self.paint("no  ", "33"),
+            Mark::Unknown => " ?  ".to_owned(),
+            Mark::Fail => self.paint("FAIL", "1;31"),
+        }
     }
 }
 
-fn print_text(r: &Report) {
-    println!("tboxscope doctor");
-    println!(
-        "  kernel      {}",
-        r.kernel["release"].as_str().unwrap_or("unknown")
-    );
-    println!("  [{}] BTF /sys/kernel/btf/vmlinux", mark(r.btf.ok));
-    println!("  [{}] tracefs {}", mark(r.tracefs.ok), r.tracefs.detail);
-    println!(
-        "  [{}] cgroup v2 {}",
-        mark(r.cgroup_v2.ok),
-        r.cgroup_v2.detail["path"]
-    );
-    println!("  [{}] privileges", mark(r.privileges.ok));
+fn ok_or_fail(ok: bool) -> Mark {
+    if ok {
+        Mark::Ok
+    } else {
+        Mark::Fail
+    }
+}
+
+fn print_text(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    let p = Painter::for_stdout();
+    let field = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or("unknown").to_owned();
+    writeln!(out, "tboxscope doctor")?;
+    writeln!(out, "  kernel      {}", field(&r.kernel, "release"))?;
+    writeln!(
+        out,
+        "  [{}] BTF at /sys/kernel/btf/vmlinux{}",
+        p.mark(ok_or_fail(r.btf.ok)),
+        if r.btf.ok { "" } else { ": missing" }
+    )?;
+    match r.tracefs.detail.get("path").and_then(|v| v.as_str()) {
+        Some(path) if r.tracefs.ok => {
+            writeln!(out, "  [{}] tracefs mounted at {path}", p.mark(Mark::Ok))?;
+        }
+        _ => writeln!(
+            out,
+            "  [{}] tracefs: {}",
+            p.mark(Mark::Fail),
+            field(&r.tracefs.detail, "error")
+        )?,
+    }
+    match r.cgroup_v2.detail.get("path").and_then(|v| v.as_str()) {
+        Some(path) => writeln!(out, "  [{}] cgroup v2 at {path}", p.mark(Mark::Ok))?,
+        None => writeln!(
+            out,
+            "  [{}] cgroup v2: not mounted (sock_ops hooks unavailable)",
+            p.mark(Mark::Fail)
+        )?,
+    }
+    writeln!(
+        out,
+        "  [{}] privileges",
+        p.mark(ok_or_fail(r.privileges.ok))
+    )?;
     if let Some(m) = r.privileges.detail["missing"].as_array() {
         for c in m {
-            println!(
+            writeln!(
+                out,
                 "         missing {}: disables {}",
                 c["capability"].as_str().unwrap_or("?"),
                 c["disables"].as_str().unwrap_or("?")
-            );
+            )?;
         }
     }
     if let Some(a) = r.privileges.detail["advice"].as_str() {
-        println!("         {a}");
+        writeln!(out, "         {a}")?;
     }
-    println!("  [{}] BPF ring buffer", mark(r.ringbuf.ok));
-    println!("  hook types:");
+    writeln!(
+        out,
+        "  [{}] BPF ring buffer{}",
+        p.mark(ok_or_fail(r.ringbuf.ok)),
+        match r.ringbuf.detail.get("error").and_then(|v| v.as_str()) {
+            Some(e) => format!(": {e}"),
+            None => String::new(),
+        }
+    )?;
+    writeln!(out, "  hook types:")?;
     for t in &r.program_types {
         let state = match (t.available, &t.error) {
             (Some(true), _) => "available".to_owned(),
@@ -256,13 +346,19 @@ fn print_text(r: &Report) {
             (Some(false), None) => "refused".to_owned(),
         };
         let m = match t.available {
-            Some(true) => "ok  ",
-            Some(false) => "no  ",
-            None => " ?  ",
+            Some(true) => Mark::Ok,
+            Some(false) => Mark::No,
+            None => Mark::Unknown,
         };
-        println!("    [{m}] {:<15} {state} ({})", t.hook, t.test);
+        writeln!(
+            out,
+            "    [{}] {:<15} {state} ({})",
+            p.mark(m),
+            t.hook,
+            t.test
+        )?;
     }
-    println!("  hooks:");
+    writeln!(out, "  hooks:")?;
     for h in &r.hooks {
         let (ok, why) = match &h.state {
             HookState::Attached => (true, "attached (test attach, then detached)".to_owned()),
@@ -270,45 +366,79 @@ fn print_text(r: &Report) {
             HookState::Unavailable(w) => (false, format!("unavailable: {w}")),
             HookState::Failed(w) => (false, format!("failed: {w}")),
         };
-        println!(
+        writeln!(
+            out,
             "    [{}] {:<28} {} -> {}",
-            mark(ok),
+            p.mark(ok_or_fail(ok)),
             h.tracepoint,
             h.feature,
             why
-        );
+        )?;
     }
     if let Some(e) = &r.hooks_error {
-        println!("    [FAIL] {e}");
+        writeln!(out, "    [{}] {e}", p.mark(Mark::Fail))?;
     }
-    println!("  [{}] libpcap {}", mark(r.libpcap.ok), r.libpcap.detail);
-    println!(
-        "  [{}] interfaces {} (eth0 {}, eth1 {})",
-        mark(r.interfaces.ok),
-        r.interfaces.detail["all"],
-        r.interfaces.detail["eth0"],
-        r.interfaces.detail["eth1"]
-    );
+    match r.libpcap.detail.get("version").and_then(|v| v.as_str()) {
+        Some(v) => writeln!(out, "  [{}] {v}", p.mark(Mark::Ok))?,
+        None => writeln!(
+            out,
+            "  [{}] libpcap: {}",
+            p.mark(Mark::Fail),
+            field(&r.libpcap.detail, "error")
+        )?,
+    }
+    let paths: Vec<String> = r.interfaces.detail["paths"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| {
+            format!(
+                "{} {}",
+                i["name"].as_str().unwrap_or("?"),
+                if i["present"] == true {
+                    "present"
+                } else {
+                    "missing"
+                }
+            )
+        })
+        .collect();
+    let all: Vec<&str> = r.interfaces.detail["all"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str())
+        .collect();
+    writeln!(
+        out,
+        "  [{}] path interfaces: {} (this host has: {})",
+        p.mark(ok_or_fail(r.interfaces.ok)),
+        paths.join(", "),
+        all.join(", ")
+    )?;
     if !r.degraded.is_empty() {
-        println!("  degraded:");
+        writeln!(out, "  degraded:")?;
         for d in &r.degraded {
-            println!("    - {d}");
+            writeln!(out, "    - {d}")?;
         }
     }
-    println!(
-        "  live mode: {}",
-        if r.live_mode { "can run" } else { "cannot run" }
-    );
+    match &r.live_mode_blocked {
+        None => writeln!(out, "  live mode: {}", p.paint("can run", "32"))?,
+        Some(why) => writeln!(out, "  live mode: {}: {why}", p.paint("cannot run", "1;31"))?,
+    }
+    Ok(())
 }
 
 /// Runs `tboxscope doctor`.
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let report = build(&args)?;
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_text(&report);
+        print_text(&report, &mut out)?;
     }
+    out.flush()?;
     Ok(if report.live_mode {
         ExitCode::SUCCESS
     } else {

@@ -1,4 +1,5 @@
 //! `tboxscope lab`: the two-path testbed (crate `tboxscope-lab`).
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -42,30 +43,31 @@ pub fn run(args: LabArgs) -> anyhow::Result<ExitCode> {
                 ..UpOptions::default()
             };
             let bed = Testbed::up(names.clone(), &scenario, &opts)?;
-            println!(
+            writeln!(
+                std::io::stdout(),
                 "lab {} up with scenario {} ({})",
                 names.prefix(),
                 scenario.name,
                 scenario.description
-            );
+            )?;
             if scenario.has_outage() {
-                println!("note: outages are scheduled by `tboxscope lab run`; switch one by hand with `tboxscope lab outage a on`");
+                writeln!(std::io::stdout(), "note: outages are scheduled by `tboxscope lab run`; switch one by hand with `tboxscope lab outage a on`")?;
             }
             bed.keep();
-            print!("{}", status::status(&names)?);
+            write!(std::io::stdout(), "{}", status::status(&names)?)?;
             Ok(ExitCode::SUCCESS)
         }
         LabAction::Down => {
             tboxscope_lab::down(&names)?;
-            println!("lab {} down", names.prefix());
+            writeln!(std::io::stdout(), "lab {} down", names.prefix())?;
             Ok(ExitCode::SUCCESS)
         }
         LabAction::Status { json } => {
             let st = status::status(&names)?;
             if json {
-                println!("{}", serde_json::to_string(&st)?);
+                writeln!(std::io::stdout(), "{}", serde_json::to_string(&st)?)?;
             } else {
-                print!("{st}");
+                write!(std::io::stdout(), "{st}")?;
             }
             Ok(if st.is_up(&names) {
                 ExitCode::SUCCESS
@@ -125,6 +127,10 @@ fn parse_duration(s: &str) -> anyhow::Result<Duration> {
 }
 
 fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
+    if a.tui && !a.no_capture {
+        // Before the lab is built: the run would otherwise end at the first frame drawn.
+        tboxscope::terminal::require_terminal()?;
+    }
     let scenario = Scenario::load(&a.scenario)?;
     let mut opts = RunOptions::new(names);
     opts.duration = parse_duration(&a.duration)?;
@@ -171,7 +177,7 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
     } else if a.tui {
         let outcome = watch_run(&scenario, &opts, LabCapture::new(a.pcap.clone()))?;
         if let Some(at) = outcome.ended_early_s {
-            println!("run ended early (UI closed after {at:.1} s): the tables cover what happened until then");
+            writeln!(std::io::stdout(), "run ended early (UI closed after {at:.1} s): the tables cover what happened until then")?;
         }
         outcome.result?
     } else {
@@ -179,12 +185,16 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
         let report = tboxscope_lab::run::run(&scenario, &opts, &mut capture)?;
         (report, capture.take_measured())
     };
-    print!("{report}");
+    write!(std::io::stdout(), "{report}")?;
     if let Some(m) = &measured {
-        println!();
-        print!("{}", labcap::render_comparison(&report, m));
+        writeln!(std::io::stdout())?;
+        write!(
+            std::io::stdout(),
+            "{}",
+            labcap::render_comparison(&report, m)
+        )?;
     }
-    println!("QUIC key log: {}", opts.keylog.display());
+    writeln!(std::io::stdout(), "QUIC key log: {}", opts.keylog.display())?;
     if let Some(dir) = &a.pcap {
         let files: Vec<String> = PathId::BOTH
             .iter()
@@ -197,12 +207,13 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
             })
             .map(|f| dir.join(f).display().to_string())
             .collect();
-        println!(
+        writeln!(
+            std::io::stdout(),
             "captures: tboxscope analyze {} --keylog {} {}",
             labcap::analyze_options(opts.duration.as_secs_f64(), opts.drain.as_secs_f64()),
             dir.join("quic-keylog.txt").display(),
             files.join(" ")
-        );
+        )?;
     }
     if let Some(path) = a.json {
         write_json(&path, &report, measured.as_ref())?;
@@ -302,17 +313,17 @@ fn write_json(
     measured: Option<&Measured>,
 ) -> anyhow::Result<()> {
     use probe_user::output::JsonLinesWriter;
+    #[derive(serde::Serialize)]
+    struct Header<'a> {
+        command: &'a str,
+        scenario: &'a Scenario,
+    }
     let out: Box<dyn std::io::Write> = if path == "-" {
         Box::new(std::io::stdout().lock())
     } else {
         Box::new(std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?)
     };
     let ts = report.start_unix_ns;
-    #[derive(serde::Serialize)]
-    struct Header<'a> {
-        command: &'a str,
-        scenario: &'a Scenario,
-    }
     let mut w = JsonLinesWriter::new(
         out,
         ts,

@@ -1,7 +1,7 @@
 //! One module per subcommand; `run` dispatches.
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, LabAction};
+use crate::cli::{Cli, Command, LabAction, WatchArgs};
 
 mod analyze;
 mod capture;
@@ -12,7 +12,8 @@ mod replay;
 mod watch;
 
 /// Runs the parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
+    leading_options(&mut cli)?;
     init_logging(&cli)?;
     match cli.command {
         Some(Command::Doctor(args)) => doctor::run(args),
@@ -44,5 +45,90 @@ fn init_logging(cli: &Cli) -> anyhow::Result<()> {
     }
     // A second init (tests calling run twice) is harmless: keep the first logger.
     let _ = builder.try_init();
+    Ok(())
+}
+
+/// The live UI's options written before a subcommand (`tboxscope --keylog K analyze F`): moved
+/// into the subcommand where it has the same option (`--keylog` for analyze and replay,
+/// `--port`/`--host` for capture, `-i` for doctor), refused with the reason otherwise. Never
+/// ignored.
+fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
+    let Some(command) = cli.command.as_mut() else {
+        return Ok(());
+    };
+    let WatchArgs {
+        interfaces,
+        filter,
+        keylog,
+        tcp,
+        no_tcp,
+    } = std::mem::take(&mut cli.watch);
+    let (name, mut refused) = (command.name(), Vec::new());
+    let had_keylog = keylog.is_some();
+    let take_keylog = |into: &mut Option<std::path::PathBuf>| -> anyhow::Result<()> {
+        match (keylog, into.as_ref()) {
+            (Some(k), Some(other)) if k != *other => anyhow::bail!(
+                "--keylog given twice, before and after `{name}` ({} and {})",
+                k.display(),
+                other.display()
+            ),
+            (Some(k), _) => *into = Some(k),
+            (None, _) => {}
+        }
+        Ok(())
+    };
+    match command {
+        Command::Analyze(a) => take_keylog(&mut a.decode.keylog)?,
+        Command::Replay(r) => take_keylog(&mut r.decode.keylog)?,
+        _ if had_keylog => refused.push("--keylog"),
+        _ => {}
+    }
+    match command {
+        Command::Capture(c) => {
+            c.filter.ports.extend(tcp.ports);
+            c.filter.hosts.extend(tcp.hosts);
+        }
+        _ => {
+            if !tcp.ports.is_empty() {
+                refused.push("--port");
+            }
+            if !tcp.hosts.is_empty() {
+                refused.push("--host");
+            }
+        }
+    }
+    match command {
+        Command::Doctor(d) => d.interfaces.extend(interfaces),
+        _ if !interfaces.is_empty() => refused.push("-i/--interface"),
+        _ => {}
+    }
+    if filter.is_some() {
+        refused.push("--filter");
+    }
+    if no_tcp {
+        refused.push("--no-tcp");
+    }
+    if !refused.is_empty() {
+        let why = match command {
+            Command::Capture(_) => {
+                "`capture` records the kernel's TCP view only (no packets, no decryption)"
+            }
+            Command::Analyze(_) | Command::Replay(_) => {
+                "it reads capture files, it captures nothing live"
+            }
+            Command::Doctor(_) => "it checks this host for live mode with the paths of -i",
+            Command::Lab(_) => "the lab chooses its own interfaces and captures",
+        };
+        let (is, them) = if refused.len() == 1 {
+            ("is an option", "it")
+        } else {
+            ("are options", "them")
+        };
+        anyhow::bail!(
+            "{} {is} of the live UI (`tboxscope` without a subcommand), written before \
+             `{name}`, which does not take {them}: {why}. See `tboxscope {name} --help`",
+            refused.join(", "),
+        );
+    }
     Ok(())
 }

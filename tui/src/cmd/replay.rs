@@ -7,7 +7,7 @@ use anyhow::Context;
 use tboxscope::replay::{self, PacketSettings, PlayOptions};
 
 use super::live::{self, LiveOptions};
-use crate::cli::{files_engine_config, ReplayArgs};
+use crate::cli::{files_engine_config, refuse_repeated_files, ReplayArgs};
 
 /// CPU time (user + system) of the whole process.
 fn process_cpu() -> Duration {
@@ -29,7 +29,9 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if !(args.speed.is_finite() && args.speed > 0.0) {
         anyhow::bail!("--speed must be a positive number, not {}", args.speed);
     }
-    // Load before touching the terminal: a bad file is a plain error on a normal screen.
+    refuse_repeated_files(&args.files)?;
+    // Load before touching the terminal: a bad file is a plain error on a normal screen (and
+    // one that is not a terminal is refused before anything is written to it).
     let options = PlayOptions {
         speed: args.speed,
         paused: args.paused,

@@ -16,7 +16,7 @@ use probe_user::dissect::DissectConfig;
 use probe_user::engine::Config as EngineConfig;
 use probe_user::source::ebpf::{denied_hooks, ProbeOptions, TcpFilter};
 use probe_user::source::pcap::live::{
-    interface_addresses, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
+    check_filter, interface_addresses, InterfaceSpec, LiveCapture, LiveConfig, LiveEvent,
 };
 use tboxscope::feed::EngineFeed;
 use tboxscope::kerneltcp::{KernelTcp, TcpMessage};
@@ -30,32 +30,17 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(200);
 
 /// Runs the live UI.
 pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
-    let interfaces = if args.interfaces.is_empty() {
-        InterfaceSpec::defaults()
-    } else {
-        args.interfaces
-            .iter()
-            .map(|s| InterfaceSpec::parse(s))
-            .collect::<Result<Vec<_>, _>>()?
-    };
-    // Fail before the terminal is taken over, so the message stays readable.
-    let missing: Vec<&str> = interfaces
-        .iter()
-        .filter(|i| {
-            !std::path::Path::new("/sys/class/net")
-                .join(&i.name)
-                .exists()
-        })
-        .map(|i| i.name.as_str())
-        .collect();
-    if !missing.is_empty() {
-        bail!(
-            "no interface {} here. Name the paths with -i IFACE[=LABEL] (e.g. -i wwan0=4G -i wwan1=5G), \
-             or watch the built-in two-path lab: `sudo tboxscope lab run S2 --duration 20s` \
-             (`cargo xtask demo`)",
-            missing.join(", ")
-        );
+    if let Some(filter) = &args.filter {
+        check_filter(filter)?;
     }
+    let interfaces = interface_specs(&args.interfaces)?;
+    // Fail before the terminal is taken over, so the message stays readable.
+    let missing = missing_interfaces(&interfaces);
+    if !missing.is_empty() {
+        bail!("{}", missing_interfaces_message(&missing));
+    }
+    // Before the probes are loaded: the UI cannot draw into a pipe or a file.
+    tboxscope::terminal::require_terminal()?;
     let keylog = args.keylog.clone();
     let tcp = if args.no_tcp {
         None
@@ -71,8 +56,13 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         filter: args.filter.clone(),
         ..LiveConfig::default()
     };
-    let capture = LiveCapture::start(config)
-        .context("cannot start live capture (run as root: sudo tboxscope)")?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let capture = LiveCapture::start(config).context(if root {
+        "cannot start live capture"
+    } else {
+        "cannot start live capture (run as root: sudo tboxscope)"
+    })?;
     let names: Vec<String> = interfaces
         .iter()
         .map(|i| format!("{}={}", i.name, i.label))
@@ -113,6 +103,43 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     drop(off_tx);
     ui?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The interfaces `-i` names (IFACE or IFACE=LABEL), or the default eth0 and eth1.
+pub fn interface_specs(given: &[String]) -> anyhow::Result<Vec<InterfaceSpec>> {
+    if given.is_empty() {
+        return Ok(InterfaceSpec::defaults());
+    }
+    Ok(given
+        .iter()
+        .map(|s| InterfaceSpec::parse(s))
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The interfaces of `interfaces` this host does not have. libpcap's pseudo-devices `any`
+/// (every interface, Linux cooked) and `nflog[:GROUP]` (netfilter log) are always there.
+pub fn missing_interfaces(interfaces: &[InterfaceSpec]) -> Vec<&str> {
+    interfaces
+        .iter()
+        .filter(|i| {
+            let pseudo = i.name == "any" || i.name == "nflog" || i.name.starts_with("nflog:");
+            !pseudo
+                && !std::path::Path::new("/sys/class/net")
+                    .join(&i.name)
+                    .exists()
+        })
+        .map(|i| i.name.as_str())
+        .collect()
+}
+
+/// Why live mode cannot start without these interfaces, and what to do instead.
+pub fn missing_interfaces_message(missing: &[&str]) -> String {
+    format!(
+        "no interface {} here. Name the paths with -i IFACE[=LABEL] (e.g. -i wwan0=4G -i wwan1=5G), \
+         or watch the built-in two-path lab: `sudo tboxscope lab run S2 --duration 20s` \
+         (`cargo xtask demo`)",
+        missing.join(", ")
+    )
 }
 
 /// Decodes captured packets and kernel TCP events into the engine and publishes snapshots

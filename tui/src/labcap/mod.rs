@@ -27,7 +27,7 @@ use probe_user::decode::quic::Keylog;
 use probe_user::dissect::{Decoded, DecodedPacket, DissectConfig};
 use probe_user::engine::input::{RetransmitKind, TcpEvent, TcpEventKind};
 use probe_user::engine::FlowKey;
-use probe_user::engine::{AppIdRule, CapturePoint, Config, Host, Summary};
+use probe_user::engine::{units, AppIdRule, CapturePoint, Config, Host, Summary};
 use probe_user::source::ebpf::{ProbeOptions, TcpFilter};
 use probe_user::source::pcap::live::LivePacket;
 use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent, PathStats};
@@ -38,7 +38,7 @@ use tboxscope_lab::run::{CapturePlan, RunObserver, RunReport};
 use tboxscope_lab::PathId;
 
 use crate::feed::EngineFeed;
-use crate::kerneltcp::{KernelTcp, TcpMessage};
+use crate::kerneltcp::{KernelTcp, TcpDrops, TcpMessage};
 use crate::source::SnapshotFeed;
 use tcp::{End, TcpMessages};
 
@@ -69,8 +69,8 @@ struct Collected {
     tcp_events: Vec<TcpEvent>,
     /// The probes' last status line.
     tcp_status: Option<String>,
-    /// Kernel events lost (ring buffer full, failed reads).
-    tcp_dropped: u64,
+    /// Kernel events lost (ring buffer full, failed reads, not given to the engine).
+    tcp_dropped: TcpDrops,
 }
 
 /// What tboxscope measured for one transport.
@@ -111,7 +111,8 @@ pub struct MeasuredTcp {
     pub probes: String,
     /// Kernel events of this socket.
     pub kernel_events: u64,
-    /// Kernel events lost by the probes (all sockets).
+    /// Kernel events lost (all sockets): in the ring buffer, or read but not given to the
+    /// engine.
     pub kernel_dropped: u64,
     /// Retransmissions the kernel reported, by kind.
     pub retransmits: u64,
@@ -410,7 +411,7 @@ impl LiveSide {
                 }
             }
             TcpMessage::Status(s) => self.engine.tcp(TcpMessage::Status(s.clone())),
-            TcpMessage::Dropped(n) => self.engine.tcp(TcpMessage::Dropped(*n)),
+            TcpMessage::Dropped(d) => self.engine.tcp(TcpMessage::Dropped(*d)),
         }
     }
 
@@ -498,7 +499,7 @@ fn take(c: &mut Collected, live: Option<&mut LiveSide>, m: TcpMessage) {
     match m {
         TcpMessage::Event(e) => c.tcp_events.push(*e),
         TcpMessage::Status(s) => c.tcp_status = Some(s),
-        TcpMessage::Dropped(n) => c.tcp_dropped = n,
+        TcpMessage::Dropped(d) => c.tcp_dropped = d,
     }
 }
 
@@ -683,7 +684,7 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
                 String::new()
             }
         }),
-        dropped: collected.tcp_dropped,
+        dropped: collected.tcp_dropped.total(),
     };
     let transports = plan
         .transports
@@ -831,8 +832,8 @@ fn measured_tcp(summary: &Summary, tcp: &TcpSide<'_>) -> MeasuredTransport {
         ..MeasuredTcp::default()
     };
     for e in &mine {
-        k.max_backoff = k.max_backoff.max(e.backoff);
-        k.max_rto_ms = k.max_rto_ms.max(f64::from(e.rto_us) / 1000.0);
+        k.max_backoff = k.max_backoff.max(e.figures.backoff);
+        k.max_rto_ms = k.max_rto_ms.max(f64::from(e.figures.rto_us) / 1000.0);
         if let TcpEventKind::Retransmit { kind, .. } = e.kind {
             k.retransmits += 1;
             match kind {
@@ -963,20 +964,21 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<15} {:<9} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7}",
-        "transport", "source", "msgs", "P50 ms", "P99 ms", "P999 ms", "dup %", "amplif"
+        "{:<15} {:<9} {:>6} {:>11} {:>11} {:>11} {:>6} {:>7}",
+        "transport", "source", "msgs", "P50", "P99", "P999", "dup %", "amplif"
     );
+    let lat = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), units::latency_ms);
     for t in &report.transports {
         let redundant = t.paths.len() > 1;
         let _ = writeln!(
             s,
-            "{:<15} {:<9} {:>6} {:>8.1} {:>8.1} {:>8.1} {:>6} {:>6.2}x",
+            "{:<15} {:<9} {:>6} {:>11} {:>11} {:>11} {:>6} {:>6.2}x",
             t.transport,
             "truth",
             t.sent,
-            t.p50_ms,
-            t.p99_ms,
-            t.p999_ms,
+            units::latency_ms(t.p50_ms),
+            units::latency_ms(t.p99_ms),
+            units::latency_ms(t.p999_ms),
             if redundant {
                 format!("{:.1}", t.duplication_pct)
             } else {
@@ -989,13 +991,13 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<15} {:<9} {:>6} {:>8} {:>8} {:>8} {:>6} {:>7}",
+            "{:<15} {:<9} {:>6} {:>11} {:>11} {:>11} {:>6} {:>7}",
             "",
             "tboxscope",
             r.messages,
-            opt(r.p50_ms, 1),
-            opt(r.p99_ms, 1),
-            opt(r.p999_ms, 1),
+            lat(r.p50_ms),
+            lat(r.p99_ms),
+            lat(r.p999_ms),
             if redundant {
                 opt(r.duplication_pct, 1)
             } else {

@@ -1,20 +1,21 @@
 //! Folds a recording's output records back into the engine's [`Snapshot`] at a replay time:
-//! `message` records give per-path and combined latency (hdrhistogram, as the engine does),
+//! `message` records give per-path and combined latency (in the engine's own histograms, with
+//! its bounds and precision),
 //! duplication, win rates and copy spacing; `window` records the recent series; `outage` and
 //! `hol_incident` records are shown from their start, open until their end; `tcp_*` events
 //! go through the real engine, which provides the TCP sockets; the `summary`, once reached, is
 //! the authority for the whole-run figures.
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use hdrhistogram::Histogram;
 use tboxscope_engine::input::Observation;
 use tboxscope_engine::record::{HolIncident, MessageRecord, OutageRecord, Summary};
 use tboxscope_engine::snapshot::{
-    AmplificationView, EventLine, LatencyKind, LatencyView, PathShare, PathView, Percentiles,
-    RedundancyView, SeriesPoint, Severity, Snapshot, TailPoint,
+    AmplificationView, EventLine, LatencyKind, LatencyView, PathShare, PathView, RedundancyView,
+    SeriesPoint, Severity, Snapshot, TailPoint,
 };
 use tboxscope_engine::Config;
 use tboxscope_engine::{redundancy_verdict, tail_verdict, Engine};
+use tboxscope_engine::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 
 use super::load::{Item, Timed};
 use crate::view::format;
@@ -24,38 +25,22 @@ const HISTORY: usize = 120;
 const EVENTS: usize = 500;
 /// Rates are over the last second of replay time.
 const RATE_WINDOW_NS: u64 = 1_000_000_000;
-fn histogram() -> Histogram<u64> {
-    // 1 µs .. 1 h, 3 significant digits; new_with_bounds only fails on invalid bounds.
-    #[allow(clippy::expect_used)]
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant, valid histogram bounds")
+/// A per-path or combined latency histogram, as the engine keeps one.
+fn histogram() -> LatencyHist {
+    LatencyHist::new(Config::default().max_latency_us, PATH_SIGFIG)
 }
 
-fn percentiles(h: &Histogram<u64>) -> Percentiles {
-    if h.is_empty() {
-        return Percentiles::default();
-    }
-    Percentiles {
-        count: h.len(),
-        min_us: h.min(),
-        p50_us: h.value_at_quantile(0.5),
-        p90_us: h.value_at_quantile(0.9),
-        p99_us: h.value_at_quantile(0.99),
-        p999_us: h.value_at_quantile(0.999),
-        max_us: h.max(),
-        mean_us: h.mean(),
-    }
-}
-
-fn above(h: &Histogram<u64>, t: u64) -> f64 {
-    if h.is_empty() {
+/// Share of the samples of `h` above `t_us` (as the engine's tail prediction counts them).
+fn above(h: &LatencyHist, t_us: u64) -> f64 {
+    if h.count() == 0 {
         0.0
     } else {
-        1.0 - h.quantile_below(t)
+        h.count_above(t_us) as f64 / h.count() as f64
     }
 }
 
 struct PathAcc {
-    latency: Histogram<u64>,
+    latency: LatencyHist,
     recent: VecDeque<SeriesPoint>,
     carried: u64,
     expected: u64,
@@ -94,7 +79,7 @@ struct FlowAcc {
     on_all: u64,
     sent_on_all: u64,
     paths: BTreeMap<String, Share>,
-    spacing: Histogram<u64>,
+    spacing: LatencyHist,
 }
 
 /// The replay state at the current position.
@@ -102,9 +87,9 @@ pub struct Fold {
     start_ns: u64,
     paths: BTreeMap<String, PathAcc>,
     flows: BTreeMap<String, FlowAcc>,
-    combined: Histogram<u64>,
-    during_outage: Histogram<u64>,
-    outside_outage: Histogram<u64>,
+    combined: LatencyHist,
+    during_outage: LatencyHist,
+    outside_outage: LatencyHist,
     combined_recent: VecDeque<SeriesPoint>,
     kind: LatencyKind,
     amplification: Option<f64>,
@@ -112,7 +97,9 @@ pub struct Fold {
     incidents: Vec<HolIncident>,
     events: VecDeque<EventLine>,
     ring_buffer_dropped: u64,
-    pcap_dropped: u64,
+    tcp_events_dropped: u64,
+    /// Latencies above the engine's bound, recorded at the bound (as the engine counts them).
+    clamped: u64,
     summary: Option<(u64, Box<Summary>)>,
     engine: Engine,
     notes: Vec<String>,
@@ -135,7 +122,8 @@ impl Fold {
             incidents: Vec::new(),
             events: VecDeque::new(),
             ring_buffer_dropped: 0,
-            pcap_dropped: 0,
+            tcp_events_dropped: 0,
+            clamped: 0,
             summary: None,
             engine: Engine::new(Config::default()),
             notes,
@@ -220,16 +208,16 @@ impl Fold {
                             e.local,
                             e.remote,
                             retransmit_name(*kind),
-                            e.backoff,
-                            format::micros(u64::from(e.rto_us))
+                            e.figures.backoff,
+                            format::micros(u64::from(e.figures.rto_us))
                         ),
                     );
                 }
                 self.engine.handle(Observation::Tcp((**e).clone()));
             }
-            Item::Drops { ring_buffer, pcap } => {
-                self.ring_buffer_dropped = self.ring_buffer_dropped.max(*ring_buffer);
-                self.pcap_dropped = self.pcap_dropped.max(*pcap);
+            Item::Drops(d) => {
+                self.ring_buffer_dropped = self.ring_buffer_dropped.max(d.kernel.total());
+                self.tcp_events_dropped = self.tcp_events_dropped.max(d.decode_rejected);
             }
         }
     }
@@ -243,11 +231,11 @@ impl Fold {
     fn message(&mut self, m: &MessageRecord) {
         self.kind = m.latency_kind;
         if let Some(latency) = m.latency_us {
-            self.combined.saturating_record(latency.max(1));
+            self.clamped += u64::from(self.combined.record(latency));
             if self.in_outage(m.first_seen_ns) {
-                self.during_outage.saturating_record(latency.max(1));
+                self.during_outage.record(latency);
             } else {
-                self.outside_outage.saturating_record(latency.max(1));
+                self.outside_outage.record(latency);
             }
         }
         let flow = self.flows.entry(m.flow.clone()).or_insert_with(|| FlowAcc {
@@ -255,7 +243,7 @@ impl Fold {
             on_all: 0,
             sent_on_all: 0,
             paths: BTreeMap::new(),
-            spacing: histogram(),
+            spacing: LatencyHist::new(Config::default().max_latency_us, FLOW_SIGFIG),
         });
         flow.messages += 1;
         for copy in &m.copies {
@@ -284,7 +272,7 @@ impl Fold {
                 arrivals.iter().min().copied().unwrap_or(0),
                 arrivals.iter().max().copied().unwrap_or(0),
             );
-            flow.spacing.saturating_record(((hi - lo) / 1_000).max(1));
+            flow.spacing.record((hi - lo) / 1_000);
         }
         let flow_paths: Vec<String> = flow.paths.keys().cloned().collect();
         for path in flow_paths {
@@ -299,7 +287,7 @@ impl Fold {
             acc.retransmissions += sends - 1;
             acc.bytes = acc.bytes.saturating_add(m.bytes.saturating_mul(sends));
             if let Some(latency) = copy.latency_us {
-                acc.latency.saturating_record(latency.max(1));
+                self.clamped += u64::from(acc.latency.record(latency));
             }
             let seen = copy.arrived.or(copy.sent).unwrap_or(m.first_seen_ns);
             acc.last_alive_ns = acc.last_alive_ns.max(seen);
@@ -349,7 +337,8 @@ impl Fold {
         events.sort_by_key(|e| std::cmp::Reverse(e.ts_ns));
         snap.events = events;
         snap.health.ring_buffer_dropped = self.ring_buffer_dropped;
-        snap.health.pcap_dropped = self.pcap_dropped;
+        snap.health.tcp_events_dropped = self.tcp_events_dropped;
+        snap.health.clamped_latencies = self.clamped;
         snap.health.inferences.extend(self.notes.iter().cloned());
         if let Some((_, summary)) = &self.summary {
             apply_summary(&mut snap, summary);
@@ -386,7 +375,7 @@ impl Fold {
                     bytes: acc.bytes,
                     loss_rate: 1.0 - ratio(acc.carried, acc.expected).min(1.0),
                     retransmission_rate: ratio(acc.retransmissions, acc.transmissions),
-                    latency: percentiles(&acc.latency),
+                    latency: acc.latency.percentiles(),
                     latency_kind: self.kind,
                     recent: acc.recent.iter().cloned().collect(),
                 }
@@ -443,7 +432,7 @@ impl Fold {
                     duplication,
                     sent_on_all_paths: f.sent_on_all,
                     paths,
-                    copy_spacing: percentiles(&f.spacing),
+                    copy_spacing: f.spacing.percentiles(),
                     verdict,
                 }
             })
@@ -451,7 +440,7 @@ impl Fold {
     }
 
     fn latency(&self) -> LatencyView {
-        let combined = percentiles(&self.combined);
+        let combined = self.combined.percentiles();
         let mut tail = Vec::new();
         let mut verdict = String::new();
         if self.paths.len() >= 2 && combined.count > 0 {
@@ -473,11 +462,11 @@ impl Fold {
             per_path: self
                 .paths
                 .iter()
-                .map(|(label, p)| (label.clone(), percentiles(&p.latency)))
+                .map(|(label, p)| (label.clone(), p.latency.percentiles()))
                 .collect(),
             combined,
-            during_outage: percentiles(&self.during_outage),
-            outside_outage: percentiles(&self.outside_outage),
+            during_outage: self.during_outage.percentiles(),
+            outside_outage: self.outside_outage.percentiles(),
             // Output records carry no request → response samples.
             request_response: Default::default(),
             combined_recent: self.combined_recent.iter().cloned().collect(),
@@ -565,6 +554,7 @@ fn apply_summary(snap: &mut Snapshot, summary: &Summary) {
     mine.clamped_latencies = mine.clamped_latencies.max(h.clamped_latencies);
     mine.pcap_dropped = mine.pcap_dropped.max(h.pcap_dropped);
     mine.ring_buffer_dropped = mine.ring_buffer_dropped.max(h.ring_buffer_dropped);
+    mine.tcp_events_dropped = mine.tcp_events_dropped.max(h.tcp_events_dropped);
     mine.decrypt_failures = mine.decrypt_failures.max(h.decrypt_failures);
     if mine.captures.is_empty() {
         mine.captures = h.captures.clone();
@@ -580,5 +570,48 @@ fn retransmit_name(kind: tboxscope_engine::input::RetransmitKind) -> &'static st
         RetransmitKind::Tlp => "tail loss probe",
         RetransmitKind::LossRecovery => "loss recovery after a timeout",
         RetransmitKind::Unknown => "cause unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tboxscope_engine::record::CopyRecord;
+
+    use super::*;
+
+    #[test]
+    fn latencies_are_bounded_and_counted_as_the_engine_does() {
+        let max_us = Config::default().max_latency_us;
+        let mut fold = Fold::new(0, Vec::new());
+        for (i, latency_us) in [40_000, 2 * max_us].into_iter().enumerate() {
+            let sent = i as u64 * 1_000_000_000;
+            let message = MessageRecord {
+                id: format!("sn {i}"),
+                flow: "kcp conv 7".to_owned(),
+                first_seen_ns: sent,
+                bytes: 100,
+                copies: vec![CopyRecord {
+                    path: "eth0".to_owned(),
+                    sent: Some(sent),
+                    arrived: Some(sent + latency_us * 1000),
+                    latency_us: Some(latency_us),
+                    transmissions: 1,
+                }],
+                latency_us: Some(latency_us),
+                ..MessageRecord::default()
+            };
+            fold.apply(&Timed {
+                ts_ns: sent,
+                item: Item::Message(Box::new(message)),
+            });
+        }
+        let snap = fold.snapshot(10_000_000_000);
+        assert_eq!(snap.latency.combined.max_us, max_us);
+        assert_eq!(snap.latency.per_path[0].1.max_us, max_us);
+        assert_eq!(
+            snap.latency.combined.min_us, 40_000,
+            "exact, as the engine's"
+        );
+        assert_eq!(snap.health.clamped_latencies, 2, "combined and per path");
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 
+use probe_user::capture::records::DropsRecord;
 use serde_json::{Map, Value};
 use tboxscope_engine::input::TcpEvent;
 use tboxscope_engine::record::{HolIncident, MessageRecord, OutageRecord, Summary, WindowRecord};
@@ -69,13 +70,8 @@ pub enum Item {
     Summary(Box<Summary>),
     /// A kernel TCP event, fed to the engine.
     Tcp(Box<TcpEvent>),
-    /// Ring-buffer / capture drop counters (cumulative).
-    Drops {
-        /// Kernel events lost in the ring buffer.
-        ring_buffer: u64,
-        /// Packets the capture library dropped.
-        pcap: u64,
-    },
+    /// The kernel probes' drop counters (cumulative), as `capture` writes them.
+    Drops(DropsRecord),
 }
 
 /// An item at its replay time.
@@ -135,13 +131,6 @@ fn body<T: serde::de::DeserializeOwned>(map: &Map<String, Value>) -> Result<T, S
     serde_json::from_value(Value::Object(fields)).map_err(|e| e.to_string())
 }
 
-fn counter(map: &Map<String, Value>, names: &[&str]) -> u64 {
-    names
-        .iter()
-        .find_map(|n| map.get(*n).and_then(Value::as_u64))
-        .unwrap_or(0)
-}
-
 /// Turns one line into items; `Err(reason)` when it cannot be used.
 fn parse_line(line: &str, recording: &mut Recording) -> Result<Option<Timed>, String> {
     let value: Value = serde_json::from_str(line).map_err(|_| "bad json".to_owned())?;
@@ -180,27 +169,11 @@ fn parse_line(line: &str, recording: &mut Recording) -> Result<Option<Timed>, St
                 item: Item::Hol(Box::new(hol)),
             }));
         }
-        "summary" => match body::<Summary>(&map) {
-            Ok(summary) => Item::Summary(Box::new(summary)),
-            // `capture` without the engine writes a summary of its own counters: keep the drops.
-            Err(_) => Item::Drops {
-                ring_buffer: counter(&map, &["ring_buffer_drops", "ringbuf_drops", "dropped"]),
-                pcap: counter(&map, &["pcap_drops"]),
-            },
-        },
-        "drops" => Item::Drops {
-            ring_buffer: counter(
-                &map,
-                &[
-                    "ring_buffer",
-                    "ring_buffer_drops",
-                    "ringbuf",
-                    "total",
-                    "dropped",
-                ],
-            ),
-            pcap: counter(&map, &["pcap", "pcap_drops"]),
-        },
+        // `capture` (kernel TCP only) ends with a summary of its own counters; its drop
+        // counters are in the `drops` line written just before it.
+        "summary" if map.contains_key("stopped_by") => return Ok(None),
+        "summary" => Item::Summary(Box::new(body(&map).map_err(bad)?)),
+        "drops" => Item::Drops(body(&map).map_err(bad)?),
         k if k.starts_with("tcp_") => Item::Tcp(Box::new(tcp::event(k, ts_ns, &map).map_err(bad)?)),
         other => return Err(format!("not replayed: {other}")),
     };

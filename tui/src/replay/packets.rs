@@ -6,14 +6,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use probe_user::analyze::{file_name, Analyzer, PathLabels};
+use probe_user::analyze::{disjoint_captures, file_name, Analyzer, PathLabels};
 use probe_user::correlate::{unmet_statements, CaptureHint, Correlator, FrameFeed};
+use probe_user::decode::net::LinkType;
 use probe_user::dissect::DissectConfig;
 use probe_user::engine::Config as EngineConfig;
 use probe_user::source::pcap::file::{format_of_magic, CaptureFile};
 
 use super::{LoadError, PlayOptions, ReplayClock};
 use crate::app::Request;
+use crate::options::changed_nothing;
 use crate::source::SnapshotFeed;
 
 /// How packet captures are decoded and correlated, as `analyze` would: the same decoder and
@@ -51,6 +53,8 @@ pub struct PacketRecording {
     start_ns: u64,
     end_ns: u64,
     packets: u64,
+    /// What the health panel says about the files from the start (link types not decoded).
+    warnings: Vec<String>,
 }
 
 impl PacketRecording {
@@ -60,6 +64,8 @@ impl PacketRecording {
     pub fn scan(files: &[PathBuf], settings: PacketSettings) -> Result<Self, LoadError> {
         let (mut start_ns, mut end_ns, mut packets) = (u64::MAX, 0u64, 0u64);
         let mut labels = PathLabels::default();
+        let mut warnings = Vec::new();
+        let mut spans: Vec<(String, (u64, u64))> = Vec::new();
         for (file_no, path) in files.iter().enumerate() {
             let name = path.display().to_string();
             let broken = |e: &dyn std::fmt::Display| LoadError::Capture {
@@ -68,20 +74,50 @@ impl PacketRecording {
             };
             let mut reader = CaptureFile::open(path).map_err(|e| broken(&e))?;
             let before = packets;
-            while let Some(p) = reader.next_packet().map_err(|e| broken(&e))? {
-                start_ns = start_ns.min(p.ts_ns);
-                end_ns = end_ns.max(p.ts_ns);
-                packets += 1;
+            let mut span = (u64::MAX, 0u64);
+            // A file that breaks after some packets is replayed up to the break, as `analyze`
+            // reads it (each pass says where it broke); one with no packet before it is refused.
+            let mut failure = None;
+            loop {
+                match reader.next_packet() {
+                    Ok(Some(p)) => {
+                        span = (span.0.min(p.ts_ns), span.1.max(p.ts_ns));
+                        start_ns = start_ns.min(p.ts_ns);
+                        end_ns = end_ns.max(p.ts_ns);
+                        packets += 1;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
             }
             if packets == before {
-                return Err(LoadError::Empty {
-                    path: name,
-                    skipped: "no packets".to_owned(),
+                return Err(match failure {
+                    Some(e) => broken(&e),
+                    None => LoadError::Empty {
+                        path: name,
+                        skipped: "no packets".to_owned(),
+                    },
                 });
             }
+            spans.push((name.clone(), span));
             for iface in reader.interfaces() {
                 labels.id_for(file_no, &file_name(path), &iface.label);
+                if iface.link.is_none() {
+                    warnings.push(format!(
+                        "replay: {} has link type {}, which tboxscope does not decode (it decodes {})",
+                        file_name(path),
+                        iface.linktype,
+                        LinkType::SUPPORTED
+                    ));
+                }
             }
+        }
+        let named: Vec<(&str, (u64, u64))> = spans.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        if let Some(w) = disjoint_captures(&named) {
+            warnings.push(format!("replay: {w}"));
         }
         let unknown = unmet_statements(&settings.captures, labels.all());
         if !unknown.is_empty() {
@@ -96,6 +132,7 @@ impl PacketRecording {
             start_ns,
             end_ns,
             packets,
+            warnings,
         })
     }
 
@@ -247,6 +284,7 @@ pub(super) fn run(
         let mut frames = FrameFeed::default();
         pacer.fed_ns = 0;
         pacer.pass_notes.clear();
+        pacer.pass_notes.extend(recording.warnings.iter().cloned());
         let pass = analyzer.run_files(&recording.files, &mut |r| {
             pacer.wait_until(Some(r.packet.ts_ns), &mut correlator, false)?;
             frames.observe(&mut correlator, &r);
@@ -259,8 +297,14 @@ pub(super) fn run(
             Ok(errors) => {
                 // The recording is over: close what is still open (messages waiting for a
                 // copy, the outage in progress) as `analyze` does.
-                let _ = correlator.engine_mut().finish(recording.end_ns);
+                let summary = correlator.engine_mut().finish(recording.end_ns);
                 correlator.engine_mut().drain_records().for_each(drop);
+                let app_ids = analyzer.dissector().app_ids_read();
+                pacer.pass_notes.extend(
+                    changed_nothing(&recording.settings.engine, app_ids, &summary)
+                        .into_iter()
+                        .map(|n| format!("replay: {n}")),
+                );
                 pacer
                     .pass_notes
                     .extend(errors.iter().map(|e| format!("replay: {e}")));
@@ -298,5 +342,24 @@ pub fn is_packet_capture(path: &Path) -> Result<bool, LoadError> {
     let n = std::fs::File::open(path)
         .and_then(|mut f| f.read(&mut head))
         .map_err(io)?;
-    Ok(n == 4 && format_of_magic(head).is_some())
+    if n == 4 && format_of_magic(head).is_some() {
+        return Ok(true);
+    }
+    // Named as a packet capture but not one: say so, as `analyze` does, rather than try it as
+    // a JSON Lines recording.
+    let named_capture = path.extension().is_some_and(|e| {
+        ["pcap", "pcapng", "cap"]
+            .iter()
+            .any(|c| e.eq_ignore_ascii_case(c))
+    });
+    if named_capture {
+        return Err(LoadError::Capture {
+            path: path.display().to_string(),
+            reason: match CaptureFile::open(path) {
+                Err(e) => e.to_string(),
+                Ok(_) => "not a pcap or pcapng file".to_owned(),
+            },
+        });
+    }
+    Ok(false)
 }

@@ -1,130 +1,50 @@
-//! `tcp_*` lines of a `capture` file → the engine's [`TcpEvent`]. Field names follow the
-//! capture schema (`src`, `dst` as `addr:port`, `rto_ms`, `backoff`, `cwnd`, `ssthresh`,
-//! `srtt_us`); a few spellings are accepted for the optional ones.
-use std::net::SocketAddr;
-
+//! `tcp_*` lines of a `capture --json` recording → the engine's [`TcpEvent`]: each line is
+//! read as the record type `capture` wrote ([`Record::deserialize_as`]) and converted as the
+//! live view converts it ([`Record::engine_event`]). A recording may name the socket's path
+//! (`"path"`); without it the path is [`probe_user::capture::records::NO_PATH`].
+use probe_user::capture::records::Record;
 use serde_json::{Map, Value};
-use tboxscope_engine::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind};
+use tboxscope_engine::input::TcpEvent;
 
-fn text<'a>(map: &'a Map<String, Value>, names: &[&str]) -> Option<&'a str> {
-    names
-        .iter()
-        .find_map(|n| map.get(*n).and_then(Value::as_str))
-}
-
-fn number(map: &Map<String, Value>, names: &[&str]) -> Option<f64> {
-    names
-        .iter()
-        .find_map(|n| map.get(*n).and_then(Value::as_f64))
-}
-
-fn uint<T: TryFrom<u64> + Default>(map: &Map<String, Value>, names: &[&str]) -> T {
-    names
-        .iter()
-        .find_map(|n| map.get(*n).and_then(Value::as_u64))
-        .and_then(|v| T::try_from(v).ok())
-        .unwrap_or_default()
-}
-
-fn addr(map: &Map<String, Value>, names: &[&str]) -> Result<SocketAddr, String> {
-    let raw = text(map, names).ok_or_else(|| format!("no {}", names[0]))?;
-    raw.parse()
-        .map_err(|_| format!("{} is not addr:port", names[0]))
-}
-
-/// The congestion state named `name` (`open`, `disorder`, `cwr`, `recovery`, `loss`).
-pub fn cong_state(name: &str) -> Option<CongState> {
-    match name.to_ascii_lowercase().trim_start_matches("tcp_ca_") {
-        "open" => Some(CongState::Open),
-        "disorder" => Some(CongState::Disorder),
-        "cwr" => Some(CongState::Cwr),
-        "recovery" => Some(CongState::Recovery),
-        "loss" => Some(CongState::Loss),
-        _ => None,
-    }
-}
-
-fn retransmit_kind(name: Option<&str>) -> RetransmitKind {
-    match name.map(str::to_ascii_lowercase).as_deref() {
-        Some("rto" | "timer" | "timeout") => RetransmitKind::Rto,
-        Some("loss_recovery") => RetransmitKind::LossRecovery,
-        Some("fast" | "recovery" | "fast_retransmit") => RetransmitKind::Fast,
-        Some("tlp" | "loss_probe" | "probe") => RetransmitKind::Tlp,
-        _ => RetransmitKind::Unknown,
-    }
-}
-
-/// Converts one `tcp_*` line (record type `kind`, time `ts_ns`) into a kernel event.
+/// Converts one `tcp_*` line (record type `kind`, time `ts_ns`, its fields `map`) into a
+/// kernel event; `Err` says why it cannot be used.
 pub fn event(kind: &str, ts_ns: u64, map: &Map<String, Value>) -> Result<TcpEvent, String> {
-    let local = addr(map, &["src", "local", "saddr"])?;
-    let remote = addr(map, &["dst", "remote", "daddr"])?;
-    let event = match kind {
-        "tcp_retransmit" => TcpEventKind::Retransmit {
-            kind: retransmit_kind(text(map, &["kind", "reason", "cause"])),
-            seq: uint(map, &["seq"]),
-            len: uint(map, &["len", "length"]),
-        },
-        "tcp_rto" => TcpEventKind::RtoExpired,
-        "tcp_backoff_end" => TcpEventKind::BackoffEnd,
-        "tcp_cong_state" => {
-            let name = text(map, &["state", "cong_state", "new"]).ok_or("no state")?;
-            TcpEventKind::CongState {
-                state: cong_state(name).ok_or_else(|| format!("unknown state {name}"))?,
-            }
-        }
-        "tcp_state" => TcpEventKind::StateChange {
-            old: text(map, &["old", "old_state", "oldstate"])
-                .unwrap_or("?")
-                .to_owned(),
-            new: text(map, &["new", "new_state", "newstate", "state"])
-                .unwrap_or("?")
-                .to_owned(),
-        },
-        _ => TcpEventKind::Sample,
-    };
-    let rto_us = number(map, &["rto_us"])
-        .or_else(|| number(map, &["rto_ms"]).map(|ms| ms * 1_000.0))
-        .filter(|v| v.is_finite() && *v >= 0.0)
-        .map_or(0, |v| v.min(f64::from(u32::MAX)) as u32);
-    Ok(TcpEvent {
-        ts_ns,
-        path: text(map, &["path", "iface", "interface"])
-            .unwrap_or("-")
-            .to_owned(),
-        local,
-        remote,
-        kind: event,
-        cwnd: uint(map, &["cwnd", "snd_cwnd"]),
-        ssthresh: uint(map, &["ssthresh", "snd_ssthresh"]),
-        srtt_us: uint(map, &["srtt_us"]),
-        rto_us,
-        backoff: uint(map, &["backoff"]),
-        // `total_retrans` (the connection's total) wins over `retransmits`, which a capture
-        // file uses for icsk_retransmits (timeouts in a row).
-        retransmits: uint(map, &["total_retrans", "retransmits", "retrans"]),
-    })
+    let record = Record::deserialize_as(kind, map)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("unknown TCP record {kind}"))?;
+    let mut event = record.engine_event(ts_ns).map_err(|e| e.to_string())?;
+    if let Some(path) = map.get("path").and_then(Value::as_str) {
+        path.clone_into(&mut event.path);
+    }
+    Ok(event)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tboxscope_engine::input::{CongState, RetransmitKind, TcpEventKind};
 
     fn map(json: &str) -> Map<String, Value> {
-        match serde_json::from_str(json).unwrap() {
-            Value::Object(m) => m,
-            _ => panic!("not an object"),
+        match serde_json::from_str(json) {
+            Ok(Value::Object(m)) => m,
+            other => panic!("not an object: {other:?}"),
         }
     }
 
+    const SOCK: &str = r#""conn":1,"src":"10.0.0.1:40000","dst":"[::1]:443","backoff":1,
+        "retransmits":1,"total_retrans":3,"cwnd":1,"ssthresh":7,"srtt_us":50000,
+        "packets_out":1,"lost_out":1,"retrans_out":0,"ca_state":"loss","state":"ESTABLISHED""#;
+
     #[test]
     fn retransmit_line_becomes_an_event() {
-        let m = map(
-            r#"{"src":"10.0.0.1:40000","dst":"[::1]:443","kind":"rto","seq":1000,
-                "rto_ms":408,"backoff":1,"cwnd":1,"ssthresh":7,"srtt_us":50000,"retransmits":3}"#,
-        );
+        let m = map(&format!(
+            r#"{{"type":"tcp_retransmit","kind":"rto","err":0,"seq":1000,"rto_ms":408,{SOCK}}}"#
+        ));
         let e = event("tcp_retransmit", 5, &m).unwrap();
-        assert_eq!(e.rto_us, 408_000);
-        assert_eq!(e.backoff, 1);
+        assert_eq!(e.figures.rto_us, 408_000);
+        assert_eq!(e.figures.backoff, 1);
+        assert_eq!(e.figures.retransmits, 3);
+        assert_eq!(e.path, "-");
         assert_eq!(
             e.kind,
             TcpEventKind::Retransmit {
@@ -136,11 +56,30 @@ mod tests {
     }
 
     #[test]
-    fn missing_or_bad_addresses_are_refused() {
-        assert!(event("tcp_cwnd", 1, &map(r#"{"dst":"1.2.3.4:5"}"#)).is_err());
-        assert!(event("tcp_cwnd", 1, &map(r#"{"src":"x","dst":"1.2.3.4:5"}"#)).is_err());
-        let neg = map(r#"{"src":"1.2.3.4:1","dst":"1.2.3.4:5","rto_ms":-3,"backoff":999}"#);
-        let e = event("tcp_cwnd", 1, &neg).unwrap();
-        assert_eq!((e.rto_us, e.backoff), (0, 0));
+    fn cong_state_line_reads_the_new_congestion_state() {
+        let m = map(&format!(
+            r#"{{"from":"loss","to":"open","path":"eth0",{SOCK}}}"#
+        ));
+        let e = event("tcp_cong_state", 5, &m).unwrap();
+        assert_eq!(
+            e.kind,
+            TcpEventKind::CongState {
+                state: CongState::Open
+            }
+        );
+        assert_eq!(e.path, "eth0");
+    }
+
+    #[test]
+    fn bad_lines_are_refused() {
+        let no_src = SOCK.replace(r#""src":"10.0.0.1:40000","#, "");
+        assert!(event("tcp_cwnd", 1, &map(&format!("{{{no_src}}}"))).is_err());
+        let bad_src = SOCK.replace("10.0.0.1:40000", "x");
+        assert!(event("tcp_cwnd", 1, &map(&format!("{{{bad_src}}}"))).is_err());
+        let neg = SOCK.replace(r#""backoff":1"#, r#""backoff":-3"#);
+        assert!(event("tcp_cwnd", 1, &map(&format!("{{{neg}}}"))).is_err());
+        let unknown = format!(r#"{{"from":"open","to":"unknown",{SOCK}}}"#);
+        assert!(event("tcp_cong_state", 1, &map(&unknown)).is_err());
+        assert!(event("tcp_other", 1, &map(&format!("{{{SOCK}}}"))).is_err());
     }
 }

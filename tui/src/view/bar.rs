@@ -26,8 +26,8 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App, status: &SourceStatu
         right.push(Span::raw(" "));
     }
     right.push(Span::styled(status.source.clone(), theme.dim()));
-    let used: usize = spans.iter().map(|s| s.width()).sum();
-    let right_width: usize = right.iter().map(|s| s.width()).sum();
+    let used: usize = spans.iter().map(Span::width).sum();
+    let right_width: usize = right.iter().map(Span::width).sum();
     let width = area.width as usize;
     if used + right_width < width {
         spans.push(Span::raw(" ".repeat(width - used - right_width)));
@@ -54,6 +54,19 @@ pub fn render_bottom(
         spans.push(Span::raw(format!("{}▏", list.filter)));
         spans.push(Span::styled("  Enter keep · Esc drop", theme.dim()));
     } else {
+        // The state of the list first (filter, sort), so that it is never cut; the key hints
+        // take what is left.
+        if !list.filter.is_empty() {
+            spans.push(Span::styled(format!(" [/{}]", list.filter), theme.warn()));
+        }
+        if let Some(sort) = app.sort_of(app.screen) {
+            // The direction is the ▲/▼ on the sorted column's header.
+            let reversed = if list.reversed { ", reversed" } else { "" };
+            spans.push(Span::styled(
+                format!(" sort: {}{reversed} ·", sort.label()),
+                theme.title(),
+            ));
+        }
         let mut hints = String::from(
             " ? help · q quit · Tab screens · / filter · s sort · Space freeze · r reset",
         );
@@ -61,16 +74,6 @@ pub fn render_bottom(
             hints.push_str(" · p play/pause · +/- speed · ←/→ seek");
         }
         spans.push(Span::styled(hints, theme.dim()));
-        if !list.filter.is_empty() {
-            spans.push(Span::styled(format!("  [/{}]", list.filter), theme.warn()));
-        }
-        if let Some(sort) = app.sort_of(app.screen) {
-            let arrow = if list.reversed { "↑" } else { "↓" };
-            spans.push(Span::styled(
-                format!("  sort: {}{arrow}", sort.label()),
-                theme.dim(),
-            ));
-        }
     }
     let mut right = Vec::new();
     if let Some(problem) = &status.problem {
@@ -79,7 +82,7 @@ pub fn render_bottom(
     if let Some(position) = &status.position {
         right.push(Span::styled(format!(" {position} "), theme.title()));
     }
-    let right_width: usize = right.iter().map(|s| s.width()).sum();
+    let right_width: usize = right.iter().map(Span::width).sum();
     let width = area.width as usize;
     // The right part (position, problems) wins over the hints when space is short.
     let left_room = width.saturating_sub(right_width);

@@ -17,12 +17,22 @@ pub struct EventsModel {
     pub total: usize,
 }
 
-fn severity(s: Severity) -> &'static str {
-    match s {
+/// How an event reads: its severity, except that a path coming back after an outage is good
+/// news (`ok`, drawn in the ok colour), though the engine files it as a warning.
+fn severity_of(e: &EventLine) -> &'static str {
+    if is_recovery(e) {
+        return "ok";
+    }
+    match e.severity {
         Severity::Info => "info",
         Severity::Warn => "warn",
         Severity::Alert => "ALERT",
     }
+}
+
+/// `path eth1 back after 5.000 s of outage`.
+pub fn is_recovery(e: &EventLine) -> bool {
+    e.text.starts_with("path ") && e.text.contains(" back after ")
 }
 
 impl EventsModel {
@@ -32,12 +42,7 @@ impl EventsModel {
         let mut events: Vec<EventLine> = snap
             .events
             .iter()
-            .filter(|e| {
-                matches_filter(
-                    &format!("{} {}", severity(e.severity), e.text),
-                    &list.filter,
-                )
-            })
+            .filter(|e| matches_filter(&format!("{} {}", severity_of(e), e.text), &list.filter))
             .cloned()
             .collect();
         events.sort_by_key(|e| std::cmp::Reverse(e.ts_ns));
@@ -57,13 +62,14 @@ impl EventsModel {
             .iter()
             .map(|e| {
                 let style = match e.severity {
+                    _ if is_recovery(e) => theme.ok(),
                     Severity::Info => ratatui::style::Style::new(),
                     Severity::Warn => theme.warn(),
                     Severity::Alert => theme.alert(),
                 };
                 Row::new(vec![
                     format::clock(e.ts_ns),
-                    severity(e.severity).to_owned(),
+                    severity_of(e).to_owned(),
                     e.text.clone(),
                 ])
                 .style(style)
@@ -94,6 +100,15 @@ impl EventsModel {
             ));
         }
         frame.render_stateful_widget(table, area, &mut state);
+        if let Some(text) = super::empty_text(
+            self.events.len(),
+            self.total,
+            &app.list_of(Screen::Events).filter,
+            "no event yet: paths found, outages, incidents and retransmissions are logged here \
+             as they happen",
+        ) {
+            super::render_empty(frame, area, &text, theme);
+        }
         self.events.len()
     }
 }

@@ -8,6 +8,7 @@ use ratatui::Frame;
 use tboxscope_engine::input::payload_hash;
 use tboxscope_engine::snapshot::Snapshot;
 
+use super::columns::{self, Column, Keep};
 use super::{centered, format, matches_filter, panel, Theme};
 use crate::app::{App, Screen, SortKey};
 
@@ -75,28 +76,32 @@ impl FlowsModel {
                     .to_owned(),
                 paths: t.path.clone(),
                 packets: 0,
-                retx: u64::from(t.retransmits),
+                retx: u64::from(t.figures.retransmits),
                 unacked: None,
                 tcp: Some((
-                    t.cwnd,
-                    t.ssthresh,
-                    t.srtt_us,
-                    t.rto_us,
-                    t.backoff,
+                    t.figures.cwnd,
+                    t.figures.ssthresh,
+                    t.figures.srtt_us,
+                    t.figures.rto_us,
+                    t.figures.backoff,
                     state.clone(),
                 )),
                 notes: t.state.clone(),
                 detail: vec![
                     format!("TCP socket {}", t.socket),
                     format!("path {} · state {} · congestion {state}", t.path, t.state),
-                    format!("cwnd {} · ssthresh {}", t.cwnd, ssthresh_text(t.ssthresh)),
+                    format!(
+                        "cwnd {} · ssthresh {}",
+                        t.figures.cwnd,
+                        ssthresh_text(t.figures.ssthresh)
+                    ),
                     format!(
                         "srtt {} · RTO {} · backoff {}",
-                        format::micros(u64::from(t.srtt_us)),
-                        format::micros(u64::from(t.rto_us)),
-                        t.backoff
+                        format::micros(u64::from(t.figures.srtt_us)),
+                        format::micros(u64::from(t.figures.rto_us)),
+                        t.figures.backoff
                     ),
-                    format!("retransmits {}", t.retransmits),
+                    format!("retransmits {}", t.figures.retransmits),
                     format!("last event {}", format::clock(t.last_event_ns)),
                 ],
             });
@@ -205,83 +210,99 @@ impl FlowsModel {
             .map(|r| r.key)
     }
 
-    /// Draws the table (and the detail pop-up); returns the row count.
+    /// Draws the table (and the detail pop-up); returns the row count. Columns by priority
+    /// (see [`columns`]): protocol, flow and paths whole; notes shrink first; then the TCP
+    /// figures least looked at (ssthresh, unacked, cwnd) go before retransmissions and RTO.
     pub fn render(&self, frame: &mut Frame, area: Rect, app: &App, theme: &Theme) -> usize {
-        let wide = area.width >= 120;
-        let mut header = vec!["Proto", "Flow"];
-        if wide {
-            header.push("Paths");
-        }
-        header.extend([
-            "Pkts", "Retx", "Unack", "cwnd", "ssthr", "srtt", "RTO", "Boff", "Cong",
-        ]);
-        if wide {
-            header.push("Notes");
-        }
-        let rows: Vec<Row> = self
+        let plain = ratatui::style::Style::new();
+        // Each row's cells with their style, in table order.
+        let cells: Vec<Vec<(String, ratatui::style::Style)>> = self
             .rows
             .iter()
             .map(|r| {
-                let mut cells = vec![Cell::from(r.proto), Cell::from(r.name.clone())];
-                if wide {
-                    cells.push(Cell::from(r.paths.clone()));
-                }
-                cells.push(Cell::from(if r.proto == "tcp" {
+                let packets = if r.proto == "tcp" {
                     "-".to_owned()
                 } else {
                     format::rate(r.packets as f64)
-                }));
-                let retx_style = if r.retx > 0 {
-                    theme.warn()
-                } else {
-                    ratatui::style::Style::new()
                 };
-                cells.push(Cell::from(format::rate(r.retx as f64)).style(retx_style));
-                cells.push(Cell::from(
-                    r.unacked.map_or("-".to_owned(), |u| u.to_string()),
-                ));
+                let retx_style = if r.retx > 0 { theme.warn() } else { plain };
+                let mut row = vec![
+                    (r.proto.to_owned(), plain),
+                    (r.name.clone(), plain),
+                    (r.paths.clone(), plain),
+                    (packets, plain),
+                    (format::rate(r.retx as f64), retx_style),
+                    (r.unacked.map_or("-".to_owned(), |u| u.to_string()), plain),
+                ];
                 match &r.tcp {
                     Some((cwnd, ssthresh, srtt, rto, backoff, cong)) => {
-                        let backoff_style = if *backoff > 0 {
-                            theme.alert()
-                        } else {
-                            ratatui::style::Style::new()
-                        };
-                        cells.extend([
-                            Cell::from(cwnd.to_string()),
-                            Cell::from(ssthresh_text(*ssthresh)),
-                            Cell::from(format::micros(u64::from(*srtt))),
-                            Cell::from(format::micros(u64::from(*rto))),
-                            Cell::from(backoff.to_string()).style(backoff_style),
-                            Cell::from(cong.clone()),
+                        let backoff_style = if *backoff > 0 { theme.alert() } else { plain };
+                        row.extend([
+                            (cwnd.to_string(), plain),
+                            (ssthresh_text(*ssthresh), plain),
+                            (format::micros(u64::from(*srtt)), plain),
+                            (format::micros(u64::from(*rto)), plain),
+                            (backoff.to_string(), backoff_style),
+                            (cong.clone(), plain),
                         ]);
                     }
-                    None => cells.extend((0..6).map(|_| Cell::from("·"))),
+                    None => row.extend((0..6).map(|_| ("·".to_owned(), plain))),
                 }
-                if wide {
-                    cells.push(Cell::from(r.notes.clone()));
-                }
-                Row::new(cells)
+                row.push((r.notes.clone(), plain));
+                row
             })
             .collect();
-        let mut widths = vec![Constraint::Length(5), Constraint::Min(14)];
-        if wide {
-            widths.push(Constraint::Length(12));
-        }
-        widths.extend([
-            Constraint::Length(5),
-            Constraint::Length(5),
-            Constraint::Length(5),
-            Constraint::Length(5),
-            Constraint::Length(5),
-            Constraint::Length(6),
-            Constraint::Length(6),
-            Constraint::Length(4),
-            Constraint::Length(8),
-        ]);
-        if wide {
-            widths.push(Constraint::Min(20));
-        }
+        let list = app.list_of(Screen::Flows);
+        let sort = app.sort_of(Screen::Flows);
+        // Which column each sort orders, and whether that sort puts the most first.
+        let (sorted_col, most_first) = match sort {
+            Some(SortKey::Retransmits) => (4, true),
+            Some(SortKey::Latency) => (8, true),
+            Some(SortKey::Name) => (1, false),
+            _ => (3, true),
+        };
+        let specs: [(&str, Keep); 13] = [
+            ("Proto", Keep::Always),
+            ("Flow", Keep::Always),
+            ("Paths", Keep::Always),
+            ("Pkts", Keep::Rank(8)),
+            ("Retx", Keep::Rank(9)),
+            ("Unack", Keep::Rank(2)),
+            ("cwnd", Keep::Rank(3)),
+            ("ssthr", Keep::Rank(1)),
+            ("srtt", Keep::Rank(7)),
+            ("RTO", Keep::Rank(6)),
+            ("Boff", Keep::Rank(5)),
+            ("Cong", Keep::Rank(4)),
+            ("Notes", Keep::Rest { min: 10 }),
+        ];
+        let columns: Vec<Column> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, (h, keep))| {
+                let header =
+                    columns::sorted_header(h, i == sorted_col, most_first != list.reversed);
+                Column::new(header, cells.iter().map(|r| r[i].0.as_str()), *keep)
+            })
+            .collect();
+        let layout = columns::layout(&columns, area.width.saturating_sub(2), 1);
+        let shown = |i: &usize| layout.get(*i).is_some_and(Option::is_some);
+        let header: Vec<String> = (0..columns.len())
+            .filter(shown)
+            .map(|i| columns[i].header.clone())
+            .collect();
+        let widths: Vec<Constraint> = layout.iter().flatten().copied().collect();
+        let rows: Vec<Row> = cells
+            .into_iter()
+            .map(|row| {
+                Row::new(
+                    row.into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| shown(i))
+                        .map(|(_, (text, style))| Cell::from(text).style(style)),
+                )
+            })
+            .collect();
         let title = if self.rows.len() == self.total {
             format!(" Flows ({}) ", self.total)
         } else {
@@ -299,6 +320,15 @@ impl FlowsModel {
             ));
         }
         frame.render_stateful_widget(table, area, &mut state);
+        if let Some(text) = super::empty_text(
+            self.rows.len(),
+            self.total,
+            &list.filter,
+            "no flow yet: KCP conversations, QUIC connections, TCP sockets and dual-sent UDP \
+             flows appear here as their packets or kernel events arrive",
+        ) {
+            super::render_empty(frame, area, &text, theme);
+        }
         if let Some(open) = app.list_of(Screen::Flows).detail {
             if let Some(row) = self.rows.iter().find(|r| r.key == open) {
                 let lines: Vec<Line> = row.detail.iter().map(|l| Line::raw(l.clone())).collect();

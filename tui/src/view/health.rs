@@ -8,6 +8,15 @@ use tboxscope_engine::snapshot::Snapshot;
 
 use super::{format, panel, Theme};
 
+/// Which end a capture shows, in words (`T-Box`, `gateway`, `end not known`).
+fn host_name(host: tboxscope_engine::Host) -> &'static str {
+    match host {
+        tboxscope_engine::Host::Tbox => "T-Box",
+        tboxscope_engine::Host::Gateway => "gateway",
+        tboxscope_engine::Host::Unknown => "end not known",
+    }
+}
+
 /// One counter: name, value, whether non-zero means data was lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counter {
@@ -42,6 +51,7 @@ impl HealthModel {
         let counters = vec![
             loss("libpcap drops", h.pcap_dropped),
             loss("ring-buffer drops", h.ring_buffer_dropped),
+            loss("TCP events dropped", h.tcp_events_dropped),
             loss("decrypt failures", h.decrypt_failures),
             loss("flow evictions", h.evicted_flows),
             loss("message evictions", h.evicted_messages),
@@ -74,10 +84,10 @@ impl HealthModel {
                     String::new()
                 };
                 format!(
-                    "{} → path {} ({:?}){}, {} pkts",
+                    "{} → path {} ({}){}, {} pkts",
                     c.name,
                     c.path,
-                    c.host,
+                    host_name(c.host),
                     offset,
                     format::rate(c.packets as f64)
                 )
@@ -159,4 +169,48 @@ pub fn render_footer(frame: &mut Frame, area: Rect, lines: &[String], theme: &Th
         .map(|l| Line::styled(l.clone(), theme.alert()))
         .collect();
     frame.render_widget(Paragraph::new(lines), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tboxscope_engine::snapshot::CaptureView;
+    use tboxscope_engine::Host;
+
+    #[test]
+    fn kernel_tcp_events_dropped_show_with_the_other_drops() {
+        let mut snap = Snapshot::default();
+        assert!(HealthModel::build(&snap).footer_lines(200).is_empty());
+        snap.health.ring_buffer_dropped = 2;
+        snap.health.tcp_events_dropped = 3;
+        assert_eq!(
+            HealthModel::build(&snap).footer_lines(200),
+            [" capture health: ring-buffer drops 2 · TCP events dropped 3"]
+        );
+    }
+
+    /// Which end a capture shows reads in words, not as a Debug name (`(Unknown)`).
+    #[test]
+    fn capture_ends_in_words() {
+        let mut snap = Snapshot::default();
+        for (name, host) in [
+            ("t0", Host::Tbox),
+            ("g0", Host::Gateway),
+            ("x", Host::Unknown),
+        ] {
+            snap.health.captures.push(CaptureView {
+                name: name.to_owned(),
+                path: "eth0".to_owned(),
+                host,
+                ..CaptureView::default()
+            });
+        }
+        let lines = HealthModel::build(&snap).captures;
+        assert!(lines[0].contains("(T-Box)"), "{lines:?}");
+        assert!(lines[1].contains("(gateway)"), "{lines:?}");
+        assert!(lines[2].contains("(end not known)"), "{lines:?}");
+        assert!(!lines
+            .iter()
+            .any(|l| l.contains("Unknown") || l.contains("Tbox")));
+    }
 }

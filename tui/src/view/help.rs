@@ -25,7 +25,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ])
         })
         .collect();
-    let text_width = lines.iter().map(|l| l.width()).max().unwrap_or(0) as u16;
+    let text_width = lines.iter().map(Line::width).max().unwrap_or(0) as u16;
     let block = panel(" Keys (Esc or ? closes) ", theme);
     if lines.len() as u16 + 2 <= area.height {
         let popup = centered(area, text_width + 3, lines.len() as u16 + 2);
@@ -39,7 +39,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let col_width = lines
         .iter()
         .chain(&right)
-        .map(|l| l.width())
+        .map(Line::width)
         .max()
         .unwrap_or(0) as u16
         + 1;

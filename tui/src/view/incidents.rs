@@ -7,6 +7,7 @@ use ratatui::Frame;
 use tboxscope_engine::record::{HolIncident, HolProtocol, OutageRecord, Recovery};
 use tboxscope_engine::snapshot::Snapshot;
 
+use super::columns::{self, Column, Keep};
 use super::{format, matches_filter, panel, Theme};
 use crate::app::{App, Screen, SortKey};
 
@@ -64,13 +65,21 @@ impl Item {
         }
     }
 
-    /// Flow or path column.
+    /// Flow or path column; a flow without the protocol its name starts with, which the kind
+    /// already says (`HOL kcp  conv 7`, not `HOL kcp  kcp conv 7`).
     pub fn subject(&self) -> String {
         match self {
-            Item::Hol(h) => match h.stream {
-                Some(stream) => format!("{} stream {stream}", h.flow),
-                None => h.flow.clone(),
-            },
+            Item::Hol(h) => {
+                let flow = h
+                    .flow
+                    .strip_prefix(protocol(h.protocol))
+                    .and_then(|rest| rest.strip_prefix(' '))
+                    .unwrap_or(&h.flow);
+                match h.stream {
+                    Some(stream) => format!("{flow} stream {stream}"),
+                    None => flow.to_owned(),
+                }
+            }
             Item::Outage(o) => format!("path {}", o.path),
         }
     }
@@ -94,20 +103,13 @@ impl Item {
 }
 
 fn protocol(p: HolProtocol) -> &'static str {
-    match p {
-        HolProtocol::Tcp => "tcp",
-        HolProtocol::Kcp => "kcp",
-        HolProtocol::Quic => "quic",
-    }
+    p.name()
 }
 
 fn recovery(r: Recovery) -> &'static str {
     match r {
-        Recovery::Fast => "fast retransmit",
-        Recovery::Timeout => "timeout retransmit",
-        Recovery::OtherPath => "filled by the other path",
-        Recovery::Reordered => "filled by the late original (reordering)",
-        Recovery::Unknown => "recovery unknown",
+        Recovery::Unknown => "recovery not known",
+        _ => r.describe(),
     }
 }
 
@@ -168,7 +170,7 @@ impl IncidentsModel {
     /// Draws the list, or the timeline when one is open; returns the row count.
     pub fn render(&self, frame: &mut Frame, area: Rect, app: &App, theme: &Theme) -> usize {
         let list = app.list_of(Screen::Incidents);
-        let rows: Vec<Row> = self
+        let rows: Vec<_> = self
             .items
             .iter()
             .map(|i| {
@@ -180,14 +182,58 @@ impl IncidentsModel {
                     ratatui::style::Style::new()
                 };
                 let duration = format::nanos(i.duration_ns()) + if i.open() { " …" } else { "" };
-                Row::new(vec![
-                    format::clock(i.start_ns()),
-                    i.kind(),
-                    i.subject(),
-                    duration,
-                    i.held().to_string(),
-                    i.what(),
-                ])
+                (
+                    [
+                        format::clock(i.start_ns()),
+                        i.kind(),
+                        i.subject(),
+                        duration,
+                        i.held().to_string(),
+                        i.what(),
+                    ],
+                    style,
+                )
+            })
+            .collect();
+        // Columns by priority: kind and flow/path whole, the description shrinks first.
+        let sorted_col = match app.sort_of(Screen::Incidents) {
+            Some(SortKey::Duration) => 3,
+            Some(SortKey::Held) => 4,
+            _ => 0,
+        };
+        let specs = [
+            ("Start", Keep::Rank(5)),
+            ("Kind", Keep::Always),
+            ("Flow / path", Keep::Always),
+            ("Duration", Keep::Rank(9)),
+            ("Held", Keep::Rank(4)),
+            ("What", Keep::Rest { min: 12 }),
+        ];
+        let columns: Vec<Column> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, (h, keep))| {
+                let header = columns::sorted_header(h, i == sorted_col, !list.reversed);
+                Column::new(header, rows.iter().map(|(r, _)| r[i].as_str()), *keep)
+            })
+            .collect();
+        let layout = columns::layout(&columns, area.width.saturating_sub(2), 1);
+        let shown = |i: &usize| layout.get(*i).is_some_and(Option::is_some);
+        let header: Vec<String> = (0..columns.len())
+            .filter(shown)
+            .map(|i| columns[i].header.clone())
+            .collect();
+        let widths: Vec<Constraint> = layout.iter().flatten().copied().collect();
+        let rows: Vec<Row> = rows
+            .into_iter()
+            .map(|(cells, style)| {
+                Row::new(
+                    cells
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| shown(i))
+                        .map(|(_, c)| c),
+                )
                 .style(style)
             })
             .collect();
@@ -201,30 +247,10 @@ impl IncidentsModel {
                 String::new()
             }
         );
-        let table = Table::new(
-            rows,
-            [
-                Constraint::Length(12),
-                Constraint::Length(8),
-                Constraint::Length(22),
-                Constraint::Length(9),
-                Constraint::Length(5),
-                Constraint::Min(20),
-            ],
-        )
-        .header(
-            Row::new(vec![
-                "Start",
-                "Kind",
-                "Flow / path",
-                "Duration",
-                "Held",
-                "What",
-            ])
-            .style(theme.title()),
-        )
-        .row_highlight_style(theme.selected())
-        .block(panel(title, theme));
+        let table = Table::new(rows, widths)
+            .header(Row::new(header).style(theme.title()))
+            .row_highlight_style(theme.selected())
+            .block(panel(title, theme));
         let mut state = TableState::default();
         if !self.items.is_empty() {
             state.select(Some(list.selected.min(self.items.len() - 1)));
@@ -242,20 +268,14 @@ impl IncidentsModel {
                 render_timeline(frame, popup, item, theme);
             }
         }
-        if self.items.is_empty() && area.height > 3 {
-            let inner = Rect {
-                x: area.x + 2,
-                y: area.y + 2,
-                width: area.width.saturating_sub(4),
-                height: 1,
-            };
-            frame.render_widget(
-                Paragraph::new(Line::styled(
-                    "no head-of-line incident or outage so far",
-                    theme.dim(),
-                )),
-                inner,
-            );
+        if let Some(text) = super::empty_text(
+            self.items.len(),
+            self.total,
+            &list.filter,
+            "no head-of-line incident or outage so far: a gap a retransmission has to fill, \
+             or a path going silent, appears here",
+        ) {
+            super::render_empty(frame, area, &text, theme);
         }
         self.items.len()
     }
@@ -342,7 +362,7 @@ fn render_timeline(frame: &mut Frame, area: Rect, item: &Item, theme: &Theme) {
             )));
             if !h.streams_not_held.is_empty() {
                 let streams: Vec<String> =
-                    h.streams_not_held.iter().map(|s| s.to_string()).collect();
+                    h.streams_not_held.iter().map(ToString::to_string).collect();
                 header.push(Line::styled(
                     format!("streams not held (kept delivering): {}", streams.join(", ")),
                     theme.ok(),
@@ -359,7 +379,7 @@ fn render_timeline(frame: &mut Frame, area: Rect, item: &Item, theme: &Theme) {
     let start = events.first().map_or(0, |e| e.0);
     let end = events.last().map_or(start, |e| e.0).max(start + 1);
     // A one-line time axis with a marker per event.
-    let width = inner.width.saturating_sub(2).max(2) as u64;
+    let width = u64::from(inner.width.saturating_sub(2).max(2));
     let mut axis: Vec<char> = vec!['─'; width as usize];
     for (ts, _, _) in &events {
         let pos = ((ts - start) * (width - 1) / (end - start)) as usize;
@@ -383,7 +403,12 @@ fn render_timeline(frame: &mut Frame, area: Rect, item: &Item, theme: &Theme) {
                 Span::styled(format!("{:>9} ", format::offset(*ts, start)), theme.title()),
                 Span::styled(format!("{} ", format::clock(*ts)), theme.dim()),
                 Span::styled(format!("{path:<6} "), theme.dim()),
-                Span::raw(what.clone()),
+                // A path coming back is good news.
+                if what.starts_with("path back") {
+                    Span::styled(what.clone(), theme.ok())
+                } else {
+                    Span::raw(what.clone())
+                },
             ])
         })
         .collect();

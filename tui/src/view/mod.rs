@@ -19,13 +19,14 @@
 //! ```
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Borders};
+use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 use tboxscope_engine::snapshot::Snapshot;
 
 use crate::app::{App, Screen};
 
 pub mod bar;
+pub mod columns;
 pub mod events;
 pub mod flows;
 pub mod format;
@@ -81,7 +82,9 @@ pub fn render(
             0
         }
         Screen::Flows => flows::FlowsModel::build(snap, app).render(frame, body, app, theme),
-        Screen::Tcp => tcp::TcpModel::build(snap, app).render(frame, body, app, theme),
+        Screen::Tcp => tcp::TcpModel::build(snap, app)
+            .from_source(SourceKind::of(&status.source))
+            .render(frame, body, app, theme),
         Screen::Incidents => {
             incidents::IncidentsModel::build(snap, app).render(frame, body, app, theme)
         }
@@ -128,4 +131,60 @@ pub fn centered(area: Rect, width: u16, height: u16) -> Rect {
 /// Case-insensitive substring match; an empty filter matches everything.
 pub fn matches_filter(haystack: &str, filter: &str) -> bool {
     filter.is_empty() || haystack.to_lowercase().contains(&filter.to_lowercase())
+}
+
+/// What an empty list says: the filter that hides every row (`no match for filter /xy`), or
+/// `nothing`, what to do when there is nothing at all; None when the list has rows.
+pub fn empty_text(shown: usize, total: usize, filter: &str, nothing: &str) -> Option<String> {
+    if shown > 0 {
+        None
+    } else if total > 0 {
+        Some(format!(
+            "no match for filter /{filter} among {total} (Esc clears the filter)"
+        ))
+    } else {
+        Some(nothing.to_owned())
+    }
+}
+
+/// Draws an empty list's text inside a bordered table `area`, under its header row.
+pub fn render_empty(frame: &mut Frame, area: Rect, text: &str, theme: &Theme) {
+    if area.height <= 3 || area.width <= 4 {
+        return;
+    }
+    let inner = Rect {
+        x: area.x + 2,
+        y: area.y + 2,
+        width: area.width - 4,
+        height: area.height - 3,
+    };
+    frame.render_widget(
+        Paragraph::new(Line::styled(text.to_owned(), theme.dim()))
+            .wrap(ratatui::widgets::Wrap { trim: true }),
+        inner,
+    );
+}
+
+/// What the source is, for the empty states: live, a replay of packet captures (`replay
+/// a.pcap + b.pcapng`, which hold no kernel events), or of a JSON Lines recording.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SourceKind {
+    /// Live capture (or a lab run).
+    #[default]
+    Live,
+    /// Replay of pcap/pcapng files.
+    PacketReplay,
+    /// Replay of a `capture --json` or UI recording.
+    RecordingReplay,
+}
+
+impl SourceKind {
+    /// The kind of the source named `source` in the top bar.
+    pub fn of(source: &str) -> Self {
+        match source.strip_prefix("replay ") {
+            None => Self::Live,
+            Some(files) if files.contains(".json") => Self::RecordingReplay,
+            Some(_) => Self::PacketReplay,
+        }
+    }
 }

@@ -18,6 +18,7 @@ use ratatui::Frame;
 use tboxscope_engine::input::RetransmitKind;
 use tboxscope_engine::snapshot::{Snapshot, TcpSocketView};
 
+use super::columns::{self, Column, Keep};
 use super::{format, matches_filter, panel, Theme};
 use crate::app::{App, Screen, SortKey};
 
@@ -41,6 +42,8 @@ pub struct TcpModel {
     pub sockets: Vec<TcpSocketView>,
     /// Sockets before filtering.
     pub total: usize,
+    /// What the source is (the empty state differs).
+    pub source: super::SourceKind,
 }
 
 /// The ladder of the latest RTO episode: consecutive timeout retransmissions whose backoff level
@@ -82,9 +85,9 @@ impl TcpModel {
             .cloned()
             .collect();
         match app.sort_of(Screen::Tcp) {
-            Some(SortKey::Backoff) => sockets.sort_by_key(|t| std::cmp::Reverse(t.backoff)),
+            Some(SortKey::Backoff) => sockets.sort_by_key(|t| std::cmp::Reverse(t.figures.backoff)),
             Some(SortKey::Name) => sockets.sort_by(|a, b| a.socket.cmp(&b.socket)),
-            _ => sockets.sort_by_key(|t| std::cmp::Reverse(t.retransmits)),
+            _ => sockets.sort_by_key(|t| std::cmp::Reverse(t.figures.retransmits)),
         }
         if list.reversed {
             sockets.reverse();
@@ -92,7 +95,14 @@ impl TcpModel {
         Self {
             sockets,
             total: snap.flows.tcp.len(),
+            source: super::SourceKind::Live,
         }
+    }
+
+    /// Says what the source is (for the empty state).
+    pub fn from_source(mut self, source: super::SourceKind) -> Self {
+        self.source = source;
+        self
     }
 
     /// Draws the screen; returns the socket count.
@@ -106,14 +116,29 @@ impl TcpModel {
             .list_of(Screen::Tcp)
             .selected
             .min(self.sockets.len().saturating_sub(1));
-        self.render_list(frame, top, selected, theme);
+        self.render_list(frame, top, selected, app, theme);
         let Some(socket) = self.sockets.get(selected) else {
+            let nothing = match self.source {
+                super::SourceKind::PacketReplay => {
+                    "a pcap replay has no kernel events: record them with `sudo tboxscope \
+                     capture --json FILE` (or live with `sudo tboxscope`) and replay that file"
+                }
+                super::SourceKind::RecordingReplay => {
+                    "no TCP socket in this recording so far: it was recorded without the \
+                     kernel probes (--no-tcp), or no socket on the paths has had an event yet"
+                }
+                super::SourceKind::Live => {
+                    "no TCP socket on the paths yet: the kernel's events appear here when a \
+                     socket connects, retransmits or backs off (`sudo tboxscope doctor` shows \
+                     whether the probes are attached)"
+                }
+            };
+            let text = super::empty_text(0, self.total, &app.list_of(Screen::Tcp).filter, nothing)
+                .unwrap_or_default();
             frame.render_widget(
-                Paragraph::new(Line::styled(
-                    "no TCP socket seen yet (kernel events appear here as they happen)",
-                    theme.dim(),
-                ))
-                .block(panel(" Socket ", theme)),
+                Paragraph::new(Line::styled(text, theme.dim()))
+                    .wrap(ratatui::widgets::Wrap { trim: true })
+                    .block(panel(" Socket ", theme)),
                 bottom,
             );
             return 0;
@@ -136,30 +161,84 @@ impl TcpModel {
         self.sockets.len()
     }
 
-    fn render_list(&self, frame: &mut Frame, area: Rect, selected: usize, theme: &Theme) {
-        let rows: Vec<Row> = self
+    fn render_list(
+        &self,
+        frame: &mut Frame,
+        area: Rect,
+        selected: usize,
+        app: &App,
+        theme: &Theme,
+    ) {
+        let rows: Vec<_> = self
             .sockets
             .iter()
             .map(|t| {
-                let style = if t.backoff > 0 {
+                let style = if t.figures.backoff > 0 {
                     theme.alert()
-                } else if t.retransmits > 0 {
+                } else if t.figures.retransmits > 0 {
                     theme.warn()
                 } else {
                     ratatui::style::Style::new()
                 };
-                Row::new(vec![
-                    t.socket
-                        .strip_prefix("tcp ")
-                        .unwrap_or(&t.socket)
-                        .to_owned(),
-                    t.path.clone(),
-                    t.retransmits.to_string(),
-                    t.backoff.to_string(),
-                    format::micros(u64::from(t.rto_us)),
-                    t.cwnd.to_string(),
-                    format!("{:?}", t.cong_state),
-                ])
+                (
+                    [
+                        t.socket
+                            .strip_prefix("tcp ")
+                            .unwrap_or(&t.socket)
+                            .to_owned(),
+                        t.path.clone(),
+                        t.figures.retransmits.to_string(),
+                        t.figures.backoff.to_string(),
+                        format::micros(u64::from(t.figures.rto_us)),
+                        t.figures.cwnd.to_string(),
+                        format!("{:?}", t.cong_state),
+                    ],
+                    style,
+                )
+            })
+            .collect();
+        // Columns by priority: socket (addresses and ports) and path whole.
+        let list = app.list_of(Screen::Tcp);
+        let (sorted_col, most_first) = match app.sort_of(Screen::Tcp) {
+            Some(SortKey::Backoff) => (3, true),
+            Some(SortKey::Name) => (0, false),
+            _ => (2, true),
+        };
+        let specs = [
+            ("Socket", Keep::Always),
+            ("Path", Keep::Always),
+            ("Retx", Keep::Rank(9)),
+            ("Boff", Keep::Rank(8)),
+            ("RTO", Keep::Rank(7)),
+            ("cwnd", Keep::Rank(5)),
+            ("Cong", Keep::Rank(6)),
+        ];
+        let columns: Vec<Column> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, (h, keep))| {
+                let header =
+                    columns::sorted_header(h, i == sorted_col, most_first != list.reversed);
+                Column::new(header, rows.iter().map(|(r, _)| r[i].as_str()), *keep)
+            })
+            .collect();
+        let layout = columns::layout(&columns, area.width.saturating_sub(2), 2);
+        let shown = |i: &usize| layout.get(*i).is_some_and(Option::is_some);
+        let header: Vec<String> = (0..columns.len())
+            .filter(shown)
+            .map(|i| columns[i].header.clone())
+            .collect();
+        let widths: Vec<Constraint> = layout.iter().flatten().copied().collect();
+        let rows: Vec<Row> = rows
+            .into_iter()
+            .map(|(cells, style)| {
+                Row::new(
+                    cells
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| shown(i))
+                        .map(|(_, c)| c),
+                )
                 .style(style)
             })
             .collect();
@@ -168,26 +247,11 @@ impl TcpModel {
         } else {
             format!(" TCP sockets ({} of {}) ", self.sockets.len(), self.total)
         };
-        let table = Table::new(
-            rows,
-            [
-                Constraint::Min(20),
-                Constraint::Length(8),
-                Constraint::Length(5),
-                Constraint::Length(4),
-                Constraint::Length(7),
-                Constraint::Length(5),
-                Constraint::Length(9),
-            ],
-        )
-        .header(
-            Row::new(vec![
-                "Socket", "Path", "Retx", "Boff", "RTO", "cwnd", "Cong",
-            ])
-            .style(theme.title()),
-        )
-        .row_highlight_style(theme.selected())
-        .block(panel(title, theme));
+        let table = Table::new(rows, widths)
+            .column_spacing(2)
+            .header(Row::new(header).style(theme.title()))
+            .row_highlight_style(theme.selected())
+            .block(panel(title, theme));
         let mut state = TableState::default();
         if !self.sockets.is_empty() {
             state.select(Some(selected));
@@ -204,7 +268,7 @@ fn render_ladder(
     theme: &Theme,
 ) {
     let mut lines = Vec::new();
-    let bar_room = area.width.saturating_sub(22).max(1) as u64;
+    let bar_room = u64::from(area.width.saturating_sub(22).max(1));
     let longest = rungs
         .iter()
         .map(|r| u64::from(r.rto_us))
@@ -226,16 +290,16 @@ fn render_ladder(
         lines.push(Line::styled(
             format!(
                 "no RTO timeouts · RTO now {}",
-                format::micros(u64::from(socket.rto_us))
+                format::micros(u64::from(socket.figures.rto_us))
             ),
             theme.dim(),
         ));
     }
-    let title = if socket.backoff > 0 {
+    let title = if socket.figures.backoff > 0 {
         format!(
             " RTO backoff: level {} now, RTO {} ",
-            socket.backoff,
-            format::micros(u64::from(socket.rto_us))
+            socket.figures.backoff,
+            format::micros(u64::from(socket.figures.rto_us))
         )
     } else {
         " RTO backoff ladder ".to_owned()
@@ -272,7 +336,7 @@ fn render_retransmissions(frame: &mut Frame, area: Rect, socket: &TcpSocketView,
             ))
         })
         .collect();
-    let title = format!(" Retransmissions ({} total) ", socket.retransmits);
+    let title = format!(" Retransmissions ({} total) ", socket.figures.retransmits);
     frame.render_widget(Paragraph::new(lines).block(panel(title, theme)), area);
 }
 
@@ -291,7 +355,7 @@ fn render_cong(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Th
 
 fn render_cwnd(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Theme) {
     let block = panel(
-        format!(" cwnd {} · ssthresh over time ", socket.cwnd),
+        format!(" cwnd {} · ssthresh over time ", socket.figures.cwnd),
         theme,
     );
     let Some(first) = socket.history.first() else {
@@ -306,14 +370,14 @@ fn render_cwnd(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Th
     let cwnd: Vec<(f64, f64)> = socket
         .history
         .iter()
-        .map(|s| (secs(s.ts_ns), f64::from(s.cwnd)))
+        .map(|s| (secs(s.ts_ns), f64::from(s.figures.cwnd)))
         .collect();
     // ssthresh starts "infinite"; only finite values are drawn.
     let ssthresh: Vec<(f64, f64)> = socket
         .history
         .iter()
-        .filter(|s| s.ssthresh < 0x7fff_0000)
-        .map(|s| (secs(s.ts_ns), f64::from(s.ssthresh)))
+        .filter(|s| s.figures.ssthresh < 0x7fff_0000)
+        .map(|s| (secs(s.ts_ns), f64::from(s.figures.ssthresh)))
         .collect();
     let x_max = cwnd.last().map_or(1.0, |p| p.0).max(1.0);
     let y_max = cwnd

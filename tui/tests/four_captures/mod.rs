@@ -1,13 +1,12 @@
 //! Shared by the tests of several captures: four pcap files — both ends of both paths, the
 //! gateway's clock 300 ms ahead of the T-Box's — of a KCP flow dual-sent on both paths (40 ms
 //! and 25 ms one way), every message acknowledged by the gateway 1 ms after it arrived.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
 use etherparse::PacketBuilder;
 
-use crate::pcap_common;
+use tboxscope_test_support::pcap;
 
 /// When the first message is sent (Unix epoch ns, T-Box clock).
 pub const T0: u64 = 1_796_000_000_000_000_000;
@@ -44,12 +43,12 @@ pub fn write_captures(dir: &Path) -> Vec<PathBuf> {
             payload[..4].copy_from_slice(&sn.to_be_bytes());
             let sent = T0 + u64::from(sn) * 20 * MS;
             let ts = (sent / MS) as u32;
-            let push = pcap_common::kcp_segment(7, 81, 0, 128, ts, sn, sn, &payload);
+            let push = pcap::kcp_segment(7, 81, 0, 128, ts, sn, sn, &payload);
             let frame = udp(tbox[path], gateway[path], 40_000, 7_101, &push);
             let arrived = sent + DELAY_MS[path] * MS;
             at_tbox.push((sent, frame.len() as u32, frame.clone()));
             at_gateway.push((arrived + GATEWAY_AHEAD_MS * MS, frame.len() as u32, frame));
-            let ack = pcap_common::kcp_segment(7, 82, 0, 128, ts, sn, sn + 1, &[]);
+            let ack = pcap::kcp_segment(7, 82, 0, 128, ts, sn, sn + 1, &[]);
             let frame = udp(gateway[path], tbox[path], 7_101, 40_000, &ack);
             let acked = arrived + MS;
             at_gateway.push((
@@ -65,7 +64,7 @@ pub fn write_captures(dir: &Path) -> Vec<PathBuf> {
         ] {
             packets.sort_by_key(|p| p.0);
             let file = dir.join(format!("{name}.pcap"));
-            std::fs::write(&file, pcap_common::pcap(1, true, false, &packets)).unwrap();
+            std::fs::write(&file, pcap::pcap(1, true, false, &packets)).unwrap();
             files.push(file);
         }
     }

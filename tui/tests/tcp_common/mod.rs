@@ -1,7 +1,6 @@
 //! Shared by the root-only TCP tests: a pair of network namespaces joined by veth (removed on
 //! drop, also when a test fails), nftables rules in the receiver's namespace, threads that enter
 //! a namespace with setns(2), `ss -tin` parsing, and a `tboxscope capture` child process.
-#![allow(dead_code)]
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -15,12 +14,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
-
-/// True when running as root (the tests need it; CI runs as root).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("spawn");

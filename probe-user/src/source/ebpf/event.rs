@@ -49,7 +49,7 @@ impl DecodeStats {
 }
 
 /// How the kernel came to retransmit (see `docs/tcp-probes.md` for how it is told apart).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RetransmitKind {
     /// The retransmission timer expired (RTO).
@@ -64,34 +64,107 @@ pub enum RetransmitKind {
     Other,
 }
 
-/// TCP congestion-avoidance state (`icsk_ca_state`).
-pub fn ca_state_name(s: u8) -> &'static str {
-    match s {
-        0 => "open",
-        1 => "disorder",
-        2 => "cwr",
-        3 => "recovery",
-        4 => "loss",
-        _ => "unknown",
+/// TCP congestion-avoidance state (`icsk_ca_state`), named as the records write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaState {
+    /// Normal.
+    Open,
+    /// Duplicate ACKs or SACK seen.
+    Disorder,
+    /// ECN or local congestion signal.
+    Cwr,
+    /// Fast recovery.
+    Recovery,
+    /// RTO loss recovery.
+    Loss,
+    /// A value the kernel does not define.
+    Unknown,
+}
+
+impl CaState {
+    /// From the kernel's number.
+    pub fn from_kernel(s: u8) -> Self {
+        match s {
+            0 => Self::Open,
+            1 => Self::Disorder,
+            2 => Self::Cwr,
+            3 => Self::Recovery,
+            4 => Self::Loss,
+            _ => Self::Unknown,
+        }
     }
 }
 
-/// TCP socket state (`sk_state`).
-pub fn tcp_state_name(s: u8) -> &'static str {
-    match s {
-        1 => "ESTABLISHED",
-        2 => "SYN_SENT",
-        3 => "SYN_RECV",
-        4 => "FIN_WAIT1",
-        5 => "FIN_WAIT2",
-        6 => "TIME_WAIT",
-        7 => "CLOSE",
-        8 => "CLOSE_WAIT",
-        9 => "LAST_ACK",
-        10 => "LISTEN",
-        11 => "CLOSING",
-        12 => "NEW_SYN_RECV",
-        _ => "UNKNOWN",
+/// TCP socket state (`sk_state`), named as the records write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SocketState {
+    /// `ESTABLISHED`.
+    Established,
+    /// `SYN_SENT`.
+    SynSent,
+    /// `SYN_RECV`.
+    SynRecv,
+    /// `FIN_WAIT1`.
+    FinWait1,
+    /// `FIN_WAIT2`.
+    FinWait2,
+    /// `TIME_WAIT`.
+    TimeWait,
+    /// `CLOSE`.
+    Close,
+    /// `CLOSE_WAIT`.
+    CloseWait,
+    /// `LAST_ACK`.
+    LastAck,
+    /// `LISTEN`.
+    Listen,
+    /// `CLOSING`.
+    Closing,
+    /// `NEW_SYN_RECV`.
+    NewSynRecv,
+    /// A value the kernel does not define.
+    Unknown,
+}
+
+impl SocketState {
+    /// From the kernel's number.
+    pub fn from_kernel(s: u8) -> Self {
+        match s {
+            1 => Self::Established,
+            2 => Self::SynSent,
+            3 => Self::SynRecv,
+            4 => Self::FinWait1,
+            5 => Self::FinWait2,
+            6 => Self::TimeWait,
+            7 => Self::Close,
+            8 => Self::CloseWait,
+            9 => Self::LastAck,
+            10 => Self::Listen,
+            11 => Self::Closing,
+            12 => Self::NewSynRecv,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// The kernel's name (`ESTABLISHED`, ...), as the records write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Established => "ESTABLISHED",
+            Self::SynSent => "SYN_SENT",
+            Self::SynRecv => "SYN_RECV",
+            Self::FinWait1 => "FIN_WAIT1",
+            Self::FinWait2 => "FIN_WAIT2",
+            Self::TimeWait => "TIME_WAIT",
+            Self::Close => "CLOSE",
+            Self::CloseWait => "CLOSE_WAIT",
+            Self::LastAck => "LAST_ACK",
+            Self::Listen => "LISTEN",
+            Self::Closing => "CLOSING",
+            Self::NewSynRecv => "NEW_SYN_RECV",
+            Self::Unknown => "UNKNOWN",
+        }
     }
 }
 
@@ -331,6 +404,48 @@ mod tests {
         assert_eq!(o.src.to_string(), "[fd00::1]:40000");
         assert_eq!(o.dst.to_string(), "10.0.0.2:5201");
         assert_eq!(o.kind, TcpEventKind::Cwnd);
+    }
+
+    #[test]
+    fn state_names_are_the_kernels() {
+        fn json<T: serde::Serialize>(v: &T) -> String {
+            serde_json::to_value(v)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+        let names: Vec<String> = (0..=13)
+            .map(|s| json(&SocketState::from_kernel(s)))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "UNKNOWN",
+                "ESTABLISHED",
+                "SYN_SENT",
+                "SYN_RECV",
+                "FIN_WAIT1",
+                "FIN_WAIT2",
+                "TIME_WAIT",
+                "CLOSE",
+                "CLOSE_WAIT",
+                "LAST_ACK",
+                "LISTEN",
+                "CLOSING",
+                "NEW_SYN_RECV",
+                "UNKNOWN"
+            ]
+        );
+        for s in 0..=13 {
+            let state = SocketState::from_kernel(s);
+            assert_eq!(json(&state), state.name());
+        }
+        let ca: Vec<String> = (0..=5).map(|s| json(&CaState::from_kernel(s))).collect();
+        assert_eq!(
+            ca,
+            ["open", "disorder", "cwr", "recovery", "loss", "unknown"]
+        );
     }
 
     #[test]

@@ -160,12 +160,19 @@ pub struct TcpProbes {
 }
 
 /// Kernel-side drop counters (summed over CPUs, since load).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct KernelDrops {
     /// Ring buffer full: events lost.
     pub ring_full: u64,
     /// A kernel read failed: events lost.
     pub read_failed: u64,
+}
+
+impl KernelDrops {
+    /// Events lost in the kernel, for whatever reason.
+    pub fn total(&self) -> u64 {
+        self.ring_full.saturating_add(self.read_failed)
+    }
 }
 
 /// Names from `TBOXSCOPE_DENY_HOOK` plus `extra`, validated.
@@ -410,8 +417,7 @@ impl TcpProbes {
         let sum = |i: u32| -> u64 {
             self.drops
                 .get(&i, 0)
-                .map(|v| v.iter().copied().fold(0u64, u64::saturating_add))
-                .unwrap_or(0)
+                .map_or(0, |v| v.iter().copied().fold(0u64, u64::saturating_add))
         };
         KernelDrops {
             ring_full: sum(DROP_RING_FULL),

@@ -478,9 +478,10 @@ fn fill_chunks(
 }
 
 fn stem_of(path: &Path) -> String {
-    path.file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string())
+    path.file_stem().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    )
 }
 
 impl<R: Read> CaptureReader<R> {
@@ -974,8 +975,7 @@ impl<R: Read> CaptureReader<R> {
                 let snap = self
                     .section_ifaces
                     .first()
-                    .map(|&g| self.interfaces[g].snaplen)
-                    .unwrap_or(0);
+                    .map_or(0, |&g| self.interfaces[g].snaplen);
                 let mut caplen = orig.min(room);
                 if snap != 0 {
                     caplen = caplen.min(snap);

@@ -129,8 +129,19 @@ pub enum LiveError {
         /// libpcap's message.
         message: String,
     },
+    /// The capture filter does not compile, whatever the interface.
+    #[error("invalid capture filter `{filter}` (tcpdump syntax, e.g. `udp port 7101`): {message}")]
+    BadFilter {
+        /// The filter.
+        filter: String,
+        /// libpcap's message.
+        message: String,
+    },
     /// The link type of the interface is not one tboxscope decodes.
-    #[error("interface {interface}: link type {linktype} is not supported")]
+    #[error(
+        "interface {interface}: link type {linktype} is not supported (tboxscope decodes {})",
+        LinkType::SUPPORTED
+    )]
     LinkType {
         /// The interface.
         interface: String,
@@ -330,6 +341,32 @@ fn open_here(
     // SAFETY: the handle is a live, activated pcap_t owned by `cap`; the call only reads it.
     let nano = unsafe { pcap_get_tstamp_precision(cap.as_ptr().cast()) } == 1;
     Ok((cap, link, nano))
+}
+
+/// Whether `e` only says that a non-blocking read found nothing: libpcap's netfilter reader
+/// (`nflog:N`, libpcap 1.10) returns that as an error, "Can't receive packet: " followed by
+/// the text of EAGAIN, where its other readers return no packet.
+fn would_block(e: &pcap::Error) -> bool {
+    let pcap::Error::PcapError(message) = e else {
+        return false;
+    };
+    let eagain = std::io::Error::from_raw_os_error(libc::EAGAIN).to_string();
+    let text = eagain.split(" (os error").next().unwrap_or(&eagain);
+    message.ends_with(text)
+}
+
+/// Compiles `filter` as libpcap would on an Ethernet interface, without opening any: a
+/// syntax error is found before privileges or interfaces matter.
+pub fn check_filter(filter: &str) -> Result<(), LiveError> {
+    let bad = |e: pcap::Error| LiveError::BadFilter {
+        filter: filter.to_owned(),
+        message: e.to_string(),
+    };
+    pcap::Capture::dead(pcap::Linktype::ETHERNET)
+        .map_err(bad)?
+        .compile(filter, true)
+        .map_err(bad)?;
+    Ok(())
 }
 
 impl LiveCapture {
@@ -609,6 +646,7 @@ impl Worker {
                     });
                 }
                 Err(pcap::Error::TimeoutExpired) => return Read::Empty,
+                Err(e) if would_block(&e) => return Read::Empty,
                 Err(e) => return Read::Failed(e.to_string()),
             }
         }

@@ -23,6 +23,16 @@ pub struct AmplificationRow {
     pub shares: (f64, f64, f64),
 }
 
+/// The ratio as shown: `–` while nothing was delivered (the engine's ratio is 0 then: no
+/// ratio yet, not `0.00×`).
+pub fn ratio_text(row: &AmplificationRow) -> String {
+    if !row.ratio.is_finite() || row.ratio <= 0.0 {
+        "–".to_owned()
+    } else {
+        format!("{:.2}×", row.ratio)
+    }
+}
+
 /// The amplification panel model.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AmplificationModel {
@@ -70,7 +80,7 @@ impl AmplificationModel {
                 ratatui::style::Style::new()
             };
             let mut first = vec![
-                Span::styled(format!("{:.2}×", row.ratio), style),
+                Span::styled(ratio_text(row), style),
                 Span::raw(format!(" {}", row.flow)),
             ];
             if row.wire == 0 {
@@ -100,5 +110,27 @@ impl AmplificationModel {
             Paragraph::new(lines).block(panel(" Amplification ", theme)),
             area,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flow with nothing delivered yet has no ratio: `–`, not `0.00×`.
+    #[test]
+    fn nothing_delivered_is_a_dash() {
+        let row = |ratio, unique| AmplificationRow {
+            flow: "tcp 10.0.0.2:40000 → 10.0.0.1:443 (tcp)".to_owned(),
+            ratio,
+            wire: 0,
+            unique,
+            shares: (0.0, 0.0, 0.0),
+        };
+        assert_eq!(ratio_text(&row(0.0, 0)), "–");
+        assert_eq!(ratio_text(&row(f64::NAN, 0)), "–");
+        assert_eq!(ratio_text(&row(2.125, 1000)), "2.12×");
+        // A window's ratio carries no byte counts.
+        assert_eq!(ratio_text(&row(2.2, 0)), "2.20×");
     }
 }

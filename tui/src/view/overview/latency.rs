@@ -10,6 +10,19 @@ use tboxscope_engine::snapshot::{LatencyKind, Percentiles, Snapshot};
 
 use crate::view::{format, panel, Theme};
 
+/// Rows of the percentile chart at most.
+const MAX_CHART_HEIGHT: u16 = 14;
+
+/// The chart's y range in µs: from 80 % of the lowest median to the highest maximum, at
+/// least a factor 2 apart so that equal figures do not make an empty range.
+pub fn chart_bounds(rows: &[LatencyRow]) -> (u64, u64) {
+    let with = rows.iter().filter(|r| r.p.count > 0);
+    let low = with.clone().map(|r| r.p.p50_us).min().unwrap_or(1);
+    let high = with.map(|r| r.p.max_us).max().unwrap_or(1_000);
+    let low = (low * 4 / 5).max(1);
+    (low, high.max(low * 2))
+}
+
 /// One row of the percentile table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatencyRow {
@@ -133,6 +146,13 @@ impl LatencyModel {
                 self.outside_outage.1
             )));
         }
+        if self.rows.iter().all(|r| r.p.count == 0) {
+            lines.push(Line::styled(
+                "no latency sample yet: a message needs its send and its arrival (capture both \
+                 ends) or its acknowledgment",
+                theme.dim(),
+            ));
+        }
         if !self.verdict.is_empty() {
             let style = if self.verdict.contains("together") {
                 theme.warn()
@@ -146,9 +166,15 @@ impl LatencyModel {
             .iter()
             .map(|l| l.width().max(1).div_ceil(room) as u16)
             .sum();
-        let chart_room = inner.height.saturating_sub(text_height);
-        let [text, chart] = Layout::vertical([
+        // The chart is at most as tall as a distribution needs to be readable; the rest stays
+        // empty below it rather than stretching five points over thirty rows.
+        let chart_room = inner
+            .height
+            .saturating_sub(text_height)
+            .min(MAX_CHART_HEIGHT);
+        let [text, chart, _] = Layout::vertical([
             Constraint::Length(text_height.min(inner.height)),
+            Constraint::Length(chart_room),
             Constraint::Min(0),
         ])
         .areas(inner);
@@ -158,9 +184,13 @@ impl LatencyModel {
         }
     }
 
-    /// A percentile chart: x = P50, P90, P99, P999, max; y = latency (ms); one line per path
-    /// and one for the combination.
+    /// A percentile chart: x = P50, P90, P99, P999, max; y = latency on a logarithmic scale
+    /// from just below the lowest median to the highest maximum, so that a tail 100× the
+    /// median (an outage) does not flatten the rest of the distribution into the bottom row;
+    /// one line per path and one for the combination.
     fn render_chart(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
+        let (low_us, high_us) = chart_bounds(&self.rows);
+        let (bottom, top) = ((low_us as f64).log10(), (high_us as f64).log10());
         let points: Vec<Vec<(f64, f64)>> = self
             .rows
             .iter()
@@ -172,15 +202,11 @@ impl LatencyModel {
                 [p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.max_us]
                     .iter()
                     .enumerate()
-                    .map(|(i, us)| (i as f64, *us as f64 / 1_000.0))
+                    .map(|(i, us)| (i as f64, ((*us).max(1) as f64).log10()))
                     .collect()
             })
             .collect();
-        let top = points
-            .iter()
-            .flatten()
-            .map(|(_, y)| *y)
-            .fold(1.0_f64, f64::max);
+        let middle = 10f64.powf((bottom + top) / 2.0).round() as u64;
         let datasets: Vec<Dataset> = self
             .rows
             .iter()
@@ -204,8 +230,12 @@ impl LatencyModel {
             )
             .y_axis(
                 Axis::default()
-                    .bounds([0.0, top])
-                    .labels(["0".to_owned(), format!("{top:.0}ms")])
+                    .bounds([bottom, top])
+                    .labels([
+                        format::micros(low_us),
+                        format::micros(middle),
+                        format::micros(high_us),
+                    ])
                     .style(theme.dim()),
             );
         frame.render_widget(chart, area);

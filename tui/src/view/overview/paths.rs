@@ -25,9 +25,10 @@ pub struct PathModel {
     pub bytes_per_s: f64,
     /// Totals.
     pub packets: u64,
-    /// Loss share 0..1.
+    /// Messages never carried, share 0..1 (not the packet loss on the wire).
     pub loss_rate: f64,
-    /// Retransmission share 0..1.
+    /// Data sends that were retransmissions, share 0..1 (packets lost on the wire, or taken
+    /// for lost).
     pub retransmission_rate: f64,
     /// Whole-run P50 / P99 (µs) and samples.
     pub p50_us: u64,
@@ -120,17 +121,19 @@ impl PathModel {
             Line::from(vec![
                 status,
                 Span::raw(format!(
-                    " {} pkt/s  {}/s",
+                    " {} pkt/s  {}/s  {} pkts",
                     format::rate(self.packets_per_s),
-                    format::bytes(self.bytes_per_s)
+                    format::bytes(self.bytes_per_s),
+                    format::rate(self.packets as f64)
                 )),
             ]),
+            // Two different figures, each named: messages the path never delivered, and
+            // packets sent again (what the wire lost, or what the sender took for lost).
             Line::styled(
                 format!(
-                    "loss {}  retx {}  ({} pkts)",
+                    "msgs not carried {} · re-sent {}",
                     format::percent(self.loss_rate),
                     format::percent(self.retransmission_rate),
-                    format::rate(self.packets as f64)
                 ),
                 loss_style,
             ),
@@ -161,9 +164,11 @@ pub fn render_all(paths: &[PathModel], frame: &mut Frame, area: Rect, theme: &Th
     if paths.is_empty() {
         frame.render_widget(
             Paragraph::new(Line::styled(
-                "no path seen yet: waiting for packets or kernel events",
+                "no path seen yet: waiting for packets or kernel events on the paths \
+                 (live: name them with -i IFACE=LABEL)",
                 theme.dim(),
             ))
+            .wrap(ratatui::widgets::Wrap { trim: true })
             .block(panel(" Paths ", theme)),
             area,
         );

@@ -81,7 +81,8 @@ impl RedundancyModel {
         }
         if self.flows.is_empty() {
             lines.push(Line::styled(
-                "no messages matched across paths yet",
+                "no messages matched across paths yet: a flow whose copies travel on two paths \
+                 shows its duplication and which path wins here",
                 theme.dim(),
             ));
         }

@@ -1,6 +1,6 @@
 //! Test-only helpers: a minimal pcapng reader (Ethernet/raw IP/Linux cooked, IPv4/IPv6, UDP,
 //! Decryption Secrets Blocks) and builders for protected QUIC packets.
-#![allow(dead_code, clippy::unwrap_used, clippy::too_many_arguments)]
+#![expect(clippy::unwrap_used, clippy::too_many_arguments)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use tboxscope_decode::quic::keys::{CipherSuite, PacketKeys, Secret};
@@ -197,6 +197,12 @@ pub struct OneRttMix {
 /// frames; the other 11 are full-size STREAM data.
 const SERVER_ACKS: [u64; 7] = [2, 5, 8, 11, 14, 17, 19];
 const CLIENT_MIXED: [u64; 2] = [9, 18];
+
+impl Default for OneRttMix {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl OneRttMix {
     /// The mix before its first packet.

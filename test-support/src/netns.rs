@@ -1,14 +1,10 @@
 //! Network namespaces and veth pairs for live tests: unique names (process id + a tag), removed by
 //! a Drop guard whatever happens, and threads that run inside a namespace.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-
-use probe_user::source::pcap::{LiveCapture, LiveConfig, LiveEvent};
 
 /// Runs `ip ARGS`, panicking with its stderr on failure.
 pub fn ip(args: &[&str]) {
@@ -124,32 +120,4 @@ pub fn spawn_in<T: Send + 'static>(
         enter(&ns);
         f()
     })
-}
-
-/// Starts a live capture of `cfg` inside namespace `ns` and waits (at most 5 s) until each of
-/// its interfaces is up; returns it with the events so far.
-pub fn capture_in(ns: &str, cfg: LiveConfig) -> (LiveCapture, Vec<LiveEvent>) {
-    let interfaces = cfg.interfaces.len();
-    let cap = spawn_in(ns, move || LiveCapture::start(cfg))
-        .join()
-        .unwrap()
-        .unwrap();
-    let mut events = Vec::new();
-    let (mut up, until) = (0, Instant::now() + Duration::from_secs(5));
-    while up < interfaces && Instant::now() < until {
-        if let Ok(ev) = cap.events().recv_timeout(Duration::from_millis(20)) {
-            up += usize::from(matches!(ev, LiveEvent::PathUp { .. }));
-            events.push(ev);
-        }
-    }
-    (cap, events)
-}
-
-/// Lets the last packets in (100 ms), stops `cap` and adds the rest of its events to `events`.
-pub fn stop_capture(mut cap: LiveCapture, events: &mut Vec<LiveEvent>) {
-    std::thread::sleep(Duration::from_millis(100));
-    cap.stop();
-    while let Ok(ev) = cap.events().try_recv() {
-        events.push(ev);
-    }
 }

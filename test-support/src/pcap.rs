@@ -1,12 +1,5 @@
 //! Builders for tiny capture files and frames, written byte by byte from the format specs.
-#![allow(
-    dead_code,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::too_many_arguments
-)]
-
-pub mod netns;
+#![expect(clippy::unwrap_used, clippy::too_many_arguments)]
 
 use etherparse::{PacketBuilder, VlanId};
 

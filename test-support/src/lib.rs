@@ -1,0 +1,8 @@
+//! Helpers shared by the workspace's tests, examples and benches (a dev-dependency only):
+//! capture files and frames written byte by byte from the format specs ([`pcap`]), network
+//! namespaces joined by veth pairs ([`netns`]) and protected QUIC traffic ([`quic`]). They panic
+//! on any failure: that is a failed test.
+
+pub mod netns;
+pub mod pcap;
+pub mod quic;
