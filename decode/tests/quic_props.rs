@@ -168,7 +168,7 @@ fn retry_and_version_negotiation_truncations() {
     let vn = unhex("ea00000000089aac5a49ba87a84908f92f4336fa951ba14547471600000001");
     for n in 23..=vn.len() {
         let got = parse_header(&vn[..n], 0, ParseOptions::default());
-        if (n - 23) % 4 == 0 {
+        if (n - 23) % 4 == 0 && n > 23 {
             assert_eq!(got.unwrap().supported_versions.len(), n - 23);
         } else {
             assert_eq!(
@@ -177,6 +177,37 @@ fn retry_and_version_negotiation_truncations() {
             );
         }
     }
+}
+
+/// LLMNR queries (id 0xa0 00: a long-header byte, then a zero "version") and zero-filled blobs
+/// are no Version Negotiation: the list is empty, ragged or names version 0, even in lax mode.
+#[test]
+fn version_negotiation_look_alikes_are_rejected() {
+    let llmnr = unhex("a000 0000 0001 0000 0000 0000 0477706164 00 0001 0001");
+    let mut zeros = vec![0u8; 64];
+    zeros[0] = 0x80;
+    let empty = unhex("80 00000000 04 01020304 04 05060708");
+    for lax in [false, true] {
+        for (name, b) in [("llmnr", &llmnr), ("zeros", &zeros), ("empty", &empty)] {
+            let got = parse_header(b, 0, ParseOptions { lax });
+            assert!(
+                matches!(got, Err(HeaderError::BadVersionList { .. })),
+                "{name} lax={lax}: {got:?}"
+            );
+        }
+    }
+    let mut dec = QuicDecoder::new(Default::default(), None);
+    for b in [&llmnr, &zeros, &empty] {
+        assert!(dec.decode(b, &DatagramInfo::default()).is_empty());
+    }
+    assert_eq!(dec.stats.packets, 0);
+    assert!(dec.stats.not_decrypted.is_empty());
+    // A real one of no connection seen parses but is not counted as QUIC.
+    let vn = unhex("ea00000000089aac5a49ba87a84908f92f4336fa951ba14547471600000001");
+    assert_eq!(dec.decode(&vn, &DatagramInfo::default()).len(), 1);
+    assert_eq!(dec.stats.packets, 0);
+    assert_eq!(dec.stats.not_quic.get("unknown_connection"), Some(&1));
+    assert!(dec.stats.not_decrypted.is_empty());
 }
 
 #[test]

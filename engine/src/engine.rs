@@ -455,6 +455,14 @@ impl Engine {
         }
     }
 
+    /// The capture of the path labelled `label` ended at `last_ns` (its last frame; call before
+    /// [`Engine::finish`] when captures end at different times): no outage on it outlasts
+    /// that, and a silence only its end made is no outage.
+    pub fn capture_ended(&mut self, label: &str, last_ns: u64) {
+        let threshold = self.cfg.outage_threshold_ns;
+        self.outages.capture_ended(label, last_ns, threshold);
+    }
+
     /// Opens an outage on each path silent past the threshold (see below), and notes when
     /// the next check is due: when the path heard from least recently could first be silent
     /// that long (now again if one already is without an outage yet).

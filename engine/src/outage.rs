@@ -127,6 +127,32 @@ impl OutageBook {
         v
     }
 
+    /// The capture of the path labelled `label` ended at `last_ns` (its last frame): an outage
+    /// still open on it ends there, and one opened on a silence shorter than `threshold_ns`
+    /// before that end (the capture stopped, the path may not have) is dropped. Returns how
+    /// many were dropped.
+    pub fn capture_ended(&mut self, label: &str, last_ns: u64, threshold_ns: u64) -> u64 {
+        let before = self.history.len();
+        self.history.retain(|o| {
+            o.emitted
+                || o.rec.end_ns.is_some()
+                || o.rec.path != label
+                || o.rec.start_ns.saturating_add(threshold_ns) < last_ns
+        });
+        let dropped = (before - self.history.len()) as u64;
+        self.total = self.total.saturating_sub(dropped);
+        let open: Vec<u64> = self
+            .history
+            .iter()
+            .filter(|o| o.rec.end_ns.is_none() && o.rec.path == label)
+            .map(|o| o.rec.id)
+            .collect();
+        for id in open {
+            self.close(id, last_ns);
+        }
+        dropped
+    }
+
     /// Everything not yet emitted, closing open outages at `end_ns`.
     pub fn finish(&mut self, end_ns: u64) -> Vec<OutageRecord> {
         let mut v = Vec::new();

@@ -71,6 +71,15 @@ impl DecodedPacket<'_> {
         Frames::new(self.payload.unwrap_or(&[]))
     }
 
+    /// True when the packet counts as QUIC: of a known version and either of a connection the
+    /// decoder follows (its handshake, a Version Negotiation answering it, or a key that
+    /// authenticated it) or itself an Initial (whose header parsed in full). Anything else is
+    /// indistinguishable from other UDP that happens to parse as a header.
+    pub fn is_quic(&self) -> bool {
+        self.undecrypted != Some(Undecrypted::UnknownVersion)
+            && (self.connection.is_some() || self.header.packet_type == PacketType::Initial)
+    }
+
     /// Owned summary for JSON.
     pub fn summary(&self) -> PacketSummary {
         let h = &self.header;
@@ -268,19 +277,8 @@ impl QuicDecoder {
                 }
             };
             rest = rest.get(hdr.packet_len()..).unwrap_or(&[]);
-            self.stats.packets += 1;
             let out = self.process(&hdr, short.and_then(|(_, e)| e), info, &mut scratch);
             let payload = out.plaintext.and_then(|(a, n)| scratch.get(a..a + n));
-            match (&out.undecrypted, payload) {
-                (Some(u), _) => QuicStats::bump(&mut self.stats.not_decrypted, u.reason()),
-                (None, Some(p)) => {
-                    self.stats.decrypted += 1;
-                    if let (Some(c), Some(s)) = (out.conn, out.sender) {
-                        self.apply_frames(c, s, out.space, p);
-                    }
-                }
-                (None, None) => {}
-            }
             let pkt = DecodedPacket {
                 header: hdr,
                 pn: out.pn,
@@ -291,6 +289,26 @@ impl QuicDecoder {
                 payload,
                 undecrypted: out.undecrypted,
             };
+            if !pkt.is_quic() {
+                let why = match out.undecrypted {
+                    Some(Undecrypted::UnknownVersion) => "unknown_version",
+                    _ => "unknown_connection",
+                };
+                QuicStats::bump(&mut self.stats.not_quic, why);
+                f(&pkt);
+                continue;
+            }
+            self.stats.packets += 1;
+            match (&out.undecrypted, payload) {
+                (Some(u), _) => QuicStats::bump(&mut self.stats.not_decrypted, u.reason()),
+                (None, Some(p)) => {
+                    self.stats.decrypted += 1;
+                    if let (Some(c), Some(s)) = (out.conn, out.sender) {
+                        self.apply_frames(c, s, out.space, p);
+                    }
+                }
+                (None, None) => {}
+            }
             f(&pkt);
         }
         self.scratch = scratch;

@@ -248,8 +248,13 @@ pub fn summarize_frames(payload: &[u8]) -> (Vec<FrameSummary>, Option<FrameError
 pub struct QuicStats {
     /// Datagrams fed.
     pub datagrams: u64,
-    /// Packets whose header parsed.
+    /// Packets whose header parsed and that count as QUIC ([`super::DecodedPacket::is_quic`]).
     pub packets: u64,
+    /// Packets whose header parsed but that do not count as QUIC, by reason: `unknown_version`
+    /// (a long header of a version the decoder does not know), `unknown_connection` (a short,
+    /// Handshake, 0-RTT, Retry or Version Negotiation header of no connection it follows: any
+    /// UDP payload may look like one). Neither is a decryption failure.
+    pub not_quic: BTreeMap<&'static str, u64>,
     /// Packets decrypted.
     pub decrypted: u64,
     /// Header rejections by reason.
