@@ -95,8 +95,8 @@ pub enum HeaderError {
         /// Bytes left after the Length field.
         available: usize,
     },
-    /// A Version Negotiation packet whose version list is empty, not a multiple of 4 bytes
-    /// (strict mode) or names version 0: a look-alike (an LLMNR query, zero padding), not QUIC.
+    /// A Version Negotiation packet whose version list is empty, not a multiple of 4 bytes or
+    /// names version 0: a look-alike (an LLMNR query, zero padding), not QUIC.
     #[error("version negotiation list of {len} bytes is empty, ragged or names version 0")]
     BadVersionList {
         /// Length of the list.
@@ -121,8 +121,8 @@ impl HeaderError {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ParseOptions {
     /// Lax mode: accept a clear fixed bit, a Length past the datagram end (the packet is marked
-    /// `truncated`, e.g. a capture cut by snaplen) and a ragged (non-empty) version list; keep
-    /// what parsed.
+    /// `truncated`, e.g. a capture cut by snaplen); keep what parsed. Version Negotiation is
+    /// strict in both modes.
     pub lax: bool,
 }
 
@@ -264,7 +264,7 @@ pub fn parse_header(
         // Version Negotiation itself): bytes of another protocol with a zero "version" field
         // (LLMNR queries, zero-filled blobs) fail here.
         let names_zero = list.chunks_exact(4).any(|v| v == [0, 0, 0, 0]);
-        if list.is_empty() || names_zero || (whole != rest.len() && !opts.lax) {
+        if list.is_empty() || names_zero || whole != rest.len() {
             return Err(HeaderError::BadVersionList { len: rest.len() });
         }
         h.supported_versions = list;
