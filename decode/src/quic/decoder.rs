@@ -5,6 +5,7 @@ use super::conn::{
 };
 use super::frame::{Frame, Frames};
 use super::header::{parse_header, PacketHeader, PacketType, ParseOptions, Version};
+use super::hunt::{Found, HuntConfig, Hunter};
 use super::keylog::Keylog;
 use super::keys::{CipherSuite, CryptoError, PacketKeys};
 use super::multipath::{self, MultipathMode};
@@ -33,6 +34,8 @@ pub struct DecoderConfig {
     pub max_connections: usize,
     /// Header parsing options.
     pub parse: ParseOptions,
+    /// Bounds of the search for connections whose handshake was not captured.
+    pub hunt: HuntConfig,
 }
 
 impl Default for DecoderConfig {
@@ -40,6 +43,7 @@ impl Default for DecoderConfig {
         Self {
             max_connections: 4096,
             parse: ParseOptions::default(),
+            hunt: HuntConfig::default(),
         }
     }
 }
@@ -133,6 +137,8 @@ struct Outcome {
     plaintext: Option<(usize, usize)>,
     undecrypted: Option<Undecrypted>,
     space: usize,
+    /// The DCID length a short header turned out to have (found by trial).
+    dcid_len: Option<usize>,
 }
 
 impl Outcome {
@@ -146,6 +152,7 @@ impl Outcome {
             plaintext: None,
             undecrypted: Some(why),
             space: 0,
+            dcid_len: None,
         }
     }
 }
@@ -162,6 +169,7 @@ pub struct QuicDecoder {
     addrs: HashMap<(SocketAddr, SocketAddr), u64>,
     next_id: u64,
     scratch: Vec<u8>,
+    hunter: Hunter,
     /// Counters.
     pub stats: QuicStats,
 }
@@ -172,6 +180,7 @@ impl QuicDecoder {
         Self {
             cfg,
             keylog,
+            hunter: Hunter::new(cfg.hunt),
             ..Self::default()
         }
     }
@@ -269,7 +278,8 @@ impl QuicDecoder {
                 None
             };
             let dcid_len = short.map_or(0, |(len, _)| len);
-            let hdr = match parse_header(rest, dcid_len, self.cfg.parse) {
+            let at = rest;
+            let mut hdr = match parse_header(rest, dcid_len, self.cfg.parse) {
                 Ok(h) => h,
                 Err(e) => {
                     QuicStats::bump(&mut self.stats.rejected, e.reason());
@@ -278,6 +288,14 @@ impl QuicDecoder {
             };
             rest = rest.get(hdr.packet_len()..).unwrap_or(&[]);
             let out = self.process(&hdr, short.and_then(|(_, e)| e), info, &mut scratch);
+            if let Some(h) = out
+                .dcid_len
+                .and_then(|len| parse_header(at, len, self.cfg.parse).ok())
+            {
+                // Found by trial: the header's DCID is as long as the key proved.
+                hdr = h;
+            }
+            self.stats.hunt = self.hunter.stats;
             let payload = out.plaintext.and_then(|(a, n)| scratch.get(a..a + n));
             let pkt = DecodedPacket {
                 header: hdr,
@@ -594,6 +612,7 @@ impl QuicDecoder {
                     plaintext: Some((start, n)),
                     undecrypted: None,
                     space,
+                    dcid_len: None,
                 }
             }
             Err(e) => Outcome::fail(Some(id), Some(sender), crypto_reason(e)),
@@ -608,6 +627,9 @@ impl QuicDecoder {
         scratch: &mut Vec<u8>,
     ) -> Outcome {
         let Some(entry) = entry else {
+            if let Some(out) = self.hunt(h, info, scratch) {
+                return out;
+            }
             let sender = info.from_client.map(|c| if c { CLIENT } else { SERVER });
             return Outcome::fail(None, sender, Undecrypted::UnknownConnection);
         };
@@ -672,12 +694,114 @@ impl QuicDecoder {
                         plaintext: Some((start, n)),
                         undecrypted: None,
                         space: 2,
+                        dcid_len: None,
                     };
                 }
                 Err(e) => last_err = crypto_reason(e),
             }
         }
         Outcome::fail(Some(id), Some(sender), last_err)
+    }
+
+    /// Tries a short header of no known connection against the key log ([`Hunter`]); when it
+    /// authenticates, binds its DCID (or, for an empty one, its addresses) to the connection of
+    /// that key-log entry (one followed already, e.g. from another path, or a new one).
+    fn hunt(
+        &mut self,
+        h: &PacketHeader<'_>,
+        info: &DatagramInfo,
+        scratch: &mut Vec<u8>,
+    ) -> Option<Outcome> {
+        let (keylog, src, dst) = (self.keylog.as_ref()?, info.src?, info.dst?);
+        let found = self
+            .hunter
+            .try_packet(keylog, h.packet, src, dst, scratch)?;
+        let Found {
+            client_random,
+            sender,
+            version,
+            ref secrets,
+            generation,
+            dcid_len,
+            path,
+            pn,
+            key_phase,
+            plaintext,
+        } = found;
+        let existing = self.conns.iter().find_map(|(&id, c)| {
+            let random = c.client_hello.as_ref().map(|ch| ch.random);
+            (random == Some(client_random) || c.hunted_random == Some(client_random)).then_some(id)
+        });
+        let dcid = h.packet.get(1..1 + dcid_len).unwrap_or(&[]);
+        let id = match existing {
+            Some(id) => id,
+            None => {
+                let (client, server) = if sender == CLIENT {
+                    (src, dst)
+                } else {
+                    (dst, src)
+                };
+                let conn_info = DatagramInfo {
+                    src: Some(client),
+                    dst: Some(server),
+                    from_client: Some(true),
+                };
+                let id = self.new_connection(version, dcid, &conn_info);
+                let c = self.conns.get_mut(&id)?;
+                c.hunted_random = Some(client_random);
+                c.tls_keys_tried = true;
+                for (dir, secret) in secrets.iter().enumerate() {
+                    c.app[dir] = secret
+                        .as_ref()
+                        .and_then(|s| AppKeys::at_generation(s.clone(), generation).ok());
+                }
+                c.suite = secrets.iter().flatten().next().map(|s| s.suite());
+                id
+            }
+        };
+        let mode = if path != 0 {
+            MultipathMode::CidSequence
+        } else {
+            MultipathMode::None
+        };
+        if let Some(c) = self.conns.get_mut(&id) {
+            if mode != MultipathMode::None {
+                c.multipath = mode;
+            }
+            c.app_largest.record((sender, u64::from(path)), pn);
+            if dcid.is_empty() {
+                c.empty_dcid_from[sender] = true;
+            }
+        }
+        if dcid.is_empty() {
+            let key = if sender == CLIENT {
+                (src, dst)
+            } else {
+                (dst, src)
+            };
+            self.addrs.entry(key).or_insert(id);
+        } else {
+            self.index_cid(
+                dcid,
+                CidEntry {
+                    conn: id,
+                    sender,
+                    path_id: 0,
+                    seq: u64::from(path),
+                },
+            );
+        }
+        Some(Outcome {
+            conn: Some(id),
+            sender: Some(sender),
+            pn: Some(pn),
+            key_phase: Some(key_phase),
+            path_id: (mode != MultipathMode::None).then_some(u64::from(path)),
+            plaintext: Some(plaintext),
+            undecrypted: None,
+            space: 2,
+            dcid_len: Some(dcid_len),
+        })
     }
 
     /// Applies what the decoder must learn from frames: CRYPTO data (ClientHello, ServerHello)

@@ -271,6 +271,8 @@ pub struct QuicStats {
     pub evictions: u64,
     /// Key updates followed.
     pub key_updates: u64,
+    /// The search for connections whose handshake was not captured.
+    pub hunt: super::hunt::HuntStats,
 }
 
 impl QuicStats {

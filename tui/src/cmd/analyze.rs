@@ -295,6 +295,9 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
             why.join(", ")
         )?;
     }
+    if let Some(line) = tboxscope::feed::hunt_line(&q.hunt) {
+        writeln!(out, "{line}")?;
+    }
     for w in analyzer.warnings() {
         writeln!(out, "warning: {w}")?;
     }
