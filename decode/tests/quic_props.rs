@@ -208,6 +208,27 @@ fn version_negotiation_look_alikes_are_rejected() {
     assert_eq!(dec.stats.packets, 0);
     assert_eq!(dec.stats.not_quic.get("unknown_connection"), Some(&1));
     assert!(dec.stats.not_decrypted.is_empty());
+    // A version-negotiation exchange: a long header of an unknown version (DCID 8 bytes, SCID
+    // 8 bytes) answered by a Version Negotiation echoing the IDs swapped counts as QUIC.
+    let client: std::net::SocketAddr = "10.0.0.1:5000".parse().unwrap();
+    let server: std::net::SocketAddr = "10.0.0.2:443".parse().unwrap();
+    let probe = unhex("c0 1a2a3a4a 08 0102030405060708 08 1112131415161718 00 00 00 00");
+    let answer = unhex("80 00000000 08 1112131415161718 08 0102030405060708 00000001 6b3343cf");
+    let way = |src, dst| DatagramInfo {
+        src: Some(src),
+        dst: Some(dst),
+        from_client: None,
+    };
+    let mut dec = QuicDecoder::new(Default::default(), None);
+    dec.decode(&probe, &way(client, server));
+    let mut counted = false;
+    dec.decode_with(&answer, &way(server, client), |p| counted = p.is_quic());
+    assert!(counted);
+    assert_eq!(dec.stats.packets, 1);
+    // The same answer from another address answers nothing.
+    let other: std::net::SocketAddr = "10.0.0.3:443".parse().unwrap();
+    dec.decode_with(&answer, &way(other, client), |p| counted = p.is_quic());
+    assert!(!counted);
 }
 
 #[test]

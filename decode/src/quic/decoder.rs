@@ -67,6 +67,9 @@ pub struct DecodedPacket<'a> {
     pub payload: Option<&'a [u8]>,
     /// Why there is no payload.
     pub undecrypted: Option<Undecrypted>,
+    /// A Version Negotiation that answers, with the connection IDs swapped back, a long header
+    /// of an unknown version sent the other way just before: a version-negotiation exchange.
+    pub answers_probe: bool,
 }
 
 impl DecodedPacket<'_> {
@@ -77,11 +80,13 @@ impl DecodedPacket<'_> {
 
     /// True when the packet counts as QUIC: of a known version and either of a connection the
     /// decoder follows (its handshake, a Version Negotiation answering it, or a key that
-    /// authenticated it) or itself an Initial (whose header parsed in full). Anything else is
+    /// authenticated it) or itself an Initial (whose header parsed in full); or a Version
+    /// Negotiation answering a probe ([`DecodedPacket::answers_probe`]). Anything else is
     /// indistinguishable from other UDP that happens to parse as a header.
     pub fn is_quic(&self) -> bool {
-        self.undecrypted != Some(Undecrypted::UnknownVersion)
-            && (self.connection.is_some() || self.header.packet_type == PacketType::Initial)
+        self.answers_probe
+            || (self.undecrypted != Some(Undecrypted::UnknownVersion)
+                && (self.connection.is_some() || self.header.packet_type == PacketType::Initial))
     }
 
     /// Owned summary for JSON.
@@ -139,6 +144,8 @@ struct Outcome {
     space: usize,
     /// The DCID length a short header turned out to have (found by trial).
     dcid_len: Option<usize>,
+    /// A Version Negotiation answering a long header of an unknown version seen just before.
+    answers_probe: bool,
 }
 
 impl Outcome {
@@ -153,9 +160,13 @@ impl Outcome {
             undecrypted: Some(why),
             space: 0,
             dcid_len: None,
+            answers_probe: false,
         }
     }
 }
+
+/// Long headers of unknown versions remembered for the Version Negotiation that may answer.
+const MAX_PROBES: usize = 64;
 
 /// Stateful QUIC decoder (sans-IO): connection table, CID index, keys, packet-number spaces.
 #[derive(Debug, Default)]
@@ -170,6 +181,8 @@ pub struct QuicDecoder {
     next_id: u64,
     scratch: Vec<u8>,
     hunter: Hunter,
+    /// Recent long headers of unknown versions: (source, destination, DCID, SCID).
+    probes: VecDeque<(SocketAddr, SocketAddr, Vec<u8>, Vec<u8>)>,
     /// Counters.
     pub stats: QuicStats,
 }
@@ -306,6 +319,7 @@ impl QuicDecoder {
                 from_client: out.sender.map(|s| s == CLIENT),
                 payload,
                 undecrypted: out.undecrypted,
+                answers_probe: out.answers_probe,
             };
             if !pkt.is_quic() {
                 let why = match out.undecrypted {
@@ -462,10 +476,30 @@ impl QuicDecoder {
             }
             PacketType::VersionNegotiation => {
                 let found = self.find_long(h, info);
-                Outcome::fail(found.map(|f| f.0), Some(SERVER), Undecrypted::NoPayload)
+                let mut out =
+                    Outcome::fail(found.map(|f| f.0), Some(SERVER), Undecrypted::NoPayload);
+                out.answers_probe = found.is_none()
+                    && self.probes.iter().any(|p| {
+                        Some(p.0) == info.dst
+                            && Some(p.1) == info.src
+                            && p.2 == h.scid
+                            && p.3 == h.dcid
+                    });
+                out
             }
             PacketType::UnknownVersion => {
                 let found = self.find_long(h, info);
+                if let (None, Some(src), Some(dst), true) =
+                    (found, info.src, info.dst, h.dcid.len() >= 8)
+                {
+                    // A client's first packet of a version this decoder does not know: a
+                    // Version Negotiation may answer it.
+                    if self.probes.len() >= MAX_PROBES {
+                        self.probes.pop_front();
+                    }
+                    self.probes
+                        .push_back((src, dst, h.dcid.to_vec(), h.scid.to_vec()));
+                }
                 Outcome::fail(
                     found.map(|f| f.0),
                     found.map(|f| f.1),
@@ -613,6 +647,7 @@ impl QuicDecoder {
                     undecrypted: None,
                     space,
                     dcid_len: None,
+                    answers_probe: false,
                 }
             }
             Err(e) => Outcome::fail(Some(id), Some(sender), crypto_reason(e)),
@@ -695,6 +730,7 @@ impl QuicDecoder {
                         undecrypted: None,
                         space: 2,
                         dcid_len: None,
+                        answers_probe: false,
                     };
                 }
                 Err(e) => last_err = crypto_reason(e),
@@ -801,6 +837,7 @@ impl QuicDecoder {
             undecrypted: None,
             space: 2,
             dcid_len: Some(dcid_len),
+            answers_probe: false,
         })
     }
 
