@@ -484,3 +484,28 @@ fn unknown_short_headers_are_given_up_after_a_bounded_search() {
     assert_eq!(dec.stats.packets, 0);
     assert!(dec.stats.not_decrypted.is_empty());
 }
+
+/// Past `max_tuples` unknown 4-tuples, packets are not tried at all (counted `over_limit`).
+#[test]
+fn unknown_tuples_past_the_limit_are_not_tried() {
+    let cfg = DecoderConfig {
+        hunt: tboxscope_decode::quic::hunt::HuntConfig {
+            max_tuples: 2,
+            opens_per_packet: 64,
+            ..Default::default()
+        },
+        ..DecoderConfig::default()
+    };
+    let mut dec = QuicDecoder::new(cfg, Some(keylog(RANDOM)));
+    for port in 0..5u16 {
+        let info = DatagramInfo {
+            src: Some(SocketAddr::from(([10, 9, 0, 1], 7000 + port))),
+            dst: Some("10.9.0.2:7001".parse().unwrap()),
+            from_client: None,
+        };
+        dec.decode(&[0x41; 80], &info);
+    }
+    let h = dec.stats.hunt;
+    assert_eq!((h.tuples, h.packets_tried, h.over_limit), (2, 2, 3));
+    assert!(h.attempts <= 2 * 64);
+}
