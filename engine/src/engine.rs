@@ -93,6 +93,13 @@ impl Engine {
         self.shared.snapshot()
     }
 
+    /// The capture of the path labelled `label` ended at `last_ns` (its last frame; call before
+    /// [`Engine::finish`] when captures end at different times): no outage on it outlasts
+    /// that, and a silence only its end made is no outage.
+    pub fn capture_ended(&mut self, label: &str, last_ns: u64) {
+        self.shared.capture_ended(label, last_ns);
+    }
+
     /// Ends the run at `ts_ns`: closes every open message, outage and incident (their records
     /// become available from `drain_records`) and returns the whole-run figures.
     pub fn finish(&mut self, ts_ns: u64) -> Summary {

@@ -265,6 +265,12 @@ impl Shared {
         self.recheck_open_messages();
     }
 
+    /// See [`crate::Engine::capture_ended`].
+    pub(crate) fn capture_ended(&mut self, label: &str, last_ns: u64) {
+        let threshold = self.cfg.outage_threshold_ns;
+        self.outages.capture_ended(label, last_ns, threshold);
+    }
+
     /// Moves engine time forward: closes windows, times out messages, detects outages.
     #[inline(always)]
     pub(crate) fn advance(&mut self, ts: u64) {
