@@ -355,3 +355,155 @@ fn coalesced_initial_and_one_rtt_with_trailing_padding() {
     assert_eq!(out.len(), 1);
     assert_eq!(l.dec.stats.padding_bytes, 40);
 }
+
+/// A capture that begins after the handshake: short headers of no known connection are tried
+/// against the key log (DCID length, key generation, path, packet-number high bits); the first
+/// that authenticates binds the connection, the rest decode as usual, in both directions.
+#[test]
+fn mid_connection_packets_are_found_by_trial() {
+    let ca: SocketAddr = "10.0.0.1:50000".parse().unwrap();
+    let sa: SocketAddr = "10.0.0.2:443".parse().unwrap();
+    let (to_server, to_client) = directions(ca, sa);
+    let mut dec = QuicDecoder::new(DecoderConfig::default(), Some(keylog(RANDOM)));
+    let dcid = unhex("c0ffee0011223344556677");
+    let (chp, shp) = (keys(&CLIENT_SECRET, 0), keys(&SERVER_SECRET, 0));
+    // Generation 2 (two key updates before the capture), packet 70 000 sent with 2 bytes.
+    let stream = [0x0f, 0x00, 0x07, 0x03, b'a', b'b', b'c'];
+    let p = seal_short(
+        &keys(&CLIENT_SECRET, 2),
+        &chp,
+        &dcid,
+        70_000,
+        2,
+        false,
+        0,
+        &stream,
+    );
+    let s = dec.decode(&p, &to_server).remove(0);
+    assert!(s.decrypted, "{:?}", s.undecrypted_reason);
+    assert_eq!((s.pn, s.from_client), (Some(70_000), Some(true)));
+    assert_eq!(s.dcid, hex(&dcid));
+    assert_eq!(s.frames[0].stream_id, Some(0));
+    // The next client packets decode through the bound DCID, with 1-byte packet numbers.
+    for pn in [70_001u64, 70_003, 70_002] {
+        let p = seal_short(
+            &keys(&CLIENT_SECRET, 2),
+            &chp,
+            &dcid,
+            pn,
+            1,
+            false,
+            0,
+            &ping_padding(),
+        );
+        let s = dec.decode(&p, &to_server).remove(0);
+        assert_eq!((s.decrypted, s.pn), (true, Some(pn)));
+    }
+    // The server's packets (empty DCID, generation 2 too) are found on their own 4-tuple and
+    // bound to the same connection.
+    let p = seal_short(
+        &keys(&SERVER_SECRET, 2),
+        &shp,
+        &[],
+        900,
+        2,
+        false,
+        0,
+        &ping_padding(),
+    );
+    let s = dec.decode(&p, &to_client).remove(0);
+    assert!(s.decrypted, "{:?}", s.undecrypted_reason);
+    assert_eq!(
+        (s.pn, s.from_client, s.connection),
+        (Some(900), Some(false), Some(0))
+    );
+    let p = seal_short(
+        &keys(&SERVER_SECRET, 3),
+        &shp,
+        &[],
+        901,
+        1,
+        true,
+        0,
+        &ping_padding(),
+    );
+    let s = dec.decode(&p, &to_client).remove(0);
+    assert_eq!((s.decrypted, s.pn), (true, Some(901)));
+    assert_eq!(dec.stats.hunt.recovered, 2);
+    assert_eq!(dec.stats.connections, 1);
+    assert_eq!(dec.stats.not_decrypted.len(), 0);
+}
+
+/// A second path's packets (draft-05: the nonce names the DCID sequence number) alone.
+#[test]
+fn mid_connection_multipath_path_is_found_by_trial() {
+    let ca: SocketAddr = "10.0.1.1:50000".parse().unwrap();
+    let sa: SocketAddr = "10.0.0.2:443".parse().unwrap();
+    let (to_server, _) = directions(ca, sa);
+    let mut dec = QuicDecoder::new(DecoderConfig::default(), Some(keylog(RANDOM)));
+    let dcid = unhex("0102030405060708");
+    let chp = keys(&CLIENT_SECRET, 0);
+    for pn in [3u64, 4] {
+        let p = seal_short(&chp, &chp, &dcid, pn, 1, false, 1, &ping_padding());
+        let s = dec.decode(&p, &to_server).remove(0);
+        assert_eq!((s.decrypted, s.pn, s.path_id), (true, Some(pn), Some(1)));
+    }
+}
+
+/// Random short headers: each 4-tuple is tried a bounded number of times, then given up; none
+/// counts as QUIC or as a decryption failure.
+#[test]
+fn unknown_short_headers_are_given_up_after_a_bounded_search() {
+    let mut dec = QuicDecoder::new(DecoderConfig::default(), Some(keylog(RANDOM)));
+    let info = DatagramInfo {
+        src: Some("10.9.0.1:7000".parse().unwrap()),
+        dst: Some("10.9.0.2:7001".parse().unwrap()),
+        from_client: None,
+    };
+    let mut x = 0x1234_5678u32;
+    for _ in 0..20 {
+        let p: Vec<u8> = (0..120)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x >> 3) as u8 & 0x7f | 0x40
+            })
+            .collect();
+        assert!(dec.decode(&p, &info).iter().all(|s| !s.decrypted));
+    }
+    let h = dec.stats.hunt;
+    let cfg = DecoderConfig::default().hunt;
+    assert_eq!(
+        (h.tuples, h.packets_tried, h.given_up, h.recovered),
+        (1, u64::from(cfg.packets_per_tuple), 1, 0)
+    );
+    assert!(h.attempts <= u64::from(cfg.packets_per_tuple * cfg.opens_per_packet));
+    assert_eq!(dec.stats.packets, 0);
+    assert!(dec.stats.not_decrypted.is_empty());
+}
+
+/// Past `max_tuples` unknown 4-tuples, packets are not tried at all (counted `over_limit`).
+#[test]
+fn unknown_tuples_past_the_limit_are_not_tried() {
+    let cfg = DecoderConfig {
+        hunt: tboxscope_decode::quic::hunt::HuntConfig {
+            max_tuples: 2,
+            opens_per_packet: 64,
+            ..Default::default()
+        },
+        ..DecoderConfig::default()
+    };
+    let mut dec = QuicDecoder::new(cfg, Some(keylog(RANDOM)));
+    for port in 0..5u16 {
+        let info = DatagramInfo {
+            src: Some(SocketAddr::from(([10, 9, 0, 1], 7000 + port))),
+            dst: Some("10.9.0.2:7001".parse().unwrap()),
+            from_client: None,
+        };
+        dec.decode(&[0x41; 80], &info);
+    }
+    let h = dec.stats.hunt;
+    assert_eq!((h.tuples, h.packets_tried, h.over_limit), (2, 2, 3));
+    assert!(h.attempts <= 2 * 64);
+}

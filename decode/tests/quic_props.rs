@@ -166,7 +166,7 @@ fn retry_and_version_negotiation_truncations() {
     let vn = unhex("ea00000000089aac5a49ba87a84908f92f4336fa951ba14547471600000001");
     for n in 23..=vn.len() {
         let got = parse_header(&vn[..n], 0, ParseOptions::default());
-        if (n - 23) % 4 == 0 {
+        if (n - 23) % 4 == 0 && n > 23 {
             assert_eq!(got.unwrap().supported_versions.len(), n - 23);
         } else {
             assert_eq!(
@@ -175,6 +175,58 @@ fn retry_and_version_negotiation_truncations() {
             );
         }
     }
+}
+
+/// LLMNR queries (id 0xa0 00: a long-header byte, then a zero "version") and zero-filled blobs
+/// are no Version Negotiation: the list is empty, ragged or names version 0, even in lax mode.
+#[test]
+fn version_negotiation_look_alikes_are_rejected() {
+    let llmnr = unhex("a000 0000 0001 0000 0000 0000 0477706164 00 0001 0001");
+    let mut zeros = vec![0u8; 64];
+    zeros[0] = 0x80;
+    let empty = unhex("80 00000000 04 01020304 04 05060708");
+    for lax in [false, true] {
+        for (name, b) in [("llmnr", &llmnr), ("zeros", &zeros), ("empty", &empty)] {
+            let got = parse_header(b, 0, ParseOptions { lax });
+            assert!(
+                matches!(got, Err(HeaderError::BadVersionList { .. })),
+                "{name} lax={lax}: {got:?}"
+            );
+        }
+    }
+    let mut dec = QuicDecoder::new(Default::default(), None);
+    for b in [&llmnr, &zeros, &empty] {
+        assert!(dec.decode(b, &DatagramInfo::default()).is_empty());
+    }
+    assert_eq!(dec.stats.packets, 0);
+    assert!(dec.stats.not_decrypted.is_empty());
+    // A real one of no connection seen parses but is not counted as QUIC.
+    let vn = unhex("ea00000000089aac5a49ba87a84908f92f4336fa951ba14547471600000001");
+    assert_eq!(dec.decode(&vn, &DatagramInfo::default()).len(), 1);
+    assert_eq!(dec.stats.packets, 0);
+    assert_eq!(dec.stats.not_quic.get("unknown_connection"), Some(&1));
+    assert!(dec.stats.not_decrypted.is_empty());
+    // A version-negotiation exchange: a long header of an unknown version (DCID 8 bytes, SCID
+    // 8 bytes) answered by a Version Negotiation echoing the IDs swapped counts as QUIC.
+    let client: std::net::SocketAddr = "10.0.0.1:5000".parse().unwrap();
+    let server: std::net::SocketAddr = "10.0.0.2:443".parse().unwrap();
+    let probe = unhex("c0 1a2a3a4a 08 0102030405060708 08 1112131415161718 00 00 00 00");
+    let answer = unhex("80 00000000 08 1112131415161718 08 0102030405060708 00000001 6b3343cf");
+    let way = |src, dst| DatagramInfo {
+        src: Some(src),
+        dst: Some(dst),
+        from_client: None,
+    };
+    let mut dec = QuicDecoder::new(Default::default(), None);
+    dec.decode(&probe, &way(client, server));
+    let mut counted = false;
+    dec.decode_with(&answer, &way(server, client), |p| counted = p.is_quic());
+    assert!(counted);
+    assert_eq!(dec.stats.packets, 1);
+    // The same answer from another address answers nothing.
+    let other: std::net::SocketAddr = "10.0.0.3:443".parse().unwrap();
+    dec.decode_with(&answer, &way(other, client), |p| counted = p.is_quic());
+    assert!(!counted);
 }
 
 #[test]
@@ -201,6 +253,14 @@ fn every_truncation_of_every_frame_is_a_truncation_error() {
         unhex("7e750102"),             // PATH_ABANDON
         unhex("7e78010200041122334400112233445566778899aabbccddeeff"), // PATH_NEW_CONNECTION_ID
         unhex("80baba000105000000"),   // ACK_MP (draft-05)
+        unhex("80baba0501020474697265"), // PATH_ABANDON (draft-05) with reason
+        unhex("80baba06010202"),       // PATH_STATUS (draft-05)
+        unhex("7e76010a"),             // PATH_STATUS_BACKUP
+        unhex("7e7a04"),               // MAX_PATH_ID
+        unhex("7e7c0103"),             // PATH_CIDS_BLOCKED
+        unhex("42f5c000000102030405"), // TIME_STAMP (8-byte varint)
+        unhex("40240405407b06"),       // RESET_STREAM_AT
+        unhex("40af0102406403"),       // ACK_FREQUENCY
     ];
     for f in &frames {
         let whole: Vec<_> = Frames::new(f).collect();
@@ -266,6 +326,81 @@ fn ack_frequency_frames_do_not_hide_the_frames_after_them() {
             ..
         }
     ));
+}
+
+/// TIME_STAMP (draft-huitema-quic-ts, as picoquic sends it before its STREAM frames),
+/// RESET_STREAM_AT and DATAGRAM are decoded, so the frames after them are kept.
+#[test]
+fn extension_frames_do_not_hide_the_frames_after_them() {
+    // TIME_STAMP 0x12345, ACK, RESET_STREAM_AT {4, 5, 100, 60}, DATAGRAM "ab" (with length),
+    // STREAM 0 off 7 "xyz", DATAGRAM "q" (to the end).
+    let payload = unhex(
+        "42f5 80012345 02 05 00 00 00 4024 04 05 4064 403c 31 02 6162 0e 00 07 03 78797a 30 71",
+    );
+    let frames: Vec<_> = Frames::new(&payload).collect::<Result<_, _>>().unwrap();
+    let names: Vec<&str> = frames
+        .iter()
+        .map(tboxscope_decode::quic::Frame::name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "time_stamp",
+            "ack",
+            "reset_stream_at",
+            "datagram",
+            "stream",
+            "datagram"
+        ]
+    );
+    assert_eq!(frames[0], Frame::TimeStamp(0x12345));
+    assert_eq!(
+        frames[2],
+        Frame::ResetStreamAt {
+            stream_id: 4,
+            error_code: 5,
+            final_size: 100,
+            reliable_size: 60
+        }
+    );
+    assert_eq!(frames[3], Frame::Datagram { data: b"ab" });
+    assert!(matches!(
+        frames[4],
+        Frame::Stream {
+            stream_id: 0,
+            offset: 7,
+            data: b"xyz",
+            ..
+        }
+    ));
+    assert_eq!(frames[5], Frame::Datagram { data: b"q" });
+    // A reliable size beyond the final size is malformed; the frames before it are kept.
+    let bad = unhex("01 4024 04 05 0a 0b");
+    let e: Vec<_> = Frames::new(&bad).collect();
+    assert_eq!(e.len(), 2);
+    assert!(
+        matches!(
+            e[1],
+            Err(FrameError::Malformed {
+                frame_type: 0x24,
+                offset: 1,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    // An unknown type still ends the walk after the frames before it.
+    let unknown = unhex("42f5 05 0b 00 01 61 4042 00 01");
+    let e: Vec<_> = Frames::new(&unknown).collect();
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert!(e[0].is_ok() && e[1].is_ok());
+    assert_eq!(
+        e[2],
+        Err(FrameError::UnknownType {
+            frame_type: 0x42,
+            offset: 7
+        })
+    );
 }
 
 proptest! {

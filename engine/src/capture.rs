@@ -105,12 +105,7 @@ impl CaptureState {
         own
     }
 
-    /// Direction of a packet at this capture.
-    pub fn dir_of(&self, src: &SocketAddr, dst: &SocketAddr) -> Dir {
-        self.dir_of_pair(src, dst, is_uplink(src, dst))
-    }
-
-    /// [`CaptureState::dir_of`] of a packet whose [`is_uplink`] is `up`.
+    /// Direction of a packet at this capture, whose [`is_uplink`] is `up`.
     #[inline]
     pub fn dir_of_pair(&self, src: &SocketAddr, dst: &SocketAddr, up: Option<bool>) -> Dir {
         if !self.point.local_addrs.is_empty() {
@@ -225,14 +220,6 @@ impl CaptureMap {
     fn keys(&self) -> impl Iterator<Item = &CaptureId> + '_ {
         self.states.iter().map(|s| &s.point.capture)
     }
-
-    fn len(&self) -> usize {
-        self.states.len()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.states.is_empty()
-    }
 }
 
 const PAIR_VOTES: u32 = 3;
@@ -329,13 +316,6 @@ impl CaptureTable {
             ),
             None => (false, 0, dir),
         }
-    }
-
-    /// Direction of a packet at this capture.
-    pub fn dir(&self, id: CaptureId, src: &SocketAddr, dst: &SocketAddr) -> Dir {
-        self.caps
-            .get(&id)
-            .map_or(Dir::Unknown, |c| c.dir_of(src, dst))
     }
 
     /// Direction from the capture's host role (stated or inferred) and the packet's uplink
@@ -548,15 +528,5 @@ impl CaptureTable {
             .collect();
         v.sort_by_key(|c| c.capture);
         v
-    }
-
-    /// Number of captures.
-    pub fn len(&self) -> usize {
-        self.caps.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.caps.is_empty()
     }
 }

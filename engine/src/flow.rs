@@ -431,11 +431,6 @@ impl FlowTable {
     pub fn len(&self) -> usize {
         self.index.len()
     }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
-    }
 }
 
 /// Whether two labels are equal: the same shared label at once, else by their text

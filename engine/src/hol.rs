@@ -33,8 +33,6 @@ struct Held {
 pub struct OpenGap {
     /// Incident id.
     pub incident: u64,
-    /// First missing unit.
-    pub missing: u64,
     /// End (exclusive) of the missing run when the gap opened.
     pub missing_end: u64,
     /// Path of the piece that revealed the gap.
@@ -161,6 +159,7 @@ pub struct GapTracker {
 
 impl GapTracker {
     /// Units buffered behind the gap.
+    #[cfg(test)]
     pub fn held(&self) -> (u64, u64) {
         (self.held_messages, self.held_bytes)
     }
@@ -352,7 +351,6 @@ impl GapTracker {
         if self.gap.is_none() {
             self.gap = Some(OpenGap {
                 incident: open(next),
-                missing: next,
                 missing_end: start,
                 revealed_on: path,
                 unknown_resends: 0,
@@ -373,10 +371,9 @@ impl GapTracker {
 
     /// Starts tracking a remaining gap after a fill (another piece is still missing).
     pub fn reopen(&mut self, incident: u64) {
-        if let (Some(n), Some((&s, h))) = (self.next, self.buffered.first_key_value()) {
+        if let (Some(_), Some((&s, h))) = (self.next, self.buffered.first_key_value()) {
             self.gap = Some(OpenGap {
                 incident,
-                missing: n,
                 missing_end: s,
                 revealed_on: h.path,
                 unknown_resends: 0,
@@ -511,7 +508,7 @@ mod tests {
             g.deliver(2, 3, 20, 100, true, 0, &mut open),
             Delivery::Buffered { opened: true }
         );
-        assert_eq!(g.gap.map(|x| x.missing), Some(1));
+        assert_eq!(g.gap.map(|_| g.next), Some(Some(1)), "the gap starts at 1");
         assert_eq!(
             g.deliver(3, 4, 30, 100, true, 0, &mut open),
             Delivery::Buffered { opened: false }
@@ -553,7 +550,7 @@ mod tests {
             Delivery::Buffered { opened: true }
         );
         g.deliver(3, 4, 11, 100, true, 0, &mut open);
-        assert_eq!(g.gap.map(|x| (x.missing, x.missing_end)), Some((1, 5)));
+        assert_eq!(g.gap.map(|x| (g.next, x.missing_end)), Some((Some(1), 5)));
         // 1 and 2 release 3, 4 is still missing: the same gap.
         g.arriving = Some(Transmission::Retransmission(Resend::Fast));
         assert_eq!(

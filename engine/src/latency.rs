@@ -206,6 +206,7 @@ impl LatencyHist {
         self.count
     }
 
+    #[cfg(test)]
     /// Samples that were clamped.
     pub fn clamped(&self) -> u64 {
         self.clamped
@@ -248,16 +249,7 @@ impl LatencyHist {
         )
     }
 
-    /// Forgets every sample (keeps the allocation).
-    pub fn reset(&mut self) {
-        self.counts.fill(0);
-        self.count = 0;
-        self.exact_min = u64::MAX;
-        self.exact_max = 0;
-        self.sum = 0;
-        self.clamped = 0;
-    }
-
+    #[cfg(test)]
     /// The bucket's upper edge for `us` (what a percentile equal to `us` reports).
     pub fn quantized(&self, us: u64) -> u64 {
         self.layout.highest_equivalent(us.min(self.max_us))

@@ -296,15 +296,9 @@ impl OpenMessage {
         true
     }
 
-    /// Resolves copies: send = first outgoing sighting, arrival = first complete incoming one
-    /// (clock offsets applied); with two sightings of unknown direction the earlier is the send.
-    pub fn resolve(&self, caps: &CaptureTable) -> Vec<ResolvedCopy> {
-        let mut v = Vec::with_capacity(self.copies.len());
-        self.resolve_into(caps, &mut v);
-        v
-    }
-
-    /// [`OpenMessage::resolve`] into `out` (cleared first), reusing its allocation.
+    /// Resolves copies into `out` (cleared first): send = first outgoing sighting, arrival =
+    /// first complete incoming one (clock offsets applied); with two sightings of unknown
+    /// direction the earlier is the send.
     #[inline]
     pub fn resolve_into(&self, caps: &CaptureTable, out: &mut Vec<ResolvedCopy>) {
         out.clear();
@@ -392,14 +386,6 @@ impl OpenMessage {
             Dir::Unknown => (Some(first), None),
         };
         ResolvedCopy::of(c, sent, arrived, s.count)
-    }
-
-    /// The latency kind its copies give.
-    pub fn kind(copies: &[ResolvedCopy]) -> LatencyKind {
-        latency_kind(
-            copies.iter().any(|c| c.by_ack),
-            copies.iter().any(|c| !c.by_ack && c.latency_us().is_some()),
-        )
     }
 }
 
@@ -742,12 +728,7 @@ impl MessageStore {
         }
     }
 
-    /// The open message.
-    pub fn get(&self, flow_uid: u64, key: u64) -> Option<&OpenMessage> {
-        let i = self.slot_of((flow_uid, key))?;
-        self.slots.get(i)?.msg.as_ref()
-    }
-
+    #[cfg(test)]
     /// Removes a message to close it.
     pub fn take(&mut self, flow_uid: u64, key: u64) -> Option<OpenMessage> {
         let i = self.slot_of((flow_uid, key))?;
@@ -898,11 +879,6 @@ impl MessageStore {
     /// Open messages.
     pub fn len(&self) -> usize {
         self.open
-    }
-
-    /// Whether none are open.
-    pub fn is_empty(&self) -> bool {
-        self.open == 0
     }
 }
 

@@ -30,6 +30,8 @@ pub struct OutageBook {
     pub total: u64,
     /// Outages dropped from history.
     pub evicted: u64,
+    /// Paths whose capture ended early: (label, last frame, outage threshold).
+    capture_ends: Vec<(String, u64, u64)>,
 }
 
 impl OutageBook {
@@ -127,8 +129,45 @@ impl OutageBook {
         v
     }
 
+    /// The capture of the path labelled `label` ended at `last_ns` (its last frame), before
+    /// the others: applied by [`OutageBook::finish`] if that is before the end of the run.
+    pub fn capture_ended(&mut self, label: &str, last_ns: u64, threshold_ns: u64) {
+        self.capture_ends
+            .push((label.to_owned(), last_ns, threshold_ns));
+    }
+
+    /// An outage still open on `label` ends at `last_ns`, and one opened on a silence shorter
+    /// than `threshold_ns` before that end (the capture stopped, the path may not have) is
+    /// dropped. Returns how many were dropped.
+    fn bound_to_capture(&mut self, label: &str, last_ns: u64, threshold_ns: u64) -> u64 {
+        let before = self.history.len();
+        self.history.retain(|o| {
+            o.emitted
+                || o.rec.end_ns.is_some()
+                || o.rec.path != label
+                || o.rec.start_ns.saturating_add(threshold_ns) < last_ns
+        });
+        let dropped = (before - self.history.len()) as u64;
+        self.total = self.total.saturating_sub(dropped);
+        let open: Vec<u64> = self
+            .history
+            .iter()
+            .filter(|o| o.rec.end_ns.is_none() && o.rec.path == label)
+            .map(|o| o.rec.id)
+            .collect();
+        for id in open {
+            self.close(id, last_ns);
+        }
+        dropped
+    }
+
     /// Everything not yet emitted, closing open outages at `end_ns`.
     pub fn finish(&mut self, end_ns: u64) -> Vec<OutageRecord> {
+        for (label, last, threshold) in std::mem::take(&mut self.capture_ends) {
+            if last < end_ns {
+                self.bound_to_capture(&label, last, threshold);
+            }
+        }
         let mut v = Vec::new();
         for o in self.history.iter_mut() {
             if o.rec.end_ns.is_none() {

@@ -32,11 +32,6 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
         self.len
     }
 
-    /// Whether none wait.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The position of group `g` in `groups`: mostly one group is in use.
     #[inline]
     fn find(&self, g: G) -> Result<usize, usize> {

@@ -5,11 +5,7 @@
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
-use std::collections::BTreeSet;
-
 use common::*;
-use proptest::prelude::*;
-use tboxscope_engine::matcher::kcp::ClosedRuns;
 use tboxscope_engine::{Config, Engine, Host, KcpCmd, KcpSegment, Observation, Record};
 
 const MS: u64 = 1_000_000;
@@ -71,32 +67,4 @@ fn copies_after_close_are_late_and_unseen_sns_below_the_newest_are_new() {
     expected.push("up sn 15".to_owned());
     expected.push("up sn 12".to_owned());
     assert_eq!(ids, expected);
-}
-
-#[test]
-fn closed_runs_forget_the_oldest_past_their_bound() {
-    let mut runs = ClosedRuns::default();
-    // Isolated sns: one run each.
-    for sn in (0..2000u32).step_by(2) {
-        runs.insert(sn);
-    }
-    assert!(!runs.contains(0), "the oldest runs are forgotten");
-    assert!(runs.contains(1998));
-    assert!(!runs.contains(1997));
-}
-
-proptest! {
-    /// Within the bound, the runs hold exactly the sns inserted, in any order.
-    #[test]
-    fn closed_runs_hold_exactly_what_closed(sns in proptest::collection::vec(0u32..300, 0..400)) {
-        let mut runs = ClosedRuns::default();
-        let mut truth = BTreeSet::new();
-        for &sn in &sns {
-            runs.insert(sn);
-            truth.insert(sn);
-        }
-        for sn in 0..302u32 {
-            prop_assert_eq!(runs.contains(sn), truth.contains(&sn), "sn {}", sn);
-        }
-    }
 }

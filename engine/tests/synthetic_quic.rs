@@ -275,7 +275,7 @@ fn separate_connections_match_by_content_hash() {
     assert_eq!(eth0.wins, 200);
     // Per-flow histograms keep 2 significant digits: 4000 µs reports as its bucket's edge,
     // or as the largest spacing where that is lower.
-    let q = tboxscope_engine::latency::LatencyHist::new(60_000_000, 2).quantized(4_000);
+    let q = quantized(4_000, 2);
     assert_eq!(red.copy_spacing.p50_us, q.min(red.copy_spacing.max_us));
     assert_eq!(red.copy_spacing.min_us, 4_000);
 }

@@ -105,6 +105,8 @@ pub struct Analyzer {
     reading: FileReading,
     /// Interfaces of a link type not decoded, with their frames (named in warnings).
     unsupported: Vec<UnsupportedLink>,
+    /// Time of the last frame captured on each path (by path id).
+    path_last_ns: Vec<u64>,
 }
 
 /// An interface whose link type is not decoded, and how many frames it had.
@@ -127,6 +129,28 @@ impl Analyzer {
             warnings: Vec::new(),
             reading: FileReading::Auto,
             unsupported: Vec::new(),
+            path_last_ns: Vec::new(),
+        }
+    }
+
+    /// Each path's label with the time of the last frame its capture holds: where its capture
+    /// ended, which no outage on it may outlast.
+    pub fn capture_ends(&self) -> Vec<(&str, u64)> {
+        self.labels
+            .all()
+            .iter()
+            .zip(&self.path_last_ns)
+            .filter(|(_, &t)| t > 0)
+            .map(|(l, &t)| (l.as_str(), t))
+            .collect()
+    }
+
+    fn note_frame(&mut self, path_id: usize, ts_ns: u64) {
+        if self.path_last_ns.len() <= path_id {
+            self.path_last_ns.resize(path_id + 1, 0);
+        }
+        if let Some(t) = self.path_last_ns.get_mut(path_id) {
+            *t = (*t).max(ts_ns);
         }
     }
 
@@ -215,6 +239,7 @@ impl Analyzer {
                     &mut summary,
                 );
                 let (path_id, link) = iface_paths.get(iface).copied().unwrap_or((0, None));
+                self.note_frame(path_id, ts_ns);
                 if link.is_none() {
                     self.count_unsupported(path_id);
                 }
@@ -230,6 +255,7 @@ impl Analyzer {
                 dissect_and_emit(&mut self.dissector, &at, &data, emit)?;
             } else {
                 let (path_id, link) = iface_paths[iface];
+                self.note_frame(path_id, ts_ns);
                 if link.is_none() {
                     self.count_unsupported(path_id);
                 }
@@ -404,6 +430,7 @@ impl Analyzer {
                 let span = spans[i].get_or_insert((p.ts_ns, p.ts_ns));
                 span.1 = span.1.max(p.ts_ns);
                 let (path_id, link) = f.iface_paths.get(p.interface).copied().unwrap_or((0, None));
+                self.note_frame(path_id, p.ts_ns);
                 if link.is_none() {
                     count_unsupported(&mut self.unsupported, path_id);
                 }

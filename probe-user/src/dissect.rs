@@ -162,6 +162,9 @@ pub struct DissectStats {
     /// Short headers of no known QUIC connection (not counted as QUIC: without the handshake
     /// or a NEW_CONNECTION_ID they cannot be told from other UDP).
     pub quic_unknown_short: u64,
+    /// Long headers of a known version but no known QUIC connection that are not Initials
+    /// (Handshake, 0-RTT, Retry, Version Negotiation): not counted as QUIC, for the same reason.
+    pub quic_unknown_long: u64,
     /// UDP GSO batches (several datagrams captured as one on the sending host) split for QUIC.
     pub gso_batches: u64,
     /// Long headers of versions the QUIC decoder does not know (not counted as QUIC; their
@@ -475,6 +478,7 @@ impl Dissector {
         };
         let mut unknown_version = 0u64;
         let mut unknown_short = 0u64;
+        let mut unknown_long = 0u64;
         let app_rule = self.config.app_id;
         let mut app_ids = 0u64;
         // A capture taken on the sending host sees a UDP GSO batch before the NIC splits it:
@@ -494,9 +498,15 @@ impl Dissector {
                     return;
                 }
                 // A short header whose connection ID no handshake or NEW_CONNECTION_ID
-                // announced is indistinguishable from random bytes.
-                if p.connection.is_none() && !p.header.is_long() {
-                    unknown_short += 1;
+                // announced is indistinguishable from random bytes; so is a long header other
+                // than an Initial outside a connection (an LLMNR query parses as Version
+                // Negotiation).
+                if !p.is_quic() {
+                    if p.header.is_long() {
+                        unknown_long += 1;
+                    } else {
+                        unknown_short += 1;
+                    }
                     return;
                 }
                 let summary = p.summary();
@@ -532,6 +542,7 @@ impl Dissector {
         self.app_ids += app_ids;
         self.stats.quic_unknown_version += unknown_version;
         self.stats.quic_unknown_short += unknown_short;
+        self.stats.quic_unknown_long += unknown_long;
         if quic_records > 0 {
             self.stats.quic_datagrams += 1;
             self.stats.quic_packets += quic_records as u64;

@@ -283,3 +283,47 @@ fn cooked_v1_quic_v2_fixture_decodes_as_tshark_does() {
     assert_eq!(decrypted, 24);
     assert_eq!(analyzer.stats().net_rejected.not_ip, 0);
 }
+
+/// nDPI's QUIC v2 capture: its 1-RTT packets carry TIME_STAMP (0x2f5) and ACK_FREQUENCY frames
+/// before and after their STREAM frames; every STREAM frame tshark shows is decoded, none of
+/// its packets stops early.
+#[test]
+fn quic_v2_fixture_yields_every_stream_frame_tshark_shows() {
+    // `tshark -r ndpi-quic-v2.pcapng -Y quic.stream.stream_id -T fields -e frame.number
+    //  -e quic.stream.stream_id -e quic.stream.length` (no OFF bit: every offset is 0).
+    let tshark: &[(u64, &[(u64, u64)])] = &[
+        (1, &[(2, 7), (6, 1), (10, 1), (0, 38)]),
+        (2, &[(3, 7), (7, 1), (11, 1)]),
+        (13, &[(2, 7), (6, 1), (10, 1), (0, 38)]),
+        (14, &[(0, 409)]),
+        (15, &[(0, 409)]),
+        (16, &[(0, 409)]),
+        (17, &[(4, 37)]),
+        (18, &[(4, 19)]),
+        (19, &[(8, 35)]),
+    ];
+    let mut analyzer = Analyzer::new(DissectConfig::default());
+    let mut got: Vec<(u64, Vec<(u64, u64)>)> = Vec::new();
+    let mut stopped = Vec::new();
+    analyzer
+        .run_files(&[fixture("ndpi-quic-v2.pcapng")], &mut |r| {
+            if let Decoded::QuicPacket(p) = &r.packet.decoded {
+                if let Some(e) = &p.frame_error {
+                    stopped.push((r.frame, e.clone()));
+                }
+                for f in p.frames.iter().filter(|f| f.frame_type == "stream") {
+                    assert_eq!(f.offset, Some(0));
+                    let s = (f.stream_id.unwrap_or(u64::MAX), f.length.unwrap_or(0));
+                    match got.last_mut() {
+                        Some((n, v)) if *n == r.frame => v.push(s),
+                        _ => got.push((r.frame, vec![s])),
+                    }
+                }
+            }
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+    let want: Vec<(u64, Vec<(u64, u64)>)> = tshark.iter().map(|(f, s)| (*f, s.to_vec())).collect();
+    assert_eq!(got, want);
+    assert!(stopped.is_empty(), "{stopped:?}");
+}

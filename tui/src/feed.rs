@@ -244,6 +244,9 @@ impl EngineFeed {
         if let Some(note) = self.keylog_note(health.decrypt_failures) {
             health.inferences.push(note);
         }
+        if let Some(note) = hunt_line(&self.dissector.quic_stats().hunt) {
+            health.inferences.push(note);
+        }
     }
 
     /// The dissector (for its counters).
@@ -289,6 +292,26 @@ impl EngineFeed {
             }
         }
     }
+}
+
+/// The health line of the search for QUIC connections whose handshake was not captured: how
+/// many were found by their key-log keys, how many 4-tuples were given up (none tried: none).
+pub fn hunt_line(h: &probe_user::decode::quic::hunt::HuntStats) -> Option<String> {
+    (h.tuples > 0).then(|| {
+        format!(
+            "QUIC mid-connection: {} connection paths found by key-log trial, {} 4-tuples given up \
+             ({} packets tried, {} attempts{})",
+            h.recovered,
+            h.given_up,
+            h.packets_tried,
+            h.attempts,
+            if h.over_limit > 0 {
+                format!(", {} packets past the 4-tuple limit", h.over_limit)
+            } else {
+                String::new()
+            }
+        )
+    })
 }
 
 #[cfg(test)]

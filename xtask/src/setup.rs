@@ -31,6 +31,7 @@ pub fn install_missing() -> Result<()> {
     nightly_rust_src()?;
     bpf_linker()?;
     cargo_fuzz()?;
+    python_packages()?;
     Ok(())
 }
 
@@ -106,6 +107,21 @@ fn cargo_fuzz() -> Result<()> {
     }
     println!("xtask setup: installing cargo-fuzz");
     run_command(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
+}
+
+/// Python packages of the real peers the tests run: aioquic (a QUIC client and server that
+/// writes a key log; tui/tests/quic_midconn.rs).
+const PYTHON_PACKAGES: &[(&str, &str)] = &[("aioquic", "aioquic")];
+
+fn python_packages() -> Result<()> {
+    for (module, package) in PYTHON_PACKAGES {
+        if output("python3", &["-c", &format!("import {module}")]).is_some() {
+            continue;
+        }
+        println!("xtask setup: installing the Python package {package}");
+        run_command(Command::new("python3").args(["-m", "pip", "install", "-q", package]))?;
+    }
+    Ok(())
 }
 
 /// A command's standard output when it ran and succeeded.

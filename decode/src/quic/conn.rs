@@ -148,6 +148,17 @@ impl AppKeys {
             .ok_or(CryptoError::Derivation)
     }
 
+    /// Keys at key-phase generation `generation` of `secret` (generation 0 is the first 1-RTT
+    /// key), with the previous generation's kept for reordered packets.
+    pub fn at_generation(secret: Secret, generation: u32) -> Result<Self, CryptoError> {
+        let mut k = Self::new(secret)?;
+        for _ in 0..generation {
+            k.next_keys()?;
+            k.advance();
+        }
+        Ok(k)
+    }
+
     /// Moves to the next phase (after a packet decrypted with its keys).
     pub fn advance(&mut self) {
         if let Some((s, k)) = self.next.take() {
@@ -200,6 +211,9 @@ pub struct Connection {
     /// By sender: packets from this endpoint carry a zero-length DCID (the peer chose an empty
     /// SCID), so only addresses lead to the connection.
     pub empty_dcid_from: [bool; 2],
+    /// Client random of the key-log entry whose keys authenticated a packet of this
+    /// connection, when its handshake was not seen.
+    pub hunted_random: Option<[u8; 32]>,
 }
 
 impl Connection {
@@ -225,6 +239,7 @@ impl Connection {
             retry_scid: None,
             cids: Vec::new(),
             empty_dcid_from: [false; 2],
+            hunted_random: None,
         }
     }
 

@@ -5,6 +5,7 @@ use super::conn::{
 };
 use super::frame::{Frame, Frames};
 use super::header::{parse_header, PacketHeader, PacketType, ParseOptions, Version};
+use super::hunt::{Found, HuntConfig, Hunter};
 use super::keylog::Keylog;
 use super::keys::{CipherSuite, CryptoError, PacketKeys};
 use super::multipath::{self, MultipathMode};
@@ -33,6 +34,8 @@ pub struct DecoderConfig {
     pub max_connections: usize,
     /// Header parsing options.
     pub parse: ParseOptions,
+    /// Bounds of the search for connections whose handshake was not captured.
+    pub hunt: HuntConfig,
 }
 
 impl Default for DecoderConfig {
@@ -40,6 +43,7 @@ impl Default for DecoderConfig {
         Self {
             max_connections: 4096,
             parse: ParseOptions::default(),
+            hunt: HuntConfig::default(),
         }
     }
 }
@@ -63,12 +67,26 @@ pub struct DecodedPacket<'a> {
     pub payload: Option<&'a [u8]>,
     /// Why there is no payload.
     pub undecrypted: Option<Undecrypted>,
+    /// A Version Negotiation that answers, with the connection IDs swapped back, a long header
+    /// of an unknown version sent the other way just before: a version-negotiation exchange.
+    pub answers_probe: bool,
 }
 
 impl DecodedPacket<'_> {
     /// Frames of the decrypted payload (none if not decrypted).
     pub fn frames(&self) -> Frames<'_> {
         Frames::new(self.payload.unwrap_or(&[]))
+    }
+
+    /// True when the packet counts as QUIC: of a known version and either of a connection the
+    /// decoder follows (its handshake, a Version Negotiation answering it, or a key that
+    /// authenticated it) or itself an Initial (whose header parsed in full); or a Version
+    /// Negotiation answering a probe ([`DecodedPacket::answers_probe`]). Anything else is
+    /// indistinguishable from other UDP that happens to parse as a header.
+    pub fn is_quic(&self) -> bool {
+        self.answers_probe
+            || (self.undecrypted != Some(Undecrypted::UnknownVersion)
+                && (self.connection.is_some() || self.header.packet_type == PacketType::Initial))
     }
 
     /// Owned summary for JSON.
@@ -124,6 +142,10 @@ struct Outcome {
     plaintext: Option<(usize, usize)>,
     undecrypted: Option<Undecrypted>,
     space: usize,
+    /// The DCID length a short header turned out to have (found by trial).
+    dcid_len: Option<usize>,
+    /// A Version Negotiation answering a long header of an unknown version seen just before.
+    answers_probe: bool,
 }
 
 impl Outcome {
@@ -137,9 +159,14 @@ impl Outcome {
             plaintext: None,
             undecrypted: Some(why),
             space: 0,
+            dcid_len: None,
+            answers_probe: false,
         }
     }
 }
+
+/// Long headers of unknown versions remembered for the Version Negotiation that may answer.
+const MAX_PROBES: usize = 64;
 
 /// Stateful QUIC decoder (sans-IO): connection table, CID index, keys, packet-number spaces.
 #[derive(Debug, Default)]
@@ -153,6 +180,9 @@ pub struct QuicDecoder {
     addrs: HashMap<(SocketAddr, SocketAddr), u64>,
     next_id: u64,
     scratch: Vec<u8>,
+    hunter: Hunter,
+    /// Recent long headers of unknown versions: (source, destination, DCID, SCID).
+    probes: VecDeque<(SocketAddr, SocketAddr, Vec<u8>, Vec<u8>)>,
     /// Counters.
     pub stats: QuicStats,
 }
@@ -163,6 +193,7 @@ impl QuicDecoder {
         Self {
             cfg,
             keylog,
+            hunter: Hunter::new(cfg.hunt),
             ..Self::default()
         }
     }
@@ -260,7 +291,8 @@ impl QuicDecoder {
                 None
             };
             let dcid_len = short.map_or(0, |(len, _)| len);
-            let hdr = match parse_header(rest, dcid_len, self.cfg.parse) {
+            let at = rest;
+            let mut hdr = match parse_header(rest, dcid_len, self.cfg.parse) {
                 Ok(h) => h,
                 Err(e) => {
                     QuicStats::bump(&mut self.stats.rejected, e.reason());
@@ -268,9 +300,37 @@ impl QuicDecoder {
                 }
             };
             rest = rest.get(hdr.packet_len()..).unwrap_or(&[]);
-            self.stats.packets += 1;
             let out = self.process(&hdr, short.and_then(|(_, e)| e), info, &mut scratch);
+            if let Some(h) = out
+                .dcid_len
+                .and_then(|len| parse_header(at, len, self.cfg.parse).ok())
+            {
+                // Found by trial: the header's DCID is as long as the key proved.
+                hdr = h;
+            }
+            self.stats.hunt = self.hunter.stats;
             let payload = out.plaintext.and_then(|(a, n)| scratch.get(a..a + n));
+            let pkt = DecodedPacket {
+                header: hdr,
+                pn: out.pn,
+                key_phase: out.key_phase,
+                path_id: out.path_id,
+                connection: out.conn,
+                from_client: out.sender.map(|s| s == CLIENT),
+                payload,
+                undecrypted: out.undecrypted,
+                answers_probe: out.answers_probe,
+            };
+            if !pkt.is_quic() {
+                let why = match out.undecrypted {
+                    Some(Undecrypted::UnknownVersion) => "unknown_version",
+                    _ => "unknown_connection",
+                };
+                QuicStats::bump(&mut self.stats.not_quic, why);
+                f(&pkt);
+                continue;
+            }
+            self.stats.packets += 1;
             match (&out.undecrypted, payload) {
                 (Some(u), _) => QuicStats::bump(&mut self.stats.not_decrypted, u.reason()),
                 (None, Some(p)) => {
@@ -281,16 +341,6 @@ impl QuicDecoder {
                 }
                 (None, None) => {}
             }
-            let pkt = DecodedPacket {
-                header: hdr,
-                pn: out.pn,
-                key_phase: out.key_phase,
-                path_id: out.path_id,
-                connection: out.conn,
-                from_client: out.sender.map(|s| s == CLIENT),
-                payload,
-                undecrypted: out.undecrypted,
-            };
             f(&pkt);
         }
         self.scratch = scratch;
@@ -426,10 +476,30 @@ impl QuicDecoder {
             }
             PacketType::VersionNegotiation => {
                 let found = self.find_long(h, info);
-                Outcome::fail(found.map(|f| f.0), Some(SERVER), Undecrypted::NoPayload)
+                let mut out =
+                    Outcome::fail(found.map(|f| f.0), Some(SERVER), Undecrypted::NoPayload);
+                out.answers_probe = found.is_none()
+                    && self.probes.iter().any(|p| {
+                        Some(p.0) == info.dst
+                            && Some(p.1) == info.src
+                            && p.2 == h.scid
+                            && p.3 == h.dcid
+                    });
+                out
             }
             PacketType::UnknownVersion => {
                 let found = self.find_long(h, info);
+                if let (None, Some(src), Some(dst), true) =
+                    (found, info.src, info.dst, h.dcid.len() >= 8)
+                {
+                    // A client's first packet of a version this decoder does not know: a
+                    // Version Negotiation may answer it.
+                    if self.probes.len() >= MAX_PROBES {
+                        self.probes.pop_front();
+                    }
+                    self.probes
+                        .push_back((src, dst, h.dcid.to_vec(), h.scid.to_vec()));
+                }
                 Outcome::fail(
                     found.map(|f| f.0),
                     found.map(|f| f.1),
@@ -574,6 +644,8 @@ impl QuicDecoder {
                     plaintext: Some((start, n)),
                     undecrypted: None,
                     space,
+                    dcid_len: None,
+                    answers_probe: false,
                 }
             }
             Err(e) => Outcome::fail(Some(id), Some(sender), crypto_reason(e)),
@@ -588,6 +660,9 @@ impl QuicDecoder {
         scratch: &mut Vec<u8>,
     ) -> Outcome {
         let Some(entry) = entry else {
+            if let Some(out) = self.hunt(h, info, scratch) {
+                return out;
+            }
             let sender = info.from_client.map(|c| if c { CLIENT } else { SERVER });
             return Outcome::fail(None, sender, Undecrypted::UnknownConnection);
         };
@@ -651,12 +726,120 @@ impl QuicDecoder {
                         plaintext: Some((start, n)),
                         undecrypted: None,
                         space: 2,
+                        dcid_len: None,
+                        answers_probe: false,
                     };
                 }
                 Err(e) => last_err = crypto_reason(e),
             }
         }
         Outcome::fail(Some(id), Some(sender), last_err)
+    }
+
+    /// Tries a short header of no known connection against the key log ([`Hunter`]); when it
+    /// authenticates, binds its DCID (or, for an empty one, its addresses) to the connection of
+    /// that key-log entry (one followed already, e.g. from another path, or a new one).
+    fn hunt(
+        &mut self,
+        h: &PacketHeader<'_>,
+        info: &DatagramInfo,
+        scratch: &mut Vec<u8>,
+    ) -> Option<Outcome> {
+        let (keylog, src, dst) = (self.keylog.as_ref()?, info.src?, info.dst?);
+        let found = self
+            .hunter
+            .try_packet(keylog, h.packet, src, dst, scratch)?;
+        let Found {
+            client_random,
+            sender,
+            version,
+            ref secrets,
+            generation,
+            dcid_len,
+            path,
+            pn,
+            key_phase,
+            plaintext,
+        } = found;
+        let existing = self.conns.iter().find_map(|(&id, c)| {
+            let random = c.client_hello.as_ref().map(|ch| ch.random);
+            (random == Some(client_random) || c.hunted_random == Some(client_random)).then_some(id)
+        });
+        let dcid = h.packet.get(1..1 + dcid_len).unwrap_or(&[]);
+        let id = match existing {
+            Some(id) => id,
+            None => {
+                let (client, server) = if sender == CLIENT {
+                    (src, dst)
+                } else {
+                    (dst, src)
+                };
+                let conn_info = DatagramInfo {
+                    src: Some(client),
+                    dst: Some(server),
+                    from_client: Some(true),
+                };
+                let id = self.new_connection(version, dcid, &conn_info);
+                let c = self.conns.get_mut(&id)?;
+                c.hunted_random = Some(client_random);
+                c.tls_keys_tried = true;
+                for (dir, secret) in secrets.iter().enumerate() {
+                    c.app[dir] = secret
+                        .as_ref()
+                        .and_then(|s| AppKeys::at_generation(s.clone(), generation).ok());
+                }
+                c.suite = secrets
+                    .iter()
+                    .flatten()
+                    .next()
+                    .map(super::keys::Secret::suite);
+                id
+            }
+        };
+        let mode = if path != 0 {
+            MultipathMode::CidSequence
+        } else {
+            MultipathMode::None
+        };
+        if let Some(c) = self.conns.get_mut(&id) {
+            if mode != MultipathMode::None {
+                c.multipath = mode;
+            }
+            c.app_largest.record((sender, u64::from(path)), pn);
+            if dcid.is_empty() {
+                c.empty_dcid_from[sender] = true;
+            }
+        }
+        if dcid.is_empty() {
+            let key = if sender == CLIENT {
+                (src, dst)
+            } else {
+                (dst, src)
+            };
+            self.addrs.entry(key).or_insert(id);
+        } else {
+            self.index_cid(
+                dcid,
+                CidEntry {
+                    conn: id,
+                    sender,
+                    path_id: 0,
+                    seq: u64::from(path),
+                },
+            );
+        }
+        Some(Outcome {
+            conn: Some(id),
+            sender: Some(sender),
+            pn: Some(pn),
+            key_phase: Some(key_phase),
+            path_id: (mode != MultipathMode::None).then_some(u64::from(path)),
+            plaintext: Some(plaintext),
+            undecrypted: None,
+            space: 2,
+            dcid_len: Some(dcid_len),
+            answers_probe: false,
+        })
     }
 
     /// Applies what the decoder must learn from frames: CRYPTO data (ClientHello, ServerHello)

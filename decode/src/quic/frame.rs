@@ -267,6 +267,20 @@ pub enum Frame<'a> {
     },
     /// IMMEDIATE_ACK (0x1f in the drafts quinn implements, 0xac since): ACK right away.
     ImmediateAck,
+    /// TIME_STAMP (0x2f5, draft-huitema-quic-ts): the sender's clock when the packet left.
+    TimeStamp(u64),
+    /// RESET_STREAM_AT (0x24, draft-ietf-quic-reliable-stream-reset): a reset that still
+    /// delivers the stream's first `reliable_size` bytes.
+    ResetStreamAt {
+        /// Stream ID.
+        stream_id: u64,
+        /// Application error code.
+        error_code: u64,
+        /// Final size.
+        final_size: u64,
+        /// Bytes delivered despite the reset.
+        reliable_size: u64,
+    },
 }
 
 /// ACK_FREQUENCY frame type.
@@ -275,6 +289,10 @@ const ACK_FREQUENCY: u64 = 0xaf;
 const IMMEDIATE_ACK_OLD: u64 = 0x1f;
 /// IMMEDIATE_ACK frame type since draft-ietf-quic-ack-frequency-11.
 const IMMEDIATE_ACK: u64 = 0xac;
+/// TIME_STAMP frame type (draft-huitema-quic-ts).
+const TIME_STAMP: u64 = 0x2f5;
+/// RESET_STREAM_AT frame type (draft-ietf-quic-reliable-stream-reset).
+const RESET_STREAM_AT: u64 = 0x24;
 
 impl Frame<'_> {
     /// Short name for summaries.
@@ -315,6 +333,8 @@ impl Frame<'_> {
             Self::PathCidsBlocked { .. } => "path_cids_blocked",
             Self::AckFrequency { .. } => "ack_frequency",
             Self::ImmediateAck => "immediate_ack",
+            Self::TimeStamp(_) => "time_stamp",
+            Self::ResetStreamAt { .. } => "reset_stream_at",
         }
     }
 }
@@ -634,6 +654,22 @@ fn parse_frame<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
             reordering_threshold: r.varint("reordering threshold").map_err(t)?,
         },
         IMMEDIATE_ACK | IMMEDIATE_ACK_OLD => Frame::ImmediateAck,
+        TIME_STAMP => Frame::TimeStamp(r.varint("timestamp").map_err(t)?),
+        RESET_STREAM_AT => {
+            let stream_id = r.varint("stream id").map_err(t)?;
+            let error_code = r.varint("error code").map_err(t)?;
+            let final_size = r.varint("final size").map_err(t)?;
+            let reliable_size = r.varint("reliable size").map_err(t)?;
+            if reliable_size > final_size {
+                return Err(bad("reliable size exceeds final size"));
+            }
+            Frame::ResetStreamAt {
+                stream_id,
+                error_code,
+                final_size,
+                reliable_size,
+            }
+        }
         _ => {
             return Err(FrameError::UnknownType {
                 frame_type: ty,

@@ -95,8 +95,9 @@ pub enum HeaderError {
         /// Bytes left after the Length field.
         available: usize,
     },
-    /// A Version Negotiation packet whose version list is not a multiple of 4 bytes (strict).
-    #[error("version negotiation list of {len} bytes is not a multiple of 4")]
+    /// A Version Negotiation packet whose version list is empty, not a multiple of 4 bytes or
+    /// names version 0: a look-alike (an LLMNR query, zero padding), not QUIC.
+    #[error("version negotiation list of {len} bytes is empty, ragged or names version 0")]
     BadVersionList {
         /// Length of the list.
         len: usize,
@@ -120,7 +121,8 @@ impl HeaderError {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ParseOptions {
     /// Lax mode: accept a clear fixed bit, a Length past the datagram end (the packet is marked
-    /// `truncated`, e.g. a capture cut by snaplen) and a ragged version list; keep what parsed.
+    /// `truncated`, e.g. a capture cut by snaplen); keep what parsed. Version Negotiation is
+    /// strict in both modes.
     pub lax: bool,
 }
 
@@ -257,10 +259,15 @@ pub fn parse_header(
         h.packet_type = PacketType::VersionNegotiation;
         let rest = r.rest();
         let whole = rest.len() - rest.len() % 4;
-        if whole != rest.len() && !opts.lax {
+        let list = rest.get(..whole).unwrap_or(&[]);
+        // A server lists at least one version it supports, and 0 is no version (it marks
+        // Version Negotiation itself): bytes of another protocol with a zero "version" field
+        // (LLMNR queries, zero-filled blobs) fail here.
+        let names_zero = list.chunks_exact(4).any(|v| v == [0, 0, 0, 0]);
+        if list.is_empty() || names_zero || whole != rest.len() {
             return Err(HeaderError::BadVersionList { len: rest.len() });
         }
-        h.supported_versions = rest.get(..whole).unwrap_or(&[]);
+        h.supported_versions = list;
         return Ok(h);
     }
     let Some(family) = family else {

@@ -159,6 +159,11 @@ impl Keylog {
         Ok(())
     }
 
+    /// Every entry: client random and secrets.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8; 32], &TlsSecrets)> {
+        self.entries.iter()
+    }
+
     /// Secrets for a client random.
     pub fn get(&self, client_random: &[u8; 32]) -> Option<&TlsSecrets> {
         self.entries.get(client_random)

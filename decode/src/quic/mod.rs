@@ -15,6 +15,7 @@ pub mod conn;
 pub mod decoder;
 pub mod frame;
 pub mod header;
+pub mod hunt;
 pub mod keylog;
 pub mod keys;
 pub mod multipath;

@@ -29,7 +29,7 @@ pub struct FrameSummary {
     /// Offset (STREAM, CRYPTO).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
-    /// Data length (STREAM, CRYPTO, DATAGRAM, PADDING run).
+    /// Data length (STREAM, CRYPTO, DATAGRAM, PADDING run; reliable size of RESET_STREAM_AT).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub length: Option<u64>,
     /// FIN bit (STREAM).
@@ -56,7 +56,7 @@ pub struct FrameSummary {
     /// Error code (RESET_STREAM, STOP_SENDING, CONNECTION_CLOSE, PATH_ABANDON).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_code: Option<u64>,
-    /// Limit value (MAX_*, *_BLOCKED, final size of RESET_STREAM).
+    /// Limit value (MAX_*, *_BLOCKED, final size of RESET_STREAM(_AT), TIME_STAMP's timestamp).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<u64>,
     /// Reason phrase (CONNECTION_CLOSE), lossy UTF-8.
@@ -166,6 +166,18 @@ impl FrameSummary {
                 s.seq = Some(*next_seq);
             }
             Frame::AckFrequency { seq, .. } => s.seq = Some(*seq),
+            Frame::TimeStamp(v) => s.value = Some(*v),
+            Frame::ResetStreamAt {
+                stream_id,
+                error_code,
+                final_size,
+                reliable_size,
+            } => {
+                s.stream_id = Some(*stream_id);
+                s.error_code = Some(*error_code);
+                s.value = Some(*final_size);
+                s.length = Some(*reliable_size);
+            }
         }
         s
     }
@@ -236,8 +248,13 @@ pub fn summarize_frames(payload: &[u8]) -> (Vec<FrameSummary>, Option<FrameError
 pub struct QuicStats {
     /// Datagrams fed.
     pub datagrams: u64,
-    /// Packets whose header parsed.
+    /// Packets whose header parsed and that count as QUIC ([`super::DecodedPacket::is_quic`]).
     pub packets: u64,
+    /// Packets whose header parsed but that do not count as QUIC, by reason: `unknown_version`
+    /// (a long header of a version the decoder does not know), `unknown_connection` (a short,
+    /// Handshake, 0-RTT, Retry or Version Negotiation header of no connection it follows: any
+    /// UDP payload may look like one). Neither is a decryption failure.
+    pub not_quic: BTreeMap<&'static str, u64>,
     /// Packets decrypted.
     pub decrypted: u64,
     /// Header rejections by reason.
@@ -254,6 +271,8 @@ pub struct QuicStats {
     pub evictions: u64,
     /// Key updates followed.
     pub key_updates: u64,
+    /// The search for connections whose handshake was not captured.
+    pub hunt: super::hunt::HuntStats,
 }
 
 impl QuicStats {

@@ -3,13 +3,14 @@
 
 use crate::capture::Dir;
 use crate::config::MatchMode;
-use crate::engine::Engine;
 use crate::flow::{FlowKey, Proto};
 use crate::input::Datagram;
 use crate::matcher::{forced_mode, mix, server_port};
-use crate::message::{MsgId, SightArgs};
+use crate::message::MsgId;
+use crate::shared::Shared;
 
-impl Engine {
+impl Shared {
+    /// One UDP datagram: a copy of the message its payload (or application id) names.
     pub(crate) fn on_datagram(&mut self, d: &Datagram) {
         let Some(pkt) = self.packet(&d.meta) else {
             return;
@@ -45,21 +46,7 @@ impl Engine {
                 MsgId::Hash(d.payload_hash),
             ),
         };
-        let r = self.sight(SightArgs {
-            flow: fr,
-            key: mkey,
-            id,
-            path: pkt.path,
-            capture: pkt.capture,
-            dir: pkt.dir,
-            raw_ns: pkt.raw_ns,
-            ts_ns: pkt.ts_ns,
-            frg: 0,
-            bytes: u64::from(d.payload_len),
-            tuple: pkt.tuple,
-            up: pkt.up,
-            past: crate::message::PastClosure::Unknown,
-        });
+        let r = self.sight(pkt.sighting(fr, mkey, id, u64::from(d.payload_len)));
         // Request → response (one end observed): a reply carrying the request's application id.
         let max_waiting = self.cfg.max_unacked_per_flow;
         let mut rr_sample = None;

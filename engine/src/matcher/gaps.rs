@@ -4,11 +4,11 @@
 //! missing; its retransmissions are those of the missing units, seen at the sender before or
 //! during the stall.
 
-use crate::engine::Engine;
 use crate::flow::{FlowRef, Proto};
 use crate::hol::{filled_by, push_evidence, Delivery, GapTracker, OpenGap, PendingResends, Resend};
 use crate::paths::{PathIdx, PathTable};
 use crate::record::{HolIncident, HolProtocol, Recovery};
+use crate::shared::Shared;
 use crate::snapshot::Severity;
 
 /// Which tracker.
@@ -187,7 +187,7 @@ fn recovery(
     }
 }
 
-impl Engine {
+impl Shared {
     /// Records that the receiver got `[start, start+len)`; opens/closes HOL incidents.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
@@ -216,7 +216,7 @@ impl Engine {
         self.gap_deliver_held(fr, sel, start, len, bytes, msg_end, path, ts);
     }
 
-    /// [`Engine::gap_deliver`] of a piece that changes more than the next unit expected (a gap
+    /// [`Shared::gap_deliver`] of a piece that changes more than the next unit expected (a gap
     /// opens, narrows or fills, or pieces are held).
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]

@@ -13,7 +13,6 @@ use std::collections::VecDeque;
 
 use crate::capture::Dir;
 use crate::config::MatchMode;
-use crate::engine::{Engine, Pkt};
 use crate::flow::{Flow, FlowKey, FlowRef, Proto};
 use crate::hol::{GapTracker, Resend, Transmission};
 use crate::input::{KcpCmd, KcpSegment};
@@ -22,6 +21,7 @@ use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
 use crate::message::{MsgId, PastClosure, SightArgs};
 use crate::paths::PathIdx;
 use crate::sent::SentQueue;
+use crate::shared::{Pkt, Shared};
 
 /// ACK datagrams acknowledging later sns since a segment was last sent that make ikcp
 /// fast-resend it (`resend` of the common fast profile, `ikcp_nodelay(kcp, 1, 10, 2, 1)`).
@@ -196,21 +196,33 @@ const MAX_CONTENT_MSGS: usize = 8192;
 /// Sessions remembered per server port for per-path detection.
 const MAX_SESSIONS_PER_PORT: usize = 64;
 
-impl Engine {
-    pub(crate) fn on_kcp(&mut self, k: &KcpSegment) {
-        let Some(pkt) = self.packet(&k.meta) else {
+/// The KCP matcher's own state; each conversation's state is kept with its flow
+/// ([`KcpState`] in [`Proto::Kcp`]).
+#[derive(Debug, Default)]
+pub(crate) struct KcpMatcher {
+    /// Server port → KCP sessions seen (conv, path), to detect per-path sessions.
+    sessions: crate::FastMap<u16, Vec<(u32, PathIdx)>>,
+    /// Scratch for segments acknowledged by una (sn, segment).
+    una_done: Vec<(u64, Unacked)>,
+}
+
+impl KcpMatcher {
+    /// One KCP segment: matched by conv + sn, or within the group of per-path sessions its
+    /// conversation joined; ACKs and una acknowledge, arrivals feed the receiver's gaps.
+    pub(crate) fn on_segment(&mut self, shared: &mut Shared, k: &KcpSegment) {
+        let Some(pkt) = shared.packet(&k.meta) else {
             return;
         };
         let key = FlowKey::Kcp { conv: k.conv };
-        let fr = self
+        let fr = shared
             .flows
             .get_or_insert(&key, pkt.ts_ns, || Proto::Kcp(Box::default()));
         let up = pkt.up.unwrap_or(true);
         // Separate sessions per path (application-level duplication): a segment carrying an
         // application id, or an app-id override, puts the conversation's messages into the
         // group of its server port, where copies on other sessions match by that id.
-        let forced = forced_mode(&self.cfg, (&k.meta.src, &k.meta.dst), Some(k.conv), None);
-        self.remember_tuple(pkt.tuple, &key);
+        let forced = forced_mode(&shared.cfg, (&k.meta.src, &k.meta.dst), Some(k.conv), None);
+        shared.remember_tuple(pkt.tuple, &key);
         let seg = Segment {
             push: k.cmd == KcpCmd::Push,
             msg_sn: k.sn.wrapping_add(u32::from(k.frg)),
@@ -221,13 +233,13 @@ impl Engine {
         // id, or, without one, by content once sessions to one server port were seen on two
         // paths); a session on its own matches by sn. On its own (mostly), one lookup of the
         // conversation settles it and notes the segment.
-        let sessions = &mut self.kcp_sessions;
-        let paths = &self.paths;
+        let sessions = &mut self.sessions;
+        let paths = &shared.paths;
         // (Whether it joins a group, where that was looked at.)
         let mut joins = None;
         let mut group = None;
         let mut past = PastClosure::Unknown;
-        let own = match self.flows.get_mut(fr) {
+        let own = match shared.flows.get_mut(fr) {
             Some(f) => {
                 group = match &f.proto {
                     Proto::Kcp(s) => s.group,
@@ -247,12 +259,12 @@ impl Engine {
         let (mfr, mode) = if own {
             (fr, MatchMode::KcpSn)
         } else {
-            let known_group = group.and_then(|g| Some((g, self.flows.get_mut(g)?.mode?)));
+            let known_group = group.and_then(|g| Some((g, shared.flows.get_mut(g)?.mode?)));
             let joins = match (known_group, joins) {
                 (Some(_), _) => None,
                 (None, Some(j)) => j,
                 (None, None) => {
-                    let (sessions, paths) = (&mut self.kcp_sessions, &self.paths);
+                    let (sessions, paths) = (&mut self.sessions, &shared.paths);
                     joins_group(forced, k, paths, sessions, pkt.path)
                 }
             };
@@ -262,15 +274,15 @@ impl Engine {
                     let gkey = FlowKey::KcpGroup {
                         server_port: server_port(&k.meta.src, &k.meta.dst),
                     };
-                    let g = self
+                    let g = shared
                         .flows
                         .get_or_insert(&gkey, pkt.ts_ns, || Proto::Kcp(Box::default()));
                     // A group keeps the mode it was formed with.
-                    let mode = self
+                    let mode = shared
                         .flows
                         .get_mut(g)
                         .map_or(m, |f| *f.mode.get_or_insert(m));
-                    if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                    if let Some(Proto::Kcp(s)) = shared.flows.get_mut(fr).map(|f| &mut f.proto) {
                         s.group = Some(g);
                     }
                     (Some(g), mode)
@@ -278,11 +290,11 @@ impl Engine {
                 (None, None) => (None, MatchMode::KcpSn),
             };
             let mfr = group.unwrap_or(fr);
-            if let Some(f) = self.flows.get_mut(fr) {
+            if let Some(f) = shared.flows.get_mut(fr) {
                 past = seg.note(f, mode, mfr == fr, k, &pkt);
             }
             if mfr != fr {
-                if let Some(f) = self.flows.get_mut(mfr) {
+                if let Some(f) = shared.flows.get_mut(mfr) {
                     f.mode = Some(mode);
                     count_wire(f, k.cmd, &pkt);
                 }
@@ -290,7 +302,7 @@ impl Engine {
             (mfr, mode)
         };
         match k.cmd {
-            KcpCmd::Push => self.kcp_push(fr, mfr, mode, k, &pkt, past),
+            KcpCmd::Push => self.push(shared, fr, (mfr, mode), k, &pkt, past),
             KcpCmd::Ack => {
                 let identity = || {
                     mix(&[
@@ -302,9 +314,9 @@ impl Engine {
                         pkt.tuple,
                     ])
                 };
-                self.echo(identity, &pkt);
+                shared.echo(identity, &pkt);
                 if pkt.dir == Dir::In {
-                    self.kcp_ack_at_sender(fr, k, &pkt, !up);
+                    self.ack_at_sender(shared, fr, k, &pkt, !up);
                 }
             }
             KcpCmd::WindowAsk | KcpCmd::WindowTell => {}
@@ -314,7 +326,14 @@ impl Engine {
     /// An ACK segment for `data_up` data received by the data's sender: the sn it names and
     /// those below its una are acknowledged and, where the receiver's arrivals are not observed,
     /// delivered at the receiver (which may fill a gap there).
-    fn kcp_ack_at_sender(&mut self, fr: FlowRef, k: &KcpSegment, pkt: &Pkt, data_up: bool) {
+    fn ack_at_sender(
+        &mut self,
+        shared: &mut Shared,
+        fr: FlowRef,
+        k: &KcpSegment,
+        pkt: &Pkt,
+        data_up: bool,
+    ) {
         let d = usize::from(data_up);
         let (path, ts) = (pkt.path, pkt.ts_ns);
         let (sn, una) = (u64::from(k.sn), u64::from(k.una));
@@ -323,7 +342,7 @@ impl Engine {
         let mut acked = None;
         let mut msg_flow = fr;
         let mut receiver_seen = true;
-        if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+        if let Some(Proto::Kcp(s)) = shared.flows.get_mut(fr).map(|f| &mut f.proto) {
             receiver_seen = s.receiver_seen[d];
             let acks = &mut s.acks_at_sender[d];
             // The segments of one ACK datagram share its arrival time.
@@ -346,7 +365,7 @@ impl Engine {
             s.unacked.take_range((data_up, path), 0..una, &mut done);
         }
         if let Some(u) = acked {
-            self.kcp_acknowledge(msg_flow, &u, path, ts);
+            self.acknowledge(shared, msg_flow, &u, path, ts);
         }
         // Seen at the sender, an ACK says the receiver holds the sn (and, by una, every sn
         // below in order: an ACK datagram may name only its newest segments and leave the
@@ -354,28 +373,31 @@ impl Engine {
         // the better clock.
         let sel = GapSel::Kcp { up: data_up };
         if una > 0 && !receiver_seen {
-            self.gap_deliver(fr, sel, 0, una, 0, false, path, ts);
+            shared.gap_deliver(fr, sel, 0, una, 0, false, path, ts);
         }
-        self.kcp_acknowledge_all(msg_flow, done, path, ts);
+        self.acknowledge_all(shared, msg_flow, done, path, ts);
         // (An sn below una was delivered with those below una just above.)
         if !receiver_seen && sn >= una {
-            self.gap_deliver(fr, sel, sn, 1, 0, false, path, ts);
+            shared.gap_deliver(fr, sel, sn, 1, 0, false, path, ts);
         }
     }
 
-    fn kcp_push(
+    /// A data segment of conversation `fr`, whose messages `held` holds: (that flow, its
+    /// mode).
+    fn push(
         &mut self,
+        shared: &mut Shared,
         fr: FlowRef,
-        mfr: FlowRef,
-        mode: MatchMode,
+        held: (FlowRef, MatchMode),
         k: &KcpSegment,
         pkt: &Pkt,
         past: PastClosure,
     ) {
+        let (mfr, mode) = held;
         let up = pkt.up.unwrap_or(true);
         let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
         let content = match (mode, k.content_hash) {
-            (MatchMode::Content, Some(h)) if mfr != fr => self.kcp_content_key(mfr, k, up, h),
+            (MatchMode::Content, Some(h)) if mfr != fr => self.content_key(shared, mfr, k, up, h),
             _ => None,
         };
         let (mkey, id) = match (content, k.app_msg_id) {
@@ -393,32 +415,22 @@ impl Engine {
                 MsgId::Kcp { up, sn: msg_sn },
             ),
         };
-        let r = self.sight(SightArgs {
-            flow: mfr,
-            key: mkey,
-            id,
-            path: pkt.path,
-            capture: pkt.capture,
-            dir: pkt.dir,
-            raw_ns: pkt.raw_ns,
-            ts_ns: pkt.ts_ns,
+        let r = shared.sight(SightArgs {
             frg: k.frg,
-            bytes: u64::from(k.len),
-            tuple: pkt.tuple,
-            up: pkt.up,
             past,
+            ..pkt.sighting(mfr, mkey, id, u64::from(k.len))
         });
-        let max_unacked = self.cfg.max_unacked_per_flow;
+        let max_unacked = shared.cfg.max_unacked_per_flow;
         let mut evicted = 0u64;
         let retrans = (r.repeat || r.late) && pkt.dir != Dir::In;
         let mut resent: Option<Resend> = None;
         let retransmitted_wire = retrans && pkt.count_wire;
         if mfr != fr && retransmitted_wire {
-            if let Some(f) = self.flows.get_mut(mfr) {
+            if let Some(f) = shared.flows.get_mut(mfr) {
                 f.amp.retransmit += pkt.wire;
             }
         }
-        if let Some(f) = self.flows.get_mut(fr) {
+        if let Some(f) = shared.flows.get_mut(fr) {
             if mfr == fr && retransmitted_wire {
                 f.amp.retransmit += pkt.wire;
             }
@@ -462,9 +474,9 @@ impl Engine {
                 }
             }
         }
-        self.evicted_unacked += evicted;
+        shared.evicted_unacked += evicted;
         if let Some(kind) = resent {
-            self.gap_resent(
+            shared.gap_resent(
                 fr,
                 GapSel::Kcp { up },
                 u64::from(k.sn),
@@ -474,7 +486,7 @@ impl Engine {
             );
         } else if retrans {
             // Retransmission seen where the capture's direction is not known.
-            self.gap_retransmit(
+            shared.gap_retransmit(
                 fr,
                 GapSel::Kcp { up },
                 u64::from(k.sn),
@@ -486,11 +498,11 @@ impl Engine {
         if pkt.dir != Dir::Out {
             // Seen only at the receiver: the piece that fills a gap was retransmitted if the
             // sender stamped it after the pieces that overtook it (KCP ts is the send time).
-            let unpaired = self.caps.paired(pkt.capture).is_none();
+            let unpaired = shared.caps.paired(pkt.capture).is_none();
             let mut retransmitted_fill = false;
             // Whether the receiver of the other direction's data is observed.
             let mut other_seen = false;
-            if let Some(f) = self.flows.get_mut(fr) {
+            if let Some(f) = shared.flows.get_mut(fr) {
                 if let Proto::Kcp(s) = &mut f.proto {
                     let d = usize::from(up);
                     s.receiver_seen[d] = true;
@@ -512,7 +524,7 @@ impl Engine {
                 }
             }
             if retransmitted_fill {
-                self.gap_retransmit(
+                shared.gap_retransmit(
                     fr,
                     GapSel::Kcp { up },
                     u64::from(k.sn),
@@ -523,22 +535,23 @@ impl Engine {
             }
             let (sn, bytes) = (u64::from(k.sn), u64::from(k.len));
             let sel = GapSel::Kcp { up };
-            self.gap_deliver(fr, sel, sn, 1, bytes, k.frg == 0, pkt.path, pkt.ts_ns);
+            shared.gap_deliver(fr, sel, sn, 1, bytes, k.frg == 0, pkt.path, pkt.ts_ns);
             // A data segment's una acknowledges the other direction's data.
-            self.kcp_una(fr, !up, pkt.path, k.una, pkt.ts_ns, !other_seen);
+            self.una(shared, fr, !up, pkt, k.una, !other_seen);
         }
     }
 
     /// The key of the message a data segment of a session in group `mfr` (matched by content)
     /// belongs to: its message's first fragment seen names it by content and order.
-    fn kcp_content_key(
+    fn content_key(
         &mut self,
+        shared: &mut Shared,
         mfr: FlowRef,
         k: &KcpSegment,
         up: bool,
         content: u64,
     ) -> Option<(u64, MsgId)> {
-        let Some(Proto::Kcp(g)) = self.flows.get_mut(mfr).map(|f| &mut f.proto) else {
+        let Some(Proto::Kcp(g)) = shared.flows.get_mut(mfr).map(|f| &mut f.proto) else {
             return None;
         };
         let msg = (k.conv, up, k.sn.wrapping_add(u32::from(k.frg)));
@@ -556,67 +569,76 @@ impl Engine {
         Some((key, MsgId::Hash(content)))
     }
 
-    /// `una` from the receiver of `data_up` data: acknowledges the sns below it and, with
-    /// `fills_gaps` (the receiver's arrivals are not observed), fills its gaps.
-    fn kcp_una(
+    /// `una` from the receiver of `data_up` data, in packet `pkt`: acknowledges the sns below
+    /// it and, with `fills_gaps` (the receiver's arrivals are not observed), fills its gaps.
+    fn una(
         &mut self,
+        shared: &mut Shared,
         fr: FlowRef,
         data_up: bool,
-        path: PathIdx,
+        pkt: &Pkt,
         una: u32,
-        ts: u64,
         fills_gaps: bool,
     ) {
+        let (path, ts) = (pkt.path, pkt.ts_ns);
         let una = u64::from(una);
         // The receiver holds every sn below una in order: that fills any gap there (an ACK
         // datagram may name only its newest segments and leave the older ones to una).
         if una > 0 && fills_gaps {
             let sel = GapSel::Kcp { up: data_up };
-            self.gap_deliver(fr, sel, 0, una, 0, false, path, ts);
+            shared.gap_deliver(fr, sel, 0, una, 0, false, path, ts);
         }
         let mut done = std::mem::take(&mut self.una_done);
         done.clear();
         let mut msg_flow = fr;
-        if let Some(Proto::Kcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+        if let Some(Proto::Kcp(s)) = shared.flows.get_mut(fr).map(|f| &mut f.proto) {
             s.unacked.take_range((data_up, path), 0..una, &mut done);
             msg_flow = s.group.unwrap_or(fr);
         }
-        self.kcp_acknowledge_all(msg_flow, done, path, ts);
+        self.acknowledge_all(shared, msg_flow, done, path, ts);
     }
 
     /// The segments `done` (taken below una; the engine's buffer, handed back) acknowledged
     /// on `path` at `ts`, oldest first.
-    fn kcp_acknowledge_all(
+    fn acknowledge_all(
         &mut self,
+        shared: &mut Shared,
         msg_flow: FlowRef,
         done: Vec<(u64, Unacked)>,
         path: PathIdx,
         ts: u64,
     ) {
         for (_, u) in &done {
-            self.kcp_acknowledge(msg_flow, u, path, ts);
+            self.acknowledge(shared, msg_flow, u, path, ts);
         }
         self.una_done = done;
     }
 
     /// The segment `u` of a message of flow `msg_flow` acknowledged on `path` at `ts`.
-    fn kcp_acknowledge(&mut self, msg_flow: FlowRef, u: &Unacked, path: PathIdx, ts: u64) {
-        if let Some(slot) = self.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
-            self.maybe_complete(msg_flow, slot);
+    fn acknowledge(
+        &mut self,
+        shared: &mut Shared,
+        msg_flow: FlowRef,
+        u: &Unacked,
+        path: PathIdx,
+        ts: u64,
+    ) {
+        if let Some(slot) = shared.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
+            shared.maybe_complete(msg_flow, slot);
         }
     }
 }
 
 /// Whether sessions to `server` other than `conv` were seen on another path than `path`
-/// (remembering `conv` on `path` in `kcp_sessions`): separate sessions, one per path.
+/// (remembering `conv` on `path` in `sessions`): separate sessions, one per path.
 fn sessions_per_path(
-    kcp_sessions: &mut crate::FastMap<u16, Vec<(u32, PathIdx)>>,
+    sessions: &mut crate::FastMap<u16, Vec<(u32, PathIdx)>>,
     paths: &crate::paths::PathTable,
     server: u16,
     conv: u32,
     path: PathIdx,
 ) -> bool {
-    let sessions = kcp_sessions.entry(server).or_default();
+    let sessions = sessions.entry(server).or_default();
     if !sessions.contains(&(conv, path)) && sessions.len() < MAX_SESSIONS_PER_PORT {
         sessions.push((conv, path));
     }

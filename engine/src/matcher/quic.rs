@@ -12,7 +12,6 @@ use crate::FastMap as HashMap;
 
 use crate::capture::Dir;
 use crate::config::MatchMode;
-use crate::engine::Engine;
 use crate::flow::{same_label, FlowKey, FlowRef, Proto};
 use crate::hol::GapTracker;
 use crate::input::QuicPacket;
@@ -21,6 +20,7 @@ use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
 use crate::message::{MsgId, PastClosure, SightArgs};
 use crate::paths::PathIdx;
 use crate::sent::SentQueue;
+use crate::shared::{Pkt, Shared};
 
 /// Message ranges remembered per stream.
 const MAX_RANGES_PER_STREAM: usize = 4096;
@@ -210,21 +210,54 @@ impl QuicState {
     }
 }
 
-impl Engine {
-    pub(crate) fn on_quic(&mut self, q: &QuicPacket) {
-        let Some(pkt) = self.packet(&q.meta) else {
+/// The QUIC matcher's own state; each connection's (or group's) state is kept with its flow
+/// ([`QuicState`] in [`Proto::Quic`]).
+#[derive(Debug)]
+pub(crate) struct QuicMatcher {
+    /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
+    /// connections.
+    conns: HashMap<u16, Vec<(std::sync::Arc<str>, PathIdx, u64)>>,
+    /// Connections that joined a group of per-path connections, with the group's mode
+    /// (bounded: a full map is cleared before the next entry).
+    conn_modes: HashMap<std::sync::Arc<str>, MatchMode>,
+    /// Entries `conn_modes` holds at most.
+    max_conn_modes: usize,
+    /// Scratch for the messages one STREAM frame carries.
+    parts: Vec<Part>,
+    /// Scratch for the packets acknowledged by one ACK packet, and each one's ACK delay.
+    acked: (Vec<(u64, Unacked)>, Vec<u64>),
+}
+
+impl QuicMatcher {
+    /// A matcher with nothing seen, its side maps bounded as `cfg`'s flows.
+    pub(crate) fn new(cfg: &crate::config::Config) -> Self {
+        Self {
+            conns: HashMap::default(),
+            conn_modes: HashMap::default(),
+            max_conn_modes: crate::pairs::side_map_max(cfg),
+            parts: Vec::new(),
+            acked: (Vec::new(), Vec::new()),
+        }
+    }
+}
+
+impl QuicMatcher {
+    /// One decrypted QUIC packet: its connection's per-path detection and mode, its STREAM
+    /// frames sighted as message copies, its ACK frames acknowledging sent packets.
+    pub(crate) fn on_packet(&mut self, shared: &mut Shared, q: &QuicPacket) {
+        let Some(pkt) = shared.packet(&q.meta) else {
             return;
         };
         let up = pkt.up.unwrap_or(true);
         let server = server_port(&q.meta.src, &q.meta.dst);
-        let paths = &self.paths;
+        let paths = &shared.paths;
         // The address pair regardless of direction: the two ends of one path see the same.
         let addrs = if q.meta.src <= q.meta.dst {
             pkt.tuple
         } else {
             crate::matcher::tuple_hash(&q.meta.dst, &q.meta.src)
         };
-        let conns = self.quic_conns.entry(server).or_default();
+        let conns = self.conns.entry(server).or_default();
         if !conns
             .iter()
             .any(|(c, p, a)| *p == pkt.path && *a == addrs && same_label(c, &q.conn))
@@ -252,12 +285,17 @@ impl Engine {
         // content, once another connection to the same server port is seen on another path
         // (a single connection keeps its stream ranges and per-stream HOL tracking).
         let separate = !multipath;
-        let forced = forced_mode(&self.cfg, (&q.meta.src, &q.meta.dst), None, Some(&*q.conn));
+        let forced = forced_mode(
+            &shared.cfg,
+            (&q.meta.src, &q.meta.dst),
+            None,
+            Some(&*q.conn),
+        );
         let has_app = q.streams.iter().any(|s| s.app_msg_id.is_some());
         let has_hash = per_path_conns && q.streams.iter().any(|s| s.data_hash.is_some());
         // Once a connection joined a group, all its packets stay there (ACK-only packets and
         // frames without the id carry no id of their own).
-        let joined = self.quic_conn_modes.get(&*q.conn).copied();
+        let joined = self.conn_modes.get(&*q.conn).copied();
         let mode = match forced {
             Some(m) => m,
             None => match joined {
@@ -270,23 +308,23 @@ impl Engine {
         let grouped = matches!(mode, MatchMode::Content | MatchMode::AppId);
         let joins = grouped && forced.is_none() && joined != Some(mode);
         if joins {
-            if self.quic_conn_modes.len() >= self.side_map_max {
-                self.quic_conn_modes.clear();
+            if self.conn_modes.len() >= self.max_conn_modes {
+                self.conn_modes.clear();
             }
-            self.quic_conn_modes.insert(q.conn.clone(), mode);
+            self.conn_modes.insert(q.conn.clone(), mode);
         }
         // In a group, packet numbers and stream ids repeat across its connections.
         let conn_tag = if grouped { conn_hash(&q.conn) } else { 0 };
         if q.streams.is_empty() {
             // An ACK-only packet: timed at both ends of its path for the clock offset.
             let identity = || mix(&[9, conn_hash(&q.conn), q.path_id, q.pn, pkt.tuple]);
-            self.echo(identity, &pkt);
+            shared.echo(identity, &pkt);
         }
         // A connection's own flow, recent and its address pair remembered, is found without a
         // key (a new reference to the label per packet).
         let recent = match mode {
             MatchMode::Content | MatchMode::AppId => None,
-            _ if self.tuple_known(pkt.tuple) => self.flows.recent_quic(&q.conn, pkt.ts_ns),
+            _ if shared.tuple_known(pkt.tuple) => shared.flows.recent_quic(&q.conn, pkt.ts_ns),
             _ => None,
         };
         let fr = match recent {
@@ -300,8 +338,9 @@ impl Engine {
                         conn: q.conn.clone(),
                     },
                 };
-                self.remember_tuple(pkt.tuple, &key);
-                self.flows
+                shared.remember_tuple(pkt.tuple, &key);
+                shared
+                    .flows
                     .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()))
             }
         };
@@ -311,13 +350,13 @@ impl Engine {
             let own = FlowKey::Quic {
                 conn: q.conn.clone(),
             };
-            if let Some(before) = self.flows.find(&own) {
-                if let Some(Proto::Quic(s)) = self.flows.get_mut(before).map(|f| &mut f.proto) {
+            if let Some(before) = shared.flows.find(&own) {
+                if let Some(Proto::Quic(s)) = shared.flows.get_mut(before).map(|f| &mut f.proto) {
                     s.group = Some(fr);
                 }
             }
         }
-        if let Some(f) = self.flows.get_mut(fr) {
+        if let Some(f) = shared.flows.get_mut(fr) {
             f.mode = Some(mode);
             f.forced = forced.is_some();
             if pkt.count_wire {
@@ -337,7 +376,7 @@ impl Engine {
                     Some((mix(&[6, u64::from(up), app]), MsgId::App(app)))
                 }
                 (MatchMode::Content, Some(h), _) => {
-                    let n = match self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                    let n = match shared.flows.get_mut(fr).map(|f| &mut f.proto) {
                         Some(Proto::Quic(s)) => {
                             s.content
                                 .occurrence(conn_tag, up, h, (sr.stream_id, sr.offset))
@@ -350,9 +389,9 @@ impl Engine {
             };
             let stream_key = (conn_tag, up, sr.stream_id);
             let mut continued = None;
-            let mut parts = std::mem::take(&mut self.quic_parts);
+            let mut parts = std::mem::take(&mut self.parts);
             parts.clear();
-            match (head, &mut self.flows.get_mut(fr).map(|f| &mut f.proto)) {
+            match (head, &mut shared.flows.get_mut(fr).map(|f| &mut f.proto)) {
                 (Some((k, id)), Some(Proto::Quic(s))) => {
                     s.remember_stream(stream_key, k);
                     parts.push((k, id, sr.len, false));
@@ -376,29 +415,19 @@ impl Engine {
                 (None, _) => {}
             }
             if let Some(k) = continued {
-                self.msgs
+                shared
+                    .msgs
                     .extend_to(fr.uid, k, sr.offset.saturating_add(sr.len));
             }
             let mut repeated = 0u64;
             for &(mkey, id, bytes, new_key) in &parts {
-                let r = self.sight(SightArgs {
-                    flow: fr,
-                    key: mkey,
-                    id,
-                    path: pkt.path,
-                    capture: pkt.capture,
-                    dir: pkt.dir,
-                    raw_ns: pkt.raw_ns,
-                    ts_ns: pkt.ts_ns,
-                    frg: 0,
-                    bytes,
-                    tuple: pkt.tuple,
-                    up: pkt.up,
+                let r = shared.sight(SightArgs {
                     past: if new_key {
                         PastClosure::NeverSeen
                     } else {
                         PastClosure::Unknown
                     },
+                    ..pkt.sighting(fr, mkey, id, bytes)
                 });
                 if r.repeat || r.late {
                     repeated += bytes;
@@ -407,16 +436,16 @@ impl Engine {
                     items.push((mkey, sr.stream_id, sr.offset, sr.len, slot));
                 }
             }
-            self.quic_parts = parts;
+            self.parts = parts;
             let stream_mode = mode == MatchMode::QuicStream;
             if repeated > 0 && pkt.dir != Dir::In {
-                if let Some(f) = self.flows.get_mut(fr) {
+                if let Some(f) = shared.flows.get_mut(fr) {
                     if let Proto::Quic(s) = &mut f.proto {
                         s.retransmitted_bytes += repeated;
                     }
                 }
                 if stream_mode {
-                    self.gap_retransmit(
+                    shared.gap_retransmit(
                         fr,
                         GapSel::Quic {
                             up,
@@ -430,7 +459,7 @@ impl Engine {
                 }
             }
             if stream_mode && pkt.dir != Dir::Out {
-                self.gap_deliver(
+                shared.gap_deliver(
                     fr,
                     GapSel::Quic {
                         up,
@@ -445,10 +474,10 @@ impl Engine {
                 );
             }
         }
-        let max_unacked = self.cfg.max_unacked_per_flow;
+        let max_unacked = shared.cfg.max_unacked_per_flow;
         if pkt.dir == Dir::Out && !items.is_empty() {
             let mut evicted = 0;
-            if let Some(f) = self.flows.get_mut(fr) {
+            if let Some(f) = shared.flows.get_mut(fr) {
                 if let Proto::Quic(s) = &mut f.proto {
                     s.unacked.insert(
                         (up, conn_tag ^ q.path_id),
@@ -465,33 +494,29 @@ impl Engine {
                     }
                 }
             }
-            self.evicted_unacked += evicted;
+            shared.evicted_unacked += evicted;
         }
         if pkt.dir == Dir::In && !q.acks.is_empty() {
-            self.quic_acks(
-                fr,
-                q,
-                !up,
-                conn_tag,
-                pkt.ts_ns,
-                mode == MatchMode::QuicStream,
-            );
+            self.acks(shared, fr, q, &pkt, conn_tag, mode == MatchMode::QuicStream);
         }
     }
 
-    fn quic_acks(
+    /// The ACK frames of packet `q` (`pkt`) received by the data's sender: the packets they
+    /// acknowledge, and with `stream_mode`, their delivery at the receiver.
+    fn acks(
         &mut self,
-        fr: crate::flow::FlowRef,
+        shared: &mut Shared,
+        fr: FlowRef,
         q: &QuicPacket,
-        data_up: bool,
+        pkt: &Pkt,
         conn_tag: u64,
-        ts: u64,
         stream_mode: bool,
     ) {
-        let (mut taken, mut delays) = std::mem::take(&mut self.quic_acked);
+        let (data_up, ts) = (!pkt.up.unwrap_or(true), pkt.ts_ns);
+        let (mut taken, mut delays) = std::mem::take(&mut self.acked);
         taken.clear();
         delays.clear();
-        if let Some(f) = self.flows.get_mut(fr) {
+        if let Some(f) = shared.flows.get_mut(fr) {
             if let Proto::Quic(s) = &mut f.proto {
                 for a in &q.acks {
                     for &(lo, hi) in &a.ranges {
@@ -512,11 +537,11 @@ impl Engine {
                 .saturating_sub(delay_us.saturating_mul(1000))
                 .max(u.ts_ns);
             for &(mkey, stream, off, len, hint) in &u.items {
-                if let Some(slot) = self.msgs.ack(fr.uid, mkey, hint, u.path, at) {
-                    self.maybe_complete(fr, slot);
+                if let Some(slot) = shared.msgs.ack(fr.uid, mkey, hint, u.path, at) {
+                    shared.maybe_complete(fr, slot);
                 }
                 if stream_mode {
-                    self.gap_deliver(
+                    shared.gap_deliver(
                         fr,
                         GapSel::Quic {
                             up: data_up,
@@ -533,7 +558,7 @@ impl Engine {
             }
         }
         taken.clear();
-        self.quic_acked = (taken, delays);
+        self.acked = (taken, delays);
     }
 }
 

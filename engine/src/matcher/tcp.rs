@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 use crate::capture::{is_uplink, Dir};
-use crate::engine::Engine;
 use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::push_evidence;
 use crate::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind, TcpFigures, TcpSegment};
 use crate::record::{HolIncident, HolProtocol, Record};
+use crate::shared::Shared;
 use crate::snapshot::{Severity, TcpRetransmission, TcpSample};
 
 /// Original send times remembered per socket.
@@ -80,7 +80,7 @@ fn seq_after(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
-impl Engine {
+impl Shared {
     pub(crate) fn on_tcp_segment(&mut self, t: &TcpSegment) {
         let Some(pkt) = self.packet(&t.meta) else {
             return;

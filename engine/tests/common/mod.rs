@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 
-use tboxscope_engine::latency::LatencyHist;
 use tboxscope_engine::{
     CaptureId, Config, Engine, HolIncident, Host, MessageRecord, Observation, PacketMeta, Record,
     Summary,
@@ -73,7 +72,16 @@ pub fn expected_quantile(sorted_us: &[u64], q: f64) -> u64 {
     }
     let v = sorted_us[(rank - 1) as usize];
     let max = sorted_us.last().copied().unwrap_or(v);
-    LatencyHist::new(60_000_000, 3).quantized(v).min(max)
+    quantized(v, 3).min(max)
+}
+
+/// The bucket upper edge hdrhistogram reports for `us` (what a percentile equal to `us` is
+/// reported as) with `sigfig` significant digits, up to 60 s as the engine keeps them.
+pub fn quantized(us: u64, sigfig: u8) -> u64 {
+    const MAX_US: u64 = 60_000_000;
+    let h =
+        hdrhistogram::Histogram::<u64>::new_with_bounds(1, MAX_US, sigfig).expect("valid bounds");
+    h.highest_equivalent(us.min(MAX_US))
 }
 
 /// Sorts observations by timestamp (stable), as a capture merger would deliver them.

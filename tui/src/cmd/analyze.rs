@@ -70,6 +70,9 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             )?;
             print_report(&analyzer)?;
             let mut engine = matched.engine;
+            for (label, end) in analyzer.capture_ends() {
+                engine.capture_ended(label, end);
+            }
             let summary = engine.finish(matched.last_ts);
             writeln!(std::io::stdout())?;
             write!(std::io::stdout(), "{}", report::render(&summary))?;
@@ -208,6 +211,9 @@ fn run_json(
         ..
     } = matched;
     let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    for (label, end) in analyzer.capture_ends() {
+        engine.capture_ended(label, end);
+    }
     let engine_summary = engine.finish(last_ts);
     *ineffective = changed_nothing(
         &config,
@@ -294,6 +300,9 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
             },
             why.join(", ")
         )?;
+    }
+    if let Some(line) = tboxscope::feed::hunt_line(&q.hunt) {
+        writeln!(out, "{line}")?;
     }
     for w in analyzer.warnings() {
         writeln!(out, "warning: {w}")?;

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use probe_user::decode::net::TcpSegmentView;
-use probe_user::engine::latency::LatencyHist;
 use probe_user::engine::snapshot::Percentiles;
+use probe_user::engine::LatencyHist;
 
 /// Stream bytes kept per connection (a run of 60 s at 50 × 600 B is 1.8 MB).
 const MAX_STREAM: usize = 64 << 20;
@@ -228,7 +228,7 @@ impl Conn {
                 }
             }
         }
-        let mut hist = LatencyHist::new(MAX_LATENCY_US, probe_user::engine::latency::PATH_SIGFIG);
+        let mut hist = LatencyHist::new(MAX_LATENCY_US, probe_user::engine::PATH_SIGFIG);
         let mut delivered = 0;
         for (m, a) in messages.iter().zip(&arrived) {
             let (Some(arrival), Some(&sent)) = (a, self.sent_at.get(m.0)) else {

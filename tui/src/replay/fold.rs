@@ -7,15 +7,15 @@
 //! the authority for the whole-run figures.
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use tboxscope_engine::config::Config;
 use tboxscope_engine::input::Observation;
-use tboxscope_engine::latency::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 use tboxscope_engine::record::{HolIncident, MessageRecord, OutageRecord, Summary};
 use tboxscope_engine::snapshot::{
     AmplificationView, EventLine, LatencyKind, LatencyView, PathShare, PathView, RedundancyView,
     SeriesPoint, Severity, Snapshot, TailPoint,
 };
+use tboxscope_engine::Config;
 use tboxscope_engine::{redundancy_verdict, tail_verdict, Engine};
+use tboxscope_engine::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 
 use super::load::{Item, Timed};
 use crate::view::format;

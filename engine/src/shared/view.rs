@@ -1,8 +1,8 @@
 //! Building the snapshot and the summary from engine state, including redundancy verdicts and
 //! the independent-paths prediction.
 
+use super::{ratio, Shared};
 use crate::config::MatchMode;
-use crate::engine::{ratio, Engine};
 use crate::flow::{Amp, Flow, FlowRef, Proto};
 use crate::paths::PathIdx;
 use crate::record::{FlowSummary, Record, Summary};
@@ -42,9 +42,9 @@ const MAX_INCIDENTS_SHOWN: usize = 64;
 /// Slow messages needed beyond a threshold before judging the prediction.
 const MIN_TAIL_SAMPLES: f64 = 5.0;
 
-impl Engine {
-    /// The current state for the UI.
-    pub fn snapshot(&self) -> Snapshot {
+impl Shared {
+    /// [`crate::Engine::snapshot`].
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let now = self.now;
         Snapshot {
             ts_ns: now,
@@ -74,9 +74,8 @@ impl Engine {
         }
     }
 
-    /// Ends the run at `ts_ns`: closes every open message, outage and incident (their records
-    /// become available from `drain_records`) and returns the whole-run figures.
-    pub fn finish(&mut self, ts_ns: u64) -> Summary {
+    /// [`crate::Engine::finish`].
+    pub(crate) fn finish(&mut self, ts_ns: u64) -> Summary {
         self.advance(ts_ns);
         for m in self.msgs.drain_all() {
             self.close_message(m, false);
