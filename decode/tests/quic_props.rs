@@ -338,7 +338,10 @@ fn extension_frames_do_not_hide_the_frames_after_them() {
         "42f5 80012345 02 05 00 00 00 4024 04 05 4064 403c 31 02 6162 0e 00 07 03 78797a 30 71",
     );
     let frames: Vec<_> = Frames::new(&payload).collect::<Result<_, _>>().unwrap();
-    let names: Vec<&str> = frames.iter().map(tboxscope_decode::quic::Frame::name).collect();
+    let names: Vec<&str> = frames
+        .iter()
+        .map(tboxscope_decode::quic::Frame::name)
+        .collect();
     assert_eq!(
         names,
         [

@@ -473,8 +473,8 @@ impl CaptureTable {
             _ => (sender, receiver, true),
         };
         // Raw arrival − send: uplink = δ_up + e, downlink = δ_down − e (e: gateway clock error).
-        let d = receiver.1 as i128 - sender.1 as i128;
-        let d = d.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        let d = i128::from(receiver.1) - i128::from(sender.1);
+        let d = d.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
         let e = self.delays.entry((tbox.0, gw.0)).or_default();
         let slot = if uplink {
             &mut e.min_up

@@ -442,7 +442,7 @@ pub(crate) fn same_label(a: &std::sync::Arc<str>, b: &std::sync::Arc<str>) -> bo
 
 /// [`FlowKey::quick`] of a QUIC connection: its shared label's address.
 fn quic_quick(conn: &std::sync::Arc<str>) -> usize {
-    (std::sync::Arc::as_ptr(conn) as *const u8 as usize) >> 4
+    (std::sync::Arc::as_ptr(conn).cast::<u8>() as usize) >> 4
 }
 
 /// Records `us` in a flow histogram, made on its first sample.

@@ -179,7 +179,7 @@ impl PathTable {
 
     /// Label of a path.
     pub fn label(&self, idx: PathIdx) -> &str {
-        self.paths.get(idx).map(|p| p.label.as_str()).unwrap_or("?")
+        self.paths.get(idx).map_or("?", |p| p.label.as_str())
     }
 
     /// Mutable access.

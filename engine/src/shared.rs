@@ -751,7 +751,7 @@ impl Shared {
                 if !got {
                     ps.missing += 1;
                 }
-                if let Some(l) = copy.and_then(|c| c.latency_us()) {
+                if let Some(l) = copy.and_then(ResolvedCopy::latency_us) {
                     if ps.latency.record(l) {
                         self.clamped += 1;
                     }

@@ -788,7 +788,11 @@ impl QuicDecoder {
                         .as_ref()
                         .and_then(|s| AppKeys::at_generation(s.clone(), generation).ok());
                 }
-                c.suite = secrets.iter().flatten().next().map(super::keys::Secret::suite);
+                c.suite = secrets
+                    .iter()
+                    .flatten()
+                    .next()
+                    .map(super::keys::Secret::suite);
                 id
             }
         };

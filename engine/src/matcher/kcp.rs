@@ -365,7 +365,7 @@ impl KcpMatcher {
             s.unacked.take_range((data_up, path), 0..una, &mut done);
         }
         if let Some(u) = acked {
-            self.acknowledge(shared, msg_flow, &u, path, ts);
+            Self::acknowledge(shared, msg_flow, &u, path, ts);
         }
         // Seen at the sender, an ACK says the receiver holds the sn (and, by una, every sn
         // below in order: an ACK datagram may name only its newest segments and leave the
@@ -397,7 +397,7 @@ impl KcpMatcher {
         let up = pkt.up.unwrap_or(true);
         let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
         let content = match (mode, k.content_hash) {
-            (MatchMode::Content, Some(h)) if mfr != fr => self.content_key(shared, mfr, k, up, h),
+            (MatchMode::Content, Some(h)) if mfr != fr => Self::content_key(shared, mfr, k, up, h),
             _ => None,
         };
         let (mkey, id) = match (content, k.app_msg_id) {
@@ -544,7 +544,6 @@ impl KcpMatcher {
     /// The key of the message a data segment of a session in group `mfr` (matched by content)
     /// belongs to: its message's first fragment seen names it by content and order.
     fn content_key(
-        &mut self,
         shared: &mut Shared,
         mfr: FlowRef,
         k: &KcpSegment,
@@ -609,20 +608,13 @@ impl KcpMatcher {
         ts: u64,
     ) {
         for (_, u) in &done {
-            self.acknowledge(shared, msg_flow, u, path, ts);
+            Self::acknowledge(shared, msg_flow, u, path, ts);
         }
         self.una_done = done;
     }
 
     /// The segment `u` of a message of flow `msg_flow` acknowledged on `path` at `ts`.
-    fn acknowledge(
-        &mut self,
-        shared: &mut Shared,
-        msg_flow: FlowRef,
-        u: &Unacked,
-        path: PathIdx,
-        ts: u64,
-    ) {
+    fn acknowledge(shared: &mut Shared, msg_flow: FlowRef, u: &Unacked, path: PathIdx, ts: u64) {
         if let Some(slot) = shared.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
             shared.maybe_complete(msg_flow, slot);
         }
