@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Engine, Host, KcpCmd, KcpSegment, Observation, Record};
+use tboxscope_engine::{Config, Host, KcpCmd, KcpSegment, Observation, Record};
 
 const MS: u64 = 1_000_000;
 
@@ -53,7 +53,7 @@ fn copies_after_close_are_late_and_unseen_sns_below_the_newest_are_new() {
     sent_and_acked(&mut obs, t, 12, 10);
     t += 100 * MS;
     obs.push(seg(t, KcpCmd::Push, 12, 0));
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }

@@ -94,7 +94,7 @@ fn kcp_dual_send_seen_from_tbox_gives_time_to_first_ack() {
     }
     let obs = sorted(obs);
     let end = obs.last().unwrap().ts_ns();
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }
@@ -234,7 +234,7 @@ fn kcp_sn_gap_at_receiver_is_one_hol_incident() {
         }
     }
     let obs = sorted(obs);
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }
@@ -290,7 +290,7 @@ fn one_path_acked_by_una(declare_second_path: bool) -> (Engine, Vec<(u64, u64)>)
             }
         }
     }
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }
@@ -355,7 +355,7 @@ fn an_ack_skipping_ahead_after_in_order_acks_is_still_an_incident() {
         }
         obs.push(o);
     }
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }
@@ -389,7 +389,7 @@ fn the_sn_an_ack_names_is_acknowledged_before_the_rest_of_its_una() {
         k.una = 3;
     }
     obs.push(o);
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }
@@ -567,7 +567,7 @@ fn lost_pair_seen_at_both_ends(resend: Resend) -> (Vec<tboxscope_engine::HolInci
         }
     }
     assert!(open.is_none() && held.is_empty() && next == 40);
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }

@@ -15,7 +15,8 @@ mod common;
 
 use common::*;
 use tboxscope_engine::{
-    Config, FlowSummary, Host, KcpCmd, KcpSegment, MatchMode, Observation, QuicPacket, StreamRange,
+    Config, ConnId, FlowSummary, Host, KcpCmd, KcpSegment, MatchMode, Observation, QuicPacket,
+    StreamRange,
 };
 
 const N: u64 = 300;
@@ -97,7 +98,7 @@ fn quic(ts: u64, label: &str, cap: u16, p: usize, up: bool, pn: u64) -> QuicPack
     };
     QuicPacket {
         meta: meta(ts, label, cap, addr(src), addr(dst), 100),
-        conn: format!("quic#{p}").into(),
+        conn: ConnId(p as u64),
         path_id: 0,
         pn,
         streams: Default::default(),
