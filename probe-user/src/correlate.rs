@@ -399,6 +399,7 @@ pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
 
 /// The KCP segment `seg` of `packet`, seen as `meta`.
 fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord, packet: &DecodedPacket) -> KcpSegment {
+    let seg = &seg.segment;
     KcpSegment {
         meta,
         conv: seg.conv,
@@ -410,7 +411,7 @@ fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord, packet: &DecodedPacket)
         },
         frg: seg.frg,
         wnd: seg.wnd,
-        ts: seg.kcp_ts,
+        ts: seg.ts,
         sn: seg.sn,
         una: seg.una,
         len: seg.len,
