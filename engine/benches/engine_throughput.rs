@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use tboxscope_engine::{
-    Config, ConnId, Datagram, Engine, KcpCmd, KcpSegment, Observation, PacketMeta, PathId,
-    PathName, QuicAck, QuicPacket, StreamRange,
+    Config, ConnId, Datagram, Engine, KcpCmd, KcpHeader, KcpSegment, Observation, PacketMeta,
+    PathId, PathName, QuicAck, QuicPacket, StreamRange,
 };
 
 const T0: u64 = 1_796_000_000_000_000_000;
@@ -70,14 +70,16 @@ fn kcp_trace(n: u64) -> Vec<Observation> {
             let s = |ts, cmd, up| {
                 Observation::Kcp(KcpSegment {
                     meta: meta(ts, p, p as u16, up),
-                    conv: 7,
-                    cmd,
-                    frg: 0,
-                    wnd: 128,
-                    ts: (ts / 1_000_000) as u32,
-                    sn: i as u32,
-                    una: 0,
-                    len: 600,
+                    header: KcpHeader {
+                        conv: 7,
+                        cmd,
+                        sn: i as u32,
+                        una: 0,
+                        frg: 0,
+                        wnd: 128,
+                        len: 600,
+                        ts: (ts / 1_000_000) as u32,
+                    },
                     app_msg_id: None,
                     content_hash: None,
                 })

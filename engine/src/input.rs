@@ -168,42 +168,20 @@ pub struct Datagram {
     pub app_msg_id: Option<u64>,
 }
 
-/// KCP segment command.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KcpCmd {
-    /// Data (IKCP_CMD_PUSH = 81).
-    #[default]
-    Push,
-    /// Acknowledgment (IKCP_CMD_ACK = 82): `sn` and `ts` echo the acknowledged segment.
-    Ack,
-    /// Window probe ask (83).
-    WindowAsk,
-    /// Window probe tell (84).
-    WindowTell,
-}
+/// The command of a KCP segment (the decoder's own type).
+pub use tboxscope_decode::kcp::Cmd as KcpCmd;
+/// The header fields of a KCP segment: conv, command, sn (for an ACK: the acknowledged sn),
+/// una, frg (a message of n segments has frg n-1 … 0), window, data length and the sender's
+/// ms timestamp, echoed by ACKs (the decoder's owned summary).
+pub use tboxscope_decode::kcp::KcpSegment as KcpHeader;
 
 /// One KCP segment.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KcpSegment {
     /// Common packet fields.
     pub meta: PacketMeta,
-    /// Conversation id.
-    pub conv: u32,
-    /// Command.
-    pub cmd: KcpCmd,
-    /// Fragment countdown: a message of n segments has frg n-1 … 0.
-    pub frg: u8,
-    /// Receive window advertised.
-    pub wnd: u16,
-    /// Sender timestamp (ms, sender's clock); echoed by ACKs.
-    pub ts: u32,
-    /// Sequence number (for ACK: the acknowledged sn).
-    pub sn: u32,
-    /// Everything below `una` has been received by the sender of this segment.
-    pub una: u32,
-    /// Data length.
-    pub len: u32,
+    /// The segment's header fields, as decoded.
+    pub header: KcpHeader,
     /// Application message id in the data (with [`crate::Config::app_id`]): copies sent on
     /// separate KCP sessions (one per path) are matched by it.
     #[serde(default)]

@@ -74,9 +74,9 @@ pub use engine::Engine;
 pub use flow::FlowKey;
 pub use input::{
     content_hash, payload_hash, AckRanges, AppIdRule, CaptureId, CapturePoint, CongState, ConnId,
-    Datagram, Host, KcpCmd, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, PathId,
-    PathName, QuicAck, QuicAcks, QuicPacket, QuicStreams, RetransmitKind, StreamRange, TcpEvent,
-    TcpEventKind, TcpFigures, TcpSegment, CONTENT_PREFIX,
+    Datagram, Host, KcpCmd, KcpHeader, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta,
+    PathId, PathName, QuicAck, QuicAcks, QuicPacket, QuicStreams, RetransmitKind, StreamRange,
+    TcpEvent, TcpEventKind, TcpFigures, TcpSegment, CONTENT_PREFIX,
 };
 pub use latency::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 pub use record::{

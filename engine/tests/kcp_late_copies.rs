@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Host, KcpCmd, KcpSegment, Observation, Record};
+use tboxscope_engine::{Config, Host, KcpCmd, KcpHeader, KcpSegment, Observation, Record};
 
 const MS: u64 = 1_000_000;
 
@@ -17,14 +17,16 @@ fn seg(ts: u64, cmd: KcpCmd, sn: u32, una: u32) -> Observation {
     };
     Observation::Kcp(KcpSegment {
         meta: meta(ts, "eth0", 0, addr(src), addr(dst), 600),
-        conv: 9,
-        cmd,
-        frg: 0,
-        wnd: 128,
-        ts: (ts / MS) as u32,
-        sn,
-        una,
-        len: if cmd == KcpCmd::Push { 548 } else { 0 },
+        header: KcpHeader {
+            conv: 9,
+            cmd,
+            sn,
+            una,
+            frg: 0,
+            wnd: 128,
+            len: if cmd == KcpCmd::Push { 548 } else { 0 },
+            ts: (ts / MS) as u32,
+        },
         app_msg_id: None,
         content_hash: None,
     })

@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use tboxscope_engine::{
-    Config, Datagram, FlowSelector, Host, KcpCmd, KcpSegment, MatchMode, ModeOverride, Observation,
-    Record,
+    Config, Datagram, FlowSelector, Host, KcpCmd, KcpHeader, KcpSegment, MatchMode, ModeOverride,
+    Observation, Record,
 };
 
 fn kcp(ts: u64, p: usize, cmd: KcpCmd, sn: u32) -> Observation {
@@ -16,14 +16,16 @@ fn kcp(ts: u64, p: usize, cmd: KcpCmd, sn: u32) -> Observation {
     let (src, dst) = if cmd == KcpCmd::Push { (t, g) } else { (g, t) };
     Observation::Kcp(KcpSegment {
         meta: meta(ts, ["eth0", "eth1"][p], p as u16, src, dst, 100),
-        conv: 1,
-        cmd,
-        frg: 0,
-        wnd: 32,
-        ts: (ts / 1_000_000) as u32,
-        sn,
-        una: 0,
-        len: if cmd == KcpCmd::Push { 48 } else { 0 },
+        header: KcpHeader {
+            conv: 1,
+            cmd,
+            sn,
+            una: 0,
+            frg: 0,
+            wnd: 32,
+            len: if cmd == KcpCmd::Push { 48 } else { 0 },
+            ts: (ts / 1_000_000) as u32,
+        },
         app_msg_id: None,
         content_hash: None,
     })

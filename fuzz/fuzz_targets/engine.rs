@@ -13,9 +13,9 @@ use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use tboxscope_engine::{
     CapturePoint, Config, CongState, ConnId, Datagram, Engine, FlowSelector, Host, KcpCmd,
-    KcpSegment, MatchMode, ModeOverride, Observation, Overhead, OverheadKind, PacketMeta, PathId,
-    PathName, QuicAck, QuicPacket, RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpFigures,
-    TcpSegment,
+    KcpHeader, KcpSegment, MatchMode, ModeOverride, Observation, Overhead, OverheadKind,
+    PacketMeta, PathId, PathName, QuicAck, QuicPacket, RetransmitKind, StreamRange, TcpEvent,
+    TcpEventKind, TcpFigures, TcpSegment,
 };
 
 const T0: u64 = 1_796_000_000_000_000_000;
@@ -131,19 +131,16 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
         }),
         2 | 3 => Observation::Kcp(KcpSegment {
             meta: w.meta(u, ts)?,
-            conv: small(u, 3)?,
-            cmd: *u.choose(&[
-                KcpCmd::Push,
-                KcpCmd::Ack,
-                KcpCmd::WindowAsk,
-                KcpCmd::WindowTell,
-            ])?,
-            frg: u.int_in_range(0..=2)?,
-            wnd: u.arbitrary()?,
-            ts: small(u, 5_000)?,
-            sn: small(u, 40)?,
-            una: small(u, 40)?,
-            len: small(u, 1400)?,
+            header: KcpHeader {
+                conv: small(u, 3)?,
+                cmd: *u.choose(&[KcpCmd::Push, KcpCmd::Ack, KcpCmd::Wask, KcpCmd::Wins])?,
+                sn: small(u, 40)?,
+                una: small(u, 40)?,
+                frg: u.int_in_range(0..=2)?,
+                wnd: u.arbitrary()?,
+                len: small(u, 1400)?,
+                ts: small(u, 5_000)?,
+            },
             app_msg_id: id(u)?,
             content_hash: id(u)?,
         }),

@@ -2,12 +2,11 @@
 //! packet, unrecognised UDP datagram) becomes one engine [`Observation`], stamped with the
 //! packet's own capture time and its path. Paths are announced to the engine as capture points
 //! and named (a small id each) the first time they appear.
-use tboxscope_decode::kcp::Cmd;
 use tboxscope_decode::quic::{FrameSummary, PacketSummary};
 use tboxscope_engine::{
-    CaptureId, CapturePoint, Config, ConnId, Datagram, Engine, Host, KcpCmd, KcpSegment,
-    Observation, Overhead, OverheadKind, PacketMeta, PathId, PathName, QuicAck, QuicAcks,
-    QuicPacket, QuicStreams, StreamRange,
+    CaptureId, CapturePoint, Config, ConnId, Datagram, Engine, Host, KcpSegment, Observation,
+    Overhead, OverheadKind, PacketMeta, PathId, PathName, QuicAck, QuicAcks, QuicPacket,
+    QuicStreams, StreamRange,
 };
 
 use crate::analyze::Record;
@@ -399,22 +398,9 @@ pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
 
 /// The KCP segment `seg` of `packet`, seen as `meta`.
 fn kcp_segment(meta: PacketMeta, seg: &KcpSegmentRecord, packet: &DecodedPacket) -> KcpSegment {
-    let seg = &seg.segment;
     KcpSegment {
         meta,
-        conv: seg.conv,
-        cmd: match seg.cmd {
-            Cmd::Push => KcpCmd::Push,
-            Cmd::Ack => KcpCmd::Ack,
-            Cmd::Wask => KcpCmd::WindowAsk,
-            Cmd::Wins => KcpCmd::WindowTell,
-        },
-        frg: seg.frg,
-        wnd: seg.wnd,
-        ts: seg.ts,
-        sn: seg.sn,
-        una: seg.una,
-        len: seg.len,
+        header: seg.header,
         app_msg_id: packet.app_msg_id,
         content_hash: packet.content_hash,
     }

@@ -47,7 +47,7 @@ pub struct KcpSegmentRecord {
     pub index: u16,
     /// The segment's header fields.
     #[serde(flatten)]
-    pub segment: KcpSegment,
+    pub header: KcpSegment,
     /// Where the segment's payload starts in the frame, so a consumer can read or hash the
     /// message bytes without a copy (`None` for datagrams reassembled from IP fragments).
     #[serde(skip)]
@@ -438,7 +438,7 @@ impl Dissector {
                     decoded: Decoded::KcpSegment(KcpSegmentRecord {
                         framing,
                         index: u16::try_from(i).unwrap_or(u16::MAX),
-                        segment: seg.summary(),
+                        header: seg.summary(),
                         payload_at,
                     }),
                 });

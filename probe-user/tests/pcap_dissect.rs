@@ -43,7 +43,7 @@ fn kcp_segments_are_decoded_with_their_payload_position() {
     let Decoded::KcpSegment(push) = &out[0].decoded else {
         panic!()
     };
-    let s = &push.segment;
+    let s = &push.header;
     assert_eq!(
         (s.cmd.as_str(), s.sn, s.frg, s.len, s.ts),
         ("push", 5, 1, 5, 100)
@@ -53,7 +53,7 @@ fn kcp_segments_are_decoded_with_their_payload_position() {
     let Decoded::KcpSegment(ack) = &out[1].decoded else {
         panic!()
     };
-    assert_eq!((ack.segment.cmd.as_str(), ack.index), ("ack", 1));
+    assert_eq!((ack.header.cmd.as_str(), ack.index), ("ack", 1));
 }
 
 #[test]

@@ -155,7 +155,7 @@ fn kcp_crate_peers_captured_live_decode_to_the_sent_messages() {
         let Decoded::KcpSegment(k) = &r.packet.decoded else {
             panic!("unexpected record {:?}", r.packet);
         };
-        let s = &k.segment;
+        let s = &k.header;
         assert_eq!(s.conv, CONV);
         assert_eq!(r.path, "4G");
         match s.cmd.as_str() {

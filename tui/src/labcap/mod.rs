@@ -727,7 +727,7 @@ fn remember_flow(ports: &mut HashMap<String, u16>, d: &DecodedPacket) {
     let port = d.src.port().min(d.dst.port());
     let key = match &d.decoded {
         Decoded::KcpSegment(s) => FlowKey::Kcp {
-            conv: s.segment.conv,
+            conv: s.header.conv,
         },
         Decoded::QuicPacket(p) => match p.connection {
             Some(n) => FlowKey::Quic { conn: ConnId(n) },
