@@ -69,7 +69,7 @@ fn accessors_read_every_field() {
     let json = serde_json::to_string(&s.summary()).unwrap();
     assert_eq!(
         json,
-        r#"{"conv":168496141,"cmd":"push","sn":77,"una":66,"ts":3735928559,"frg":3,"wnd":4660,"len":5}"#
+        r#"{"conv":168496141,"cmd":"push","sn":77,"una":66,"frg":3,"wnd":4660,"len":5,"kcp_ts":3735928559}"#
     );
 }
 

@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use tboxscope_engine::{
-    Config, Datagram, Engine, KcpCmd, KcpSegment, Observation, PacketMeta, QuicAck, QuicPacket,
-    StreamRange,
+    Config, ConnId, Datagram, Engine, KcpCmd, KcpHeader, KcpSegment, Observation, PacketMeta,
+    PathId, PathName, QuicAck, QuicPacket, StreamRange,
 };
 
 const T0: u64 = 1_796_000_000_000_000_000;
@@ -28,7 +28,7 @@ fn meta(ts: u64, p: usize, cap: u16, up: bool) -> PacketMeta {
     let (src, dst) = if up { (t, g) } else { (g, t) };
     PacketMeta {
         ts_ns: ts,
-        path: ["eth0", "eth1"][p].into(),
+        path: PathId(p as u16),
         capture: cap,
         src,
         dst,
@@ -70,14 +70,16 @@ fn kcp_trace(n: u64) -> Vec<Observation> {
             let s = |ts, cmd, up| {
                 Observation::Kcp(KcpSegment {
                     meta: meta(ts, p, p as u16, up),
-                    conv: 7,
-                    cmd,
-                    frg: 0,
-                    wnd: 128,
-                    ts: (ts / 1_000_000) as u32,
-                    sn: i as u32,
-                    una: 0,
-                    len: 600,
+                    header: KcpHeader {
+                        conv: 7,
+                        cmd,
+                        sn: i as u32,
+                        una: 0,
+                        frg: 0,
+                        wnd: 128,
+                        len: 600,
+                        ts: (ts / 1_000_000) as u32,
+                    },
                     app_msg_id: None,
                     content_hash: None,
                 })
@@ -102,7 +104,7 @@ fn quic_trace(n: u64) -> Vec<Observation> {
         for p in 0..2 {
             v.push(Observation::from(QuicPacket {
                 meta: meta(base, p, p as u16, true),
-                conn: "c".into(),
+                conn: ConnId(1),
                 path_id: p as u64,
                 pn: i,
                 streams: smallvec::smallvec![StreamRange {
@@ -117,7 +119,7 @@ fn quic_trace(n: u64) -> Vec<Observation> {
             }));
             v.push(Observation::from(QuicPacket {
                 meta: meta(base + 40_000_000, p, p as u16, false),
-                conn: "c".into(),
+                conn: ConnId(1),
                 path_id: p as u64,
                 pn: i,
                 streams: Default::default(),
@@ -171,6 +173,13 @@ fn engine(obs: &[Observation]) -> (f64, u64) {
         ..Config::default()
     };
     let mut e = Engine::new(cfg);
+    for (p, label) in ["eth0", "eth1"].into_iter().enumerate() {
+        e.handle(Observation::PathName(PathName {
+            ts_ns: T0,
+            id: PathId(p as u16),
+            label: label.to_owned(),
+        }));
+    }
     let t = Clock::start();
     let mut records = 0u64;
     for (i, o) in obs.iter().enumerate() {

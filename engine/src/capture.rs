@@ -15,7 +15,7 @@
 use crate::FastMap as HashMap;
 use std::net::SocketAddr;
 
-use crate::input::{CaptureId, CapturePoint, Host};
+use crate::input::{CaptureId, CapturePoint, Host, PathId};
 use crate::paths::PathIdx;
 use crate::snapshot::CaptureView;
 
@@ -82,29 +82,11 @@ pub struct CaptureState {
     pub offset_estimated: bool,
     /// Packets seen.
     pub packets: u64,
-    /// The shared label of the packets last found to carry this capture's own label (so that
-    /// the next ones compare by pointer).
-    pub label_seen: Option<std::sync::Arc<str>>,
+    /// The path id whose label is this capture's own label, once a packet carried it.
+    pub own_path: Option<PathId>,
 }
 
 impl CaptureState {
-    /// Whether a packet labelled `label` carries this capture's own label.
-    #[inline]
-    pub fn own_label(&mut self, label: &std::sync::Arc<str>) -> bool {
-        if self
-            .label_seen
-            .as_ref()
-            .is_some_and(|l| std::sync::Arc::ptr_eq(l, label))
-        {
-            return true;
-        }
-        let own = *self.point.path == **label;
-        if own {
-            self.label_seen = Some(label.clone());
-        }
-        own
-    }
-
     /// Direction of a packet at this capture, whose [`is_uplink`] is `up`.
     #[inline]
     pub fn dir_of_pair(&self, src: &SocketAddr, dst: &SocketAddr, up: Option<bool>) -> Dir {
@@ -251,7 +233,7 @@ impl CaptureTable {
             offset_ns: offset,
             offset_estimated: false,
             packets: self.caps.get(&point.capture).map_or(0, |c| c.packets),
-            label_seen: None,
+            own_path: None,
             point,
         };
         self.caps.insert(st.point.capture, st);
@@ -277,7 +259,7 @@ impl CaptureTable {
             offset_ns: 0,
             offset_estimated: false,
             packets: 0,
-            label_seen: None,
+            own_path: None,
         });
         st.packets += 1;
         st
@@ -473,8 +455,8 @@ impl CaptureTable {
             _ => (sender, receiver, true),
         };
         // Raw arrival − send: uplink = δ_up + e, downlink = δ_down − e (e: gateway clock error).
-        let d = receiver.1 as i128 - sender.1 as i128;
-        let d = d.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        let d = i128::from(receiver.1) - i128::from(sender.1);
+        let d = d.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
         let e = self.delays.entry((tbox.0, gw.0)).or_default();
         let slot = if uplink {
             &mut e.min_up

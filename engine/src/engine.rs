@@ -42,17 +42,22 @@ impl Engine {
                 self.shared.observed();
                 self.shared.on_capture(c);
             }
+            // A path's name is a declaration, not an observation.
+            Observation::PathName(n) => self.shared.paths.name(n.id, n.label),
             other => self.handle_ref(&other),
         }
     }
 
-    /// Feeds one observation, leaving it with the caller (its labels and buffers are then
-    /// released where they were made, e.g. on the decoding thread).
+    /// Feeds one observation, leaving it with the caller (e.g. to free its memory on the
+    /// thread that made it).
     pub fn handle_ref(&mut self, obs: &Observation) {
         let shared = &mut self.shared;
-        shared.observed();
+        if !matches!(obs, Observation::PathName(_)) {
+            shared.observed();
+        }
         match obs {
             Observation::Capture(c) => shared.on_capture(c.clone()),
+            Observation::PathName(n) => shared.paths.name(n.id, n.label.clone()),
             Observation::Datagram(d) => shared.on_datagram(d),
             Observation::Kcp(k) => self.kcp.on_segment(shared, k),
             Observation::Quic(q) => self.quic.on_packet(shared, q),

@@ -6,6 +6,7 @@ use crate::FastMap as HashMap;
 use std::net::SocketAddr;
 
 use crate::config::MatchMode;
+use crate::input::ConnId;
 use crate::latency::{LatencyHist, FLOW_SIGFIG};
 use crate::matcher::kcp::KcpState;
 use crate::matcher::quic::QuicState;
@@ -32,8 +33,8 @@ pub enum FlowKey {
     },
     /// One (possibly multipath) QUIC connection.
     Quic {
-        /// Connection label.
-        conn: std::sync::Arc<str>,
+        /// Connection.
+        conn: ConnId,
     },
     /// Separate QUIC connections (one per path) to one server port, matched by content or id.
     QuicGroup {
@@ -61,19 +62,9 @@ impl FlowKey {
                 usize::from(*server_port)
             }
             FlowKey::Kcp { conv } => *conv as usize,
-            FlowKey::Quic { conn } => quic_quick(conn),
+            FlowKey::Quic { conn } => conn.0 as usize,
             FlowKey::QuicGroup { server_port } => usize::from(*server_port),
             FlowKey::Tcp { client, .. } => usize::from(client.port()),
-        }
-    }
-
-    /// `self == other`, the commonest keys compared inline.
-    #[inline]
-    fn same(&self, other: &FlowKey) -> bool {
-        match (self, other) {
-            (FlowKey::Kcp { conv: a }, FlowKey::Kcp { conv: b }) => a == b,
-            (FlowKey::Quic { conn: a }, FlowKey::Quic { conn: b }) => same_label(a, b),
-            _ => self == other,
         }
     }
 
@@ -293,18 +284,6 @@ impl FlowTable {
         }
     }
 
-    /// The flow of QUIC connection `conn` if it is the recent flow of its slot, found by the
-    /// label's address (no new reference to the label: its count is also changed by the
-    /// thread that made the observation); like [`FlowTable::get_or_insert`], its activity time
-    /// moves to `now`.
-    pub fn recent_quic(&mut self, conn: &std::sync::Arc<str>, now: u64) -> Option<FlowRef> {
-        self.recent_hit(
-            quic_quick(conn) % RECENT_FLOWS,
-            now,
-            |k| matches!(k, FlowKey::Quic { conn: c } if std::sync::Arc::ptr_eq(c, conn)),
-        )
-    }
-
     /// The recent flow of slot `quick` if its key passes `is`, its activity time moved to `now`.
     #[inline]
     fn recent_hit(
@@ -331,7 +310,7 @@ impl FlowTable {
         proto: impl FnOnce() -> Proto,
     ) -> FlowRef {
         let quick = key.quick() % RECENT_FLOWS;
-        if let Some(r) = self.recent_hit(quick, now, |k| k.same(key)) {
+        if let Some(r) = self.recent_hit(quick, now, |k| k == key) {
             return r;
         }
         if let Some(&slot) = self.index.get(key) {
@@ -431,18 +410,6 @@ impl FlowTable {
     pub fn len(&self) -> usize {
         self.index.len()
     }
-}
-
-/// Whether two labels are equal: the same shared label at once, else by their text
-/// (`Arc<str>`'s own `==` always compares the text).
-#[inline]
-pub(crate) fn same_label(a: &std::sync::Arc<str>, b: &std::sync::Arc<str>) -> bool {
-    std::sync::Arc::ptr_eq(a, b) || a == b
-}
-
-/// [`FlowKey::quick`] of a QUIC connection: its shared label's address.
-fn quic_quick(conn: &std::sync::Arc<str>) -> usize {
-    (std::sync::Arc::as_ptr(conn) as *const u8 as usize) >> 4
 }
 
 /// Records `us` in a flow histogram, made on its first sample.

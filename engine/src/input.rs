@@ -4,9 +4,12 @@
 //! A capture point describes where packets were seen (which host, which path). Packet
 //! observations name their capture point by a small number (`capture`); without any capture
 //! description every capture id is a separate capture whose path is the observation's `path`.
+//!
+//! Paths and QUIC connections are named by small numbers too ([`PathId`], [`ConnId`]): a path's
+//! label is declared once ([`Observation::PathName`]) and used only in outputs.
 
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -14,12 +17,33 @@ use smallvec::SmallVec;
 /// Identifies one capture (an interface or a file) within a run.
 pub type CaptureId = u16;
 
+/// Names the path of a packet observation; its label is declared with
+/// [`Observation::PathName`] (an id never named is called `path#N`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PathId(pub u16);
+
+/// Names one QUIC connection, equal on all paths of the connection (e.g. the decoder's
+/// connection number); shown as `quic#N`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ConnId(pub u64);
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "quic#{}", self.0)
+    }
+}
+
 /// One input to the engine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Observation {
     /// Describes a capture point; send it before that capture's packets.
     Capture(CapturePoint),
+    /// Gives a path id its label; send it before the packets that carry the id (a declaration,
+    /// not counted as an observation).
+    PathName(PathName),
     /// A UDP datagram (any protocol) seen on a path; matched by payload hash.
     Datagram(Datagram),
     /// One KCP segment (a datagram may carry several).
@@ -40,6 +64,7 @@ impl Observation {
     pub fn ts_ns(&self) -> u64 {
         match self {
             Observation::Capture(c) => c.ts_ns,
+            Observation::PathName(n) => n.ts_ns,
             Observation::Datagram(d) => d.meta.ts_ns,
             Observation::Kcp(k) => k.meta.ts_ns,
             Observation::Quic(q) => q.meta.ts_ns,
@@ -86,14 +111,25 @@ pub struct CapturePoint {
     pub pair_with: Option<CaptureId>,
 }
 
+/// The label of a path id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathName {
+    /// When the name was given (the first packet's time, or the capture's start).
+    pub ts_ns: u64,
+    /// The id packet observations carry.
+    pub id: PathId,
+    /// Path label, e.g. `eth0` (4G) or `eth1` (5G), as in [`CapturePoint::path`].
+    pub label: String,
+}
+
 /// Fields every packet observation carries.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PacketMeta {
     /// Capture timestamp, Unix epoch nanoseconds, as the capture clock gave it.
     pub ts_ns: u64,
-    /// Path label (interface name such as `eth0`); shared, so that a feeder hands the same
-    /// label to every packet without copying it.
-    pub path: Arc<str>,
+    /// The path (its label, such as the interface name `eth0`, declared with
+    /// [`Observation::PathName`]).
+    pub path: PathId,
     /// Capture point id (0 when there is only one capture per path).
     pub capture: CaptureId,
     /// Source address and port.
@@ -110,7 +146,7 @@ impl Default for PacketMeta {
         let unspecified = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
         Self {
             ts_ns: 0,
-            path: Arc::from(""),
+            path: PathId::default(),
             capture: 0,
             src: unspecified,
             dst: unspecified,
@@ -132,42 +168,20 @@ pub struct Datagram {
     pub app_msg_id: Option<u64>,
 }
 
-/// KCP segment command.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KcpCmd {
-    /// Data (IKCP_CMD_PUSH = 81).
-    #[default]
-    Push,
-    /// Acknowledgment (IKCP_CMD_ACK = 82): `sn` and `ts` echo the acknowledged segment.
-    Ack,
-    /// Window probe ask (83).
-    WindowAsk,
-    /// Window probe tell (84).
-    WindowTell,
-}
+/// The command of a KCP segment (the decoder's own type).
+pub use tboxscope_decode::kcp::Cmd as KcpCmd;
+/// The header fields of a KCP segment: conv, command, sn (for an ACK: the acknowledged sn),
+/// una, frg (a message of n segments has frg n-1 … 0), window, data length and the sender's
+/// ms timestamp, echoed by ACKs (the decoder's owned summary).
+pub use tboxscope_decode::kcp::KcpSegment as KcpHeader;
 
 /// One KCP segment.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KcpSegment {
     /// Common packet fields.
     pub meta: PacketMeta,
-    /// Conversation id.
-    pub conv: u32,
-    /// Command.
-    pub cmd: KcpCmd,
-    /// Fragment countdown: a message of n segments has frg n-1 … 0.
-    pub frg: u8,
-    /// Receive window advertised.
-    pub wnd: u16,
-    /// Sender timestamp (ms, sender's clock); echoed by ACKs.
-    pub ts: u32,
-    /// Sequence number (for ACK: the acknowledged sn).
-    pub sn: u32,
-    /// Everything below `una` has been received by the sender of this segment.
-    pub una: u32,
-    /// Data length.
-    pub len: u32,
+    /// The segment's header fields, as decoded.
+    pub header: KcpHeader,
     /// Application message id in the data (with [`crate::Config::app_id`]): copies sent on
     /// separate KCP sessions (one per path) are matched by it.
     #[serde(default)]
@@ -212,9 +226,8 @@ pub struct QuicAck {
 pub struct QuicPacket {
     /// Common packet fields.
     pub meta: PacketMeta,
-    /// Connection label, equal on all paths of one connection (e.g. the client's original DCID);
-    /// shared, so that a feeder hands the same label to every packet of the connection.
-    pub conn: Arc<str>,
+    /// The connection, equal on all paths of one connection.
+    pub conn: ConnId,
     /// Multipath path id (0 without multipath).
     pub path_id: u64,
     /// Packet number.

@@ -73,10 +73,10 @@ pub use config::{Config, FlowSelector, MatchMode, ModeOverride};
 pub use engine::Engine;
 pub use flow::FlowKey;
 pub use input::{
-    content_hash, payload_hash, AckRanges, AppIdRule, CaptureId, CapturePoint, CongState, Datagram,
-    Host, KcpCmd, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicAcks,
-    QuicPacket, QuicStreams, RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpFigures,
-    TcpSegment, CONTENT_PREFIX,
+    content_hash, payload_hash, AckRanges, AppIdRule, CaptureId, CapturePoint, CongState, ConnId,
+    Datagram, Host, KcpCmd, KcpHeader, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta,
+    PathId, PathName, QuicAck, QuicAcks, QuicPacket, QuicStreams, RetransmitKind, StreamRange,
+    TcpEvent, TcpEventKind, TcpFigures, TcpSegment, CONTENT_PREFIX,
 };
 pub use latency::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 pub use record::{

@@ -27,12 +27,6 @@ impl AddressPairs {
         self.flows.len() >= self.max
     }
 
-    /// Whether [`AddressPairs::remember`] has nothing to do for `tuple`.
-    #[inline]
-    pub(crate) fn knows(&self, tuple: u64) -> bool {
-        !self.full() && self.flows.contains_key(&tuple)
-    }
-
     /// Remembers that `tuple` belongs to the flow `key` (the first flow seen on it stays).
     #[inline]
     pub(crate) fn remember(&mut self, tuple: u64, key: &FlowKey) {

@@ -4,6 +4,7 @@
 
 use crate::FastMap as HashMap;
 
+use crate::input::PathId;
 use crate::latency::{WindowedHist, PATH_SIGFIG};
 use crate::snapshot::LatencyKind;
 
@@ -128,6 +129,8 @@ pub struct PathTable {
     /// By index.
     pub paths: Vec<PathState>,
     by_label: HashMap<String, PathIdx>,
+    /// The labels of the path ids packets carry, by id (`None`: not named yet).
+    names: Vec<Option<String>>,
     max_latency_us: u64,
     history: usize,
     /// Observations refused because there were already [`MAX_PATHS`] labels.
@@ -144,6 +147,27 @@ impl PathTable {
             history,
             ..Self::default()
         }
+    }
+
+    /// Names path id `id` (its first name stays: packets already carry it).
+    pub fn name(&mut self, id: PathId, label: String) {
+        let i = usize::from(id.0);
+        if self.names.len() <= i {
+            self.names.resize(i + 1, None);
+        }
+        self.names[i].get_or_insert(label);
+    }
+
+    /// The label of path id `id`, named `path#N` if it never was.
+    pub fn label_of(&mut self, id: PathId) -> &str {
+        let i = usize::from(id.0);
+        if self.names.get(i).is_none_or(Option::is_none) {
+            self.name(id, format!("path#{}", id.0));
+        }
+        self.names
+            .get(i)
+            .and_then(Option::as_deref)
+            .unwrap_or_default()
     }
 
     /// The canonical index for `label`, creating it; `None` when the table is full.
@@ -179,7 +203,7 @@ impl PathTable {
 
     /// Label of a path.
     pub fn label(&self, idx: PathIdx) -> &str {
-        self.paths.get(idx).map(|p| p.label.as_str()).unwrap_or("?")
+        self.paths.get(idx).map_or("?", |p| p.label.as_str())
     }
 
     /// Mutable access.

@@ -319,26 +319,32 @@ impl Shared {
     /// (Inlined in each handler, its result stays in registers.)
     #[inline(always)]
     pub(crate) fn packet(&mut self, meta: &PacketMeta) -> Option<Pkt> {
-        // The capture's facts, in one lookup: a known capture with its own label needs no
-        // lookup of the label.
+        // The capture's facts, in one lookup: a known capture whose own label the packet's
+        // path carries (compared once per path id).
         let (up, tuple) = crate::matcher::pair_facts(&meta.src, &meta.dst);
         let facts = |c: &crate::capture::CaptureState| {
             let dir = c.dir_of_pair(&meta.src, &meta.dst, up);
             (c.path, dir, c.offset_ns, c.paired.is_some())
         };
-        let known = self
-            .caps
-            .get_mut(meta.capture)
-            .and_then(|c| c.own_label(&meta.path).then_some(c))
-            .map(|c| {
-                c.packets += 1;
-                facts(c)
-            });
+        let paths = &mut self.paths;
+        let known = match self.caps.get_mut(meta.capture) {
+            Some(c) if c.own_path == Some(meta.path) => Some(c),
+            Some(c) if c.point.path == paths.label_of(meta.path) => {
+                c.own_path = Some(meta.path);
+                Some(c)
+            }
+            _ => None,
+        }
+        .map(|c| {
+            c.packets += 1;
+            facts(c)
+        });
         let (cap_path, dir, off, paired) = match known {
             Some(f) => f,
             None => {
-                let label_path = self.paths.intern(&meta.path)?;
-                facts(self.caps.touch(meta.capture, &meta.path, label_path))
+                let label = self.paths.label_of(meta.path).to_owned();
+                let label_path = self.paths.intern(&label)?;
+                facts(self.caps.touch(meta.capture, &label, label_path))
             }
         };
         let path = self.paths.canonical(cap_path);
@@ -751,7 +757,7 @@ impl Shared {
                 if !got {
                     ps.missing += 1;
                 }
-                if let Some(l) = copy.and_then(|c| c.latency_us()) {
+                if let Some(l) = copy.and_then(ResolvedCopy::latency_us) {
                     if ps.latency.record(l) {
                         self.clamped += 1;
                     }
@@ -905,12 +911,6 @@ impl Shared {
     #[inline]
     pub(crate) fn remember_tuple(&mut self, tuple: u64, key: &FlowKey) {
         self.pairs.remember(tuple, key);
-    }
-
-    /// Whether [`Shared::remember_tuple`] has nothing to do for `tuple`.
-    #[inline]
-    pub(crate) fn tuple_known(&self, tuple: u64) -> bool {
-        self.pairs.knows(tuple)
     }
 
     /// A packet that carries no message of a known protocol: counted on the flow of its

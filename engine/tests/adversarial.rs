@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Engine, KcpCmd, KcpSegment, Observation};
+use tboxscope_engine::{Config, KcpCmd, KcpHeader, KcpSegment, Observation};
 
 fn rss_kib() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -18,7 +18,7 @@ fn million_flows_stay_bounded_and_evictions_are_counted() {
     const FLOWS: u32 = 1_000_000;
     let cfg = Config::default();
     let (max_flows, max_open) = (cfg.max_flows as u64, cfg.max_open_messages as u64);
-    let mut e = Engine::new(cfg);
+    let mut e = engine(cfg);
     let before = rss_kib();
     let mut records = 0u64;
     let mut peak_flows = 0;
@@ -33,14 +33,16 @@ fn million_flows_stay_bounded_and_evictions_are_counted() {
                 addr("192.0.2.1:4000"),
                 652,
             ),
-            conv: i,
-            cmd: KcpCmd::Push,
-            frg: 0,
-            wnd: 128,
-            ts: i,
-            sn: 0,
-            una: 0,
-            len: 600,
+            header: KcpHeader {
+                conv: i,
+                cmd: KcpCmd::Push,
+                sn: 0,
+                una: 0,
+                frg: 0,
+                wnd: 128,
+                len: 600,
+                ts: i,
+            },
             app_msg_id: None,
             content_hash: None,
         }));

@@ -40,7 +40,7 @@ fn traffic(e: &mut Engine, n: u64) -> u64 {
 
 #[test]
 fn tick_moves_time_without_packets_and_never_back() {
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     let last = traffic(&mut e, 100);
     e.drain_records().for_each(drop);
     assert_eq!(e.now_ns(), last);
@@ -61,7 +61,7 @@ fn tick_moves_time_without_packets_and_never_back() {
 
 #[test]
 fn reset_windows_clears_series_and_rates_but_keeps_the_run() {
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     let last = traffic(&mut e, 250);
     let before = e.snapshot();
     assert!(before.paths.iter().all(|p| !p.recent.is_empty()));

@@ -5,9 +5,7 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{
-    Config, Engine, Observation, RetransmitKind, TcpEvent, TcpEventKind, TcpFigures,
-};
+use tboxscope_engine::{Config, Observation, RetransmitKind, TcpEvent, TcpEventKind, TcpFigures};
 
 fn ev(ts: u64, local: &str, remote: &str, kind: TcpEventKind) -> Observation {
     Observation::Tcp(TcpEvent {
@@ -36,7 +34,7 @@ fn state(new: &str) -> TcpEventKind {
 
 #[test]
 fn listening_and_closed_sockets_are_not_flows() {
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     let t = T0 + 1_000_000_000;
     let obs = vec![
         ev(t, "127.0.0.1:47010", "0.0.0.0:0", state("LISTEN")),

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Datagram, Engine, Host, Observation, Record};
+use tboxscope_engine::{Config, Datagram, Host, Observation, Record};
 
 const N: u64 = 300;
 const GAP: u64 = 20_000_000;
@@ -75,7 +75,7 @@ fn pairs_captures_infers_sender_end_and_estimates_clock_offset() {
     }
     let obs = sorted(obs);
     let end = obs.last().unwrap().ts_ns();
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Engine, Host, KcpCmd, KcpSegment, Observation, Record};
+use tboxscope_engine::{Config, Host, KcpCmd, KcpHeader, KcpSegment, Observation, Record};
 
 const MS: u64 = 1_000_000;
 
@@ -17,14 +17,16 @@ fn seg(ts: u64, cmd: KcpCmd, sn: u32, una: u32) -> Observation {
     };
     Observation::Kcp(KcpSegment {
         meta: meta(ts, "eth0", 0, addr(src), addr(dst), 600),
-        conv: 9,
-        cmd,
-        frg: 0,
-        wnd: 128,
-        ts: (ts / MS) as u32,
-        sn,
-        una,
-        len: if cmd == KcpCmd::Push { 548 } else { 0 },
+        header: KcpHeader {
+            conv: 9,
+            cmd,
+            sn,
+            una,
+            frg: 0,
+            wnd: 128,
+            len: if cmd == KcpCmd::Push { 548 } else { 0 },
+            ts: (ts / MS) as u32,
+        },
         app_msg_id: None,
         content_hash: None,
     })
@@ -53,7 +55,7 @@ fn copies_after_close_are_late_and_unseen_sns_below_the_newest_are_new() {
     sent_and_acked(&mut obs, t, 12, 10);
     t += 100 * MS;
     obs.push(seg(t, KcpCmd::Push, 12, 0));
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use tboxscope_engine::{
-    Config, Datagram, Engine, FlowSelector, Host, KcpCmd, KcpSegment, MatchMode, ModeOverride,
+    Config, Datagram, FlowSelector, Host, KcpCmd, KcpHeader, KcpSegment, MatchMode, ModeOverride,
     Observation, Record,
 };
 
@@ -16,14 +16,16 @@ fn kcp(ts: u64, p: usize, cmd: KcpCmd, sn: u32) -> Observation {
     let (src, dst) = if cmd == KcpCmd::Push { (t, g) } else { (g, t) };
     Observation::Kcp(KcpSegment {
         meta: meta(ts, ["eth0", "eth1"][p], p as u16, src, dst, 100),
-        conv: 1,
-        cmd,
-        frg: 0,
-        wnd: 32,
-        ts: (ts / 1_000_000) as u32,
-        sn,
-        una: 0,
-        len: if cmd == KcpCmd::Push { 48 } else { 0 },
+        header: KcpHeader {
+            conv: 1,
+            cmd,
+            sn,
+            una: 0,
+            frg: 0,
+            wnd: 32,
+            len: if cmd == KcpCmd::Push { 48 } else { 0 },
+            ts: (ts / 1_000_000) as u32,
+        },
         app_msg_id: None,
         content_hash: None,
     })
@@ -58,7 +60,7 @@ fn sender_alone_sees_an_outage_when_acks_stop() {
     }
     let obs = sorted(obs);
     let end = obs.last().unwrap().ts_ns();
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }
@@ -94,7 +96,7 @@ fn forced_app_id_mode_and_record_json_shape() {
         }],
         ..Config::default()
     };
-    let mut e = Engine::new(cfg);
+    let mut e = engine(cfg);
     let gw = addr("192.0.2.1:9000");
     let tbox = [addr("10.0.0.2:40000"), addr("10.1.0.2:40001")];
     e.handle(capture(2, "gw-g0", "eth0", Host::Gateway, None));
@@ -175,7 +177,7 @@ fn request_response_time_from_the_tbox_alone() {
         }],
         ..Config::default()
     };
-    let mut e = Engine::new(cfg);
+    let mut e = engine(cfg);
     e.handle(capture(0, "t-eth0", "eth0", Host::Tbox, None));
     let (t, g) = (addr("10.0.0.2:40000"), addr("192.0.2.1:9000"));
     let base = T0 + 1_000_000_000;

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Datagram, Engine, Observation};
+use tboxscope_engine::{Config, Datagram, Observation};
 
 fn run(slow: impl Fn(usize, u64) -> bool) -> tboxscope_engine::Summary {
     let tbox = ["10.0.0.2:40000", "10.1.0.2:40001"];
@@ -31,7 +31,7 @@ fn run(slow: impl Fn(usize, u64) -> bool) -> tboxscope_engine::Summary {
     }
     let obs = sorted(obs);
     let end = obs.last().expect("trace is not empty").ts_ns();
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }

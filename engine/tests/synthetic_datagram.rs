@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Datagram, Engine, Observation, Record};
+use tboxscope_engine::{Config, Datagram, Observation, Record};
 
 const N: u64 = 3000;
 const GAP: u64 = 20_000_000; // 50 messages per second
@@ -69,7 +69,7 @@ fn build() -> (Vec<Observation>, Vec<Truth>) {
 #[test]
 fn datagram_two_ends_match_ground_truth() {
     let (obs, truth) = build();
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     let end = obs.last().unwrap().ts_ns();
     for o in obs {
         e.handle(o);
@@ -274,7 +274,7 @@ fn run_end(stragglers: u64) -> Vec<tboxscope_engine::OutageRecord> {
         obs.push(datagram(send, 0, 0, tbox[0], gw, 0x7000 + j));
         obs.push(datagram(send + 30_000_000, 0, 2, tbox[0], gw, 0x7000 + j));
     }
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }

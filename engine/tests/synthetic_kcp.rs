@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use tboxscope_engine::snapshot::LatencyKind;
 use tboxscope_engine::{
-    Config, Engine, HolProtocol, Host, KcpCmd, KcpSegment, Observation, Record, Recovery,
+    Config, Engine, HolProtocol, Host, KcpCmd, KcpHeader, KcpSegment, Observation, Record, Recovery,
 };
 
 const N: u32 = 1000;
@@ -27,14 +27,16 @@ fn seg(
 ) -> Observation {
     Observation::Kcp(KcpSegment {
         meta: meta(ts, path, cap, addr(src), addr(dst), 24 + len + 28),
-        conv: 7,
-        cmd,
-        frg: 0,
-        wnd: 128,
-        ts: kts,
-        sn,
-        una: 0,
-        len,
+        header: KcpHeader {
+            conv: 7,
+            cmd,
+            sn,
+            una: 0,
+            frg: 0,
+            wnd: 128,
+            len,
+            ts: kts,
+        },
         app_msg_id: None,
         content_hash: None,
     })
@@ -94,7 +96,7 @@ fn kcp_dual_send_seen_from_tbox_gives_time_to_first_ack() {
     }
     let obs = sorted(obs);
     let end = obs.last().unwrap().ts_ns();
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }
@@ -234,7 +236,7 @@ fn kcp_sn_gap_at_receiver_is_one_hol_incident() {
         }
     }
     let obs = sorted(obs);
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }
@@ -278,8 +280,8 @@ fn one_path_acked_by_una(declare_second_path: bool) -> (Engine, Vec<(u64, u64)>)
             for (i, a) in [sn - 1, sn].into_iter().enumerate() {
                 let mut o = seg(acked, "eth0", 0, gw, tbox, KcpCmd::Ack, a, kts, 0);
                 if let Observation::Kcp(k) = &mut o {
-                    k.una = sn + 1;
-                    k.ts = (truth[a as usize].0 / 1_000_000) as u32;
+                    k.header.una = sn + 1;
+                    k.header.ts = (truth[a as usize].0 / 1_000_000) as u32;
                 }
                 obs.push(o);
                 if i == 0 {
@@ -290,7 +292,7 @@ fn one_path_acked_by_una(declare_second_path: bool) -> (Engine, Vec<(u64, u64)>)
             }
         }
     }
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }
@@ -351,11 +353,11 @@ fn an_ack_skipping_ahead_after_in_order_acks_is_still_an_incident() {
     for (i, (sn, una)) in acks.into_iter().enumerate() {
         let mut o = seg(at(i), "eth0", 0, gw, tbox, KcpCmd::Ack, sn, 0, 0);
         if let Observation::Kcp(k) = &mut o {
-            k.una = una;
+            k.header.una = una;
         }
         obs.push(o);
     }
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }
@@ -386,10 +388,10 @@ fn the_sn_an_ack_names_is_acknowledged_before_the_rest_of_its_una() {
     let acked = base + 4 * GAP;
     let mut o = seg(acked, "eth0", 0, gw, tbox, KcpCmd::Ack, 2, 0, 0);
     if let Observation::Kcp(k) = &mut o {
-        k.una = 3;
+        k.header.una = 3;
     }
     obs.push(o);
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }
@@ -469,14 +471,16 @@ fn lost_pair_seen_at_both_ends(resend: Resend) -> (Vec<tboxscope_engine::HolInci
         let len = if cmd == KcpCmd::Push { 600 } else { 0 };
         Observation::Kcp(KcpSegment {
             meta: meta(ts, at(c), c, addr(src), addr(dst), 24 + len + 28),
-            conv: 9,
-            cmd,
-            frg: 0,
-            wnd: 128,
-            ts: kts,
-            sn,
-            una,
-            len,
+            header: KcpHeader {
+                conv: 9,
+                cmd,
+                sn,
+                una,
+                frg: 0,
+                wnd: 128,
+                len,
+                ts: kts,
+            },
             app_msg_id: None,
             content_hash: None,
         })
@@ -567,7 +571,7 @@ fn lost_pair_seen_at_both_ends(resend: Resend) -> (Vec<tboxscope_engine::HolInci
         }
     }
     assert!(open.is_none() && held.is_empty() && next == 40);
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }

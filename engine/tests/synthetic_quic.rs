@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use tboxscope_engine::snapshot::LatencyKind;
 use tboxscope_engine::{
-    Config, Engine, HolProtocol, Host, MatchMode, Observation, QuicAck, QuicPacket, Record,
+    Config, ConnId, HolProtocol, Host, MatchMode, Observation, QuicAck, QuicPacket, Record,
     StreamRange,
 };
 
@@ -25,13 +25,13 @@ fn pkt(
     cap: u16,
     src: &str,
     dst: &str,
-    conn: &str,
+    conn: u64,
     path_id: u64,
     pn: u64,
 ) -> QuicPacket {
     QuicPacket {
         meta: meta(ts, path, cap, addr(src), addr(dst), 0),
-        conn: conn.into(),
+        conn: ConnId(conn),
         path_id,
         pn,
         streams: Default::default(),
@@ -65,7 +65,7 @@ fn multipath_quic_partial_overlaps_and_ack_delay() {
     let mut pn = [0u64; 2];
     for i in 0..N {
         let base = T0 + 1_000_000_000 + i * GAP;
-        let mut p0 = pkt(base, labels[0], 0, tbox[0], gw, "c1", 0, pn[0]);
+        let mut p0 = pkt(base, labels[0], 0, tbox[0], gw, 1, 0, pn[0]);
         p0.meta.wire_len = 700;
         p0.streams.push(range(0, i * MSG, MSG));
         obs.push(Observation::Quic(Box::new(p0)));
@@ -76,7 +76,7 @@ fn multipath_quic_partial_overlaps_and_ack_delay() {
             0,
             gw,
             tbox[0],
-            "c1",
+            1,
             0,
             0,
         );
@@ -91,7 +91,7 @@ fn multipath_quic_partial_overlaps_and_ack_delay() {
         pn[0] += 1;
         if i % 2 == 1 {
             let send = base + 50_000;
-            let mut p1 = pkt(send, labels[1], 1, tbox[1], gw, "c1", 1, pn[1]);
+            let mut p1 = pkt(send, labels[1], 1, tbox[1], gw, 1, 1, pn[1]);
             p1.meta.wire_len = 1300;
             p1.streams.push(range(0, (i - 1) * MSG, 2 * MSG));
             obs.push(Observation::Quic(Box::new(p1)));
@@ -102,7 +102,7 @@ fn multipath_quic_partial_overlaps_and_ack_delay() {
                 1,
                 gw,
                 tbox[1],
-                "c1",
+                1,
                 0,
                 0,
             );
@@ -120,7 +120,7 @@ fn multipath_quic_partial_overlaps_and_ack_delay() {
     }
     let obs = sorted(obs);
     let end = obs.last().unwrap().ts_ns();
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }
@@ -169,7 +169,7 @@ fn quic_gap_on_one_stream_does_not_hold_the_other() {
     let base = T0 + 1_000_000_000;
     let mut pn = 0;
     let mut push = |obs: &mut Vec<Observation>, ts: u64, stream: u64, off: u64| {
-        let mut p = pkt(ts, "g0", 3, cli, srv, "c9", 0, pn);
+        let mut p = pkt(ts, "g0", 3, cli, srv, 9, 0, pn);
         pn += 1;
         p.streams.push(range(stream, off, MSG));
         obs.push(Observation::Quic(Box::new(p)));
@@ -183,7 +183,7 @@ fn quic_gap_on_one_stream_does_not_hold_the_other() {
     }
     let fill = base + 2 * GAP + 150_000_000;
     push(&mut obs, fill, 0, 2 * MSG);
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }
@@ -214,7 +214,7 @@ fn separate_connections_match_by_content_hash() {
     ];
     let base = T0 + 1_000_000_000;
     let mut lost_on_1 = 0;
-    let conns = [(2u16, "10.0.0.2:50000", "a"), (3, "10.1.0.2:50001", "b")];
+    let conns = [(2u16, "10.0.0.2:50000", 10u64), (3, "10.1.0.2:50001", 11)];
     // Each connection's handshake comes before its messages: a connection is matched by
     // content once another one to the same server port is seen on another path.
     for (p, (cap, cli, conn)) in conns.iter().enumerate() {
@@ -225,7 +225,7 @@ fn separate_connections_match_by_content_hash() {
             *cap,
             cli,
             "192.0.2.1:443",
-            conn,
+            *conn,
             0,
             1000,
         );
@@ -244,7 +244,7 @@ fn separate_connections_match_by_content_hash() {
                 *cap,
                 cli,
                 "192.0.2.1:443",
-                conn,
+                *conn,
                 0,
                 i,
             );
@@ -257,7 +257,7 @@ fn separate_connections_match_by_content_hash() {
             obs.push(Observation::Quic(Box::new(q)));
         }
     }
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     let end = obs.last().unwrap().ts_ns();
     for o in sorted(obs) {
         e.handle(o);

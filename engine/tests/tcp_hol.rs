@@ -60,7 +60,7 @@ fn rto_with_backoff_from_kernel_events_is_one_incident() {
         ev(t + 1_224_000_000, rto(1000), 2, 816),
         ev(t + 1_300_000_000, TcpEventKind::BackoffEnd, 0, 204),
     ];
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in obs {
         e.handle(o);
     }
@@ -133,7 +133,7 @@ fn fast_retransmit_with_segments_uses_send_time_and_ack() {
     ));
     obs.push(seg(t + 43_000_001, cli, srv, 1000, 1, 600));
     obs.push(seg(t + 83_000_000, srv, cli, 1, 4000, 0));
-    let mut e = Engine::new(Config::default());
+    let mut e = engine(Config::default());
     for o in sorted(obs) {
         e.handle(o);
     }

@@ -15,7 +15,8 @@ mod common;
 
 use common::*;
 use tboxscope_engine::{
-    Config, FlowSummary, Host, KcpCmd, KcpSegment, MatchMode, Observation, QuicPacket, StreamRange,
+    Config, ConnId, FlowSummary, Host, KcpCmd, KcpHeader, KcpSegment, MatchMode, Observation,
+    QuicPacket, StreamRange,
 };
 
 const N: u64 = 300;
@@ -97,7 +98,7 @@ fn quic(ts: u64, label: &str, cap: u16, p: usize, up: bool, pn: u64) -> QuicPack
     };
     QuicPacket {
         meta: meta(ts, label, cap, addr(src), addr(dst), 100),
-        conn: format!("quic#{p}").into(),
+        conn: ConnId(p as u64),
         path_id: 0,
         pn,
         streams: Default::default(),
@@ -175,7 +176,7 @@ fn kcp(
     sn: u32,
     app: Option<u64>,
 ) -> Observation {
-    let up = matches!(cmd, KcpCmd::Push | KcpCmd::WindowAsk);
+    let up = matches!(cmd, KcpCmd::Push | KcpCmd::Wask);
     let (src, dst) = if up {
         (TBOX[p], GW[p])
     } else {
@@ -190,14 +191,16 @@ fn kcp(
             addr(dst),
             if cmd == KcpCmd::Push { 652 } else { 52 },
         ),
-        conv: 0x1000 + p as u32,
-        cmd,
-        frg: 0,
-        wnd: 128,
-        ts: (ts / MS) as u32,
-        sn,
-        una: if up { 0 } else { sn + 1 },
-        len: if cmd == KcpCmd::Push { 600 } else { 0 },
+        header: KcpHeader {
+            conv: 0x1000 + p as u32,
+            cmd,
+            sn,
+            una: if up { 0 } else { sn + 1 },
+            frg: 0,
+            wnd: 128,
+            len: if cmd == KcpCmd::Push { 600 } else { 0 },
+            ts: (ts / MS) as u32,
+        },
         app_msg_id: app,
         content_hash: None,
     })
@@ -329,14 +332,14 @@ fn one_outage_on_the_silent_path_none_on_idle_paths() {
             let t = idle + k * 1_050 * MS + p as u64 * 300 * MS;
             if k == 2 && p == 1 {
                 // One keep-alive lost: path B silent for 2.1 s, one send unanswered.
-                obs.push(kcp(t, LABELS[1].0, 2, 1, KcpCmd::WindowAsk, 0, None));
+                obs.push(kcp(t, LABELS[1].0, 2, 1, KcpCmd::Wask, 0, None));
                 continue;
             }
             both_ends(&mut obs, p, t, true, |ts, l, c| {
-                kcp(ts, l, c, p, KcpCmd::WindowAsk, 0, None)
+                kcp(ts, l, c, p, KcpCmd::Wask, 0, None)
             });
             both_ends(&mut obs, p, t + DELAY[p] + MS, false, |ts, l, c| {
-                kcp(ts, l, c, p, KcpCmd::WindowTell, 0, None)
+                kcp(ts, l, c, p, KcpCmd::Wins, 0, None)
             });
         }
     }

@@ -1,33 +1,35 @@
-//! Stateful engine fuzz target: an arbitrary sequence of observations (capture points,
-//! datagrams, KCP segments, QUIC packets, TCP segments and kernel events, overhead) and engine
-//! calls (tick, snapshot, drain, reset of the windows) fed to one engine with small bounds,
-//! then finished and its summary rendered. Values come from small sets (two server ports, a few
+//! Stateful engine fuzz target: an arbitrary sequence of observations (capture points, path
+//! names, datagrams, KCP segments, QUIC packets, TCP segments and kernel events, overhead) and
+//! engine calls (tick, snapshot, drain, reset of the windows) fed to one engine with small
+//! bounds, then finished and its summary rendered. Values come from small sets (two server ports, a few
 //! convs, connections, sns, paths and captures) so that copies, retransmissions, pairing and
 //! evictions meet; time mostly moves forward and sometimes back.
 //! Run: `cargo +nightly fuzz run engine -- -max_total_time=60`.
 #![no_main]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use tboxscope_engine::{
-    CapturePoint, Config, CongState, Datagram, Engine, FlowSelector, Host, KcpCmd, KcpSegment,
-    MatchMode, ModeOverride, Observation, Overhead, OverheadKind, PacketMeta, QuicAck, QuicPacket,
-    RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpFigures, TcpSegment,
+    CapturePoint, Config, CongState, ConnId, Datagram, Engine, FlowSelector, Host, KcpCmd,
+    KcpHeader, KcpSegment, MatchMode, ModeOverride, Observation, Overhead, OverheadKind,
+    PacketMeta, PathId, PathName, QuicAck, QuicPacket, RetransmitKind, StreamRange, TcpEvent,
+    TcpEventKind, TcpFigures, TcpSegment,
 };
 
 const T0: u64 = 1_796_000_000_000_000_000;
 const PATHS: [&str; 3] = ["eth0", "eth1", "g0"];
 const CLIENTS: [&str; 3] = ["10.0.0.2:40000", "10.1.0.2:40001", "10.0.0.2:40002"];
 const SERVERS: [&str; 2] = ["192.0.2.1:4000", "192.0.2.1:443"];
-const CONNS: [&str; 3] = ["quic#0", "quic#1", "quic#2"];
+/// Path ids packets carry: the first ones named [`PATHS`] at the start, the last never named
+/// unless the fuzzer names it.
+const PATH_IDS: u16 = 4;
+/// QUIC connections packets belong to.
+const CONNS: u64 = 3;
 
 /// What the fuzzer picks from, made once per run.
 struct World {
-    paths: Vec<Arc<str>>,
-    conns: Vec<Arc<str>>,
     clients: Vec<SocketAddr>,
     servers: Vec<SocketAddr>,
 }
@@ -36,8 +38,6 @@ impl World {
     fn new() -> Self {
         let addrs = |v: &[&str]| v.iter().filter_map(|s| s.parse().ok()).collect();
         World {
-            paths: PATHS.iter().map(|p| Arc::from(*p)).collect(),
-            conns: CONNS.iter().map(|c| Arc::from(*c)).collect(),
             clients: addrs(&CLIENTS),
             servers: addrs(&SERVERS),
         }
@@ -54,7 +54,7 @@ impl World {
         };
         Ok(PacketMeta {
             ts_ns: ts,
-            path: Arc::clone(u.choose(&self.paths)?),
+            path: PathId(u.int_in_range(0..=PATH_IDS - 1)?),
             capture: u.int_in_range(0..=3)?,
             src,
             dst,
@@ -131,19 +131,16 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
         }),
         2 | 3 => Observation::Kcp(KcpSegment {
             meta: w.meta(u, ts)?,
-            conv: small(u, 3)?,
-            cmd: *u.choose(&[
-                KcpCmd::Push,
-                KcpCmd::Ack,
-                KcpCmd::WindowAsk,
-                KcpCmd::WindowTell,
-            ])?,
-            frg: u.int_in_range(0..=2)?,
-            wnd: u.arbitrary()?,
-            ts: small(u, 5_000)?,
-            sn: small(u, 40)?,
-            una: small(u, 40)?,
-            len: small(u, 1400)?,
+            header: KcpHeader {
+                conv: small(u, 3)?,
+                cmd: *u.choose(&[KcpCmd::Push, KcpCmd::Ack, KcpCmd::Wask, KcpCmd::Wins])?,
+                sn: small(u, 40)?,
+                una: small(u, 40)?,
+                frg: u.int_in_range(0..=2)?,
+                wnd: u.arbitrary()?,
+                len: small(u, 1400)?,
+                ts: small(u, 5_000)?,
+            },
             app_msg_id: id(u)?,
             content_hash: id(u)?,
         }),
@@ -169,7 +166,7 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
             })?;
             QuicPacket {
                 meta: w.meta(u, ts)?,
-                conn: Arc::clone(u.choose(&w.conns)?),
+                conn: ConnId(u.int_in_range(0..=CONNS - 1)?),
                 path_id: u64::from(small(u, 1)?),
                 pn: u64::from(small(u, 30)?),
                 streams: streams.into_iter().collect(),
@@ -217,7 +214,7 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
             let meta = w.meta(u, ts)?;
             Observation::Tcp(TcpEvent {
                 ts_ns: ts,
-                path: meta.path.to_string(),
+                path: u.choose(&PATHS)?.to_string(),
                 local: meta.src,
                 remote: meta.dst,
                 kind,
@@ -254,6 +251,13 @@ fn run(data: &[u8]) -> Result<()> {
     let cfg = config(&mut u)?;
     let max_pending = cfg.max_pending_records.max(1);
     let mut engine = Engine::new(cfg);
+    for (i, label) in (0..).zip(PATHS) {
+        engine.handle(Observation::PathName(PathName {
+            ts_ns: T0,
+            id: PathId(i),
+            label: label.to_owned(),
+        }));
+    }
     let world = World::new();
     let mut ts = T0;
     while !u.is_empty() {
@@ -274,11 +278,12 @@ fn run(data: &[u8]) -> Result<()> {
                 assert!(drained <= max_pending, "{drained} records pending");
             }
             3 => engine.reset_windows(),
-            4..=9 => engine.handle(observation(&mut u, &world, ts)?),
-            _ => {
-                let obs = observation(&mut u, &world, ts)?;
-                engine.handle_ref(&obs);
-            }
+            4 => engine.handle(Observation::PathName(PathName {
+                ts_ns: ts,
+                id: PathId(u.int_in_range(0..=PATH_IDS - 1)?),
+                label: u.choose(&PATHS)?.to_string(),
+            })),
+            _ => engine.handle(observation(&mut u, &world, ts)?),
         }
     }
     let _ = engine.snapshot();

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use serde::Serialize;
-use tboxscope_decode::kcp::{Cmd, Detection, Detector, DetectorConfig, DetectorStats};
+use tboxscope_decode::kcp::{Cmd, Detection, Detector, DetectorConfig, DetectorStats, KcpSegment};
 use tboxscope_decode::net::{FragmentStats, LinkType, NetParser, NetReject};
 use tboxscope_decode::quic::{
     DatagramInfo, DecoderConfig, Frame, Keylog, KeylogError, PacketSummary, ParseOptions,
@@ -38,29 +38,16 @@ pub enum KcpFraming {
     Kcpgo,
 }
 
-/// One KCP segment, owned.
+/// One KCP segment and where it was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct KcpSegmentRecord {
     /// Raw or kcp-go.
     pub framing: KcpFraming,
     /// Position of the segment in its datagram (0 = first).
     pub index: u16,
-    /// Conversation id.
-    pub conv: u32,
-    /// Command (`push`, `ack`, `wask`, `wins`).
-    pub cmd: Cmd,
-    /// Sequence number.
-    pub sn: u32,
-    /// Cumulative acknowledgement.
-    pub una: u32,
-    /// Fragment countdown.
-    pub frg: u8,
-    /// Advertised receive window (segments).
-    pub wnd: u16,
-    /// Payload length.
-    pub len: u32,
-    /// The sender's KCP timestamp (ms), or in an ACK the echoed one.
-    pub kcp_ts: u32,
+    /// The segment's header fields.
+    #[serde(flatten)]
+    pub header: KcpSegment,
     /// Where the segment's payload starts in the frame, so a consumer can read or hash the
     /// message bytes without a copy (`None` for datagrams reassembled from IP fragments).
     #[serde(skip)]
@@ -451,14 +438,7 @@ impl Dissector {
                     decoded: Decoded::KcpSegment(KcpSegmentRecord {
                         framing,
                         index: u16::try_from(i).unwrap_or(u16::MAX),
-                        conv: seg.conv(),
-                        cmd: seg.cmd(),
-                        sn: seg.sn(),
-                        una: seg.una(),
-                        frg: seg.frg(),
-                        wnd: seg.wnd(),
-                        len: seg.len(),
-                        kcp_ts: seg.ts(),
+                        header: seg.summary(),
                         payload_at,
                     }),
                 });

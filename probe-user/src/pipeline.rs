@@ -8,10 +8,10 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tboxscope_engine::{Engine, Observation, QuicPacket};
+use tboxscope_engine::{Engine, Observation};
 
 use crate::analyze::Analyzer;
-use crate::correlate::{CaptureHint, Correlator, FrameFeed, MakeObservation, ObservationSink};
+use crate::correlate::{CaptureHint, Correlator, FrameFeed, ObservationSink};
 use crate::source::pcap::FileError;
 
 /// Observations per batch handed to the engine's thread: large enough that hand-overs (a
@@ -19,8 +19,6 @@ use crate::source::pcap::FileError;
 const BATCH: usize = 1024;
 /// Batches on their way to the engine's thread before decoding waits.
 const IN_FLIGHT: usize = 8;
-/// How far ahead of the observation written over the next ones are fetched ([`fetch_ahead`]).
-const FETCH_AHEAD: usize = 8;
 
 /// How long each thread of a pipelined run waited for the other: the one that waited less set
 /// the pace.
@@ -47,14 +45,14 @@ type WorkerResult<T, E> = Result<(Engine, T, Duration), E>;
 
 /// An [`Engine`] running on its own thread, fed through [`ObservationSink::handle`].
 pub struct EngineThread<T, E> {
-    /// The batch being filled: one the engine's thread is done with, its observations
-    /// written over in turn (the first `filled`: new ones; the rest: old ones, dropped
-    /// when one cannot be written over).
+    /// The batch being filled.
     batch: Vec<Observation>,
-    filled: usize,
     to_engine: Option<SyncSender<Vec<Observation>>>,
-    /// Batches the engine's thread is done with, observations still in them, for reuse.
-    recycled: Receiver<Vec<Observation>>,
+    /// Batches the engine's thread is done with, observations still in them: they are freed
+    /// here, where they were allocated (freed on the engine's thread, every QUIC packet is a
+    /// remote free for the allocator and decoding keeps taking fresh memory), and the batch
+    /// is reused.
+    done: Receiver<Vec<Observation>>,
     worker: Option<JoinHandle<WorkerResult<T, E>>>,
     stopped: bool,
     /// Time spent waiting to hand a batch over.
@@ -66,7 +64,7 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
     /// with `state` (e.g. to drain the engine's records and write them).
     pub fn spawn(engine: Engine, state: T, after: AfterObservation<T, E>) -> std::io::Result<Self> {
         let (to_engine, batches) = sync_channel::<Vec<Observation>>(IN_FLIGHT);
-        let (recycle, recycled) = sync_channel::<Vec<Observation>>(IN_FLIGHT + 2);
+        let (give_back, done) = sync_channel::<Vec<Observation>>(IN_FLIGHT + 2);
         let worker = std::thread::Builder::new()
             .name("engine".to_owned())
             .spawn(move || {
@@ -82,19 +80,15 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
                         engine.handle_ref(obs);
                         after(&mut engine, &mut state)?;
                     }
-                    // Back to decoding, which releases the observations' labels and buffers
-                    // where it made them (a reference count or an allocator arena touched from
-                    // both threads moves its cache line between the cores for each one). If
-                    // decoding does not take them back fast enough, the batch is dropped here.
-                    let _ = recycle.try_send(batch);
+                    // If decoding does not take it back fast enough, it is dropped here.
+                    let _ = give_back.try_send(batch);
                 }
                 Ok((engine, state, waited))
             })?;
         Ok(Self {
             batch: Vec::with_capacity(BATCH),
-            filled: 0,
             to_engine: Some(to_engine),
-            recycled,
+            done,
             worker: Some(worker),
             stopped: false,
             waited: Duration::ZERO,
@@ -130,15 +124,14 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
     }
 
     fn hand_over(&mut self) {
-        self.batch.truncate(self.filled);
         if self.batch.is_empty() {
             return;
         }
-        let next = self
-            .recycled
+        let mut next = self
+            .done
             .try_recv()
             .unwrap_or_else(|_| Vec::with_capacity(BATCH));
-        self.filled = 0;
+        next.clear();
         let full = std::mem::replace(&mut self.batch, next);
         let asked = Instant::now();
         let sent = self
@@ -155,71 +148,14 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
 
 impl<T: Send + 'static, E: Send + 'static> ObservationSink for EngineThread<T, E> {
     fn handle(&mut self, obs: Observation) {
-        self.handle_made(obs);
-    }
-
-    /// Writes the observation over the old one in its place in the batch (one the engine's
-    /// thread is done with) if it can; else drops the old ones left and makes it in its place.
-    #[inline]
-    fn handle_made(&mut self, mut make: impl MakeObservation) {
         if self.stopped {
             return;
         }
-        fetch_ahead(&self.batch, self.filled);
-        let written = match self.batch.get_mut(self.filled) {
-            Some(old) => make.write_over(old),
-            None => false,
-        };
-        if !written {
-            self.batch.truncate(self.filled);
-            if let Some(place) = self.batch.spare_capacity_mut().first_mut() {
-                place.write(make.make());
-                // SAFETY: the place just written is the first past the batch's length.
-                unsafe { self.batch.set_len(self.batch.len() + 1) };
-            } else {
-                self.batch.push(make.make());
-            }
-        }
-        self.filled += 1;
-        if self.filled >= BATCH {
+        self.batch.push(obs);
+        if self.batch.len() >= BATCH {
             self.hand_over();
         }
     }
-}
-
-/// Asks this core's cache, to write them soon, for the place `2 * FETCH_AHEAD` observations
-/// past `at` in `batch` and for what the observation `FETCH_AHEAD` past it keeps out of line
-/// (a QUIC packet). They were last read on the engine's core: fetched one by one as they are
-/// written, each stalls decoding; fetched ahead, they come meanwhile.
-#[inline]
-fn fetch_ahead(batch: &Vec<Observation>, at: usize) {
-    if at + 2 * FETCH_AHEAD < batch.capacity() {
-        fetch_to_write(
-            batch
-                .as_ptr()
-                .wrapping_add(at + 2 * FETCH_AHEAD)
-                .cast::<i8>(),
-        );
-    }
-    if let Some(Observation::Quic(q)) = batch.get(at + FETCH_AHEAD) {
-        let start = std::ptr::from_ref::<QuicPacket>(q).cast::<i8>();
-        for line in (0..std::mem::size_of::<QuicPacket>() + 63).step_by(64) {
-            fetch_to_write(start.wrapping_add(line));
-        }
-    }
-}
-
-/// Asks this core's cache for the line of `p`, to write it (a hint: nothing is read).
-#[inline]
-fn fetch_to_write(p: *const i8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE is part of x86_64, and a prefetch is a hint: it never faults and changes
-    // nothing the program sees, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 impl<T, E> Drop for EngineThread<T, E> {

@@ -43,8 +43,9 @@ fn kcp_segments_are_decoded_with_their_payload_position() {
     let Decoded::KcpSegment(push) = &out[0].decoded else {
         panic!()
     };
+    let s = &push.header;
     assert_eq!(
-        (push.cmd.as_str(), push.sn, push.frg, push.len, push.kcp_ts),
+        (s.cmd.as_str(), s.sn, s.frg, s.len, s.ts),
         ("push", 5, 1, 5, 100)
     );
     let at = push.payload_at.unwrap() as usize;
@@ -52,7 +53,7 @@ fn kcp_segments_are_decoded_with_their_payload_position() {
     let Decoded::KcpSegment(ack) = &out[1].decoded else {
         panic!()
     };
-    assert_eq!((ack.cmd.as_str(), ack.index), ("ack", 1));
+    assert_eq!((ack.header.cmd.as_str(), ack.index), ("ack", 1));
 }
 
 #[test]

@@ -152,15 +152,16 @@ fn kcp_crate_peers_captured_live_decode_to_the_sent_messages() {
     let mut pushes: BTreeMap<u32, (u8, Vec<u8>)> = BTreeMap::new();
     let mut acks = 0;
     let mut emit = |r: probe_user::analyze::Record<'_>| -> Result<(), ()> {
-        let Decoded::KcpSegment(s) = &r.packet.decoded else {
+        let Decoded::KcpSegment(k) = &r.packet.decoded else {
             panic!("unexpected record {:?}", r.packet);
         };
+        let s = &k.header;
         assert_eq!(s.conv, CONV);
         assert_eq!(r.path, "4G");
         match s.cmd.as_str() {
             "push" => {
                 assert_eq!(r.packet.src.port(), 40001);
-                let at = s.payload_at.unwrap() as usize;
+                let at = k.payload_at.unwrap() as usize;
                 let bytes = r.data[at..at + s.len as usize].to_vec();
                 if let Some(prev) = pushes.insert(s.sn, (s.frg, bytes.clone())) {
                     assert_eq!(

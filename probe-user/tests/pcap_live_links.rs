@@ -71,7 +71,8 @@ fn capture_kcp(ns: &Ns, iface: &str, to: &'static str, settle: Duration) -> (Lin
                 let mut out = Vec::new();
                 dissector.dissect(Some(p.link), iface, &p.data, p.ts_ns, &mut out);
                 for d in out {
-                    if let Decoded::KcpSegment(k) = &d.decoded {
+                    if let Decoded::KcpSegment(r) = &d.decoded {
+                        let k = &r.header;
                         if k.conv == 78 && d.dst.port() == 7101 {
                             sns.push(k.sn);
                         }

@@ -1,8 +1,8 @@
 //! The engine on its own thread gives exactly what it gives on the decoding thread: every record
 //! and the summary, on captures of two paths long enough for many hand-overs between the threads,
-//! on the QUIC fixture, and on decrypted QUIC mixed with KCP (observations written over the
-//! returned ones of their kind, or of another); an error while handling records stops decoding
-//! and is returned.
+//! on the QUIC fixture, and on decrypted QUIC mixed with KCP (batches returned to decoding with
+//! observations of every kind in them); an error while handling records stops decoding and is
+//! returned.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};

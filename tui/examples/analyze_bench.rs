@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use probe_user::analyze::Analyzer;
-use probe_user::correlate::{Correlator, FrameFeed, MakeObservation, ObservationSink};
+use probe_user::correlate::{Correlator, FrameFeed, ObservationSink};
 use probe_user::dissect::{DissectConfig, DissectStats};
 use probe_user::engine::{Config as EngineConfig, Engine, Observation};
 use probe_user::pipeline::{decode_and_match, Waits};
@@ -534,26 +534,17 @@ fn process_cpu_ns() -> u64 {
 }
 
 /// The decoding thread's share of the engine on its own thread: decodes `file` and builds
-/// every observation as the engine would get it, written over the previous one where the
-/// pipeline writes it over a returned one (of its kind); (wall s, CPU s).
+/// every observation as the engine would get it; (wall s, CPU s).
 fn decode_to_observations(file: &Path, config: &DissectConfig) -> (f64, f64) {
-    /// Keeps the last observation, to write the next over.
-    struct Discard(Option<Observation>);
+    /// Drops each observation.
+    struct Discard;
     impl ObservationSink for Discard {
         fn handle(&mut self, obs: Observation) {
-            self.0 = Some(std::hint::black_box(obs));
-        }
-
-        fn handle_made(&mut self, mut make: impl MakeObservation) {
-            let written = self.0.as_mut().is_some_and(|old| make.write_over(old));
-            if !written {
-                self.handle(make.make());
-            }
-            std::hint::black_box(&self.0);
+            drop(std::hint::black_box(obs));
         }
     }
     let mut analyzer = Analyzer::new(config.clone());
-    let mut correlator = Correlator::with_sink(Discard(None));
+    let mut correlator = Correlator::with_sink(Discard);
     let mut feed = FrameFeed::default();
     let (t, cpu0) = (Instant::now(), thread_cpu_ns());
     analyzer

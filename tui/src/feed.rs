@@ -161,7 +161,7 @@ impl EngineFeed {
         let segment = TcpSegment {
             meta: PacketMeta {
                 ts_ns: p.ts_ns,
-                path: self.correlator.label(label),
+                path: self.correlator.path_id(label, p.ts_ns),
                 capture,
                 src: seg.src,
                 dst: seg.dst,

@@ -297,17 +297,18 @@ impl<'a> Segment<'a> {
         KcpSegment {
             conv: self.conv(),
             cmd: self.cmd,
-            frg: self.frg(),
-            wnd: self.wnd(),
-            ts: self.ts(),
             sn: self.sn(),
             una: self.una(),
+            frg: self.frg(),
+            wnd: self.wnd(),
             len: self.len(),
+            ts: self.ts(),
         }
     }
 }
 
-/// Owned summary of one segment, for JSON output and the correlation engine.
+/// Owned summary of one segment, for JSON output (`kcp_segment` lines) and the correlation
+/// engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct KcpSegment {
     /// Conversation id.
@@ -318,14 +319,15 @@ pub struct KcpSegment {
     pub sn: u32,
     /// Cumulative acknowledgement.
     pub una: u32,
-    /// Sender timestamp (ms) or, in an ACK, the echoed timestamp.
-    pub ts: u32,
     /// Fragment countdown.
     pub frg: u8,
     /// Advertised free receive window (segments).
     pub wnd: u16,
     /// Payload length.
     pub len: u32,
+    /// Sender timestamp (ms) or, in an ACK, the echoed timestamp.
+    #[serde(rename = "kcp_ts")]
+    pub ts: u32,
 }
 
 /// Where and why a datagram's segment walk stopped.

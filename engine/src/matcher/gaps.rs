@@ -67,7 +67,6 @@ fn resend_name(kind: Resend) -> &'static str {
 }
 
 /// Counts one retransmission of a missing unit on an incident, with its evidence.
-#[allow(clippy::too_many_arguments)]
 fn count_resend(
     inc: &mut HolIncident,
     unknown: &mut u32,
@@ -189,7 +188,10 @@ fn recovery(
 
 impl Shared {
     /// Records that the receiver got `[start, start+len)`; opens/closes HOL incidents.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a piece's figures, passed through from the matchers"
+    )]
     #[inline(always)]
     pub(crate) fn gap_deliver(
         &mut self,
@@ -218,7 +220,10 @@ impl Shared {
 
     /// [`Shared::gap_deliver`] of a piece that changes more than the next unit expected (a gap
     /// opens, narrows or fills, or pieces are held).
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a piece's figures, passed through from the matchers"
+    )]
     #[inline(never)]
     fn gap_deliver_held(
         &mut self,
@@ -447,7 +452,6 @@ impl Shared {
 
     /// The sender retransmitted `unit` (its kind told from the sender's own view): counted on
     /// the incident whose stall it is missing in, now or when the receiver shows the gap.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn gap_resent(
         &mut self,
         fr: FlowRef,

@@ -213,7 +213,9 @@ impl KcpMatcher {
         let Some(pkt) = shared.packet(&k.meta) else {
             return;
         };
-        let key = FlowKey::Kcp { conv: k.conv };
+        let key = FlowKey::Kcp {
+            conv: k.header.conv,
+        };
         let fr = shared
             .flows
             .get_or_insert(&key, pkt.ts_ns, || Proto::Kcp(Box::default()));
@@ -221,11 +223,16 @@ impl KcpMatcher {
         // Separate sessions per path (application-level duplication): a segment carrying an
         // application id, or an app-id override, puts the conversation's messages into the
         // group of its server port, where copies on other sessions match by that id.
-        let forced = forced_mode(&shared.cfg, (&k.meta.src, &k.meta.dst), Some(k.conv), None);
+        let forced = forced_mode(
+            &shared.cfg,
+            (&k.meta.src, &k.meta.dst),
+            Some(k.header.conv),
+            None,
+        );
         shared.remember_tuple(pkt.tuple, &key);
         let seg = Segment {
-            push: k.cmd == KcpCmd::Push,
-            msg_sn: k.sn.wrapping_add(u32::from(k.frg)),
+            push: k.header.cmd == KcpCmd::Push,
+            msg_sn: k.header.sn.wrapping_add(u32::from(k.header.frg)),
             up,
             forced: forced.is_some(),
         };
@@ -296,21 +303,21 @@ impl KcpMatcher {
             if mfr != fr {
                 if let Some(f) = shared.flows.get_mut(mfr) {
                     f.mode = Some(mode);
-                    count_wire(f, k.cmd, &pkt);
+                    count_wire(f, k.header.cmd, &pkt);
                 }
             }
             (mfr, mode)
         };
-        match k.cmd {
+        match k.header.cmd {
             KcpCmd::Push => self.push(shared, fr, (mfr, mode), k, &pkt, past),
             KcpCmd::Ack => {
                 let identity = || {
                     mix(&[
                         8,
-                        u64::from(k.conv),
-                        u64::from(k.sn),
-                        u64::from(k.una),
-                        u64::from(k.ts),
+                        u64::from(k.header.conv),
+                        u64::from(k.header.sn),
+                        u64::from(k.header.una),
+                        u64::from(k.header.ts),
                         pkt.tuple,
                     ])
                 };
@@ -319,7 +326,7 @@ impl KcpMatcher {
                     self.ack_at_sender(shared, fr, k, &pkt, !up);
                 }
             }
-            KcpCmd::WindowAsk | KcpCmd::WindowTell => {}
+            KcpCmd::Wask | KcpCmd::Wins => {}
         }
     }
 
@@ -336,7 +343,7 @@ impl KcpMatcher {
     ) {
         let d = usize::from(data_up);
         let (path, ts) = (pkt.path, pkt.ts_ns);
-        let (sn, una) = (u64::from(k.sn), u64::from(k.una));
+        let (sn, una) = (u64::from(k.header.sn), u64::from(k.header.una));
         let mut done = std::mem::take(&mut self.una_done);
         done.clear();
         let mut acked = None;
@@ -348,15 +355,15 @@ impl KcpMatcher {
             // The segments of one ACK datagram share its arrival time.
             match acks.back_mut() {
                 Some((at, max_sn)) if *at == ts => {
-                    if (k.sn.wrapping_sub(*max_sn) as i32) > 0 {
-                        *max_sn = k.sn;
+                    if (k.header.sn.wrapping_sub(*max_sn) as i32) > 0 {
+                        *max_sn = k.header.sn;
                     }
                 }
                 _ => {
                     if acks.len() >= ACK_HISTORY {
                         acks.pop_front();
                     }
-                    acks.push_back((ts, k.sn));
+                    acks.push_back((ts, k.header.sn));
                 }
             }
             msg_flow = s.group.unwrap_or(fr);
@@ -365,7 +372,7 @@ impl KcpMatcher {
             s.unacked.take_range((data_up, path), 0..una, &mut done);
         }
         if let Some(u) = acked {
-            self.acknowledge(shared, msg_flow, &u, path, ts);
+            Self::acknowledge(shared, msg_flow, &u, path, ts);
         }
         // Seen at the sender, an ACK says the receiver holds the sn (and, by una, every sn
         // below in order: an ACK datagram may name only its newest segments and leave the
@@ -395,9 +402,9 @@ impl KcpMatcher {
     ) {
         let (mfr, mode) = held;
         let up = pkt.up.unwrap_or(true);
-        let msg_sn = k.sn.wrapping_add(u32::from(k.frg));
+        let msg_sn = k.header.sn.wrapping_add(u32::from(k.header.frg));
         let content = match (mode, k.content_hash) {
-            (MatchMode::Content, Some(h)) if mfr != fr => self.content_key(shared, mfr, k, up, h),
+            (MatchMode::Content, Some(h)) if mfr != fr => Self::content_key(shared, mfr, k, up, h),
             _ => None,
         };
         let (mkey, id) = match (content, k.app_msg_id) {
@@ -405,7 +412,12 @@ impl KcpMatcher {
             (None, Some(app)) if mfr != fr => (mix(&[6, u64::from(up), app]), MsgId::App(app)),
             // In a group, a segment without the id (a later fragment) stays within its session.
             _ if mfr != fr => (
-                mix(&[3, u64::from(k.conv), u64::from(up), u64::from(msg_sn)]),
+                mix(&[
+                    3,
+                    u64::from(k.header.conv),
+                    u64::from(up),
+                    u64::from(msg_sn),
+                ]),
                 MsgId::Kcp { up, sn: msg_sn },
             ),
             // On its own, the conversation's keys are all of this form: direction and sn are
@@ -416,9 +428,9 @@ impl KcpMatcher {
             ),
         };
         let r = shared.sight(SightArgs {
-            frg: k.frg,
+            frg: k.header.frg,
             past,
-            ..pkt.sighting(mfr, mkey, id, u64::from(k.len))
+            ..pkt.sighting(mfr, mkey, id, u64::from(k.header.len))
         });
         let max_unacked = shared.cfg.max_unacked_per_flow;
         let mut evicted = 0u64;
@@ -436,7 +448,7 @@ impl KcpMatcher {
             }
             if let Proto::Kcp(s) = &mut f.proto {
                 s.segments += 1;
-                s.max_sn = s.max_sn.max(k.sn);
+                s.max_sn = s.max_sn.max(k.header.sn);
                 if retrans {
                     s.retransmissions += 1;
                 }
@@ -451,10 +463,10 @@ impl KcpMatcher {
                             slot,
                             last_ns: pkt.ts_ns,
                             sends: 1,
-                            first_ts: k.ts,
+                            first_ts: k.header.ts,
                             resends: [(0, Resend::Unknown); RESENDS_KEPT],
                         };
-                        s.unacked.insert((up, pkt.path), u64::from(k.sn), u);
+                        s.unacked.insert((up, pkt.path), u64::from(k.header.sn), u);
                         while s.unacked.len() > max_unacked {
                             s.unacked.pop_first();
                             evicted += 1;
@@ -462,14 +474,22 @@ impl KcpMatcher {
                     } else {
                         // A retransmission seen at the sender: what triggered it.
                         let acks = &s.acks_at_sender[usize::from(up)];
-                        resent = Some(match s.unacked.get_mut((up, pkt.path), u64::from(k.sn)) {
-                            Some(u) => {
-                                let kind = resend_kind(acks, k.sn, u.last_ns, u.sends, pkt.ts_ns);
-                                u.resent(k.ts, kind, pkt.ts_ns);
-                                kind
-                            }
-                            None => Resend::Unknown,
-                        });
+                        resent = Some(
+                            match s.unacked.get_mut((up, pkt.path), u64::from(k.header.sn)) {
+                                Some(u) => {
+                                    let kind = resend_kind(
+                                        acks,
+                                        k.header.sn,
+                                        u.last_ns,
+                                        u.sends,
+                                        pkt.ts_ns,
+                                    );
+                                    u.resent(k.header.ts, kind, pkt.ts_ns);
+                                    kind
+                                }
+                                None => Resend::Unknown,
+                            },
+                        );
                     }
                 }
             }
@@ -479,7 +499,7 @@ impl KcpMatcher {
             shared.gap_resent(
                 fr,
                 GapSel::Kcp { up },
-                u64::from(k.sn),
+                u64::from(k.header.sn),
                 kind,
                 pkt.path,
                 pkt.ts_ns,
@@ -489,7 +509,7 @@ impl KcpMatcher {
             shared.gap_retransmit(
                 fr,
                 GapSel::Kcp { up },
-                u64::from(k.sn),
+                u64::from(k.header.sn),
                 pkt.path,
                 pkt.ts_ns,
                 "sn",
@@ -510,16 +530,16 @@ impl KcpMatcher {
                     // Which of the sender's transmissions this copy is (its ts names it).
                     s.rx[d].arriving = s
                         .unacked
-                        .get_mut((up, pkt.path), u64::from(k.sn))
-                        .and_then(|u| u.transmission(k.ts));
+                        .get_mut((up, pkt.path), u64::from(k.header.sn))
+                        .and_then(|u| u.transmission(k.header.ts));
                     let newest = s.newest_ts[d];
-                    let filling = s.rx[d].blocks(u64::from(k.sn));
+                    let filling = s.rx[d].blocks(u64::from(k.header.sn));
                     retransmitted_fill = unpaired
                         && filling
-                        && newest.is_some_and(|n| (k.ts.wrapping_sub(n) as i32) > 0);
+                        && newest.is_some_and(|n| (k.header.ts.wrapping_sub(n) as i32) > 0);
                     s.newest_ts[d] = Some(match newest {
-                        Some(n) if (k.ts.wrapping_sub(n) as i32) <= 0 => n,
-                        _ => k.ts,
+                        Some(n) if (k.header.ts.wrapping_sub(n) as i32) <= 0 => n,
+                        _ => k.header.ts,
                     });
                 }
             }
@@ -527,24 +547,32 @@ impl KcpMatcher {
                 shared.gap_retransmit(
                     fr,
                     GapSel::Kcp { up },
-                    u64::from(k.sn),
+                    u64::from(k.header.sn),
                     pkt.path,
                     pkt.ts_ns,
                     "sn",
                 );
             }
-            let (sn, bytes) = (u64::from(k.sn), u64::from(k.len));
+            let (sn, bytes) = (u64::from(k.header.sn), u64::from(k.header.len));
             let sel = GapSel::Kcp { up };
-            shared.gap_deliver(fr, sel, sn, 1, bytes, k.frg == 0, pkt.path, pkt.ts_ns);
+            shared.gap_deliver(
+                fr,
+                sel,
+                sn,
+                1,
+                bytes,
+                k.header.frg == 0,
+                pkt.path,
+                pkt.ts_ns,
+            );
             // A data segment's una acknowledges the other direction's data.
-            self.una(shared, fr, !up, pkt, k.una, !other_seen);
+            self.una(shared, fr, !up, pkt, k.header.una, !other_seen);
         }
     }
 
     /// The key of the message a data segment of a session in group `mfr` (matched by content)
     /// belongs to: its message's first fragment seen names it by content and order.
     fn content_key(
-        &mut self,
         shared: &mut Shared,
         mfr: FlowRef,
         k: &KcpSegment,
@@ -554,14 +582,21 @@ impl KcpMatcher {
         let Some(Proto::Kcp(g)) = shared.flows.get_mut(mfr).map(|f| &mut f.proto) else {
             return None;
         };
-        let msg = (k.conv, up, k.sn.wrapping_add(u32::from(k.frg)));
+        let msg = (
+            k.header.conv,
+            up,
+            k.header.sn.wrapping_add(u32::from(k.header.frg)),
+        );
         if let Some(key) = g.content_msgs.get(&msg) {
             return Some((*key, MsgId::Hash(content)));
         }
-        let n = g
-            .content
-            .occurrence(u64::from(k.conv), up, content, (0, u64::from(k.sn)));
-        let key = mix(&[5, u64::from(up), content, u64::from(k.frg), n]);
+        let n = g.content.occurrence(
+            u64::from(k.header.conv),
+            up,
+            content,
+            (0, u64::from(k.header.sn)),
+        );
+        let key = mix(&[5, u64::from(up), content, u64::from(k.header.frg), n]);
         if g.content_msgs.len() >= MAX_CONTENT_MSGS {
             g.content_msgs.clear();
         }
@@ -609,20 +644,13 @@ impl KcpMatcher {
         ts: u64,
     ) {
         for (_, u) in &done {
-            self.acknowledge(shared, msg_flow, u, path, ts);
+            Self::acknowledge(shared, msg_flow, u, path, ts);
         }
         self.una_done = done;
     }
 
     /// The segment `u` of a message of flow `msg_flow` acknowledged on `path` at `ts`.
-    fn acknowledge(
-        &mut self,
-        shared: &mut Shared,
-        msg_flow: FlowRef,
-        u: &Unacked,
-        path: PathIdx,
-        ts: u64,
-    ) {
+    fn acknowledge(shared: &mut Shared, msg_flow: FlowRef, u: &Unacked, path: PathIdx, ts: u64) {
         if let Some(slot) = shared.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
             shared.maybe_complete(msg_flow, slot);
         }
@@ -665,7 +693,7 @@ fn joins_group(
         None if k.app_msg_id.is_some() => Some(MatchMode::AppId),
         None if k.content_hash.is_some()
             && paths.several_live()
-            && sessions_per_path(sessions, paths, server(), k.conv, path) =>
+            && sessions_per_path(sessions, paths, server(), k.header.conv, path) =>
         {
             Some(MatchMode::Content)
         }
@@ -706,8 +734,8 @@ impl Segment {
             f.paths_mask |= 1 << pkt.path;
         }
         if let Proto::Kcp(s) = &mut f.proto {
-            s.wnd = k.wnd;
-            s.una = k.una;
+            s.wnd = k.header.wnd;
+            s.una = k.header.una;
             if self.push && own {
                 let d = usize::from(self.up);
                 let newest = &mut s.newest_msg_sn[d];
@@ -720,7 +748,7 @@ impl Segment {
             }
         }
         if own {
-            count_wire(f, k.cmd, pkt);
+            count_wire(f, k.header.cmd, pkt);
         }
         past
     }
@@ -734,7 +762,7 @@ fn count_wire(f: &mut Flow, cmd: KcpCmd, pkt: &Pkt) {
         match cmd {
             KcpCmd::Push => {}
             KcpCmd::Ack => f.amp.ack += pkt.wire,
-            KcpCmd::WindowAsk | KcpCmd::WindowTell => f.amp.overhead += pkt.wire,
+            KcpCmd::Wask | KcpCmd::Wins => f.amp.overhead += pkt.wire,
         }
     }
 }

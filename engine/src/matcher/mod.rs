@@ -11,6 +11,7 @@ pub mod tcp;
 use std::net::SocketAddr;
 
 use crate::config::{Config, MatchMode};
+use crate::input::ConnId;
 use crate::FastMap;
 
 /// Message starts remembered per session and content.
@@ -109,7 +110,7 @@ pub fn forced_mode(
     cfg: &Config,
     (src, dst): (&SocketAddr, &SocketAddr),
     conv: Option<u32>,
-    conn: Option<&str>,
+    conn: Option<ConnId>,
 ) -> Option<MatchMode> {
     cfg.mode_overrides
         .iter()
@@ -117,7 +118,9 @@ pub fn forced_mode(
             let s = &o.selector;
             s.port.is_none_or(|p| p == src.port() || p == dst.port())
                 && s.conv.is_none_or(|c| Some(c) == conv)
-                && s.conn.as_deref().is_none_or(|c| Some(c) == conn)
+                && s.conn
+                    .as_deref()
+                    .is_none_or(|c| conn.is_some_and(|n| n.to_string() == c))
                 && (s.port.is_some() || s.conv.is_some() || s.conn.is_some())
         })
         .map(|o| o.mode)

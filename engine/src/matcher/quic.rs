@@ -12,9 +12,9 @@ use crate::FastMap as HashMap;
 
 use crate::capture::Dir;
 use crate::config::MatchMode;
-use crate::flow::{same_label, FlowKey, FlowRef, Proto};
+use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::GapTracker;
-use crate::input::QuicPacket;
+use crate::input::{ConnId, QuicPacket};
 use crate::matcher::gaps::GapSel;
 use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
 use crate::message::{MsgId, PastClosure, SightArgs};
@@ -80,14 +80,9 @@ pub(crate) type Part = (u64, MsgId, u64, bool);
 /// Streams remembered per group for frames that continue a message.
 const MAX_STREAM_MSGS: usize = 8192;
 
-/// A stable tag of a connection label (keeps connections of a group apart).
-fn conn_hash(conn: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in conn.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    mix(&[7, h])
+/// A stable tag of a connection (keeps connections of a group apart).
+fn conn_hash(conn: ConnId) -> u64 {
+    mix(&[7, conn.0])
 }
 
 impl QuicState {
@@ -214,12 +209,12 @@ impl QuicState {
 /// ([`QuicState`] in [`Proto::Quic`]).
 #[derive(Debug)]
 pub(crate) struct QuicMatcher {
-    /// Server port → QUIC connections seen (label, path, address pair), to detect per-path
-    /// connections.
-    conns: HashMap<u16, Vec<(std::sync::Arc<str>, PathIdx, u64)>>,
+    /// Server port → QUIC connections seen (connection, path, address pair), to detect
+    /// per-path connections.
+    conns: HashMap<u16, Vec<(ConnId, PathIdx, u64)>>,
     /// Connections that joined a group of per-path connections, with the group's mode
     /// (bounded: a full map is cleared before the next entry).
-    conn_modes: HashMap<std::sync::Arc<str>, MatchMode>,
+    conn_modes: HashMap<ConnId, MatchMode>,
     /// Entries `conn_modes` holds at most.
     max_conn_modes: usize,
     /// Scratch for the messages one STREAM frame carries.
@@ -260,10 +255,10 @@ impl QuicMatcher {
         let conns = self.conns.entry(server).or_default();
         if !conns
             .iter()
-            .any(|(c, p, a)| *p == pkt.path && *a == addrs && same_label(c, &q.conn))
+            .any(|(c, p, a)| *p == pkt.path && *a == addrs && *c == q.conn)
             && conns.len() < MAX_CONNS_PER_PORT
         {
-            conns.push((q.conn.clone(), pkt.path, addrs));
+            conns.push((q.conn, pkt.path, addrs));
         }
         // One connection on two paths (multipath QUIC) uses other addresses on each path.
         // The same addresses under two path labels are the two ends of one path (their
@@ -274,7 +269,7 @@ impl QuicMatcher {
         for (i, (c, p, a)) in conns.iter().enumerate() {
             for (c2, p2, a2) in conns.iter().skip(i + 1) {
                 if paths.canonical(*p) != paths.canonical(*p2) {
-                    let same = same_label(c, c2);
+                    let same = c == c2;
                     multipath |= same && a != a2;
                     per_path_conns |= !same;
                 }
@@ -285,17 +280,12 @@ impl QuicMatcher {
         // content, once another connection to the same server port is seen on another path
         // (a single connection keeps its stream ranges and per-stream HOL tracking).
         let separate = !multipath;
-        let forced = forced_mode(
-            &shared.cfg,
-            (&q.meta.src, &q.meta.dst),
-            None,
-            Some(&*q.conn),
-        );
+        let forced = forced_mode(&shared.cfg, (&q.meta.src, &q.meta.dst), None, Some(q.conn));
         let has_app = q.streams.iter().any(|s| s.app_msg_id.is_some());
         let has_hash = per_path_conns && q.streams.iter().any(|s| s.data_hash.is_some());
         // Once a connection joined a group, all its packets stay there (ACK-only packets and
         // frames without the id carry no id of their own).
-        let joined = self.conn_modes.get(&*q.conn).copied();
+        let joined = self.conn_modes.get(&q.conn).copied();
         let mode = match forced {
             Some(m) => m,
             None => match joined {
@@ -311,45 +301,29 @@ impl QuicMatcher {
             if self.conn_modes.len() >= self.max_conn_modes {
                 self.conn_modes.clear();
             }
-            self.conn_modes.insert(q.conn.clone(), mode);
+            self.conn_modes.insert(q.conn, mode);
         }
         // In a group, packet numbers and stream ids repeat across its connections.
-        let conn_tag = if grouped { conn_hash(&q.conn) } else { 0 };
+        let conn_tag = if grouped { conn_hash(q.conn) } else { 0 };
         if q.streams.is_empty() {
             // An ACK-only packet: timed at both ends of its path for the clock offset.
-            let identity = || mix(&[9, conn_hash(&q.conn), q.path_id, q.pn, pkt.tuple]);
+            let identity = || mix(&[9, conn_hash(q.conn), q.path_id, q.pn, pkt.tuple]);
             shared.echo(identity, &pkt);
         }
-        // A connection's own flow, recent and its address pair remembered, is found without a
-        // key (a new reference to the label per packet).
-        let recent = match mode {
-            MatchMode::Content | MatchMode::AppId => None,
-            _ if shared.tuple_known(pkt.tuple) => shared.flows.recent_quic(&q.conn, pkt.ts_ns),
-            _ => None,
+        let key = match mode {
+            MatchMode::Content | MatchMode::AppId => FlowKey::QuicGroup {
+                server_port: server,
+            },
+            _ => FlowKey::Quic { conn: q.conn },
         };
-        let fr = match recent {
-            Some(fr) => fr,
-            None => {
-                let key = match mode {
-                    MatchMode::Content | MatchMode::AppId => FlowKey::QuicGroup {
-                        server_port: server,
-                    },
-                    _ => FlowKey::Quic {
-                        conn: q.conn.clone(),
-                    },
-                };
-                shared.remember_tuple(pkt.tuple, &key);
-                shared
-                    .flows
-                    .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()))
-            }
-        };
+        shared.remember_tuple(pkt.tuple, &key);
+        let fr = shared
+            .flows
+            .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()));
         if joins {
             // The connection's packets before it joined are in a flow of its own: it is
             // reported as part of the group.
-            let own = FlowKey::Quic {
-                conn: q.conn.clone(),
-            };
+            let own = FlowKey::Quic { conn: q.conn };
             if let Some(before) = shared.flows.find(&own) {
                 if let Some(Proto::Quic(s)) = shared.flows.get_mut(before).map(|f| &mut f.proto) {
                     s.group = Some(fr);
@@ -610,15 +584,6 @@ mod tests {
             map.pop_first();
         }
         out
-    }
-
-    /// Labels are the same connection when equal, shared or not.
-    #[test]
-    fn same_conn_compares_the_text() {
-        let a: std::sync::Arc<str> = "conn-a".into();
-        assert!(same_label(&a, &a.clone()));
-        assert!(same_label(&a, &"conn-a".into()));
-        assert!(!same_label(&a, &"conn-b".into()));
     }
 
     /// Overlapping, repeated and out-of-order frames split as with an ordered map; a range

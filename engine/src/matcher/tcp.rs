@@ -202,7 +202,7 @@ impl Shared {
                             note = Some(format!(
                                 "retransmit seq {seq} ({kind:?}, backoff {})",
                                 e.figures.backoff
-                            ))
+                            ));
                         }
                     },
                     TcpEventKind::RtoExpired => {
@@ -230,7 +230,7 @@ impl Shared {
                         }
                     }
                     TcpEventKind::BackoffEnd => {
-                        close_reason = Some("backoff reset: data got through")
+                        close_reason = Some("backoff reset: data got through");
                     }
                     TcpEventKind::Sample => {}
                 }

@@ -61,7 +61,7 @@ impl Shared {
                 self.recent_flows()
                     .iter()
                     .filter(|f| !members.folded.contains(&f.uid))
-                    .map(|f| self.amplification(f, &members.totals(f).1))
+                    .map(|f| Self::amplification(f, &members.totals(f).1))
                     .collect()
             },
             health: self.health(),
@@ -131,7 +131,7 @@ impl Shared {
             latency: self.latency_view(),
             amplification: flows
                 .iter()
-                .map(|f| self.amplification(f, &members.totals(f).1))
+                .map(|f| Self::amplification(f, &members.totals(f).1))
                 .collect(),
             outages: self.outages.newest_first(end).into_iter().rev().collect(),
             hol_incidents: {
@@ -214,7 +214,7 @@ impl Shared {
 
     /// The amplification of flow `f` from its byte counts `amp` (its own, with those of its
     /// group's members: [`GroupMembers::totals`]).
-    fn amplification(&self, f: &Flow, amp: &Amp) -> AmplificationView {
+    fn amplification(f: &Flow, amp: &Amp) -> AmplificationView {
         AmplificationView {
             flow: f.key.name(),
             protocol: f.key.protocol().to_owned(),

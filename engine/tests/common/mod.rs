@@ -3,11 +3,35 @@
 use std::net::SocketAddr;
 
 use tboxscope_engine::{
-    CaptureId, Config, Engine, HolIncident, Host, MessageRecord, Observation, PacketMeta, Record,
-    Summary,
+    CaptureId, Config, Engine, HolIncident, Host, MessageRecord, Observation, PacketMeta, PathId,
+    PathName, Record, Summary,
 };
 
 pub const T0: u64 = 1_796_000_000_000_000_000;
+
+/// The path labels packets of these tests carry, each named by its place here.
+pub const LABELS: [&str; 8] = [
+    "eth0", "eth1", "g0", "g1", "gw-g0", "gw-g1", "t-eth0", "t-eth1",
+];
+
+/// The id of path label `label` (one of [`LABELS`]).
+pub fn path(label: &str) -> PathId {
+    let i = LABELS.iter().position(|l| *l == label);
+    PathId(i.expect("a label of LABELS") as u16)
+}
+
+/// A fresh engine with [`LABELS`] named.
+pub fn engine(cfg: Config) -> Engine {
+    let mut e = Engine::new(cfg);
+    for label in LABELS {
+        e.handle(Observation::PathName(PathName {
+            ts_ns: T0,
+            id: path(label),
+            label: label.to_owned(),
+        }));
+    }
+    e
+}
 
 pub fn addr(s: &str) -> SocketAddr {
     s.parse().expect("valid address literal")
@@ -23,7 +47,7 @@ pub fn meta(
 ) -> PacketMeta {
     PacketMeta {
         ts_ns: ts,
-        path: path.into(),
+        path: self::path(path),
         capture,
         src,
         dst,
@@ -114,7 +138,7 @@ pub fn incidents(records: &[Record]) -> Vec<&HolIncident> {
 
 /// Feeds `obs` in time order to a fresh engine and finishes the run just after the last one.
 pub fn run(obs: Vec<Observation>, cfg: Config) -> Summary {
-    let mut e = Engine::new(cfg);
+    let mut e = engine(cfg);
     let end = obs.iter().map(Observation::ts_ns).max().unwrap_or(T0);
     for o in sorted(obs) {
         e.handle(o);

@@ -26,8 +26,8 @@ use probe_user::decode::net::tcp_segment;
 use probe_user::decode::quic::Keylog;
 use probe_user::dissect::{Decoded, DecodedPacket, DissectConfig};
 use probe_user::engine::input::{RetransmitKind, TcpEvent, TcpEventKind};
-use probe_user::engine::FlowKey;
 use probe_user::engine::{units, AppIdRule, CapturePoint, Config, Host, Summary};
+use probe_user::engine::{ConnId, FlowKey};
 use probe_user::source::ebpf::{ProbeOptions, TcpFilter};
 use probe_user::source::pcap::live::LivePacket;
 use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent, PathStats};
@@ -730,11 +730,11 @@ struct TcpSide<'a> {
 fn remember_flow(ports: &mut HashMap<String, u16>, d: &DecodedPacket) {
     let port = d.src.port().min(d.dst.port());
     let key = match &d.decoded {
-        Decoded::KcpSegment(s) => FlowKey::Kcp { conv: s.conv },
+        Decoded::KcpSegment(s) => FlowKey::Kcp {
+            conv: s.header.conv,
+        },
         Decoded::QuicPacket(p) => match p.connection {
-            Some(n) => FlowKey::Quic {
-                conn: format!("quic#{n}").into(),
-            },
+            Some(n) => FlowKey::Quic { conn: ConnId(n) },
             None => return,
         },
         Decoded::UdpDatagram(_) => return,
