@@ -1,4 +1,4 @@
-//! Link types as the field captures them (issue 20): Linux cooked v1 with any hardware type,
+//! Link types as the field captures them: Linux cooked v1 with any hardware type,
 //! PPP, PPP in HDLC framing and Cisco HDLC, PPPoE inside Ethernet (behind VLAN tags too) and
 //! without it, BSD loopback in both byte orders, and NFLOG in both byte orders. Frames are
 //! built here, written into real pcap and pcapng files, and read back; every truncation and

@@ -1,4 +1,4 @@
-//! tboxscope's own libpcap source on the link types the field captures with (issue 20): the
+//! tboxscope's own libpcap source on the link types the field captures with: the
 //! `nflog:N` pseudo-device behind an nftables `log group N` rule (LINKTYPE_NFLOG, refused as
 //! an unsupported link before), the `any` pseudo-device (Linux cooked) and a tun device (raw
 //! IP). KCP segments sent inside a namespace of the test are all decoded. Needs root:

@@ -1,4 +1,4 @@
-//! `tboxscope capture --json` with packets (issue 23), in namespaces this test creates: KCP
+//! `tboxscope capture --json` with packets, in namespaces this test creates: KCP
 //! segments sent on both paths of a veth pair each (plain UDP sockets, the far end answering
 //! each segment with a KCP ACK), one path's ACKs dropped for two seconds (an outage). The
 //! capture's `message` and `outage` records must equal what `analyze --json` finds in

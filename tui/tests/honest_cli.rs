@@ -1,4 +1,4 @@
-//! The command line never misleads (issue 20, "Honest CLI"): the real `tboxscope` binary with a
+//! The command line never misleads: the real `tboxscope` binary with a
 //! closed pipe, options written before the subcommand, `doctor` against live mode, options that
 //! change nothing, `replay` reading what `analyze` reads, a file given twice and captures that
 //! do not overlap in time. Tests that load eBPF programs (`doctor`) need root: they are

@@ -1,4 +1,4 @@
-//! Captures as the field takes them (issue 20, link types): tcpdump (not tboxscope) records
+//! Captures as the field takes them: tcpdump (not tboxscope) records
 //! KCP traffic sent inside a network namespace this test creates, on loopback (`-i lo`,
 //! Ethernet), `-i any` (Linux cooked v2), `-i any -y LINUX_SLL` (cooked v1, loopback hardware
 //! type 772), a tun device (raw IP) and `-i nflog:N` behind an nftables `log group N` rule;

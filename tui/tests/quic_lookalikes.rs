@@ -1,4 +1,4 @@
-//! UDP that only looks like QUIC (issue 18 item 5): LLMNR queries, zero-filled blobs and plain
+//! UDP that only looks like QUIC: LLMNR queries, zero-filled blobs and plain
 //! KCP parse as QUIC headers (Version Negotiation, unknown versions, short headers) but are
 //! never counted as QUIC nor as decryption failures, and make no flows, spans or outages.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

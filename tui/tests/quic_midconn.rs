@@ -1,4 +1,4 @@
-//! Captures that begin after the QUIC handshake (issue 18 item 3), from a real third-party peer:
+//! Captures that begin after the QUIC handshake, from a real third-party peer:
 //! an aioquic client and server (tests/aioquic/stream_peer.py) on loopback write messages on one
 //! bidirectional stream, tcpdump (not tboxscope) records them, and the capture is cut with
 //! `editcap` after the handshake, or at half time after key updates. `tboxscope analyze --keylog`

@@ -1,7 +1,7 @@
 //! `tboxscope replay` of a `capture --json` recording: the records are written as `capture`
 //! writes them (the kernel observations through the capture's connection table and JSON Lines
 //! writer), and every one of them must come back in the replayed view: the congestion-state
-//! changes, the retransmission and the socket's last state (issue 20, item 5), and the
+//! changes, the retransmission and the socket's last state, and the
 //! kernel's drop counters.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
