@@ -267,6 +267,7 @@ impl Run {
             let config = LiveConfig {
                 interfaces: interfaces.clone(),
                 filter: args.pcap_filter.clone(),
+                buffer_size: args.buffer_size.unwrap_or(crate::cli::DEFAULT_BUFFER_SIZE),
                 ..LiveConfig::default()
             };
             // SAFETY: geteuid has no preconditions and cannot fail.
@@ -633,6 +634,13 @@ impl Run {
                     f.lost()
                 );
             }
+        }
+        let dropped: u64 = self.paths.iter().map(|r| r.stats.dropped).sum();
+        if dropped > 0 {
+            eprintln!(
+                "tboxscope: {dropped} packets dropped because the capture buffer was full \
+                 (libpcap drops in the summary); a larger --buffer-size keeps up with more"
+            );
         }
         let out = self.out.into_inner()?;
         log::info!(
