@@ -648,3 +648,19 @@ pub fn refuse_repeated_files(files: &[PathBuf]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod buffer_size_tests {
+    use super::parse_buffer_size;
+
+    #[test]
+    fn buffer_sizes_read_as_tcpdump_and_with_units() {
+        assert_eq!(parse_buffer_size("2MiB"), Ok(2 << 20));
+        assert_eq!(parse_buffer_size("4096"), Ok(4 << 20));
+        assert_eq!(parse_buffer_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_buffer_size("4MB"), Ok(4_000_000));
+        for bad in ["", "2 parsecs", "1kB", "4096MiB", "-1"] {
+            assert!(parse_buffer_size(bad).is_err(), "{bad}");
+        }
+    }
+}

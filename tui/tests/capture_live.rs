@@ -552,3 +552,72 @@ fn json_and_pcapng_files_rotate_by_size_and_a_few_are_kept() {
         assert!(frames > 0, "{f:?}");
     }
 }
+
+#[test]
+#[ignore = "needs root"]
+fn json_and_pcapng_files_rotate_by_age_and_a_few_are_kept() {
+    let mut bed = Bed::new("ca");
+    let out = bed.path("out.jsonl");
+    let pcaps = bed.path("pcap");
+    let mut args: Vec<String> = ["--json", &out.display().to_string(), "--no-tcp"]
+        .into_iter()
+        .chain(["--pcap", &pcaps.display().to_string()])
+        .chain(["--rotate", "2s", "--keep", "2"])
+        .map(str::to_owned)
+        .collect();
+    args.extend(bed.interfaces());
+    let cap = bed.capture(&args);
+    wait_for_header(&out);
+    // 9 s of traffic: four or more rotations at 2 s, far too few bytes for a size to matter.
+    bed.traffic(0..450, 0..0);
+    let (code, err) = bed.end(cap, libc::SIGTERM);
+    assert_eq!(code, Some(0), "{err}");
+    // `STEM.N.EXT`, N counting the closed files from 1.
+    let numbered = |dir: &Path, ext: &str| -> Vec<(u64, PathBuf)> {
+        let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .filter_map(|p| {
+                let n = p.file_stem()?.to_str()?.rsplit_once('.')?.1.parse().ok()?;
+                Some((n, p))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let closed = numbered(bed.dir.path(), "jsonl");
+    assert_eq!(closed.len(), 2, "2 closed files kept: {closed:?}");
+    assert!(closed[1].0 >= 4, "4 or more rotations in 9 s: {closed:?}");
+    for (_, f) in &closed {
+        let got = lines(f);
+        assert_eq!(got[0]["type"], "header", "{f:?}");
+        // Windows close every second: a file closed by age holds about two, all within its
+        // 2 s (and the second the lines may wait before being written).
+        let ends: Vec<u64> = of_type(&got, "window")
+            .iter()
+            .map(|w| w["end_ns"].as_u64().unwrap())
+            .collect();
+        assert!(!ends.is_empty(), "{f:?} holds no window");
+        let span = ends.iter().max().unwrap() - ends.iter().min().unwrap();
+        assert!(span <= 3_000_000_000, "{f:?} spans {span} ns of windows");
+        assert!(
+            !of_type(&got, "message").is_empty(),
+            "{f:?} holds no message"
+        );
+    }
+    assert_eq!(lines(&out).last().unwrap()["type"], "summary");
+    let closed_pcaps = numbered(&pcaps, "pcapng");
+    // eth0 and eth1, 2 kept each, beside the current file of each.
+    assert_eq!(closed_pcaps.len(), 4, "{closed_pcaps:?}");
+    assert!(
+        closed_pcaps.iter().all(|(n, _)| *n >= 3),
+        "{closed_pcaps:?}"
+    );
+    for (_, f) in &closed_pcaps {
+        let got = analyze(&bed, "rotated.jsonl", std::slice::from_ref(f));
+        let frames = got.last().unwrap()["files"][0]["frames"].as_u64().unwrap();
+        // 2 s of 50 segments/s and their ACKs, give or take the boundaries.
+        assert!((100..=320).contains(&frames), "{f:?}: {frames} frames");
+    }
+}

@@ -198,6 +198,16 @@ mod tests {
         );
     }
 
+    #[test]
+    fn libpcap_drops_suggest_a_larger_buffer() {
+        let mut snap = Snapshot::default();
+        snap.health.pcap_dropped = 7;
+        assert_eq!(
+            HealthModel::build(&snap).footer_lines(200),
+            [" capture health: libpcap drops 7 (try a larger --buffer-size)"]
+        );
+    }
+
     /// Which end a capture shows reads in words, not as a Debug name (`(Unknown)`).
     #[test]
     fn capture_ends_in_words() {
