@@ -621,3 +621,119 @@ fn json_and_pcapng_files_rotate_by_age_and_a_few_are_kept() {
         assert!((100..=320).contains(&frames), "{f:?}: {frames} frames");
     }
 }
+
+/// Bulk TCP from the T-Box to the far end over path 0 while 10 % of the segments arriving
+/// there are dropped (nftables in the far end's input: the kernel retransmits), beside the KCP
+/// traffic of [`Bed::traffic`] (eth1's ACKs cut for 2 s: an outage), under `capture --json`
+/// with the TCP probes on (`--port` keeps them to this connection). Returns the recording and
+/// the T-Box namespace's TcpRetransSegs.
+fn record_tcp_under_loss(bed: &mut Bed, tcp_port: u16) -> (PathBuf, u64) {
+    let out = bed.path("out.jsonl");
+    let mut args = vec![
+        "--json".to_owned(),
+        out.display().to_string(),
+        "--port".to_owned(),
+        tcp_port.to_string(),
+    ];
+    args.extend(bed.interfaces());
+    let cap = bed.capture(&args);
+    wait_for_header(&out);
+    let (_, cloud_if, tbox_addr, cloud_addr) = bed.lab.links[0].clone();
+    let rules = format!(
+        "table inet tbxloss {{ chain c {{ type filter hook input priority 0; \
+         iifname \"{cloud_if}\" tcp dport {tcp_port} numgen random mod 100 < 10 drop; }}; }}"
+    );
+    let ok = Command::new("ip")
+        .args(["netns", "exec", &bed.lab.cloud, "nft", &rules])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let listen = format!("{cloud_addr}:{tcp_port}");
+    let server = spawn_in(&bed.lab.cloud, move || {
+        let l = std::net::TcpListener::bind(&listen).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let mut sink = Vec::new();
+        std::io::Read::read_to_end(&mut s, &mut sink).unwrap();
+        sink.len()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let client = spawn_in(&bed.lab.tbox, move || {
+        let sock = std::net::TcpStream::connect((cloud_addr.as_str(), tcp_port)).unwrap();
+        assert_eq!(sock.local_addr().unwrap().ip().to_string(), tbox_addr);
+        let chunk = vec![0x5au8; 16 << 10];
+        let end = Instant::now() + Duration::from_secs(5);
+        let mut sent = 0;
+        while Instant::now() < end {
+            std::io::Write::write_all(&mut &sock, &chunk).unwrap();
+            sent += chunk.len();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        sock.shutdown(std::net::Shutdown::Write).unwrap();
+        sent
+    });
+    bed.traffic(0..300, 100..200);
+    let sent = client.join().unwrap();
+    assert_eq!(
+        server.join().unwrap(),
+        sent,
+        "every byte arrived in the end"
+    );
+    let retrans = nstat_retrans(&bed.lab.tbox);
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, err) = bed.end(cap, libc::SIGTERM);
+    assert_eq!(code, Some(0), "{err}");
+    (out, retrans)
+}
+
+/// `nstat -azs TcpRetransSegs` in namespace `ns`.
+fn nstat_retrans(ns: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nstat", "-azs", "TcpRetransSegs"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next()? == "TcpRetransSegs").then(|| f.next()?.parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn tcp_under_loss_is_recorded_beside_the_packets_and_replays_whole() {
+    let mut bed = Bed::new("ct");
+    let port = 21_000 + (std::process::id() % 20_000) as u16;
+    let (out, kernel_retrans) = record_tcp_under_loss(&mut bed, port);
+    let got = lines(&out);
+    let port_s = format!(":{port}");
+    let retransmits: Vec<&Value> = of_type(&got, "tcp_retransmit")
+        .into_iter()
+        .filter(|r| r["dst"].as_str().unwrap().ends_with(&port_s))
+        .collect();
+    assert!(
+        !retransmits.is_empty(),
+        "no tcp_retransmit of the lossy connection ({kernel_retrans} in the kernel)"
+    );
+    let off_path = retransmits.iter().filter(|r| r["path"] != "eth0").count();
+    assert_eq!(off_path, 0, "records not named by eth0, the socket's path");
+    let last_total = retransmits
+        .iter()
+        .filter_map(|r| r["total_retrans"].as_u64())
+        .max()
+        .unwrap();
+    assert!(
+        last_total <= kernel_retrans && retransmits.len() as u64 <= kernel_retrans,
+        "{} records, total_retrans {last_total}, kernel {kernel_retrans}",
+        retransmits.len()
+    );
+    // The packet side beside it: the KCP messages, eth1's outage.
+    let messages = messages(&got);
+    assert_eq!(messages.len(), 300);
+    assert!(outages(&got).iter().any(|o| o.0 == "eth1"));
+    assert_eq!(got.last().unwrap()["type"], "summary");
+    let recording = tboxscope::replay::load(&out).unwrap();
+    assert!(recording.skipped.is_empty(), "{:?}", recording.skipped);
+    assert_eq!(recording.skipped_text(), "none");
+}

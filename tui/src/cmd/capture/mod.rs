@@ -18,7 +18,7 @@ use anyhow::{bail, Context};
 use crossbeam_channel::Receiver;
 use probe_user::analyze::{write_record, Record as PacketRecord};
 use probe_user::capture::clock::WallClock;
-use probe_user::capture::records::DropsRecord;
+use probe_user::capture::records::{DropsRecord, Record as KernelRecord};
 use probe_user::correlate::write_engine_records;
 use probe_user::dissect::DissectConfig;
 use probe_user::engine::Config as EngineConfig;
@@ -195,6 +195,16 @@ fn packet_interfaces(args: &CaptureArgs) -> anyhow::Result<Vec<InterfaceSpec>> {
         bail!("{}", super::watch::missing_interfaces_message(&missing));
     }
     Ok(specs)
+}
+
+/// A kernel record as written: the record's fields and, when its socket's local address is
+/// one of the paths', that path (so `replay` shows each socket on its path as the UI did).
+#[derive(Serialize)]
+struct KernelLine<'a> {
+    #[serde(flatten)]
+    record: &'a KernelRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<&'a str>,
 }
 
 /// A path as the summary reports it: libpcap's counters and the times it was lost.
@@ -553,9 +563,17 @@ impl Run {
 
     fn tcp_message(&mut self, message: TcpMessage) -> Result<(), OutputError> {
         match message {
-            TcpMessage::Record { ts_ns, record } => {
+            TcpMessage::Record {
+                ts_ns,
+                record,
+                path,
+            } => {
                 self.kernel_records += 1;
-                self.out.write(record.type_name(), ts_ns, &*record)?;
+                let line = KernelLine {
+                    record: &record,
+                    path: path.as_deref(),
+                };
+                self.out.write(record.type_name(), ts_ns, &line)?;
             }
             TcpMessage::KernelDrops(d) => {
                 self.kernel_drops = d;
