@@ -31,6 +31,13 @@ use tboxscope_test_support::netns::{ip, ip_in, spawn_in};
 use tboxscope_test_support::pcap::kcp_segment;
 
 const PORT: u16 = 7240;
+
+/// Set by SIGINT/SIGTERM: the run ends early and the guard still cleans up.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
 const PUSH: u8 = 81;
 const ACK: u8 = 82;
 
@@ -192,7 +199,14 @@ fn send(o: &Options, stop: &AtomicBool, sent: &AtomicU64) {
         let mut sn = 0u32;
         while Instant::now() < flow_end && !stop.load(Ordering::Relaxed) {
             let ts = u32::try_from(start.elapsed().as_millis() % (1 << 31)).unwrap();
-            let payload: Vec<u8> = (0..200u32).map(|j| (sn * 7 + j) as u8).collect();
+            // Each conversation's payloads are its own (as real messages are): a flow whose
+            // messages repeat an earlier flow's bytes would be taken for copies of them.
+            let payload: Vec<u8> = conv
+                .to_le_bytes()
+                .into_iter()
+                .chain(sn.to_le_bytes())
+                .chain((0..192u32).map(|j| (sn * 7 + j) as u8))
+                .collect();
             let seg = kcp_segment(conv, PUSH, 0, 128, ts, sn, sn, &payload);
             for s in &socks {
                 let _ = s.send(&seg);
@@ -242,6 +256,15 @@ fn main() {
     assert!(euid == 0, "the soak builds network namespaces: run as root");
     let bin = std::fs::canonicalize(&o.bin)
         .unwrap_or_else(|e| panic!("{}: {e} (build it first)", o.bin.display()));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(
+                sig,
+                on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            )
+        };
+    }
     let mut bed = Bed::new();
     for i in 0..2 {
         let stop = Arc::clone(&bed.stop);
@@ -306,8 +329,12 @@ fn main() {
     let mut k = 1u32;
     while start.elapsed() < total {
         let at = o.interval * k;
-        if let Some(wait) = at.checked_sub(start.elapsed()) {
-            std::thread::sleep(wait);
+        while start.elapsed() < at && !INTERRUPTED.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            println!("soak: interrupted");
+            break;
         }
         k += 1;
         if let Some(Ok(Some(status))) = bed.capture.as_mut().map(Child::try_wait) {
