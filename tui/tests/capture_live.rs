@@ -737,3 +737,172 @@ fn tcp_under_loss_is_recorded_beside_the_packets_and_replays_whole() {
     assert!(recording.skipped.is_empty(), "{:?}", recording.skipped);
     assert_eq!(recording.skipped_text(), "none");
 }
+
+/// The figures of a path, flow or outage the screens show, as comparable text.
+fn screen_figures(snap: &tboxscope_engine::snapshot::Snapshot) -> Vec<String> {
+    let p = |q: &tboxscope_engine::snapshot::Percentiles| {
+        format!(
+            "n={} min={} p50={} p90={} p99={} p999={} max={}",
+            q.count, q.min_us, q.p50_us, q.p90_us, q.p99_us, q.p999_us, q.max_us
+        )
+    };
+    let mut v = Vec::new();
+    for path in &snap.paths {
+        // The retransmission rate is compared apart (see the test).
+        v.push(format!(
+            "path {}: latency {} loss {:.4}",
+            path.label,
+            p(&path.latency),
+            path.loss_rate,
+        ));
+    }
+    for r in &snap.redundancy {
+        let shares: Vec<String> = r
+            .paths
+            .iter()
+            .map(|s| format!("{} carried {} only {}", s.path, s.carried, s.only))
+            .collect();
+        v.push(format!(
+            "redundancy {}: {} messages, {} on all paths, {} sent on all, {:?}, spacing {}, {}",
+            r.flow,
+            r.messages,
+            r.on_all_paths,
+            r.sent_on_all_paths,
+            shares,
+            p(&r.copy_spacing),
+            r.verdict
+        ));
+    }
+    for (path, q) in &snap.latency.per_path {
+        v.push(format!("latency {path}: {}", p(q)));
+    }
+    v.push(format!("latency combined: {}", p(&snap.latency.combined)));
+    v.push(format!("latency verdict: {}", snap.latency.verdict));
+    let mut outages: Vec<String> = snap
+        .outages
+        .iter()
+        .map(|o| format!("outage {} {} {:?}", o.path, o.start_ns, o.end_ns))
+        .collect();
+    outages.sort();
+    v.extend(outages);
+    v.push(format!(
+        "totals: {} outages, {} incidents ({} listed)",
+        snap.outages_total,
+        snap.incidents_total,
+        snap.incidents.len()
+    ));
+    v
+}
+
+#[test]
+#[ignore = "needs root"]
+fn replay_of_a_capture_shows_what_the_live_engine_ended_with() {
+    use tboxscope::replay::load::Item;
+    use tboxscope::replay::{PlayOptions, Player};
+    let mut bed = Bed::new("cr");
+    let port = 22_000 + (std::process::id() % 20_000) as u16;
+    let (out, _) = record_tcp_under_loss(&mut bed, port);
+    let recording = tboxscope::replay::load(&out).unwrap();
+    assert!(recording.skipped.is_empty(), "{:?}", recording.skipped);
+    let end = recording.end_ns();
+    // The live engine's figures at the end: the capture's summary (the feed's engine, the one
+    // the live UI draws from).
+    let summary = recording
+        .items
+        .iter()
+        .find_map(|t| match &t.item {
+            Item::Summary(s) => Some(s.as_ref().clone()),
+            _ => None,
+        })
+        .unwrap();
+    let live = tboxscope_engine::snapshot::Snapshot {
+        paths: summary.paths.clone(),
+        redundancy: summary.redundancy.clone(),
+        latency: summary.latency.clone(),
+        outages: summary.outages.clone(),
+        incidents: summary.hol_incidents.clone(),
+        outages_total: summary.outages_total,
+        incidents_total: summary.incidents_total,
+        ..Default::default()
+    };
+    // What replay shows before it reaches the summary: folded from the messages, windows,
+    // outages and incidents alone.
+    let mut folded_only = recording.clone();
+    folded_only
+        .items
+        .retain(|t| !matches!(t.item, Item::Summary(_)));
+    let paused = || PlayOptions {
+        paused: true,
+        ..PlayOptions::default()
+    };
+    let mut player = Player::new(folded_only, paused());
+    player.seek_to(end);
+    let folded = player.snapshot();
+    let (want, got) = (screen_figures(&live), screen_figures(&folded));
+    for (w, g) in want.iter().zip(&got) {
+        if w != g {
+            eprintln!("live:   {w}\nreplay: {g}");
+        }
+    }
+    assert_eq!(want, got);
+    // The one figure a recording without --packets cannot give before its summary: eth0's
+    // share of data sends retransmitted counts the TCP segments the kernel sent again (seen
+    // live as packets); the KCP messages, sent once, are all the fold has. From the summary
+    // on (the end of the recording), replay shows the live figure.
+    let rate = |s: &tboxscope_engine::snapshot::Snapshot, path: &str| {
+        s.paths
+            .iter()
+            .find(|p| p.label == path)
+            .map(|p| p.retransmission_rate)
+            .unwrap()
+    };
+    assert!(rate(&live, "eth0") > 0.0);
+    assert!(rate(&folded, "eth0").abs() < f64::EPSILON);
+    assert!((rate(&live, "eth1") - rate(&folded, "eth1")).abs() < f64::EPSILON);
+
+    // The TCP screen: the socket on eth0 with the kernel's last figures and every
+    // retransmission the capture recorded.
+    let mut player = Player::new(recording, paused());
+    player.seek_to(end);
+    let snap = player.snapshot();
+    assert_eq!(screen_figures(&snap), want, "at the end, the live figures");
+    assert!((rate(&snap, "eth0") - rate(&live, "eth0")).abs() < f64::EPSILON);
+    let port_s = format!(":{port}");
+    let records: Vec<Value> = lines(&out)
+        .into_iter()
+        .filter(|r| r["dst"].as_str().is_some_and(|d| d.ends_with(&port_s)))
+        .collect();
+    let sockets: Vec<_> = snap
+        .flows
+        .tcp
+        .iter()
+        .filter(|s| s.socket.contains(&port_s))
+        .collect();
+    assert_eq!(sockets.len(), 1, "one socket: {:?}", snap.flows.tcp.len());
+    let socket = sockets[0];
+    assert_eq!(socket.path, "eth0");
+    let retransmits: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "tcp_retransmit")
+        .collect();
+    // The backoff ladder holds the newest retransmissions (bounded, as live).
+    let ladder = &socket.retransmissions;
+    assert!(!ladder.is_empty() && ladder.len() <= retransmits.len());
+    let newest = retransmits[retransmits.len() - ladder.len()..]
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect::<Vec<_>>();
+    let shown: Vec<u64> = ladder.iter().map(|r| u64::from(r.seq)).collect();
+    assert_eq!(shown, newest);
+    let last = records.iter().rev().find(|r| r["cwnd"].is_u64()).unwrap();
+    let figures = &socket.figures;
+    assert_eq!(u64::from(figures.cwnd), last["cwnd"].as_u64().unwrap());
+    assert_eq!(
+        u64::from(figures.ssthresh),
+        last["ssthresh"].as_u64().unwrap()
+    );
+    assert_eq!(
+        u64::from(figures.srtt_us),
+        last["srtt_us"].as_u64().unwrap()
+    );
+}
