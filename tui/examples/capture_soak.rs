@@ -7,8 +7,8 @@
 //! dual-sending T-Box does) and the far side answers each with an ACK, so each interface
 //! carries twice `--rate` packets per second. Every `--flow-every` seconds the sender starts a
 //! new conversation from a new source port: flows come and go as they do when a T-Box
-//! reconnects. The capture writes JSON Lines rotated at 50 MB with 2 files kept (disk
-//! bounded over an hour).
+//! reconnects. The capture writes JSON Lines rotated at 50 MB with 2 files kept, on a
+//! 256 MiB tmpfs of the soak's own (a full shared disk cannot end the run).
 //!
 //! The capture runs with `--no-tcp` unless `--tcp`: the eBPF TCP probes see every TCP socket
 //! of the host, not only the namespace's, so on a shared machine the figure would depend on
@@ -106,6 +106,15 @@ impl Bed {
             dir: std::env::temp_dir().join(format!("tbxsoak-{pid}")),
         };
         std::fs::create_dir_all(&bed.dir).unwrap();
+        // The files on a tmpfs of their own: on a shared machine a disk filled by others
+        // would end the run (the first hour-long attempt stopped so at minute 8). Rotation
+        // keeps them under 3 × 50 MB.
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256m", "tbxsoak"])
+            .arg(&bed.dir)
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "mount a tmpfs on {}", bed.dir.display());
         ip(&["netns", "add", &bed.tbox]);
         ip(&["netns", "add", &bed.cloud]);
         for ns in [&bed.tbox, &bed.cloud] {
@@ -154,6 +163,7 @@ impl Drop for Bed {
         for ns in [&self.tbox, &self.cloud] {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
+        let _ = Command::new("umount").arg(&self.dir).status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

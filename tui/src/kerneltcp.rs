@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use probe_user::capture::records::{DropsRecord, Record};
+use probe_user::capture::tracker::ConnTotals;
 use probe_user::capture::watch::TcpWatch;
 use probe_user::source::ebpf::{HookState, HookStatus, ProbeOptions};
 use tboxscope_engine::input::TcpEvent;
@@ -43,6 +44,8 @@ pub enum TcpMessage {
     },
     /// The kernel side's drop counters, when they changed (recording mode only).
     KernelDrops(DropsRecord),
+    /// Per-connection totals when the probes stop (recording mode only).
+    Connections(Vec<ConnTotals>),
 }
 
 /// Kernel TCP events lost on their way to the engine, counted since the probes started.
@@ -249,6 +252,7 @@ fn tcp_loop(
     report(&watch, forward.undelivered);
     if recording {
         report_kernel(&watch, tx, &mut kernel_reported);
+        let _ = tx.send(TcpMessage::Connections(watch.connections()));
     }
 }
 

@@ -258,6 +258,7 @@ struct Run {
     target: String,
     last_packet_ns: u64,
     kernel_drops: DropsRecord,
+    connections: Vec<probe_user::capture::tracker::ConnTotals>,
     kernel_records: u64,
     tcp_status: String,
 }
@@ -385,6 +386,7 @@ impl Run {
             target: args.json.clone(),
             last_packet_ns: 0,
             kernel_drops: DropsRecord::default(),
+            connections: Vec::new(),
             kernel_records: 0,
             tcp_status,
         })
@@ -579,6 +581,7 @@ impl Run {
                 self.kernel_drops = d;
                 self.out.write("drops", WallClock::unix_now(), &d)?;
             }
+            TcpMessage::Connections(c) => self.connections = c,
             TcpMessage::Status(s) => {
                 self.tcp_status.clone_from(&s);
                 self.feed.tcp(TcpMessage::Status(s));
@@ -631,6 +634,7 @@ impl Run {
             tcp_probes: &self.tcp_status,
             kernel_records: self.kernel_records,
             kernel_drops: &self.kernel_drops,
+            connections: &self.connections,
             frames: dissector.stats(),
             kcp: super::analyze::kcp_counts(dissector),
             quic: dissector.quic_stats(),
@@ -713,7 +717,11 @@ struct Summary<'a> {
     capture: &'a [PathReport],
     tcp_probes: &'a str,
     kernel_records: u64,
+    /// The kernel side's drop counters (as the last `drops` line).
+    #[serde(rename = "drops")]
     kernel_drops: &'a DropsRecord,
+    /// Per TCP connection the probes saw: retransmissions by kind, RTOs, backoff, stalls.
+    connections: &'a [probe_user::capture::tracker::ConnTotals],
     frames: &'a probe_user::dissect::DissectStats,
     kcp: super::analyze::KcpSummary,
     quic: &'a probe_user::decode::quic::QuicStats,
