@@ -46,6 +46,11 @@ pub struct WatchArgs {
     /// Do not load the eBPF TCP probes (packets only).
     #[arg(long)]
     pub no_tcp: bool,
+    /// Kernel capture buffer of each interface (tcpdump's -B): `2MiB`, `512KiB`, `4MB`; a bare
+    /// number is KiB as for tcpdump; default 2MiB. Packets the buffer cannot hold are counted
+    /// as libpcap drops.
+    #[arg(long = "buffer-size", value_name = "SIZE", value_parser = parse_buffer_size)]
+    pub buffer_size: Option<i32>,
 }
 
 /// The subcommands; without one, `tboxscope` starts the live terminal UI.
@@ -248,6 +253,11 @@ pub struct CaptureArgs {
     /// libpcap capture filter (tcpdump syntax), e.g. `udp port 7101`.
     #[arg(long = "filter", value_name = "EXPR")]
     pub pcap_filter: Option<String>,
+    /// Kernel capture buffer of each interface (tcpdump's -B): `2MiB`, `512KiB`, `4MB`; a bare
+    /// number is KiB as for tcpdump; default 2MiB. Packets the buffer cannot hold are counted
+    /// as libpcap drops.
+    #[arg(long = "buffer-size", value_name = "SIZE", value_parser = parse_buffer_size, conflicts_with = "no_packets")]
+    pub buffer_size: Option<i32>,
     /// TLS key log (SSLKEYLOGFILE format) to decrypt QUIC; re-read while it grows.
     #[arg(long, value_name = "FILE")]
     pub keylog: Option<PathBuf>,
@@ -557,6 +567,38 @@ impl ReplayArgs {
     }
 }
 
+/// The default `--buffer-size`: tcpdump's default, several seconds of a T-Box's traffic
+/// (two paths at 100 packets/s of ≤ 1.5 kB are 300 kB/s), where the 32 MiB libpcap rings used
+/// before held 64 MiB for two interfaces, over the T-Box's whole memory budget.
+pub const DEFAULT_BUFFER_SIZE: i32 = 2 << 20;
+
+/// Parses a `--buffer-size`: B, kB, MB (powers of 1000), KiB, MiB, or a bare number of KiB
+/// (tcpdump's -B); 64 KiB to 1 GiB.
+pub fn parse_buffer_size(s: &str) -> Result<i32, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("expected a size such as 2MiB or 4096 (KiB), got {s:?}"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "kib" | "k" => 1024,
+        "b" => 1,
+        "kb" => 1000,
+        "mb" => 1_000_000,
+        "mib" | "m" => 1 << 20,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {s:?} (B, kB, MB, KiB, MiB)"
+            ))
+        }
+    };
+    n.checked_mul(scale)
+        .filter(|b| (64 << 10..=1 << 30).contains(b))
+        .and_then(|b| i32::try_from(b).ok())
+        .ok_or_else(|| format!("--buffer-size {s:?} out of range (64 KiB to 1 GiB)"))
+}
+
 /// Parses `OFFSET:WIDTH[:le]`.
 fn parse_app_id(s: &str) -> Result<probe_user::engine::AppIdRule, String> {
     let mut parts = s.split(':');
@@ -605,4 +647,20 @@ pub fn refuse_repeated_files(files: &[PathBuf]) -> anyhow::Result<()> {
         seen.push((id, f));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod buffer_size_tests {
+    use super::parse_buffer_size;
+
+    #[test]
+    fn buffer_sizes_read_as_tcpdump_and_with_units() {
+        assert_eq!(parse_buffer_size("2MiB"), Ok(2 << 20));
+        assert_eq!(parse_buffer_size("4096"), Ok(4 << 20));
+        assert_eq!(parse_buffer_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_buffer_size("4MB"), Ok(4_000_000));
+        for bad in ["", "2 parsecs", "1kB", "4096MiB", "-1"] {
+            assert!(parse_buffer_size(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -184,8 +184,10 @@ impl EngineFeed {
             TcpMessage::Status(s) => self.tcp_status = s,
             TcpMessage::Dropped(d) => self.tcp_dropped = d,
             // What `capture --json` writes beside the engine's records: nothing for the engine.
-            TcpMessage::Started { .. } | TcpMessage::Record { .. } | TcpMessage::KernelDrops(_) => {
-            }
+            TcpMessage::Started { .. }
+            | TcpMessage::Record { .. }
+            | TcpMessage::KernelDrops(_)
+            | TcpMessage::Connections(_) => {}
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use probe_user::capture::records::{DropsRecord, Record};
+use probe_user::capture::tracker::ConnTotals;
 use probe_user::capture::watch::TcpWatch;
 use probe_user::source::ebpf::{HookState, HookStatus, ProbeOptions};
 use tboxscope_engine::input::TcpEvent;
@@ -38,9 +39,13 @@ pub enum TcpMessage {
         ts_ns: u64,
         /// The record.
         record: Box<Record>,
+        /// The path its socket's local address belongs to, when it is one of the paths'.
+        path: Option<String>,
     },
     /// The kernel side's drop counters, when they changed (recording mode only).
     KernelDrops(DropsRecord),
+    /// Per-connection totals when the probes stop (recording mode only).
+    Connections(Vec<ConnTotals>),
 }
 
 /// Kernel TCP events lost on their way to the engine, counted since the probes started.
@@ -84,22 +89,30 @@ impl<'a> Forward<'a> {
 
     /// Converts `record` (at Unix time `ts_ns`) and queues it without waiting.
     pub fn record(&mut self, ts_ns: u64, record: &Record) {
+        let event = record.engine_event(ts_ns);
+        let path = event.as_ref().ok().and_then(|e| {
+            let ip = e.local.ip();
+            self.local
+                .iter()
+                .find(|(local, _)| *local == ip)
+                .map(|(_, label)| label.clone())
+        });
         if self.recording {
             let message = TcpMessage::Record {
                 ts_ns,
                 record: Box::new(record.clone()),
+                path: path.clone(),
             };
             if self.tx.try_send(message).is_err() {
                 self.undelivered += 1;
             }
         }
-        let Ok(mut event) = record.engine_event(ts_ns) else {
+        let Ok(mut event) = event else {
             self.undelivered += 1;
             return;
         };
-        let ip = event.local.ip();
-        if let Some((_, label)) = self.local.iter().find(|(local, _)| *local == ip) {
-            label.clone_into(&mut event.path);
+        if let Some(label) = path {
+            event.path = label;
         }
         if self
             .tx
@@ -239,6 +252,7 @@ fn tcp_loop(
     report(&watch, forward.undelivered);
     if recording {
         report_kernel(&watch, tx, &mut kernel_reported);
+        let _ = tx.send(TcpMessage::Connections(watch.connections()));
     }
 }
 

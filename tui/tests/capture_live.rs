@@ -552,3 +552,372 @@ fn json_and_pcapng_files_rotate_by_size_and_a_few_are_kept() {
         assert!(frames > 0, "{f:?}");
     }
 }
+
+#[test]
+#[ignore = "needs root"]
+fn json_and_pcapng_files_rotate_by_age_and_a_few_are_kept() {
+    let mut bed = Bed::new("ca");
+    let out = bed.path("out.jsonl");
+    let pcaps = bed.path("pcap");
+    let mut args: Vec<String> = ["--json", &out.display().to_string(), "--no-tcp"]
+        .into_iter()
+        .chain(["--pcap", &pcaps.display().to_string()])
+        .chain(["--rotate", "2s", "--keep", "2"])
+        .map(str::to_owned)
+        .collect();
+    args.extend(bed.interfaces());
+    let cap = bed.capture(&args);
+    wait_for_header(&out);
+    // 9 s of traffic: four or more rotations at 2 s, far too few bytes for a size to matter.
+    bed.traffic(0..450, 0..0);
+    let (code, err) = bed.end(cap, libc::SIGTERM);
+    assert_eq!(code, Some(0), "{err}");
+    // `STEM.N.EXT`, N counting the closed files from 1.
+    let numbered = |dir: &Path, ext: &str| -> Vec<(u64, PathBuf)> {
+        let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .filter_map(|p| {
+                let n = p.file_stem()?.to_str()?.rsplit_once('.')?.1.parse().ok()?;
+                Some((n, p))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let closed = numbered(bed.dir.path(), "jsonl");
+    assert_eq!(closed.len(), 2, "2 closed files kept: {closed:?}");
+    assert!(closed[1].0 >= 4, "4 or more rotations in 9 s: {closed:?}");
+    for (_, f) in &closed {
+        let got = lines(f);
+        assert_eq!(got[0]["type"], "header", "{f:?}");
+        // Windows close every second: a file closed by age holds about two, all within its
+        // 2 s (and the second the lines may wait before being written).
+        let ends: Vec<u64> = of_type(&got, "window")
+            .iter()
+            .map(|w| w["end_ns"].as_u64().unwrap())
+            .collect();
+        assert!(!ends.is_empty(), "{f:?} holds no window");
+        let span = ends.iter().max().unwrap() - ends.iter().min().unwrap();
+        assert!(span <= 3_000_000_000, "{f:?} spans {span} ns of windows");
+        assert!(
+            !of_type(&got, "message").is_empty(),
+            "{f:?} holds no message"
+        );
+    }
+    assert_eq!(lines(&out).last().unwrap()["type"], "summary");
+    let closed_pcaps = numbered(&pcaps, "pcapng");
+    // eth0 and eth1, 2 kept each, beside the current file of each.
+    assert_eq!(closed_pcaps.len(), 4, "{closed_pcaps:?}");
+    assert!(
+        closed_pcaps.iter().all(|(n, _)| *n >= 3),
+        "{closed_pcaps:?}"
+    );
+    for (_, f) in &closed_pcaps {
+        let got = analyze(&bed, "rotated.jsonl", std::slice::from_ref(f));
+        let frames = got.last().unwrap()["files"][0]["frames"].as_u64().unwrap();
+        // 2 s of 50 segments/s and their ACKs, give or take the boundaries.
+        assert!((100..=320).contains(&frames), "{f:?}: {frames} frames");
+    }
+}
+
+/// Bulk TCP from the T-Box to the far end over path 0 while 10 % of the segments arriving
+/// there are dropped (nftables in the far end's input: the kernel retransmits), beside the KCP
+/// traffic of [`Bed::traffic`] (eth1's ACKs cut for 2 s: an outage), under `capture --json`
+/// with the TCP probes on (`--port` keeps them to this connection). Returns the recording and
+/// the T-Box namespace's TcpRetransSegs.
+fn record_tcp_under_loss(bed: &mut Bed, tcp_port: u16) -> (PathBuf, u64) {
+    let out = bed.path("out.jsonl");
+    let mut args = vec![
+        "--json".to_owned(),
+        out.display().to_string(),
+        "--port".to_owned(),
+        tcp_port.to_string(),
+    ];
+    args.extend(bed.interfaces());
+    let cap = bed.capture(&args);
+    wait_for_header(&out);
+    let (_, cloud_if, tbox_addr, cloud_addr) = bed.lab.links[0].clone();
+    let rules = format!(
+        "table inet tbxloss {{ chain c {{ type filter hook input priority 0; \
+         iifname \"{cloud_if}\" tcp dport {tcp_port} numgen random mod 100 < 10 drop; }}; }}"
+    );
+    let ok = Command::new("ip")
+        .args(["netns", "exec", &bed.lab.cloud, "nft", &rules])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let listen = format!("{cloud_addr}:{tcp_port}");
+    let server = spawn_in(&bed.lab.cloud, move || {
+        let l = std::net::TcpListener::bind(&listen).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let mut sink = Vec::new();
+        std::io::Read::read_to_end(&mut s, &mut sink).unwrap();
+        sink.len()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let client = spawn_in(&bed.lab.tbox, move || {
+        let sock = std::net::TcpStream::connect((cloud_addr.as_str(), tcp_port)).unwrap();
+        assert_eq!(sock.local_addr().unwrap().ip().to_string(), tbox_addr);
+        let chunk = vec![0x5au8; 16 << 10];
+        let end = Instant::now() + Duration::from_secs(5);
+        let mut sent = 0;
+        while Instant::now() < end {
+            std::io::Write::write_all(&mut &sock, &chunk).unwrap();
+            sent += chunk.len();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        sock.shutdown(std::net::Shutdown::Write).unwrap();
+        sent
+    });
+    bed.traffic(0..300, 100..200);
+    let sent = client.join().unwrap();
+    assert_eq!(
+        server.join().unwrap(),
+        sent,
+        "every byte arrived in the end"
+    );
+    let retrans = nstat_retrans(&bed.lab.tbox);
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, err) = bed.end(cap, libc::SIGTERM);
+    assert_eq!(code, Some(0), "{err}");
+    (out, retrans)
+}
+
+/// `nstat -azs TcpRetransSegs` in namespace `ns`.
+fn nstat_retrans(ns: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nstat", "-azs", "TcpRetransSegs"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next()? == "TcpRetransSegs").then(|| f.next()?.parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn tcp_under_loss_is_recorded_beside_the_packets_and_replays_whole() {
+    let mut bed = Bed::new("ct");
+    let port = 21_000 + (std::process::id() % 20_000) as u16;
+    let (out, kernel_retrans) = record_tcp_under_loss(&mut bed, port);
+    let got = lines(&out);
+    let port_s = format!(":{port}");
+    let retransmits: Vec<&Value> = of_type(&got, "tcp_retransmit")
+        .into_iter()
+        .filter(|r| r["dst"].as_str().unwrap().ends_with(&port_s))
+        .collect();
+    assert!(
+        !retransmits.is_empty(),
+        "no tcp_retransmit of the lossy connection ({kernel_retrans} in the kernel)"
+    );
+    let off_path = retransmits.iter().filter(|r| r["path"] != "eth0").count();
+    assert_eq!(off_path, 0, "records not named by eth0, the socket's path");
+    let last_total = retransmits
+        .iter()
+        .filter_map(|r| r["total_retrans"].as_u64())
+        .max()
+        .unwrap();
+    assert!(
+        last_total <= kernel_retrans && retransmits.len() as u64 <= kernel_retrans,
+        "{} records, total_retrans {last_total}, kernel {kernel_retrans}",
+        retransmits.len()
+    );
+    // The packet side beside it: the KCP messages, eth1's outage.
+    let messages = messages(&got);
+    assert_eq!(messages.len(), 300);
+    assert!(outages(&got).iter().any(|o| o.0 == "eth1"));
+    assert_eq!(got.last().unwrap()["type"], "summary");
+    let recording = tboxscope::replay::load(&out).unwrap();
+    assert!(recording.skipped.is_empty(), "{:?}", recording.skipped);
+    assert_eq!(recording.skipped_text(), "none");
+}
+
+/// The figures of a path, flow or outage the screens show, as comparable text.
+fn screen_figures(snap: &tboxscope_engine::snapshot::Snapshot) -> Vec<String> {
+    let p = |q: &tboxscope_engine::snapshot::Percentiles| {
+        format!(
+            "n={} min={} p50={} p90={} p99={} p999={} max={}",
+            q.count, q.min_us, q.p50_us, q.p90_us, q.p99_us, q.p999_us, q.max_us
+        )
+    };
+    let mut v = Vec::new();
+    for path in &snap.paths {
+        // The retransmission rate is compared apart (see the test).
+        v.push(format!(
+            "path {}: latency {} loss {:.4}",
+            path.label,
+            p(&path.latency),
+            path.loss_rate,
+        ));
+    }
+    for r in &snap.redundancy {
+        let shares: Vec<String> = r
+            .paths
+            .iter()
+            .map(|s| format!("{} carried {} only {}", s.path, s.carried, s.only))
+            .collect();
+        v.push(format!(
+            "redundancy {}: {} messages, {} on all paths, {} sent on all, {:?}, spacing {}, {}",
+            r.flow,
+            r.messages,
+            r.on_all_paths,
+            r.sent_on_all_paths,
+            shares,
+            p(&r.copy_spacing),
+            r.verdict
+        ));
+    }
+    for (path, q) in &snap.latency.per_path {
+        v.push(format!("latency {path}: {}", p(q)));
+    }
+    v.push(format!("latency combined: {}", p(&snap.latency.combined)));
+    v.push(format!("latency verdict: {}", snap.latency.verdict));
+    let mut outages: Vec<String> = snap
+        .outages
+        .iter()
+        .map(|o| format!("outage {} {} {:?}", o.path, o.start_ns, o.end_ns))
+        .collect();
+    outages.sort();
+    v.extend(outages);
+    v.push(format!(
+        "totals: {} outages, {} incidents ({} listed)",
+        snap.outages_total,
+        snap.incidents_total,
+        snap.incidents.len()
+    ));
+    v
+}
+
+#[test]
+#[ignore = "needs root"]
+fn replay_of_a_capture_shows_what_the_live_engine_ended_with() {
+    use tboxscope::replay::load::Item;
+    use tboxscope::replay::{PlayOptions, Player};
+    let mut bed = Bed::new("cr");
+    let port = 22_000 + (std::process::id() % 20_000) as u16;
+    let (out, _) = record_tcp_under_loss(&mut bed, port);
+    let recording = tboxscope::replay::load(&out).unwrap();
+    assert!(recording.skipped.is_empty(), "{:?}", recording.skipped);
+    let end = recording.end_ns();
+    // The live engine's figures at the end: the capture's summary (the feed's engine, the one
+    // the live UI draws from).
+    let summary = recording
+        .items
+        .iter()
+        .find_map(|t| match &t.item {
+            Item::Summary(s) => Some(s.as_ref().clone()),
+            _ => None,
+        })
+        .unwrap();
+    let live = tboxscope_engine::snapshot::Snapshot {
+        paths: summary.paths.clone(),
+        redundancy: summary.redundancy.clone(),
+        latency: summary.latency.clone(),
+        outages: summary.outages.clone(),
+        incidents: summary.hol_incidents.clone(),
+        outages_total: summary.outages_total,
+        incidents_total: summary.incidents_total,
+        ..Default::default()
+    };
+    // What replay shows before it reaches the summary: folded from the messages, windows,
+    // outages and incidents alone.
+    let mut folded_only = recording.clone();
+    folded_only
+        .items
+        .retain(|t| !matches!(t.item, Item::Summary(_)));
+    let paused = || PlayOptions {
+        paused: true,
+        ..PlayOptions::default()
+    };
+    let mut player = Player::new(folded_only, paused());
+    player.seek_to(end);
+    let folded = player.snapshot();
+    let (want, got) = (screen_figures(&live), screen_figures(&folded));
+    for (w, g) in want.iter().zip(&got) {
+        if w != g {
+            eprintln!("live:   {w}\nreplay: {g}");
+        }
+    }
+    assert_eq!(want, got);
+    // The one figure a recording without --packets cannot give before its summary: eth0's
+    // share of data sends retransmitted counts the TCP segments the kernel sent again (seen
+    // live as packets); the KCP messages, sent once, are all the fold has. From the summary
+    // on (the end of the recording), replay shows the live figure.
+    let rate = |s: &tboxscope_engine::snapshot::Snapshot, path: &str| {
+        s.paths
+            .iter()
+            .find(|p| p.label == path)
+            .map(|p| p.retransmission_rate)
+            .unwrap()
+    };
+    assert!(rate(&live, "eth0") > 0.0);
+    assert!(rate(&folded, "eth0").abs() < f64::EPSILON);
+    assert!((rate(&live, "eth1") - rate(&folded, "eth1")).abs() < f64::EPSILON);
+
+    // The TCP screen: the socket on eth0 with the kernel's last figures and every
+    // retransmission the capture recorded.
+    let mut player = Player::new(recording, paused());
+    player.seek_to(end);
+    let snap = player.snapshot();
+    assert_eq!(screen_figures(&snap), want, "at the end, the live figures");
+    assert!((rate(&snap, "eth0") - rate(&live, "eth0")).abs() < f64::EPSILON);
+    let port_s = format!(":{port}");
+    // Both ends of the connection run on this one kernel (two namespaces) and the probes see
+    // both; the engine keys a socket by its address pair, so the far end's records land on
+    // the same socket (not the listener's). The connection's records in replay's (time) order.
+    let is_port = |r: &Value, k: &str| r[k].as_str().is_some_and(|d| d.ends_with(&port_s));
+    let is_any = |r: &Value, k: &str| r[k].as_str().is_some_and(|d| d.starts_with("0.0.0.0"));
+    let mut records: Vec<Value> = lines(&out)
+        .into_iter()
+        .filter(|r| {
+            (is_port(r, "dst") || is_port(r, "src")) && !is_any(r, "dst") && !is_any(r, "src")
+        })
+        .collect();
+    records.sort_by(|a, b| a["ts"].as_str().cmp(&b["ts"].as_str()));
+    let sockets: Vec<_> = snap
+        .flows
+        .tcp
+        .iter()
+        .filter(|s| s.socket.contains(&port_s))
+        .collect();
+    assert_eq!(sockets.len(), 1, "one socket: {:?}", snap.flows.tcp.len());
+    let socket = sockets[0];
+    assert_eq!(socket.path, "eth0");
+    let retransmits: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "tcp_retransmit")
+        .collect();
+    // The backoff ladder holds the newest retransmissions (bounded, as live).
+    let ladder = &socket.retransmissions;
+    assert!(!ladder.is_empty() && ladder.len() <= retransmits.len());
+    let newest = retransmits[retransmits.len() - ladder.len()..]
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect::<Vec<_>>();
+    let shown: Vec<u64> = ladder.iter().map(|r| u64::from(r.seq)).collect();
+    assert_eq!(shown, newest);
+    // The socket's figures are its last record's. (A `tcp_backoff_end` carries none, and the
+    // engine then shows zeros, live as in replay; the figures are checked when the last record
+    // carries them.)
+    let last = records.last().unwrap();
+    if !last["cwnd"].is_u64() {
+        assert_eq!(last["type"], "tcp_backoff_end");
+        return;
+    }
+    let figures = &socket.figures;
+    assert_eq!(u64::from(figures.cwnd), last["cwnd"].as_u64().unwrap());
+    assert_eq!(
+        u64::from(figures.ssthresh),
+        last["ssthresh"].as_u64().unwrap()
+    );
+    assert_eq!(
+        u64::from(figures.srtt_us),
+        last["srtt_us"].as_u64().unwrap()
+    );
+}

@@ -36,8 +36,27 @@ enum Task {
         #[arg(long, env = "TBOX_FUZZ_SECONDS", default_value_t = 20)]
         fuzz_seconds: u64,
     },
-    /// Set up, then run the benchmarks (figures go to BENCHMARKS.md by hand).
-    Bench,
+    /// Set up, then run the benchmarks (figures go to BENCHMARKS.md by hand). `bench soak`
+    /// runs only the long headless-capture soak instead.
+    Bench {
+        #[command(subcommand)]
+        only: Option<BenchOnly>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchOnly {
+    /// `tboxscope capture` on two interfaces at a T-Box's rate (100 KCP messages/s per path,
+    /// flows coming and going) for a long run, resident memory sampled every minute; prints
+    /// the table and whether it stays flat after warm-up. Not part of plain `bench` (an hour).
+    Soak {
+        /// How long the capture runs.
+        #[arg(long, default_value_t = 60)]
+        minutes: u64,
+        /// Also load the eBPF TCP probes (they see the whole host's TCP, not only the soak's).
+        #[arg(long)]
+        tcp: bool,
+    },
 }
 
 fn main() -> Result<()> {
@@ -80,7 +99,33 @@ fn main() -> Result<()> {
             )?;
             fuzz(&root, fuzz_seconds)
         }
-        Task::Bench => {
+        Task::Bench {
+            only: Some(BenchOnly::Soak { minutes, tcp }),
+        } => {
+            require_root("the soak builds network namespaces")?;
+            cargo(
+                &root,
+                &[
+                    "build",
+                    "--release",
+                    "-p",
+                    "tboxscope",
+                    "--bin",
+                    "tboxscope",
+                    "--example",
+                    "capture_soak",
+                ],
+            )?;
+            let minutes = minutes.to_string();
+            let bin = root.join("target/release/tboxscope");
+            let mut cmd = Command::new(root.join("target/release/examples/capture_soak"));
+            cmd.arg("--bin").arg(&bin).args(["--minutes", &minutes]);
+            if tcp {
+                cmd.arg("--tcp");
+            }
+            run(&mut cmd)
+        }
+        Task::Bench { only: None } => {
             setup::install_missing()?;
             require_root("the benchmarks load eBPF programs and build network namespaces")?;
             cargo(&root, &["bench", "--workspace"])?;

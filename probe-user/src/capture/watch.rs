@@ -61,6 +61,11 @@ impl TcpWatch {
         self.kernel.tracker.evicted
     }
 
+    /// Per-connection totals so far: the closed connections kept, then the open ones.
+    pub fn connections(&self) -> Vec<super::tracker::ConnTotals> {
+        self.kernel.tracker.totals()
+    }
+
     /// The kernel's CONFIG_HZ, when known (RTOs in jiffies are converted with it).
     pub fn config_hz(&self) -> Option<u32> {
         self.probes.hz()

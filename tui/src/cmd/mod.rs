@@ -62,6 +62,7 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
         keylog,
         tcp,
         no_tcp,
+        buffer_size,
     } = std::mem::take(&mut cli.watch);
     let (name, mut refused) = (command.name(), Vec::new());
     let had_keylog = keylog.is_some();
@@ -113,10 +114,19 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
                 c.pcap_filter = Some(f);
             }
             c.no_tcp |= no_tcp;
+            if let Some(b) = buffer_size {
+                if c.buffer_size.is_some_and(|other| other != b) {
+                    anyhow::bail!("--buffer-size given twice, before and after `capture`");
+                }
+                c.buffer_size = Some(b);
+            }
         }
         _ => {
             if filter.is_some() {
                 refused.push("--filter");
+            }
+            if buffer_size.is_some() {
+                refused.push("--buffer-size");
             }
             if no_tcp {
                 refused.push("--no-tcp");

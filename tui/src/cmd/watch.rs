@@ -55,6 +55,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     let config = LiveConfig {
         interfaces: interfaces.clone(),
         filter: args.filter.clone(),
+        buffer_size: args.buffer_size.unwrap_or(crate::cli::DEFAULT_BUFFER_SIZE),
         ..LiveConfig::default()
     };
     // SAFETY: geteuid has no preconditions and cannot fail.

@@ -413,8 +413,10 @@ impl LiveSide {
             TcpMessage::Status(s) => self.engine.tcp(TcpMessage::Status(s.clone())),
             TcpMessage::Dropped(d) => self.engine.tcp(TcpMessage::Dropped(*d)),
             // Sent only to `capture --json` (the lab's probes do not record).
-            TcpMessage::Started { .. } | TcpMessage::Record { .. } | TcpMessage::KernelDrops(_) => {
-            }
+            TcpMessage::Started { .. }
+            | TcpMessage::Record { .. }
+            | TcpMessage::KernelDrops(_)
+            | TcpMessage::Connections(_) => {}
         }
     }
 
@@ -503,7 +505,10 @@ fn take(c: &mut Collected, live: Option<&mut LiveSide>, m: TcpMessage) {
         TcpMessage::Event(e) => c.tcp_events.push(*e),
         TcpMessage::Status(s) => c.tcp_status = Some(s),
         TcpMessage::Dropped(d) => c.tcp_dropped = d,
-        TcpMessage::Started { .. } | TcpMessage::Record { .. } | TcpMessage::KernelDrops(_) => {}
+        TcpMessage::Started { .. }
+        | TcpMessage::Record { .. }
+        | TcpMessage::KernelDrops(_)
+        | TcpMessage::Connections(_) => {}
     }
 }
 

@@ -30,15 +30,6 @@ fn histogram() -> LatencyHist {
     LatencyHist::new(Config::default().max_latency_us, PATH_SIGFIG)
 }
 
-/// Share of the samples of `h` above `t_us` (as the engine's tail prediction counts them).
-fn above(h: &LatencyHist, t_us: u64) -> f64 {
-    if h.count() == 0 {
-        0.0
-    } else {
-        h.count_above(t_us) as f64 / h.count() as f64
-    }
-}
-
 struct PathAcc {
     latency: LatencyHist,
     recent: VecDeque<SeriesPoint>,
@@ -76,6 +67,8 @@ struct Share {
 
 struct FlowAcc {
     messages: u64,
+    /// Some copy of a message of this flow arrived.
+    delivered_any: bool,
     on_all: u64,
     sent_on_all: u64,
     paths: BTreeMap<String, Share>,
@@ -100,6 +93,8 @@ pub struct Fold {
     tcp_events_dropped: u64,
     /// Latencies above the engine's bound, recorded at the bound (as the engine counts them).
     clamped: u64,
+    /// Messages no path delivered (in flows that delivered others).
+    lost_all: u64,
     summary: Option<(u64, Box<Summary>)>,
     engine: Engine,
     notes: Vec<String>,
@@ -124,6 +119,7 @@ impl Fold {
             ring_buffer_dropped: 0,
             tcp_events_dropped: 0,
             clamped: 0,
+            lost_all: 0,
             summary: None,
             engine: Engine::new(Config::default()),
             notes,
@@ -243,10 +239,18 @@ impl Fold {
             messages: 0,
             on_all: 0,
             sent_on_all: 0,
+            delivered_any: false,
             paths: BTreeMap::new(),
             spacing: LatencyHist::new(Config::default().max_latency_us, FLOW_SIGFIG),
         });
         flow.messages += 1;
+        // As the engine counts them: a message no path delivered, in a flow that has
+        // delivered before (or now), is slower than any threshold on every path.
+        let delivered = m.copies.iter().any(|c| c.arrived.is_some());
+        flow.delivered_any |= delivered;
+        if flow.delivered_any && !delivered {
+            self.lost_all += 1;
+        }
         for copy in &m.copies {
             flow.paths.entry(copy.path.clone()).or_default().carried += 1;
         }
@@ -440,24 +444,69 @@ impl Fold {
             .collect()
     }
 
+    /// The independent-paths prediction as the engine makes it: thresholds at the smallest
+    /// path's P90, P99 and P999; a message a path never carried counts as slower than any
+    /// threshold on that path, one no path delivered as slower on all of them.
+    fn prediction(&self) -> (Vec<TailPoint>, String) {
+        let used: Vec<&PathAcc> = self
+            .paths
+            .values()
+            .filter(|p| p.latency.count() > 0)
+            .collect();
+        if used.len() < 2 {
+            let why = if used.is_empty() {
+                "no latency samples yet"
+            } else {
+                "one path with latency samples"
+            };
+            return (
+                Vec::new(),
+                format!("{why}: no independent-paths prediction"),
+            );
+        }
+        let comb_n = self.combined.count() + self.lost_all;
+        if comb_n == 0 {
+            return (Vec::new(), "no messages yet".to_owned());
+        }
+        let share = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        let mut ts: Vec<u64> = [0.9, 0.99, 0.999]
+            .iter()
+            .map(|q| {
+                used.iter()
+                    .map(|p| p.latency.quantile(*q))
+                    .min()
+                    .unwrap_or(0)
+            })
+            .collect();
+        ts.dedup();
+        let mut points = Vec::new();
+        let mut slow_counts = Vec::new();
+        for t in ts {
+            let predicted: f64 = used
+                .iter()
+                .map(|p| {
+                    let missing = p.expected.saturating_sub(p.carried);
+                    share(
+                        p.latency.count_above(t) + missing,
+                        p.latency.count() + missing,
+                    )
+                })
+                .product();
+            let slow = self.combined.count_above(t) + self.lost_all;
+            points.push(TailPoint {
+                t_us: t,
+                predicted,
+                observed: share(slow, comb_n),
+            });
+            slow_counts.push(slow);
+        }
+        let verdict = tail_verdict(&points, &slow_counts, Config::default().shared_cause_ratio);
+        (points, verdict)
+    }
+
     fn latency(&self) -> LatencyView {
         let combined = self.combined.percentiles();
-        let mut tail = Vec::new();
-        let mut verdict = String::new();
-        if self.paths.len() >= 2 && combined.count > 0 {
-            let mut slow = Vec::new();
-            for t in [combined.p99_us, combined.p999_us] {
-                let predicted: f64 = self.paths.values().map(|p| above(&p.latency, t)).product();
-                let observed = above(&self.combined, t);
-                tail.push(TailPoint {
-                    t_us: t,
-                    predicted,
-                    observed,
-                });
-                slow.push((observed * combined.count as f64).round() as u64);
-            }
-            verdict = tail_verdict(&tail, &slow, Config::default().shared_cause_ratio);
-        }
+        let (tail, verdict) = self.prediction();
         LatencyView {
             kind: self.kind,
             per_path: self

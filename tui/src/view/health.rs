@@ -17,6 +17,9 @@ fn host_name(host: tboxscope_engine::Host) -> &'static str {
     }
 }
 
+/// The counter of packets the kernel capture buffer could not hold (`--buffer-size`).
+const PCAP_DROPS: &str = "libpcap drops";
+
 /// One counter: name, value, whether non-zero means data was lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counter {
@@ -49,7 +52,7 @@ impl HealthModel {
             loss: true,
         };
         let counters = vec![
-            loss("libpcap drops", h.pcap_dropped),
+            loss(PCAP_DROPS, h.pcap_dropped),
             loss("ring-buffer drops", h.ring_buffer_dropped),
             loss("TCP events dropped", h.tcp_events_dropped),
             loss("decrypt failures", h.decrypt_failures),
@@ -109,7 +112,13 @@ impl HealthModel {
     pub fn footer_lines(&self, width: u16) -> Vec<String> {
         let parts: Vec<String> = self
             .losses()
-            .map(|c| format!("{} {}", c.name, c.value))
+            .map(|c| {
+                if c.name == PCAP_DROPS {
+                    format!("{} {} (try a larger --buffer-size)", c.name, c.value)
+                } else {
+                    format!("{} {}", c.name, c.value)
+                }
+            })
             .collect();
         if parts.is_empty() {
             return Vec::new();
@@ -186,6 +195,16 @@ mod tests {
         assert_eq!(
             HealthModel::build(&snap).footer_lines(200),
             [" capture health: ring-buffer drops 2 · TCP events dropped 3"]
+        );
+    }
+
+    #[test]
+    fn libpcap_drops_suggest_a_larger_buffer() {
+        let mut snap = Snapshot::default();
+        snap.health.pcap_dropped = 7;
+        assert_eq!(
+            HealthModel::build(&snap).footer_lines(200),
+            [" capture health: libpcap drops 7 (try a larger --buffer-size)"]
         );
     }
 

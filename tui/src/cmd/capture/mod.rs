@@ -18,7 +18,7 @@ use anyhow::{bail, Context};
 use crossbeam_channel::Receiver;
 use probe_user::analyze::{write_record, Record as PacketRecord};
 use probe_user::capture::clock::WallClock;
-use probe_user::capture::records::DropsRecord;
+use probe_user::capture::records::{DropsRecord, Record as KernelRecord};
 use probe_user::correlate::write_engine_records;
 use probe_user::dissect::DissectConfig;
 use probe_user::engine::Config as EngineConfig;
@@ -197,6 +197,16 @@ fn packet_interfaces(args: &CaptureArgs) -> anyhow::Result<Vec<InterfaceSpec>> {
     Ok(specs)
 }
 
+/// A kernel record as written: the record's fields and, when its socket's local address is
+/// one of the paths', that path (so `replay` shows each socket on its path as the UI did).
+#[derive(Serialize)]
+struct KernelLine<'a> {
+    #[serde(flatten)]
+    record: &'a KernelRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<&'a str>,
+}
+
 /// A path as the summary reports it: libpcap's counters and the times it was lost.
 #[derive(Debug, Clone, Default, Serialize)]
 struct PathReport {
@@ -248,6 +258,7 @@ struct Run {
     target: String,
     last_packet_ns: u64,
     kernel_drops: DropsRecord,
+    connections: Vec<probe_user::capture::tracker::ConnTotals>,
     kernel_records: u64,
     tcp_status: String,
 }
@@ -267,6 +278,7 @@ impl Run {
             let config = LiveConfig {
                 interfaces: interfaces.clone(),
                 filter: args.pcap_filter.clone(),
+                buffer_size: args.buffer_size.unwrap_or(crate::cli::DEFAULT_BUFFER_SIZE),
                 ..LiveConfig::default()
             };
             // SAFETY: geteuid has no preconditions and cannot fail.
@@ -374,6 +386,7 @@ impl Run {
             target: args.json.clone(),
             last_packet_ns: 0,
             kernel_drops: DropsRecord::default(),
+            connections: Vec::new(),
             kernel_records: 0,
             tcp_status,
         })
@@ -552,14 +565,23 @@ impl Run {
 
     fn tcp_message(&mut self, message: TcpMessage) -> Result<(), OutputError> {
         match message {
-            TcpMessage::Record { ts_ns, record } => {
+            TcpMessage::Record {
+                ts_ns,
+                record,
+                path,
+            } => {
                 self.kernel_records += 1;
-                self.out.write(record.type_name(), ts_ns, &*record)?;
+                let line = KernelLine {
+                    record: &record,
+                    path: path.as_deref(),
+                };
+                self.out.write(record.type_name(), ts_ns, &line)?;
             }
             TcpMessage::KernelDrops(d) => {
                 self.kernel_drops = d;
                 self.out.write("drops", WallClock::unix_now(), &d)?;
             }
+            TcpMessage::Connections(c) => self.connections = c,
             TcpMessage::Status(s) => {
                 self.tcp_status.clone_from(&s);
                 self.feed.tcp(TcpMessage::Status(s));
@@ -612,6 +634,7 @@ impl Run {
             tcp_probes: &self.tcp_status,
             kernel_records: self.kernel_records,
             kernel_drops: &self.kernel_drops,
+            connections: &self.connections,
             frames: dissector.stats(),
             kcp: super::analyze::kcp_counts(dissector),
             quic: dissector.quic_stats(),
@@ -633,6 +656,13 @@ impl Run {
                     f.lost()
                 );
             }
+        }
+        let dropped: u64 = self.paths.iter().map(|r| r.stats.dropped).sum();
+        if dropped > 0 {
+            eprintln!(
+                "tboxscope: {dropped} packets dropped because the capture buffer was full \
+                 (libpcap drops in the summary); a larger --buffer-size keeps up with more"
+            );
         }
         let out = self.out.into_inner()?;
         log::info!(
@@ -687,7 +717,11 @@ struct Summary<'a> {
     capture: &'a [PathReport],
     tcp_probes: &'a str,
     kernel_records: u64,
+    /// The kernel side's drop counters (as the last `drops` line).
+    #[serde(rename = "drops")]
     kernel_drops: &'a DropsRecord,
+    /// Per TCP connection the probes saw: retransmissions by kind, RTOs, backoff, stalls.
+    connections: &'a [probe_user::capture::tracker::ConnTotals],
     frames: &'a probe_user::dissect::DissectStats,
     kcp: super::analyze::KcpSummary,
     quic: &'a probe_user::decode::quic::QuicStats,
