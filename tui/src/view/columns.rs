@@ -49,6 +49,43 @@ impl Column {
     }
 }
 
+/// The part of a table that [`layout`] keeps: the shown columns' headers and widths, and
+/// which columns they are (to pick a row's cells).
+pub struct Shown {
+    /// Headers of the shown columns.
+    pub header: Vec<String>,
+    /// Widths of the shown columns.
+    pub widths: Vec<Constraint>,
+    mask: Vec<bool>,
+}
+
+impl Shown {
+    /// The columns of `columns` shown in `available` characters with `spacing` between them.
+    pub fn of(columns: &[Column], available: u16, spacing: u16) -> Self {
+        let laid = layout(columns, available, spacing);
+        let mask: Vec<bool> = laid.iter().map(Option::is_some).collect();
+        Self {
+            header: columns
+                .iter()
+                .zip(&mask)
+                .filter(|(_, s)| **s)
+                .map(|(c, _)| c.header.clone())
+                .collect(),
+            widths: laid.into_iter().flatten().collect(),
+            mask,
+        }
+    }
+
+    /// A row's cells in the shown columns.
+    pub fn cells<T>(&self, row: impl IntoIterator<Item = T>) -> Vec<T> {
+        row.into_iter()
+            .zip(&self.mask)
+            .filter(|(_, s)| **s)
+            .map(|(c, _)| c)
+            .collect()
+    }
+}
+
 /// The columns shown in `available` characters with `spacing` between columns: for each
 /// column, in order, its constraint, or None when it is dropped.
 pub fn layout(columns: &[Column], available: u16, spacing: u16) -> Vec<Option<Constraint>> {

@@ -1,7 +1,7 @@
 //! The Flows screen: KCP conversations, QUIC connections (with their paths), TCP sockets (cwnd,
 //! ssthresh, srtt, RTO, backoff, retransmits, congestion state) and plain datagram flows, in
 //! one sortable, filterable table; Enter shows every field of the selected flow.
-use ratatui::layout::{Constraint, Rect};
+use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Cell, Clear, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
@@ -285,21 +285,15 @@ impl FlowsModel {
                 Column::new(header, cells.iter().map(|r| r[i].0.as_str()), *keep)
             })
             .collect();
-        let layout = columns::layout(&columns, area.width.saturating_sub(2), 1);
-        let shown = |i: &usize| layout.get(*i).is_some_and(Option::is_some);
-        let header: Vec<String> = (0..columns.len())
-            .filter(shown)
-            .map(|i| columns[i].header.clone())
-            .collect();
-        let widths: Vec<Constraint> = layout.iter().flatten().copied().collect();
+        let shown = columns::Shown::of(&columns, area.width.saturating_sub(2), 1);
         let rows: Vec<Row> = cells
             .into_iter()
             .map(|row| {
                 Row::new(
-                    row.into_iter()
-                        .enumerate()
-                        .filter(|(i, _)| shown(i))
-                        .map(|(_, (text, style))| Cell::from(text).style(style)),
+                    shown
+                        .cells(row)
+                        .into_iter()
+                        .map(|(text, style)| Cell::from(text).style(style)),
                 )
             })
             .collect();
@@ -308,8 +302,8 @@ impl FlowsModel {
         } else {
             format!(" Flows ({} of {}) ", self.rows.len(), self.total)
         };
-        let table = Table::new(rows, widths)
-            .header(Row::new(header).style(theme.title()))
+        let table = Table::new(rows, shown.widths)
+            .header(Row::new(shown.header).style(theme.title()))
             .row_highlight_style(theme.selected())
             .column_spacing(1)
             .block(panel(title, theme));

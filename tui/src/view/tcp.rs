@@ -222,34 +222,19 @@ impl TcpModel {
                 Column::new(header, rows.iter().map(|(r, _)| r[i].as_str()), *keep)
             })
             .collect();
-        let layout = columns::layout(&columns, area.width.saturating_sub(2), 2);
-        let shown = |i: &usize| layout.get(*i).is_some_and(Option::is_some);
-        let header: Vec<String> = (0..columns.len())
-            .filter(shown)
-            .map(|i| columns[i].header.clone())
-            .collect();
-        let widths: Vec<Constraint> = layout.iter().flatten().copied().collect();
+        let shown = columns::Shown::of(&columns, area.width.saturating_sub(2), 2);
         let rows: Vec<Row> = rows
             .into_iter()
-            .map(|(cells, style)| {
-                Row::new(
-                    cells
-                        .into_iter()
-                        .enumerate()
-                        .filter(|(i, _)| shown(i))
-                        .map(|(_, c)| c),
-                )
-                .style(style)
-            })
+            .map(|(cells, style)| Row::new(shown.cells(cells)).style(style))
             .collect();
         let title = if self.sockets.len() == self.total {
             format!(" TCP sockets ({}) ", self.total)
         } else {
             format!(" TCP sockets ({} of {}) ", self.sockets.len(), self.total)
         };
-        let table = Table::new(rows, widths)
+        let table = Table::new(rows, shown.widths)
             .column_spacing(2)
-            .header(Row::new(header).style(theme.title()))
+            .header(Row::new(shown.header).style(theme.title()))
             .row_highlight_style(theme.selected())
             .block(panel(title, theme));
         let mut state = TableState::default();
