@@ -14,12 +14,19 @@
 //! of the host, not only the namespace's, so on a shared machine the figure would depend on
 //! what else runs; the packet side is what grows with the traffic under test.
 //!
+//! With `--ui` the live terminal UI (`tboxscope -i eth0 -i eth1`) runs instead of `capture`, on a
+//! pseudo-terminal of 140×45 whose output is read and discarded, as a user's terminal would.
+//!
 //! Prints one line per sample (RSS, peak, CPU time, packets) and, at the end, the table's
 //! verdict: flat when the largest RSS of the second half of the run exceeds that of the
 //! first half after warm-up by at most 1 MiB.
 #![expect(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver, not product code
 
+use std::fs::File;
+use std::io::Read;
 use std::net::UdpSocket;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,6 +57,7 @@ struct Options {
     flow_every: Duration,
     warmup_samples: usize,
     tcp: bool,
+    ui: bool,
 }
 
 fn options() -> Options {
@@ -61,6 +69,7 @@ fn options() -> Options {
         flow_every: Duration::from_secs(30),
         warmup_samples: 5,
         tcp: false,
+        ui: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -75,9 +84,10 @@ fn options() -> Options {
             }
             "--warmup-samples" => o.warmup_samples = val().parse().expect("N"),
             "--tcp" => o.tcp = true,
+            "--ui" => o.ui = true,
             other => panic!(
                 "unknown option {other}; options: --bin PATH --minutes N --interval-s N \
-                 --rate N --flow-every-s N --warmup-samples N --tcp"
+                 --rate N --flow-every-s N --warmup-samples N --tcp --ui"
             ),
         }
     }
@@ -231,6 +241,40 @@ fn send(o: &Options, stop: &AtomicBool, sent: &AtomicU64) {
     }
 }
 
+/// A pseudo-terminal of 140×45 for the live UI: returns the UI's side, and drains the other
+/// side on a thread of its own (counting the bytes drawn) until the UI closes it.
+fn pty(drawn: Arc<AtomicU64>) -> OwnedFd {
+    let (mut main_side, mut ui_side) = (0, 0);
+    let size = libc::winsize {
+        ws_row: 45,
+        ws_col: 140,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: the out-pointers are live locals; name and termios may be null.
+    let rc = unsafe {
+        libc::openpty(
+            &raw mut main_side,
+            &raw mut ui_side,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &raw const size,
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: openpty returned two open descriptors that nothing else owns.
+    let (mut terminal, ui_side) =
+        unsafe { (File::from_raw_fd(main_side), OwnedFd::from_raw_fd(ui_side)) };
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        // Ends with EIO once the UI and every copy of its side are closed.
+        while let Ok(n @ 1..) = terminal.read(&mut buf) {
+            drawn.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    });
+    ui_side
+}
+
 /// A field of /proc/PID/status in kB (`VmRSS`, `VmHWM`).
 fn status_kb(pid: u32, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -283,33 +327,62 @@ fn main() {
             .push(spawn_in(&bed.cloud, move || respond(addr, stop)));
     }
     let json = bed.dir.join("soak.jsonl");
+    let drawn = Arc::new(AtomicU64::new(0));
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &bed.tbox])
-        .arg(&bin)
-        .args(["capture", "--json"])
-        .arg(&json)
-        .args([
+    cmd.args(["netns", "exec", &bed.tbox]).arg(&bin);
+    let what = if o.ui {
+        cmd.args(["-i", "eth0", "-i", "eth1"]);
+        "-i eth0 -i eth1 (the live UI on a 140×45 pseudo-terminal)"
+    } else {
+        cmd.args(["capture", "--json"]).arg(&json).args([
             "-i", "eth0", "-i", "eth1", "--rotate", "50MB", "--keep", "2",
         ]);
+        "capture --json … -i eth0 -i eth1 --rotate 50MB --keep 2"
+    };
     if !o.tcp {
         cmd.arg("--no-tcp");
     }
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    // `ip netns exec` execs the program: the child's pid is the capture's.
+    if o.ui {
+        let terminal = pty(Arc::clone(&drawn));
+        cmd.env("TERM", "xterm-256color")
+            .stdin(Stdio::from(terminal.try_clone().unwrap()))
+            .stdout(Stdio::from(terminal.try_clone().unwrap()))
+            .stderr(Stdio::from(terminal));
+        // SAFETY: between fork and exec the closure only calls setsid and ioctl, both
+        // async-signal-safe, and allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    } else {
+        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+    }
+    let child = cmd.spawn().unwrap();
+    drop(cmd);
+    // `ip netns exec` execs the program: the child's pid is tboxscope's.
     let pid = child.id();
     bed.capture = Some(child);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read(&json).map_or(true, |b| !b.contains(&b'\n')) {
-        assert!(Instant::now() < deadline, "capture did not start");
+    let started = || {
+        if o.ui {
+            drawn.load(Ordering::Relaxed) > 0
+        } else {
+            std::fs::read(&json).is_ok_and(|b| b.contains(&b'\n'))
+        }
+    };
+    while !started() {
+        assert!(Instant::now() < deadline, "tboxscope did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The UI's first frame comes before its capture opens: give it a moment to settle.
+    std::thread::sleep(Duration::from_secs(2));
     let rss0 = status_kb(pid, "VmRSS").unwrap_or(0);
     println!(
-        "soak: {} capture --json … -i eth0 -i eth1 --rotate 50MB --keep 2{}",
+        "soak: {} {what}{}",
         bin.display(),
         if o.tcp { "" } else { " --no-tcp" }
     );
@@ -330,7 +403,12 @@ fn main() {
             .push(spawn_in(&bed.tbox.clone(), move || send(&o2, &stop, &sent)));
     }
     println!(
-        "| minute | RSS kB | peak RSS kB | CPU s | PUSH sent (both paths) | JSON bytes on disk |"
+        "| minute | RSS kB | peak RSS kB | CPU s | PUSH sent (both paths) | {} |",
+        if o.ui {
+            "terminal bytes drawn"
+        } else {
+            "JSON bytes on disk"
+        }
     );
     println!("|---|---|---|---|---|---|");
     let start = Instant::now();
@@ -359,7 +437,11 @@ fn main() {
             status_kb(pid, "VmHWM").unwrap_or(0),
             cpu_time(pid).unwrap_or_default().as_secs_f64(),
             sent.load(Ordering::Relaxed),
-            dir_bytes(&bed.dir)
+            if o.ui {
+                drawn.load(Ordering::Relaxed)
+            } else {
+                dir_bytes(&bed.dir)
+            }
         );
     }
     let cpu = cpu_time(pid).unwrap_or_default();
@@ -384,7 +466,14 @@ fn main() {
                 )
             },
         );
-    println!("soak: capture ended {status}; {summary}");
+    if o.ui {
+        println!(
+            "soak: the UI ended {status}; {} terminal bytes drawn",
+            drawn.load(Ordering::Relaxed)
+        );
+    } else {
+        println!("soak: capture ended {status}; {summary}");
+    }
     let packets = 2 * sent.load(Ordering::Relaxed);
     println!(
         "soak: CPU {:.2} s for {packets} packets on the interfaces = {:.1} µs per packet \

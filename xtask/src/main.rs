@@ -46,7 +46,7 @@ enum Task {
 
 #[derive(Subcommand)]
 enum BenchOnly {
-    /// `tboxscope capture` on two interfaces at a T-Box's rate (100 KCP messages/s per path,
+    /// `tboxscope capture` (or with `--ui` the live UI) on two interfaces at a T-Box's rate (100 KCP messages/s per path,
     /// flows coming and going) for a long run, resident memory sampled every minute; prints
     /// the table and whether it stays flat after warm-up. Not part of plain `bench` (an hour).
     Soak {
@@ -56,6 +56,9 @@ enum BenchOnly {
         /// Also load the eBPF TCP probes (they see the whole host's TCP, not only the soak's).
         #[arg(long)]
         tcp: bool,
+        /// Soak the live terminal UI (on a pseudo-terminal) instead of headless `capture`.
+        #[arg(long)]
+        ui: bool,
     },
 }
 
@@ -100,7 +103,7 @@ fn main() -> Result<()> {
             fuzz(&root, fuzz_seconds)
         }
         Task::Bench {
-            only: Some(BenchOnly::Soak { minutes, tcp }),
+            only: Some(BenchOnly::Soak { minutes, tcp, ui }),
         } => {
             require_root("the soak builds network namespaces")?;
             cargo(
@@ -122,6 +125,9 @@ fn main() -> Result<()> {
             cmd.arg("--bin").arg(&bin).args(["--minutes", &minutes]);
             if tcp {
                 cmd.arg("--tcp");
+            }
+            if ui {
+                cmd.arg("--ui");
             }
             run(&mut cmd)
         }
