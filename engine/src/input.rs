@@ -329,7 +329,8 @@ pub enum TcpEventKind {
         /// New state.
         new: String,
     },
-    /// The backoff was reset: data got through after an RTO.
+    /// The backoff was reset: data got through after an RTO. Its figures are not read: the
+    /// socket keeps its latest ones, with backoff 0.
     BackoffEnd,
     /// Periodic sample of the socket (tcp_probe).
     Sample,

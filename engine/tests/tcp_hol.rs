@@ -84,6 +84,30 @@ fn rto_with_backoff_from_kernel_events_is_one_incident() {
 }
 
 #[test]
+fn backoff_end_keeps_the_socket_figures() {
+    let t = T0 + 1_000_000_000;
+    let mut e = engine(Config::default());
+    e.handle(ev(t, TcpEventKind::RtoExpired, 2, 816));
+    // As `capture` records it: the end of an episode carries no socket figures.
+    let Observation::Tcp(mut end) = ev(t + 900_000_000, TcpEventKind::BackoffEnd, 0, 0) else {
+        unreachable!("ev makes TCP events");
+    };
+    end.figures = TcpFigures::default();
+    e.handle(Observation::Tcp(end));
+    let snap = e.snapshot();
+    let sock = &snap.flows.tcp[0];
+    assert_eq!(sock.figures.cwnd, 10);
+    assert_eq!(sock.figures.rto_us, 816_000);
+    assert_eq!(sock.figures.srtt_us, 40_000);
+    assert_eq!(sock.figures.backoff, 0);
+    assert!(
+        sock.history.iter().all(|s| s.figures.cwnd == 10),
+        "{:?}",
+        sock.history
+    );
+}
+
+#[test]
 fn fast_retransmit_with_segments_uses_send_time_and_ack() {
     let t = T0 + 1_000_000_000;
     let cli = addr("10.0.0.2:41000");

@@ -174,13 +174,18 @@ impl Shared {
                 f.paths_mask |= 1 << path;
             }
             if let Proto::Tcp(s) = &mut f.proto {
-                s.figures = e.figures;
+                if e.kind == TcpEventKind::BackoffEnd {
+                    // Carries no figures of its own: the socket's stay, without backoff.
+                    s.figures.backoff = 0;
+                } else {
+                    s.figures = e.figures;
+                }
                 s.last_event_ns = e.ts_ns;
                 push_bounded(
                     &mut s.history,
                     TcpSample {
                         ts_ns: e.ts_ns,
-                        figures: e.figures,
+                        figures: s.figures,
                     },
                 );
                 if let TcpEventKind::Retransmit { kind, seq, .. } = &e.kind {
