@@ -83,5 +83,5 @@ pub use record::{
     CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, MessageRecord, OutageRecord,
     Record, Recovery, Summary, WindowRecord,
 };
-pub use shared::view::{redundancy_verdict, tail_verdict};
+pub use shared::view::{redundancy_verdict, tail_prediction, PathTail};
 pub use snapshot::Snapshot;

@@ -4,6 +4,7 @@
 use super::{ratio, Shared};
 use crate::config::MatchMode;
 use crate::flow::{Amp, Flow, FlowRef, Proto};
+use crate::latency::LatencyHist;
 use crate::paths::PathIdx;
 use crate::record::{FlowSummary, Record, Summary};
 use crate::snapshot::{
@@ -285,60 +286,22 @@ impl Shared {
         }
     }
 
-    /// Independent-paths prediction P(min > t) = Π P(path > t) (a copy that never arrived counts
-    /// as slower than any t) vs the observed combined tail.
+    /// The independent-paths prediction over the live paths with latency samples.
     fn prediction(&self, live: &[PathIdx]) -> (Vec<TailPoint>, String) {
-        let used: Vec<&crate::paths::PathState> = live
+        let used: Vec<PathTail<'_>> = live
             .iter()
             .filter_map(|i| self.paths.paths.get(*i))
-            .filter(|p| p.latency.total.count() > 0)
-            .collect();
-        if used.len() < 2 {
-            let why = if used.is_empty() {
-                "no latency samples yet"
-            } else {
-                "one path with latency samples"
-            };
-            return (
-                Vec::new(),
-                format!("{why}: no independent-paths prediction"),
-            );
-        }
-        let comb = &self.combined.total;
-        let comb_n = comb.count() + self.lost_all;
-        if comb_n == 0 {
-            return (Vec::new(), "no messages yet".to_owned());
-        }
-        let mut ts: Vec<u64> = [0.9, 0.99, 0.999]
-            .iter()
-            .map(|q| {
-                used.iter()
-                    .map(|p| p.latency.total.quantile(*q))
-                    .min()
-                    .unwrap_or(0)
+            .map(|p| PathTail {
+                latency: &p.latency.total,
+                missing: p.missing,
             })
             .collect();
-        ts.dedup();
-        let mut points = Vec::new();
-        let mut slow_counts = Vec::new();
-        for t in ts {
-            let predicted: f64 = used
-                .iter()
-                .map(|p| {
-                    let n = p.latency.total.count() + p.missing;
-                    ratio(p.latency.total.count_above(t) + p.missing, n)
-                })
-                .product();
-            let slow = comb.count_above(t) + self.lost_all;
-            points.push(TailPoint {
-                t_us: t,
-                predicted,
-                observed: ratio(slow, comb_n),
-            });
-            slow_counts.push(slow);
-        }
-        let verdict = tail_verdict(&points, &slow_counts, self.cfg.shared_cause_ratio);
-        (points, verdict)
+        tail_prediction(
+            &used,
+            &self.combined.total,
+            self.lost_all,
+            self.cfg.shared_cause_ratio,
+        )
     }
 
     fn health(&self) -> CaptureHealth {
@@ -435,11 +398,79 @@ fn is_ghost_socket(f: &Flow) -> bool {
 }
 
 /// The redundancy sentence.
+/// One path's part in the independent-paths prediction.
+pub struct PathTail<'a> {
+    /// The path's message latencies.
+    pub latency: &'a LatencyHist,
+    /// Messages the path should have carried and did not: slower than any threshold.
+    pub missing: u64,
+}
+
+/// Independent-paths prediction P(min > t) = Π P(path > t) at thresholds at the smallest path
+/// P90, P99 and P999 (a copy a path never carried counts as slower than any t there, a message
+/// no path delivered, `lost_all`, as slower on all of them), against the observed combined
+/// tail, and the verdict. Paths without latency samples take no part.
+pub fn tail_prediction(
+    paths: &[PathTail<'_>],
+    combined: &LatencyHist,
+    lost_all: u64,
+    shared_cause_ratio: f64,
+) -> (Vec<TailPoint>, String) {
+    let used: Vec<&PathTail<'_>> = paths.iter().filter(|p| p.latency.count() > 0).collect();
+    if used.len() < 2 {
+        let why = if used.is_empty() {
+            "no latency samples yet"
+        } else {
+            "one path with latency samples"
+        };
+        return (
+            Vec::new(),
+            format!("{why}: no independent-paths prediction"),
+        );
+    }
+    let comb_n = combined.count() + lost_all;
+    if comb_n == 0 {
+        return (Vec::new(), "no messages yet".to_owned());
+    }
+    let mut ts: Vec<u64> = [0.9, 0.99, 0.999]
+        .iter()
+        .map(|q| {
+            used.iter()
+                .map(|p| p.latency.quantile(*q))
+                .min()
+                .unwrap_or(0)
+        })
+        .collect();
+    ts.dedup();
+    let mut points = Vec::new();
+    let mut slow_counts = Vec::new();
+    for t in ts {
+        let predicted: f64 = used
+            .iter()
+            .map(|p| {
+                ratio(
+                    p.latency.count_above(t) + p.missing,
+                    p.latency.count() + p.missing,
+                )
+            })
+            .product();
+        let slow = combined.count_above(t) + lost_all;
+        points.push(TailPoint {
+            t_us: t,
+            predicted,
+            observed: ratio(slow, comb_n),
+        });
+        slow_counts.push(slow);
+    }
+    let verdict = tail_verdict(&points, &slow_counts, shared_cause_ratio);
+    (points, verdict)
+}
+
 /// The verdict comparing the observed combined tail with the independent-paths prediction,
 /// judged at the last point (highest threshold) with at least five slow messages; `slow[i]` is
 /// how many messages were slower than `points[i].t_us` on every path. The observed share far
 /// above the predicted one (by more than `shared_cause_ratio`) means the paths fail together.
-pub fn tail_verdict(points: &[TailPoint], slow: &[u64], shared_cause_ratio: f64) -> String {
+fn tail_verdict(points: &[TailPoint], slow: &[u64], shared_cause_ratio: f64) -> String {
     let judged = points
         .iter()
         .zip(slow)

@@ -14,7 +14,7 @@ use tboxscope_engine::snapshot::{
     SeriesPoint, Severity, Snapshot, TailPoint,
 };
 use tboxscope_engine::Config;
-use tboxscope_engine::{redundancy_verdict, tail_verdict, Engine};
+use tboxscope_engine::{redundancy_verdict, tail_prediction, Engine, PathTail};
 use tboxscope_engine::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 
 use super::load::{Item, Timed};
@@ -444,64 +444,22 @@ impl Fold {
             .collect()
     }
 
-    /// The independent-paths prediction as the engine makes it: thresholds at the smallest
-    /// path's P90, P99 and P999; a message a path never carried counts as slower than any
-    /// threshold on that path, one no path delivered as slower on all of them.
+    /// The independent-paths prediction as the engine makes it.
     fn prediction(&self) -> (Vec<TailPoint>, String) {
-        let used: Vec<&PathAcc> = self
+        let paths: Vec<PathTail<'_>> = self
             .paths
             .values()
-            .filter(|p| p.latency.count() > 0)
-            .collect();
-        if used.len() < 2 {
-            let why = if used.is_empty() {
-                "no latency samples yet"
-            } else {
-                "one path with latency samples"
-            };
-            return (
-                Vec::new(),
-                format!("{why}: no independent-paths prediction"),
-            );
-        }
-        let comb_n = self.combined.count() + self.lost_all;
-        if comb_n == 0 {
-            return (Vec::new(), "no messages yet".to_owned());
-        }
-        let share = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-        let mut ts: Vec<u64> = [0.9, 0.99, 0.999]
-            .iter()
-            .map(|q| {
-                used.iter()
-                    .map(|p| p.latency.quantile(*q))
-                    .min()
-                    .unwrap_or(0)
+            .map(|p| PathTail {
+                latency: &p.latency,
+                missing: p.expected.saturating_sub(p.carried),
             })
             .collect();
-        ts.dedup();
-        let mut points = Vec::new();
-        let mut slow_counts = Vec::new();
-        for t in ts {
-            let predicted: f64 = used
-                .iter()
-                .map(|p| {
-                    let missing = p.expected.saturating_sub(p.carried);
-                    share(
-                        p.latency.count_above(t) + missing,
-                        p.latency.count() + missing,
-                    )
-                })
-                .product();
-            let slow = self.combined.count_above(t) + self.lost_all;
-            points.push(TailPoint {
-                t_us: t,
-                predicted,
-                observed: share(slow, comb_n),
-            });
-            slow_counts.push(slow);
-        }
-        let verdict = tail_verdict(&points, &slow_counts, Config::default().shared_cause_ratio);
-        (points, verdict)
+        tail_prediction(
+            &paths,
+            &self.combined,
+            self.lost_all,
+            Config::default().shared_cause_ratio,
+        )
     }
 
     fn latency(&self) -> LatencyView {
