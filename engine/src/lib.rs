@@ -55,6 +55,7 @@ pub mod report;
 mod sent;
 mod shared;
 pub mod snapshot;
+mod tail;
 #[cfg(test)]
 mod tests;
 pub mod units;
@@ -83,5 +84,6 @@ pub use record::{
     CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, MessageRecord, OutageRecord,
     Record, Recovery, Summary, WindowRecord,
 };
-pub use shared::view::{redundancy_verdict, tail_prediction, PathTail};
+pub use shared::view::redundancy_verdict;
 pub use snapshot::Snapshot;
+pub use tail::{tail_prediction, CombinedTail, PathTail};

@@ -7,6 +7,7 @@ use crate::FastMap as HashMap;
 use crate::input::PathId;
 use crate::latency::{WindowedHist, PATH_SIGFIG};
 use crate::snapshot::LatencyKind;
+use crate::tail::PathTail;
 
 /// Index of a path in the table.
 pub type PathIdx = usize;
@@ -47,6 +48,8 @@ pub struct PathState {
     pub missing: u64,
     /// Latency of this path's copies.
     pub latency: WindowedHist,
+    /// This path's part of redundant flows' messages, for the independent-paths prediction.
+    pub tail: PathTail,
     /// Samples that were one-way / ack-based.
     pub one_way_samples: u64,
     /// Ack-based samples.
@@ -84,6 +87,7 @@ impl PathState {
             expected: 0,
             missing: 0,
             latency: WindowedHist::new(max_latency_us, PATH_SIGFIG, history),
+            tail: PathTail::new(max_latency_us),
             one_way_samples: 0,
             ack_samples: 0,
             last_alive_ns: None,

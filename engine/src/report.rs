@@ -375,11 +375,14 @@ mod tests {
         assert!(text.contains("packets lost on the wire"), "{text}");
     }
 
-    /// No latency sample at all is not "one path with latency samples".
+    /// No latency sample at all says why there is no prediction, and claims no path.
     #[test]
     fn no_samples_is_not_one_path() {
         let text = render(&Engine::new(Config::default()).finish(1));
         assert!(!text.contains("one path with latency samples"), "{text}");
-        assert!(text.contains("no latency samples yet"), "{text}");
+        assert!(
+            text.contains("no redundant flow with latencies on two paths yet"),
+            "{text}"
+        );
     }
 }

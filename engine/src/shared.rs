@@ -20,6 +20,7 @@ use crate::pairs::{side_map_max, AddressPairs};
 use crate::paths::{PathIdx, PathTable};
 use crate::record::{CopyRecord, MessageRecord, Record, WindowRecord};
 use crate::snapshot::{EventLine, LatencyKind, Severity};
+use crate::tail::CombinedTail;
 use crate::FastMap as HashMap;
 
 pub(crate) mod view;
@@ -104,6 +105,8 @@ pub(crate) struct Shared {
     ack_messages: u64,
     /// Messages no path delivered, in flows where delivery is observable.
     lost_all: u64,
+    /// Redundant flows' messages, for the independent-paths prediction.
+    redundant: CombinedTail,
     win: WindowAcc,
     records: VecDeque<Record>,
     dropped_records: u64,
@@ -142,6 +145,7 @@ impl Shared {
             one_way_messages: 0,
             ack_messages: 0,
             lost_all: 0,
+            redundant: CombinedTail::new(cfg.max_latency_us),
             now: 0,
             started: None,
             win: WindowAcc::default(),
@@ -757,6 +761,9 @@ impl Shared {
                 if !got {
                     ps.missing += 1;
                 }
+                if npaths >= 2 {
+                    ps.tail.record(got, copy.and_then(ResolvedCopy::latency_us));
+                }
                 if let Some(l) = copy.and_then(ResolvedCopy::latency_us) {
                     if ps.latency.record(l) {
                         self.clamped += 1;
@@ -787,6 +794,9 @@ impl Shared {
         }
         if observable && !delivered {
             self.lost_all += 1;
+        }
+        if npaths >= 2 {
+            self.redundant.record(latency_us, observable && !delivered);
         }
         if let Some(l) = latency_us {
             if self.combined.record(l) {

@@ -8,6 +8,15 @@ use common::*;
 use tboxscope_engine::{Config, Datagram, Observation};
 
 fn run(slow: impl Fn(usize, u64) -> bool) -> tboxscope_engine::Summary {
+    run_beside(slow, false)
+}
+
+/// With `single_path_beside`, a single-path flow on eth0 runs beside the redundant one, one
+/// message in five of it 2 s late (a TCP or KCP flow through an outage).
+fn run_beside(
+    slow: impl Fn(usize, u64) -> bool,
+    single_path_beside: bool,
+) -> tboxscope_engine::Summary {
     let tbox = ["10.0.0.2:40000", "10.1.0.2:40001"];
     let gw = "192.0.2.1:9000";
     let labels = ["eth0", "eth1"];
@@ -27,6 +36,30 @@ fn run(slow: impl Fn(usize, u64) -> bool) -> tboxscope_engine::Summary {
                 30_000_000 + (i * 7919 % 4000) * 1000 + if slow(p, i) { 300_000_000 } else { 0 };
             obs.push(d(base, p as u16));
             obs.push(d(base + lat, 2 + p as u16));
+        }
+        if single_path_beside {
+            let d = |ts: u64, cap: u16| {
+                Observation::Datagram(Datagram {
+                    meta: meta(
+                        ts,
+                        "eth0",
+                        cap,
+                        addr("10.0.0.2:40010"),
+                        addr("192.0.2.1:9001"),
+                        628,
+                    ),
+                    payload_hash: 1_000_000 + i,
+                    payload_len: 600,
+                    app_msg_id: None,
+                })
+            };
+            let lat = if i % 5 == 0 {
+                2_000_000_000
+            } else {
+                30_000_000
+            };
+            obs.push(d(base + 5_000_000, 0));
+            obs.push(d(base + 5_000_000 + lat, 2));
         }
     }
     let obs = sorted(obs);
@@ -70,6 +103,28 @@ fn slowness_at_different_moments_is_independent() {
     // Redundancy hides every slow copy: the combined maximum stays at the fast distribution.
     assert!(
         s.latency.combined.max_us < 40_000,
+        "{:?}",
+        s.latency.combined
+    );
+}
+
+#[test]
+fn single_path_flows_do_not_enter_the_verdict() {
+    // The redundant flow's paths are slow at different moments; a single-path flow beside it
+    // has a long tail of its own. Its slow messages were on one path only: they say nothing of
+    // whether the paths fail together.
+    let s = run_beside(|p, i| i % 50 == if p == 0 { 0 } else { 25 }, true);
+    assert!(
+        s.latency.verdict.starts_with("paths look independent"),
+        "{}",
+        s.latency.verdict
+    );
+    let alone = run(|p, i| i % 50 == if p == 0 { 0 } else { 25 });
+    assert_eq!(s.latency.tail, alone.latency.tail);
+    assert_eq!(s.latency.verdict, alone.latency.verdict);
+    // The single-path flow's tail is still in the combined figures.
+    assert!(
+        s.latency.combined.max_us > 1_900_000,
         "{:?}",
         s.latency.combined
     );

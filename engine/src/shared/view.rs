@@ -4,7 +4,6 @@
 use super::{ratio, Shared};
 use crate::config::MatchMode;
 use crate::flow::{Amp, Flow, FlowRef, Proto};
-use crate::latency::LatencyHist;
 use crate::paths::PathIdx;
 use crate::record::{FlowSummary, Record, Summary};
 use crate::snapshot::{
@@ -12,6 +11,7 @@ use crate::snapshot::{
     LatencyView, PathShare, PathView, Percentiles, QuicConnView, RedundancyView, Snapshot,
     TailPoint, TcpSocketView,
 };
+use crate::tail::{tail_prediction, PathTail};
 use crate::{FastMap as HashMap, FastSet as HashSet};
 
 /// Flows reported as part of their group, and what each group gains from its members.
@@ -40,8 +40,6 @@ impl GroupMembers {
 const MAX_FLOWS_SHOWN: usize = 256;
 /// Incidents listed in a snapshot.
 const MAX_INCIDENTS_SHOWN: usize = 64;
-/// Slow messages needed beyond a threshold before judging the prediction.
-const MIN_TAIL_SAMPLES: f64 = 5.0;
 
 impl Shared {
     /// [`crate::Engine::snapshot`].
@@ -286,22 +284,14 @@ impl Shared {
         }
     }
 
-    /// The independent-paths prediction over the live paths with latency samples.
+    /// The independent-paths prediction over the live paths, from redundant flows' messages.
     fn prediction(&self, live: &[PathIdx]) -> (Vec<TailPoint>, String) {
-        let used: Vec<PathTail<'_>> = live
+        let used: Vec<&PathTail> = live
             .iter()
             .filter_map(|i| self.paths.paths.get(*i))
-            .map(|p| PathTail {
-                latency: &p.latency.total,
-                missing: p.missing,
-            })
+            .map(|p| &p.tail)
             .collect();
-        tail_prediction(
-            &used,
-            &self.combined.total,
-            self.lost_all,
-            self.cfg.shared_cause_ratio,
-        )
+        tail_prediction(&used, &self.redundant, self.cfg.shared_cause_ratio)
     }
 
     fn health(&self) -> CaptureHealth {
@@ -395,104 +385,6 @@ fn is_ghost_socket(f: &Flow) -> bool {
         && s.figures.retransmits == 0
         && s.retransmission_log.is_empty()
         && f.messages == 0
-}
-
-/// The redundancy sentence.
-/// One path's part in the independent-paths prediction.
-pub struct PathTail<'a> {
-    /// The path's message latencies.
-    pub latency: &'a LatencyHist,
-    /// Messages the path should have carried and did not: slower than any threshold.
-    pub missing: u64,
-}
-
-/// Independent-paths prediction P(min > t) = Π P(path > t) at thresholds at the smallest path
-/// P90, P99 and P999 (a copy a path never carried counts as slower than any t there, a message
-/// no path delivered, `lost_all`, as slower on all of them), against the observed combined
-/// tail, and the verdict. Paths without latency samples take no part.
-pub fn tail_prediction(
-    paths: &[PathTail<'_>],
-    combined: &LatencyHist,
-    lost_all: u64,
-    shared_cause_ratio: f64,
-) -> (Vec<TailPoint>, String) {
-    let used: Vec<&PathTail<'_>> = paths.iter().filter(|p| p.latency.count() > 0).collect();
-    if used.len() < 2 {
-        let why = if used.is_empty() {
-            "no latency samples yet"
-        } else {
-            "one path with latency samples"
-        };
-        return (
-            Vec::new(),
-            format!("{why}: no independent-paths prediction"),
-        );
-    }
-    let comb_n = combined.count() + lost_all;
-    if comb_n == 0 {
-        return (Vec::new(), "no messages yet".to_owned());
-    }
-    let mut ts: Vec<u64> = [0.9, 0.99, 0.999]
-        .iter()
-        .map(|q| {
-            used.iter()
-                .map(|p| p.latency.quantile(*q))
-                .min()
-                .unwrap_or(0)
-        })
-        .collect();
-    ts.dedup();
-    let mut points = Vec::new();
-    let mut slow_counts = Vec::new();
-    for t in ts {
-        let predicted: f64 = used
-            .iter()
-            .map(|p| {
-                ratio(
-                    p.latency.count_above(t) + p.missing,
-                    p.latency.count() + p.missing,
-                )
-            })
-            .product();
-        let slow = combined.count_above(t) + lost_all;
-        points.push(TailPoint {
-            t_us: t,
-            predicted,
-            observed: ratio(slow, comb_n),
-        });
-        slow_counts.push(slow);
-    }
-    let verdict = tail_verdict(&points, &slow_counts, shared_cause_ratio);
-    (points, verdict)
-}
-
-/// The verdict comparing the observed combined tail with the independent-paths prediction,
-/// judged at the last point (highest threshold) with at least five slow messages; `slow[i]` is
-/// how many messages were slower than `points[i].t_us` on every path. The observed share far
-/// above the predicted one (by more than `shared_cause_ratio`) means the paths fail together.
-fn tail_verdict(points: &[TailPoint], slow: &[u64], shared_cause_ratio: f64) -> String {
-    let judged = points
-        .iter()
-        .zip(slow)
-        .rfind(|(_, s)| **s as f64 >= MIN_TAIL_SAMPLES);
-    let Some((p, _)) = judged else {
-        return "too few slow messages yet to compare the combined tail with the independent-paths prediction".to_owned();
-    };
-    let (observed, predicted, t) = (p.observed, p.predicted, crate::units::latency(p.t_us));
-    if predicted <= 0.0 || observed / predicted > shared_cause_ratio {
-        format!(
-            "paths fail together (shared cause): {:.3}% of messages took longer than {t} on every path, {} the {:.4}% expected if the paths were independent",
-            observed * 100.0,
-            if predicted > 0.0 { format!("{:.0}×", observed / predicted) } else { "far above".to_owned() },
-            predicted * 100.0
-        )
-    } else {
-        format!(
-            "paths look independent: {:.3}% of messages slower than {t} on every path vs {:.4}% predicted",
-            observed * 100.0,
-            predicted * 100.0
-        )
-    }
 }
 
 /// The verdict line of a flow's redundancy: how many of its messages were carried on every

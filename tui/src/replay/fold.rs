@@ -14,7 +14,7 @@ use tboxscope_engine::snapshot::{
     SeriesPoint, Severity, Snapshot, TailPoint,
 };
 use tboxscope_engine::Config;
-use tboxscope_engine::{redundancy_verdict, tail_prediction, Engine, PathTail};
+use tboxscope_engine::{redundancy_verdict, tail_prediction, CombinedTail, Engine, PathTail};
 use tboxscope_engine::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 
 use super::load::{Item, Timed};
@@ -40,6 +40,8 @@ struct PathAcc {
     bytes: u64,
     last_alive_ns: u64,
     rate: VecDeque<(u64, u64, u64)>,
+    /// This path's part of redundant flows' messages.
+    tail: PathTail,
 }
 
 impl PathAcc {
@@ -54,6 +56,7 @@ impl PathAcc {
             bytes: 0,
             last_alive_ns: 0,
             rate: VecDeque::new(),
+            tail: PathTail::new(Config::default().max_latency_us),
         }
     }
 }
@@ -93,8 +96,8 @@ pub struct Fold {
     tcp_events_dropped: u64,
     /// Latencies above the engine's bound, recorded at the bound (as the engine counts them).
     clamped: u64,
-    /// Messages no path delivered (in flows that delivered others).
-    lost_all: u64,
+    /// Redundant flows' messages, for the independent-paths prediction.
+    redundant: CombinedTail,
     summary: Option<(u64, Box<Summary>)>,
     engine: Engine,
     notes: Vec<String>,
@@ -119,7 +122,7 @@ impl Fold {
             ring_buffer_dropped: 0,
             tcp_events_dropped: 0,
             clamped: 0,
-            lost_all: 0,
+            redundant: CombinedTail::new(Config::default().max_latency_us),
             summary: None,
             engine: Engine::new(Config::default()),
             notes,
@@ -248,9 +251,6 @@ impl Fold {
         // delivered before (or now), is slower than any threshold on every path.
         let delivered = m.copies.iter().any(|c| c.arrived.is_some());
         flow.delivered_any |= delivered;
-        if flow.delivered_any && !delivered {
-            self.lost_all += 1;
-        }
         for copy in &m.copies {
             flow.paths.entry(copy.path.clone()).or_default().carried += 1;
         }
@@ -280,10 +280,20 @@ impl Fold {
             flow.spacing.record((hi - lo) / 1_000);
         }
         let flow_paths: Vec<String> = flow.paths.keys().cloned().collect();
+        let redundant = flow_paths.len() >= 2;
+        if redundant {
+            self.redundant
+                .record(m.latency_us, flow.delivered_any && !delivered);
+        }
         for path in flow_paths {
             let acc = self.paths.entry(path.clone()).or_insert_with(PathAcc::new);
             acc.expected += 1;
-            let Some(copy) = m.copies.iter().find(|c| c.path == path) else {
+            let copy = m.copies.iter().find(|c| c.path == path);
+            if redundant {
+                acc.tail
+                    .record(copy.is_some(), copy.and_then(|c| c.latency_us));
+            }
+            let Some(copy) = copy else {
                 continue;
             };
             acc.carried += 1;
@@ -446,18 +456,10 @@ impl Fold {
 
     /// The independent-paths prediction as the engine makes it.
     fn prediction(&self) -> (Vec<TailPoint>, String) {
-        let paths: Vec<PathTail<'_>> = self
-            .paths
-            .values()
-            .map(|p| PathTail {
-                latency: &p.latency,
-                missing: p.expected.saturating_sub(p.carried),
-            })
-            .collect();
+        let paths: Vec<&PathTail> = self.paths.values().map(|p| &p.tail).collect();
         tail_prediction(
             &paths,
-            &self.combined,
-            self.lost_all,
+            &self.redundant,
             Config::default().shared_cause_ratio,
         )
     }
