@@ -51,6 +51,10 @@ pub struct WatchArgs {
     /// as libpcap drops.
     #[arg(long = "buffer-size", value_name = "SIZE", value_parser = parse_buffer_size)]
     pub buffer_size: Option<i32>,
+    /// Most flows kept at once (default 512, about 10 kB each); beyond, the least recently
+    /// active flow is dropped and counted as evicted in the health figures.
+    #[arg(long = "max-flows", value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
+    pub max_flows: Option<u32>,
 }
 
 /// The subcommands; without one, `tboxscope` starts the live terminal UI.
@@ -258,6 +262,10 @@ pub struct CaptureArgs {
     /// as libpcap drops.
     #[arg(long = "buffer-size", value_name = "SIZE", value_parser = parse_buffer_size, conflicts_with = "no_packets")]
     pub buffer_size: Option<i32>,
+    /// Most flows kept at once (default 512, about 10 kB each); beyond, the least recently
+    /// active flow is dropped and counted as evicted in the health figures.
+    #[arg(long = "max-flows", value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
+    pub max_flows: Option<u32>,
     /// TLS key log (SSLKEYLOGFILE format) to decrypt QUIC; re-read while it grows.
     #[arg(long, value_name = "FILE")]
     pub keylog: Option<PathBuf>,
@@ -571,6 +579,18 @@ impl ReplayArgs {
 /// (two paths at 100 packets/s of ≤ 1.5 kB are 300 kB/s), where the 32 MiB libpcap rings used
 /// before held 64 MiB for two interfaces, over the T-Box's whole memory budget.
 pub const DEFAULT_BUFFER_SIZE: i32 = 2 << 20;
+
+/// The default `--max-flows` of the live modes, which run for days: flows come and go as a
+/// T-Box reconnects, and each kept flow holds about 10 kB (measured in the soak benchmark;
+/// 512 of them about 5 MB, within a T-Box's budget). `analyze` and `replay` keep the engine's
+/// own bound.
+pub const LIVE_MAX_FLOWS: u32 = 512;
+
+/// The flow bound of a live mode: `--max-flows` or [`LIVE_MAX_FLOWS`].
+#[must_use]
+pub fn live_max_flows(given: Option<u32>) -> usize {
+    usize::try_from(given.unwrap_or(LIVE_MAX_FLOWS)).unwrap_or(usize::MAX)
+}
 
 /// Parses a `--buffer-size`: B, kB, MB (powers of 1000), KiB, MiB, or a bare number of KiB
 /// (tcpdump's -B); 64 KiB to 1 GiB.

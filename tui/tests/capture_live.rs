@@ -335,6 +335,60 @@ fn capture_json_equals_analyze_of_the_same_packets_and_sigterm_ends_with_a_summa
     assert_eq!(offline, outages(&dumped));
 }
 
+#[test]
+#[ignore = "needs root"]
+fn flows_beyond_max_flows_are_evicted_and_counted() {
+    let mut bed = Bed::new("cf");
+    let out = bed.path("out.jsonl");
+    let mut args = vec![
+        "--json".to_owned(),
+        out.display().to_string(),
+        "--no-tcp".to_owned(),
+        "--max-flows".to_owned(),
+        "16".to_owned(),
+    ];
+    args.extend(bed.interfaces());
+    let cap = bed.capture(&args);
+    wait_for_header(&out);
+    // 40 conversations (a flow each, its copies on both paths), each from new ports, 3
+    // segments each.
+    for k in 0..40u32 {
+        let socks: Vec<UdpSocket> = (0..2)
+            .map(|i| {
+                let (_, _, ta, ca) = bed.lab.links[i].clone();
+                spawn_in(&bed.lab.tbox, move || {
+                    let s = UdpSocket::bind(format!("{ta}:0")).unwrap();
+                    s.connect(format!("{ca}:{PORT}")).unwrap();
+                    s
+                })
+                .join()
+                .unwrap()
+            })
+            .collect();
+        for sn in 0..3u32 {
+            let payload: Vec<u8> = (0..64u32).map(|j| (k * 7 + sn * 3 + j) as u8).collect();
+            let seg = kcp_segment(CONV + 1 + k, PUSH, 0, 128, sn, sn, sn, &payload);
+            for s in &socks {
+                s.send(&seg).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, err) = bed.end(cap, libc::SIGTERM);
+    assert_eq!(code, Some(0), "{err}");
+    let captured = lines(&out);
+    let summary = captured.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    let evicted = summary["health"]["evicted_flows"].as_u64().unwrap();
+    assert!(
+        evicted >= 24,
+        "{evicted} flows evicted of 40 with --max-flows 16"
+    );
+    let kept = summary["flows"].as_array().unwrap().len();
+    assert!(kept <= 16, "{kept} flows in the summary");
+}
+
 /// `analyze --json` of `files` into `name`; its records.
 fn analyze(bed: &Bed, name: &str, files: &[PathBuf]) -> Vec<Value> {
     let file = bed.path(name);

@@ -63,6 +63,7 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
         tcp,
         no_tcp,
         buffer_size,
+        max_flows,
     } = std::mem::take(&mut cli.watch);
     let (name, mut refused) = (command.name(), Vec::new());
     let had_keylog = keylog.is_some();
@@ -120,6 +121,12 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
                 }
                 c.buffer_size = Some(b);
             }
+            if let Some(m) = max_flows {
+                if c.max_flows.is_some_and(|other| other != m) {
+                    anyhow::bail!("--max-flows given twice, before and after `capture`");
+                }
+                c.max_flows = Some(m);
+            }
         }
         _ => {
             if filter.is_some() {
@@ -127,6 +134,9 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
             }
             if buffer_size.is_some() {
                 refused.push("--buffer-size");
+            }
+            if max_flows.is_some() {
+                refused.push("--max-flows");
             }
             if no_tcp {
                 refused.push("--no-tcp");

@@ -43,6 +43,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     // Before the probes are loaded: the UI cannot draw into a pipe or a file.
     tboxscope::terminal::require_terminal()?;
     let keylog = args.keylog.clone();
+    let max_flows = crate::cli::live_max_flows(args.max_flows);
     let tcp = if args.no_tcp {
         None
     } else {
@@ -94,7 +95,17 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     let worker_stop = Arc::clone(&stop);
     let worker = thread::Builder::new()
         .name("tboxscope-capture".into())
-        .spawn(move || capture_loop(capture, labels, keylog, tcp_rx, feed, &worker_stop))
+        .spawn(move || {
+            capture_loop(
+                capture,
+                labels,
+                keylog,
+                max_flows,
+                tcp_rx,
+                feed,
+                &worker_stop,
+            );
+        })
         .context("starting the capture thread")?;
     let ui = live::run(&mut source, live::LiveOptions::default());
     stop.store(true, Ordering::Relaxed);
@@ -150,6 +161,7 @@ fn capture_loop(
     mut capture: LiveCapture,
     labels: Vec<String>,
     keylog: Option<PathBuf>,
+    max_flows: usize,
     mut tcp: Receiver<TcpMessage>,
     feed: SnapshotFeed,
     stop: &AtomicBool,
@@ -158,6 +170,7 @@ fn capture_loop(
         DissectConfig::default(),
         EngineConfig {
             emit_messages: false,
+            max_flows,
             ..EngineConfig::default()
         },
         keylog,

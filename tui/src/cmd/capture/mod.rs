@@ -326,6 +326,7 @@ impl Run {
             EngineConfig {
                 app_id: args.app_id,
                 emit_messages: true,
+                max_flows: crate::cli::live_max_flows(args.max_flows),
                 ..EngineConfig::default()
             },
             args.keylog.clone(),
