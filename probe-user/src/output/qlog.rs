@@ -17,7 +17,7 @@
 //! Path ID, or for draft-05 / tquic the sequence number of the destination connection ID); 0 on
 //! single-path connections.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -43,6 +43,11 @@ const RS: u8 = 0x1e;
 /// Files kept open at once; past this the least recently written one is closed (and reopened
 /// for appending when its connection sends again).
 const MAX_OPEN: usize = 64;
+/// Capture time an event waits for earlier ones: a capture's timestamps are not always in
+/// order (a host stamps the packets it sends and receives at different points, microseconds
+/// apart), and qlog wants each trace's events in time order. An event later than this is written
+/// where it comes and counted in [`QlogStats::out_of_order`].
+const REORDER_WINDOW_NS: u64 = 20_000_000;
 /// ACK Delay exponent assumed to scale ACK frames' delay to milliseconds: the transport
 /// parameter's default (RFC 9000 §18.2), which the decoder does not read from the handshake.
 const ACK_DELAY_EXPONENT: u32 = 3;
@@ -83,6 +88,9 @@ pub struct QlogStats {
     /// Decrypted packets whose frames could not all be parsed (written with the frames before
     /// the first bad one and the reason in `frame_error`).
     pub frames_cut_short: u64,
+    /// Events written after a later one of their trace: captured more than the reorder window
+    /// (20 ms) out of time order.
+    pub out_of_order: u64,
 }
 
 /// Writes qlog files from decoded records ([`QlogExport::record`]).
@@ -114,6 +122,11 @@ struct Trace {
     datagram_id: u32,
     /// The file exists (a later open appends to it).
     created: bool,
+    /// Encoded events waiting in the reorder window, by capture time and arrival.
+    pending: BTreeMap<(u64, u64), Vec<u8>>,
+    /// Newest capture time seen, and that of the last event written.
+    newest_ns: u64,
+    written_ns: u64,
 }
 
 impl QlogExport {
@@ -187,11 +200,44 @@ impl QlogExport {
         };
         self.stats.frames_cut_short += u64::from(p.frame_error.is_some());
         self.stats.packet_events += 1;
-        self.write(key, &event)
+        let mut bytes = Vec::with_capacity(256);
+        put(&mut bytes, &event).map_err(|source| QlogError::Write {
+            path: trace.path.clone(),
+            source,
+        })?;
+        let ts = r.packet.ts_ns;
+        trace.pending.insert((ts, clock), bytes);
+        trace.newest_ns = trace.newest_ns.max(ts);
+        self.write_due(key, false)
     }
 
-    /// Flushes and closes every file and says what was written.
+    /// Writes the events of `key`'s window that are due (all of them with `all`), in time order.
+    fn write_due(&mut self, key: (u64, Host), all: bool) -> Result<(), QlogError> {
+        loop {
+            let Some(t) = self.traces.get_mut(&key) else {
+                return Ok(());
+            };
+            let due = t.pending.first_key_value().is_some_and(|(&(ts, _), _)| {
+                all || ts.saturating_add(REORDER_WINDOW_NS) <= t.newest_ns
+            });
+            let Some(((ts, _), bytes)) = due.then(|| t.pending.pop_first()).flatten() else {
+                return Ok(());
+            };
+            if ts < t.written_ns {
+                self.stats.out_of_order += 1;
+            }
+            t.written_ns = t.written_ns.max(ts);
+            self.write_raw(key, &bytes)?;
+        }
+    }
+
+    /// Writes what waits in the reorder windows, flushes and closes every file and says what was
+    /// written.
     pub fn finish(mut self) -> Result<QlogStats, QlogError> {
+        let keys: Vec<(u64, Host)> = self.traces.keys().copied().collect();
+        for key in keys {
+            self.write_due(key, true)?;
+        }
         for t in self.traces.values_mut() {
             if let Some(mut out) = t.out.take() {
                 out.flush().map_err(|source| QlogError::Write {
@@ -240,6 +286,9 @@ impl QlogExport {
             datagram: None,
             datagram_id: 0,
             created: false,
+            pending: BTreeMap::new(),
+            newest_ns: ts_ns,
+            written_ns: 0,
         };
         self.traces.insert(key, trace);
         let (vantage, seen) = match host {
@@ -270,12 +319,17 @@ impl QlogExport {
                 event_schemas: [EVENT_SCHEMA],
             },
         };
-        self.write(key, &header)
+        let mut bytes = Vec::new();
+        put(&mut bytes, &header).map_err(|source| QlogError::Write {
+            path: self.dir.join(&name),
+            source,
+        })?;
+        self.write_raw(key, &bytes)
     }
 
-    /// Writes one record to the file of `key`, opening it (and closing the least recently
-    /// written one) as needed.
-    fn write<T: Serialize>(&mut self, key: (u64, Host), record: &T) -> Result<(), QlogError> {
+    /// Writes one encoded record to the file of `key`, opening it (and closing the least
+    /// recently written one) as needed.
+    fn write_raw(&mut self, key: (u64, Host), record: &[u8]) -> Result<(), QlogError> {
         let needs_open = self.traces.get(&key).is_some_and(|t| t.out.is_none());
         if needs_open && self.open >= MAX_OPEN {
             self.close_least_recent()?;
@@ -302,7 +356,7 @@ impl QlogExport {
         let Some(out) = t.out.as_mut() else {
             return Ok(());
         };
-        put(out, record).map_err(|e| fail(&t.path, e))
+        out.write_all(record).map_err(|e| fail(&t.path, e))
     }
 
     fn close_least_recent(&mut self) -> Result<(), QlogError> {

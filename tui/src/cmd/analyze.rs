@@ -281,6 +281,12 @@ fn write_qlog(args: &AnalyzeArgs, dir: &Path, hosts: HashMap<String, Host>) -> a
             s.not_decrypted
         ));
     }
+    if s.out_of_order > 0 {
+        left_out.push(format!(
+            "{} events captured over 20 ms out of time order, written as they came",
+            s.out_of_order
+        ));
+    }
     if s.frames_cut_short > 0 {
         left_out.push(format!(
             "{} packets' frames cut short at a bad frame",
