@@ -399,6 +399,32 @@ fn chrome_to_cloudflare_one_file_every_decrypted_packet() {
     assert!(per_datagram.values().any(|&n| n > 1), "coalesced packets");
     // Single path: every packet on path 0.
     assert!(evs.iter().all(|e| e["path_id"] == 0));
+    // The STREAM frames are tshark's (the reference decode analyze_cli checks in).
+    let mut expected: Vec<(u64, u64)> = Vec::new();
+    for line in include_str!("data/chrome-quic-tshark.tsv").lines() {
+        let c: Vec<&str> = line.split('\t').collect();
+        let ids = c[2].split(',').filter(|s| !s.is_empty());
+        let mut offs = c[3].split(',').filter(|s| !s.is_empty());
+        for id in ids {
+            // tshark leaves the offset out for frames without the OFF bit: offset 0.
+            let off = offs.next().map_or(0, |o| o.parse().unwrap());
+            expected.push((id.parse().unwrap(), off));
+        }
+    }
+    let mut got: Vec<(u64, u64)> = evs
+        .iter()
+        .flat_map(|e| frames(e, "stream"))
+        .map(|f| {
+            (
+                f["stream_id"].as_u64().unwrap(),
+                f["offset"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    expected.sort_unstable();
+    got.sort_unstable();
+    assert!(!got.is_empty());
+    assert_eq!(got, expected);
 }
 
 #[test]
