@@ -861,7 +861,80 @@ fn frame(f: &FrameSummary) -> QlogFrame<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dissect::DecodedPacket;
     use tboxscope_decode::quic::{Frame, Frames};
+
+    fn packet(conn: u64, pn: u64, ts_ns: u64) -> DecodedPacket {
+        DecodedPacket {
+            ts_ns,
+            src: "10.0.0.1:50000".parse().unwrap(),
+            dst: "10.0.0.2:443".parse().unwrap(),
+            decoded: Decoded::QuicPacket(Box::new(PacketSummary {
+                packet_type: PacketType::OneRtt,
+                version: None,
+                pn: Some(pn),
+                dcid: format!("{conn:016x}"),
+                scid: None,
+                length: None,
+                size: 40,
+                spin_bit: Some(false),
+                key_phase: Some(false),
+                path_id: Some(0),
+                connection: Some(conn),
+                from_client: Some(true),
+                decrypted: true,
+                undecrypted_reason: None,
+                frames: vec![FrameSummary::from_frame(&Frame::Ping)],
+                frame_error: None,
+            })),
+            app_msg_id: None,
+            content_hash: None,
+            stream_heads: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn more_connections_than_open_files_each_get_a_whole_file() {
+        let dir = std::env::temp_dir().join(format!("tbx-qlog-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut export = QlogExport::new(&dir, HashMap::new(), "t".into()).unwrap();
+        let conns = MAX_OPEN as u64 + 6;
+        let paths = ["eth0".to_owned()];
+        // Round robin: every connection's file is closed and reopened between its packets.
+        for pn in 0..3 {
+            for conn in 0..conns {
+                let p = packet(conn, pn, 1_000_000_000 * pn + conn);
+                let r = Record {
+                    file: "f",
+                    frame: pn * conns + conn + 1,
+                    path: "eth0",
+                    path_index: 0,
+                    paths: &paths,
+                    data: &[],
+                    packet: &p,
+                };
+                export.record(&r).unwrap();
+            }
+        }
+        let stats = export.finish().unwrap();
+        assert_eq!((stats.files, stats.packet_events), (conns, 3 * conns));
+        for conn in 0..conns {
+            let text = std::fs::read(dir.join(format!("{conn:016x}_capture.sqlog"))).unwrap();
+            let records: Vec<serde_json::Value> = text
+                .split(|&b| b == RS)
+                .skip(1)
+                .map(|r| serde_json::from_slice(r).unwrap())
+                .collect();
+            assert_eq!(records.len(), 4, "connection {conn}");
+            assert_eq!(records[0]["file_schema"], FILE_SCHEMA);
+            let pns: Vec<u64> = records[1..]
+                .iter()
+                .map(|e| e["data"]["header"]["packet_number"].as_u64().unwrap())
+                .collect();
+            assert_eq!(pns, [0, 1, 2]);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     fn json(f: &Frame<'_>) -> String {
         let s = FrameSummary::from_frame(f);
