@@ -52,24 +52,25 @@ const REORDER_WINDOW_NS: u64 = 20_000_000;
 /// parameter's default (RFC 9000 §18.2), which the decoder does not read from the handshake.
 const ACK_DELAY_EXPONENT: u32 = 3;
 
-/// Why the qlog export failed.
+/// Why the qlog export failed. The messages say the inner error (it is not also a `source()`,
+/// so that a printed chain names it once).
 #[derive(Debug, thiserror::Error)]
 pub enum QlogError {
     /// The directory could not be created.
-    #[error("cannot create qlog directory {}: {source}", path.display())]
+    #[error("cannot create qlog directory {}: {error}", path.display())]
     Dir {
         /// The directory.
         path: PathBuf,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
     /// A file could not be created or written.
-    #[error("writing qlog file {}: {source}", path.display())]
+    #[error("writing qlog file {}: {error}", path.display())]
     Write {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -133,9 +134,9 @@ impl QlogExport {
     /// An export into `dir` (created if missing); `hosts` names the host of each capture label
     /// (captures not in it are of an unknown host); `title` goes into every file's header.
     pub fn new(dir: &Path, hosts: HashMap<String, Host>, title: String) -> Result<Self, QlogError> {
-        std::fs::create_dir_all(dir).map_err(|source| QlogError::Dir {
+        std::fs::create_dir_all(dir).map_err(|error| QlogError::Dir {
             path: dir.to_path_buf(),
-            source,
+            error,
         })?;
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -201,9 +202,9 @@ impl QlogExport {
         self.stats.frames_cut_short += u64::from(p.frame_error.is_some());
         self.stats.packet_events += 1;
         let mut bytes = Vec::with_capacity(256);
-        put(&mut bytes, &event).map_err(|source| QlogError::Write {
+        put(&mut bytes, &event).map_err(|error| QlogError::Write {
             path: trace.path.clone(),
-            source,
+            error,
         })?;
         let ts = r.packet.ts_ns;
         trace.pending.insert((ts, clock), bytes);
@@ -240,9 +241,9 @@ impl QlogExport {
         }
         for t in self.traces.values_mut() {
             if let Some(mut out) = t.out.take() {
-                out.flush().map_err(|source| QlogError::Write {
+                out.flush().map_err(|error| QlogError::Write {
                     path: t.path.clone(),
-                    source,
+                    error,
                 })?;
             }
         }
@@ -320,9 +321,9 @@ impl QlogExport {
             },
         };
         let mut bytes = Vec::new();
-        put(&mut bytes, &header).map_err(|source| QlogError::Write {
+        put(&mut bytes, &header).map_err(|error| QlogError::Write {
             path: self.dir.join(&name),
-            source,
+            error,
         })?;
         self.write_raw(key, &bytes)
     }
@@ -337,9 +338,9 @@ impl QlogExport {
         let Some(t) = self.traces.get_mut(&key) else {
             return Ok(());
         };
-        let fail = |path: &Path, source| QlogError::Write {
+        let fail = |path: &Path, error| QlogError::Write {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         if t.out.is_none() {
             // The first open creates the file; later ones (after a close) append to it.
@@ -370,9 +371,9 @@ impl QlogExport {
         };
         if let Some(mut out) = t.out.take() {
             self.open -= 1;
-            out.flush().map_err(|source| QlogError::Write {
+            out.flush().map_err(|error| QlogError::Write {
                 path: t.path.clone(),
-                source,
+                error,
             })?;
         }
         Ok(())

@@ -25,6 +25,11 @@ use tboxscope::options::changed_nothing;
 /// Runs `tboxscope analyze`.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     refuse_repeated_files(&args.files)?;
+    if let Some(dir) = &args.qlog {
+        // Before the files are read, not after.
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create qlog directory {}", dir.display()))?;
+    }
     let mut config = args.decode.dissect_config()?;
     config.unknown_udp = args.unknown_udp;
     let mut analyzer = Analyzer::new(config);
