@@ -350,6 +350,11 @@ pub struct AnalyzeArgs {
     /// With --packets, also emit a `udp_datagram` line for UDP that no decoder recognised.
     #[arg(long, requires = "packets")]
     pub unknown_udp: bool,
+    /// Also write a qlog file (JSON-SEQ, `quic:packet_sent`/`quic:packet_received` with
+    /// frames and multipath path ids, for qvis) per decrypted QUIC connection and capture end
+    /// into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub qlog: Option<PathBuf>,
     #[command(flatten)]
     pub timeout: TimeoutArgs,
     #[command(flatten)]

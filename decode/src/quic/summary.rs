@@ -62,6 +62,18 @@ pub struct FrameSummary {
     /// Reason phrase (CONNECTION_CLOSE), lossy UTF-8.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Bidirectional streams (MAX_STREAMS, STREAMS_BLOCKED) rather than unidirectional.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bidi: Option<bool>,
+    /// Retire Prior To (NEW_CONNECTION_ID, PATH_NEW_CONNECTION_ID).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retire_prior_to: Option<u64>,
+    /// An application close (CONNECTION_CLOSE 0x1d) rather than a transport one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub application: Option<bool>,
+    /// The path is available rather than a backup (PATH_STATUS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available: Option<bool>,
 }
 
 impl FrameSummary {
@@ -121,17 +133,28 @@ impl FrameSummary {
                 s.stream_id = Some(*stream_id);
                 s.value = Some(*max);
             }
-            Frame::MaxStreams { max, .. } => s.value = Some(*max),
+            Frame::MaxStreams { bidi, max } => {
+                s.bidi = Some(*bidi);
+                s.value = Some(*max);
+            }
             Frame::StreamDataBlocked { stream_id, limit } => {
                 s.stream_id = Some(*stream_id);
                 s.value = Some(*limit);
             }
-            Frame::StreamsBlocked { limit, .. } => s.value = Some(*limit),
+            Frame::StreamsBlocked { bidi, limit } => {
+                s.bidi = Some(*bidi);
+                s.value = Some(*limit);
+            }
             Frame::NewConnectionId {
-                path_id, seq, cid, ..
+                path_id,
+                seq,
+                retire_prior_to,
+                cid,
+                ..
             } => {
                 s.path_id = *path_id;
                 s.seq = Some(*seq);
+                s.retire_prior_to = Some(*retire_prior_to);
                 s.cid = Some(hex(cid));
             }
             Frame::RetireConnectionId { path_id, seq } => {
@@ -140,11 +163,12 @@ impl FrameSummary {
             }
             Frame::PathChallenge(d) | Frame::PathResponse(d) => s.cid = Some(hex(d)),
             Frame::ConnectionClose {
+                application,
                 error_code,
                 reason,
                 frame_type,
-                ..
             } => {
+                s.application = Some(*application);
                 s.error_code = Some(*error_code);
                 s.value = *frame_type;
                 s.reason = Some(String::from_utf8_lossy(reason).into_owned());
@@ -157,9 +181,14 @@ impl FrameSummary {
                 s.path_id = Some(*path_id);
                 s.error_code = Some(*error_code);
             }
-            Frame::PathStatus { path_id, seq, .. } => {
+            Frame::PathStatus {
+                path_id,
+                seq,
+                available,
+            } => {
                 s.path_id = Some(*path_id);
                 s.seq = Some(*seq);
+                s.available = Some(*available);
             }
             Frame::PathCidsBlocked { path_id, next_seq } => {
                 s.path_id = Some(*path_id);

@@ -1,4 +1,6 @@
-//! Outputs: the schema-versioned JSON Lines writer shared by `capture`, `analyze` and `lab run`.
+//! Outputs: the schema-versioned JSON Lines writer shared by `capture`, `analyze` and `lab run`,
+//! and the qlog export of decrypted QUIC connections (`analyze --qlog`).
 pub mod jsonl;
+pub mod qlog;
 
 pub use jsonl::{format_ts, JsonLinesWriter, OutputError, SCHEMA};

@@ -1,7 +1,9 @@
 //! `tboxscope analyze`: decode capture files; JSON Lines per packet and a summary, or a short
 //! readable report.
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -11,7 +13,8 @@ use probe_user::correlate::{
     unmet_statements, write_engine_records, CaptureHint, Correlator, FrameFeed,
 };
 use probe_user::dissect::DissectStats;
-use probe_user::engine::{self as tboxscope_engine, report, Config as EngineConfig, Engine};
+use probe_user::engine::{self as tboxscope_engine, report, Config as EngineConfig, Engine, Host};
+use probe_user::output::qlog::QlogExport;
 use probe_user::output::JsonLinesWriter;
 use probe_user::pipeline::{decode_and_match, worth_a_thread, Matched};
 use serde::Serialize;
@@ -22,6 +25,11 @@ use tboxscope::options::changed_nothing;
 /// Runs `tboxscope analyze`.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     refuse_repeated_files(&args.files)?;
+    if let Some(dir) = &args.qlog {
+        // Before the files are read, not after.
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create qlog directory {}", dir.display()))?;
+    }
     let mut config = args.decode.dissect_config()?;
     config.unknown_udp = args.unknown_udp;
     let mut analyzer = Analyzer::new(config);
@@ -37,6 +45,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     };
     let statements = args.stated.captures();
     let mut ineffective = Vec::new();
+    let mut hosts = HashMap::new();
     let ok = match json_target {
         Some(target) => {
             let out: Box<dyn Write + Send> = if target == "-" {
@@ -53,6 +62,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                 &statements,
                 out,
                 &mut ineffective,
+                &mut hosts,
             )?
         }
         None => {
@@ -77,12 +87,16 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             writeln!(std::io::stdout())?;
             write!(std::io::stdout(), "{}", report::render(&summary))?;
             ineffective = changed_nothing(&config, analyzer.dissector().app_ids_read(), &summary);
+            hosts = capture_hosts(&summary);
             for e in &matched.file_errors {
                 eprintln!("tboxscope: {e}");
             }
             matched.file_errors.is_empty()
         }
     };
+    if let Some(dir) = &args.qlog {
+        write_qlog(&args, dir, hosts)?;
+    }
     // A statement about a capture no file has was not applied: say so, and fail the run.
     let unknown = unmet_statements(&statements, analyzer.paths());
     if !unknown.is_empty() {
@@ -160,6 +174,7 @@ fn run_json(
     statements: &[(String, CaptureHint)],
     out: Box<dyn Write + Send>,
     ineffective: &mut Vec<String>,
+    hosts: &mut HashMap<String, Host>,
 ) -> anyhow::Result<bool> {
     #[derive(Serialize)]
     struct Header<'a> {
@@ -220,6 +235,7 @@ fn run_json(
         analyzer.dissector().app_ids_read(),
         &engine_summary,
     );
+    *hosts = capture_hosts(&engine_summary);
     write_engine_records(&mut writer, &mut engine)?;
     let kcp = kcp_summary(analyzer);
     let fragments = analyzer.dissector().fragment_stats();
@@ -240,6 +256,58 @@ fn run_json(
         eprintln!("tboxscope: {e}");
     }
     Ok(errors.is_empty())
+}
+
+/// The host of each capture, as stated or inferred by the engine.
+fn capture_hosts(summary: &tboxscope_engine::Summary) -> HashMap<String, Host> {
+    summary
+        .health
+        .captures
+        .iter()
+        .map(|c| (c.name.clone(), c.host))
+        .collect()
+}
+
+/// `--qlog DIR`: decodes the files again, now that the engine has said which host each capture
+/// is on, and writes each decrypted QUIC connection's packets per capture end.
+fn write_qlog(args: &AnalyzeArgs, dir: &Path, hosts: HashMap<String, Host>) -> anyhow::Result<()> {
+    let mut analyzer = Analyzer::new(args.decode.dissect_config()?);
+    let title = format!(
+        "tboxscope analyze {}",
+        probe_user::analyze::file_list(&args.files).join(" ")
+    );
+    let mut export = QlogExport::new(dir, hosts, title)?;
+    analyzer.run_files(&args.files, &mut |r| export.record(&r))?;
+    let s = export.finish()?;
+    let mut left_out = Vec::new();
+    if s.not_decrypted > 0 {
+        left_out.push(format!(
+            "{} QUIC packets not decrypted left out",
+            s.not_decrypted
+        ));
+    }
+    if s.out_of_order > 0 {
+        left_out.push(format!(
+            "{} events captured over 20 ms out of time order, written as they came",
+            s.out_of_order
+        ));
+    }
+    if s.frames_cut_short > 0 {
+        left_out.push(format!(
+            "{} packets' frames cut short at a bad frame",
+            s.frames_cut_short
+        ));
+    }
+    eprintln!(
+        "tboxscope: qlog: {} files for {} QUIC connections, {} packet events, in {}{}{}",
+        s.files,
+        s.connections,
+        s.packet_events,
+        dir.display(),
+        if left_out.is_empty() { "" } else { "; " },
+        left_out.join(", ")
+    );
+    Ok(())
 }
 
 fn print_report(analyzer: &Analyzer) -> io::Result<()> {
