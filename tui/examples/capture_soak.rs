@@ -17,6 +17,9 @@
 //! With `--ui` the live terminal UI (`tboxscope -i eth0 -i eth1`) runs instead of `capture`, on a
 //! pseudo-terminal of 140×45 whose output is read and discarded, as a user's terminal would.
 //!
+//! With `--callgrind` tboxscope runs under valgrind's callgrind, which counts the instructions
+//! it executes (RSS and CPU time are then valgrind's: use it for a few minutes, apart).
+//!
 //! Prints one line per sample (RSS, peak, CPU time, packets) and, at the end, the table's
 //! verdict: flat when the largest RSS of the second half of the run exceeds that of the
 //! first half after warm-up by at most 1 MiB.
@@ -58,6 +61,7 @@ struct Options {
     warmup_samples: usize,
     tcp: bool,
     ui: bool,
+    callgrind: bool,
 }
 
 fn options() -> Options {
@@ -70,6 +74,7 @@ fn options() -> Options {
         warmup_samples: 5,
         tcp: false,
         ui: false,
+        callgrind: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -85,9 +90,10 @@ fn options() -> Options {
             "--warmup-samples" => o.warmup_samples = val().parse().expect("N"),
             "--tcp" => o.tcp = true,
             "--ui" => o.ui = true,
+            "--callgrind" => o.callgrind = true,
             other => panic!(
                 "unknown option {other}; options: --bin PATH --minutes N --interval-s N \
-                 --rate N --flow-every-s N --warmup-samples N --tcp --ui"
+                 --rate N --flow-every-s N --warmup-samples N --tcp --ui --callgrind"
             ),
         }
     }
@@ -328,8 +334,16 @@ fn main() {
     }
     let json = bed.dir.join("soak.jsonl");
     let drawn = Arc::new(AtomicU64::new(0));
+    let callgrind_out = bed.dir.join("callgrind.out");
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &bed.tbox]).arg(&bin);
+    cmd.args(["netns", "exec", &bed.tbox]);
+    if o.callgrind {
+        // Instructions, not seconds: a count that carries over to a T-Box's A55 better than
+        // this machine's time. valgrind runs the program in its own process (same pid).
+        cmd.args(["valgrind", "--tool=callgrind", "--callgrind-out-file"])
+            .arg(&callgrind_out);
+    }
+    cmd.arg(&bin);
     let what = if o.ui {
         cmd.args(["-i", "eth0", "-i", "eth1"]);
         "-i eth0 -i eth1 (the live UI on a 140×45 pseudo-terminal)"
@@ -475,17 +489,33 @@ fn main() {
         println!("soak: capture ended {status}; {summary}");
     }
     let packets = 2 * sent.load(Ordering::Relaxed);
+    let instructions = std::fs::read_to_string(&callgrind_out).ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("totals: "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+    });
     println!(
-        "soak: CPU {:.2} s for {packets} packets on the interfaces = {:.1} µs per packet \
-         (instructions per packet: {})",
+        "soak: CPU {:.2} s for {packets} packets on the interfaces = {:.1} µs per packet{}",
         cpu.as_secs_f64(),
         cpu.as_secs_f64() * 1e6 / packets.max(1) as f64,
-        if perf_counts_instructions() {
-            "run perf stat -e instructions -p PID beside the soak"
-        } else {
-            "perf has no instructions counter on this machine"
-        }
+        if o.callgrind { " (under valgrind)" } else { "" }
     );
+    match instructions {
+        Some(n) => println!(
+            "soak: callgrind: {n} instructions for {packets} packets = {:.0} per packet, \
+             start-up and idle work included",
+            n as f64 / packets.max(1) as f64
+        ),
+        None if o.callgrind => println!("soak: callgrind wrote no totals"),
+        None => println!(
+            "soak: instructions per packet: {}",
+            if perf_counts_instructions() {
+                "run perf stat -e instructions -p PID beside the soak, or --callgrind"
+            } else {
+                "perf has no instructions counter on this machine; run with --callgrind"
+            }
+        ),
+    }
     let warm = o.warmup_samples.min(samples.len());
     let after = &samples[warm..];
     if after.len() >= 2 {

@@ -59,6 +59,10 @@ enum BenchOnly {
         /// Soak the live terminal UI (on a pseudo-terminal) instead of headless `capture`.
         #[arg(long)]
         ui: bool,
+        /// Run tboxscope under valgrind's callgrind: instructions per packet (for a few
+        /// minutes; memory and time are then valgrind's).
+        #[arg(long)]
+        callgrind: bool,
     },
 }
 
@@ -103,7 +107,13 @@ fn main() -> Result<()> {
             fuzz(&root, fuzz_seconds)
         }
         Task::Bench {
-            only: Some(BenchOnly::Soak { minutes, tcp, ui }),
+            only:
+                Some(BenchOnly::Soak {
+                    minutes,
+                    tcp,
+                    ui,
+                    callgrind,
+                }),
         } => {
             require_root("the soak builds network namespaces")?;
             cargo(
@@ -128,6 +138,9 @@ fn main() -> Result<()> {
             }
             if ui {
                 cmd.arg("--ui");
+            }
+            if callgrind {
+                cmd.arg("--callgrind");
             }
             run(&mut cmd)
         }
