@@ -51,7 +51,7 @@ pub struct WatchArgs {
     /// as libpcap drops.
     #[arg(long = "buffer-size", value_name = "SIZE", value_parser = parse_buffer_size)]
     pub buffer_size: Option<i32>,
-    /// Most flows kept at once (default 512, about 10 kB each); beyond, the least recently
+    /// Most flows kept at once (default 512, about 6 kB each); beyond, the least recently
     /// active flow is dropped and counted as evicted in the health figures.
     #[arg(long = "max-flows", value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
     pub max_flows: Option<u32>,
@@ -262,7 +262,7 @@ pub struct CaptureArgs {
     /// as libpcap drops.
     #[arg(long = "buffer-size", value_name = "SIZE", value_parser = parse_buffer_size, conflicts_with = "no_packets")]
     pub buffer_size: Option<i32>,
-    /// Most flows kept at once (default 512, about 10 kB each); beyond, the least recently
+    /// Most flows kept at once (default 512, about 6 kB each); beyond, the least recently
     /// active flow is dropped and counted as evicted in the health figures.
     #[arg(long = "max-flows", value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
     pub max_flows: Option<u32>,
@@ -586,8 +586,8 @@ impl ReplayArgs {
 pub const DEFAULT_BUFFER_SIZE: i32 = 2 << 20;
 
 /// The default `--max-flows` of the live modes, which run for days: flows come and go as a
-/// T-Box reconnects, and each kept flow holds about 10 kB (measured in the soak benchmark;
-/// 512 of them about 5 MB, within a T-Box's budget). `analyze` and `replay` keep the engine's
+/// T-Box reconnects, and each kept flow holds about 6 kB (measured in the soak benchmark;
+/// 512 of them about 3 MB, within a T-Box's budget). `analyze` and `replay` keep the engine's
 /// own bound.
 pub const LIVE_MAX_FLOWS: u32 = 512;
 
