@@ -74,6 +74,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                 engine.capture_ended(label, end);
             }
             let summary = engine.finish(matched.last_ts);
+            export_metrics(&args, &analyzer, &summary)?;
             writeln!(std::io::stdout())?;
             write!(std::io::stdout(), "{}", report::render(&summary))?;
             ineffective = changed_nothing(&config, analyzer.dissector().app_ids_read(), &summary);
@@ -215,6 +216,7 @@ fn run_json(
         engine.capture_ended(label, end);
     }
     let engine_summary = engine.finish(last_ts);
+    export_metrics(args, analyzer, &engine_summary)?;
     *ineffective = changed_nothing(
         &config,
         analyzer.dissector().app_ids_read(),
@@ -240,6 +242,35 @@ fn run_json(
         eprintln!("tboxscope: {e}");
     }
     Ok(errors.is_empty())
+}
+
+/// `--metrics FILE`, `--otlp URL`: the run's figures as metrics, the QUIC packets the
+/// decoders could not decrypt among the capture's health.
+fn export_metrics(
+    args: &AnalyzeArgs,
+    analyzer: &Analyzer,
+    summary: &tboxscope_engine::Summary,
+) -> anyhow::Result<()> {
+    use probe_user::output::metrics::{families, Figures};
+    if args.metrics.is_none() && args.otlp.otlp.is_none() {
+        return Ok(());
+    }
+    let mut health = summary.health.clone();
+    health.decrypt_failures = analyzer
+        .dissector()
+        .quic_stats()
+        .not_decrypted
+        .values()
+        .sum();
+    let figures = Figures {
+        health: &health,
+        ..Figures::from(summary)
+    };
+    let families = families(&figures, &super::metrics::options(&args.otlp));
+    if let Some(path) = &args.metrics {
+        super::metrics::write_file(path, &families)?;
+    }
+    super::metrics::push_once(&args.otlp, &families, (summary.start_ns, summary.end_ns))
 }
 
 fn print_report(analyzer: &Analyzer) -> io::Result<()> {

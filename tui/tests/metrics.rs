@@ -1,0 +1,494 @@
+#![expect(clippy::unwrap_used)]
+//! The metrics outputs checked by tools tboxscope did not write: `promtool check metrics` on
+//! `analyze --metrics`, an OTLP receiver that decodes with OpenTelemetry's official Python
+//! protobuf definitions (`otlp/receiver.py`), and a real Prometheus server scraping
+//! `lab run --metrics-listen` and answering queries through its own HTTP API. `xtask setup`
+//! installs prometheus (with promtool) and the Python package.
+mod four_captures;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn tboxscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A child process killed (and waited for) when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The OTLP receiver: its port, and the JSON lines it prints, one per request.
+fn receiver(refuse_first: u32) -> (Killed, u16, Receiver<Value>) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp/receiver.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg(refuse_first.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let port: u16 = lines.next().unwrap().unwrap().trim().parse().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    (Killed(child), port, rx)
+}
+
+/// The samples of a Prometheus text exposition: `name{labels}` → value.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_owned(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// The families of a Prometheus text exposition with their types.
+fn types(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let (n, t) = l.split_once(' ').unwrap();
+            (n.to_owned(), t.to_owned())
+        })
+        .collect()
+}
+
+fn analyze_with_metrics(dir: &Path, extra: &[&str]) -> (Output, String) {
+    let files = four_captures::write_captures(dir);
+    let prom = dir.join("tboxscope.prom");
+    let mut args: Vec<String> = vec!["analyze".into()];
+    args.extend(files.iter().map(|f| f.display().to_string()));
+    args.extend(["--metrics".into(), prom.display().to_string()]);
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = tboxscope(&args);
+    let text = std::fs::read_to_string(&prom).unwrap_or_default();
+    (out, text)
+}
+
+/// `analyze --metrics` of four captures (both ends of a 40 ms and a 25 ms path, one KCP flow
+/// sent on both): promtool finds nothing to say, and the figures are the captures'.
+#[test]
+fn analyze_metrics_file_passes_promtool_and_holds_the_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, text) = analyze_with_metrics(dir.path(), &[]);
+    assert!(out.status.success(), "{out:?}");
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; cargo xtask setup installs it)");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool: {checked:?}\n{text}"
+    );
+    let s = samples(&text);
+    let n = f64::from(four_captures::MESSAGES);
+    // Every copy took 40 ms on t-eth0 and 25 ms on t-eth1, one way.
+    for (path, below, above) in [("t-eth0", "0.03", "0.05"), ("t-eth1", "0.02", "0.03")] {
+        let bucket = |le: &str| {
+            s[&format!("tboxscope_path_latency_seconds_bucket{{path=\"{path}\",le=\"{le}\"}}")]
+        };
+        assert_eq!(
+            s[&format!("tboxscope_path_latency_seconds_count{{path=\"{path}\"}}")],
+            n,
+            "{text}"
+        );
+        assert_eq!(bucket(below), 0.0, "{path}\n{text}");
+        assert_eq!(bucket(above), n, "{path}\n{text}");
+        assert_eq!(s[&format!("tboxscope_path_up{{path=\"{path}\"}}")], 1.0);
+        assert_eq!(
+            s[&format!("tboxscope_path_outages_total{{path=\"{path}\"}}")],
+            0.0
+        );
+    }
+    let dup: Vec<_> = s
+        .iter()
+        .filter(|(k, _)| k.starts_with("tboxscope_flow_duplication_ratio{"))
+        .collect();
+    assert_eq!(dup.len(), 1, "{text}");
+    assert_eq!(*dup[0].1, 1.0, "{text}");
+    assert_eq!(s["tboxscope_flows_folded"], 0.0);
+    assert_eq!(s["tboxscope_message_latency_seconds_count"], n, "{text}");
+}
+
+fn attribute(attrs: &Value, key: &str) -> Option<String> {
+    attrs.as_array()?.iter().find(|a| a["key"] == key).map(|a| {
+        a["value"]["stringValue"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    })
+}
+
+/// The metrics of an OTLP request by name.
+fn otlp_metrics(request: &Value) -> BTreeMap<String, Value> {
+    request["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap().to_owned(), m.clone()))
+        .collect()
+}
+
+/// The data point of `metric` whose attribute `key` is `value`.
+fn point<'a>(metric: &'a Value, kind: &str, key: &str, value: &str) -> &'a Value {
+    metric[kind]["dataPoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| attribute(&p["attributes"], key).as_deref() == Some(value))
+        .unwrap_or_else(|| panic!("no {key}={value} in {metric}"))
+}
+
+fn as_u64(v: &Value) -> u64 {
+    v.as_str()
+        .map_or_else(|| v.as_u64().unwrap(), |s| s.parse().unwrap())
+}
+
+/// `analyze --otlp` sends what `--metrics` writes: the same families, the same figures, with
+/// the resource attributes; the first attempt refused with 503 is retried.
+#[test]
+fn analyze_pushes_the_same_figures_over_otlp() {
+    let (_receiver, port, requests) = receiver(1);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let (out, text) = analyze_with_metrics(dir.path(), &["--otlp", &url, "--tbox-id", "T-0042"]);
+    assert!(out.status.success(), "{out:?}");
+    let wait = Duration::from_secs(10);
+    assert_eq!(requests.recv_timeout(wait).unwrap()["refused"], 503);
+    let request = requests.recv_timeout(wait).unwrap();
+    let resource = &request["resourceMetrics"][0]["resource"]["attributes"];
+    assert_eq!(attribute(resource, "tbox.id").as_deref(), Some("T-0042"));
+    assert_eq!(
+        attribute(resource, "service.name").as_deref(),
+        Some("tboxscope")
+    );
+    assert_eq!(
+        attribute(resource, "service.version").as_deref(),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(
+        attribute(resource, "host.name").as_deref(),
+        Some(host.trim())
+    );
+    let metrics = otlp_metrics(&request);
+    // The same families: counters without `_total`, info with `_info`.
+    let names: Vec<String> = types(&text)
+        .into_iter()
+        .map(|(n, t)| match t.as_str() {
+            "counter" => n.strip_suffix("_total").unwrap().to_owned(),
+            _ => n,
+        })
+        .collect();
+    assert_eq!(metrics.keys().cloned().collect::<Vec<_>>(), {
+        let mut n = names.clone();
+        n.sort();
+        n
+    });
+    let s = samples(&text);
+    for path in ["t-eth0", "t-eth1"] {
+        let packets = point(&metrics["tboxscope_path_packets"], "sum", "path", path);
+        assert_eq!(
+            packets["asDouble"].as_f64().unwrap(),
+            s[&format!("tboxscope_path_packets_total{{path=\"{path}\"}}")]
+        );
+        let latency = &metrics["tboxscope_path_latency_seconds"];
+        assert_eq!(latency["unit"], "s");
+        let h = point(latency, "histogram", "path", path);
+        assert_eq!(
+            as_u64(&h["count"]) as f64,
+            s[&format!("tboxscope_path_latency_seconds_count{{path=\"{path}\"}}")]
+        );
+        // Per-bucket counts in OTLP, cumulative in Prometheus: the same distribution.
+        let bounds = h["explicitBounds"].as_array().unwrap();
+        let counts: Vec<u64> = h["bucketCounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(as_u64)
+            .collect();
+        let mut cumulative = 0;
+        for (bound, n) in bounds.iter().zip(&counts) {
+            cumulative += n;
+            let le = bound.as_f64().unwrap();
+            let key = s
+                .keys()
+                .find(|k| {
+                    k.starts_with(&format!(
+                        "tboxscope_path_latency_seconds_bucket{{path=\"{path}\",le=\""
+                    )) && k.ends_with("\"}")
+                        && k.rsplit("le=\"")
+                            .next()
+                            .unwrap()
+                            .trim_end_matches("\"}")
+                            .parse::<f64>()
+                            .ok()
+                            == Some(le)
+                })
+                .unwrap();
+            assert_eq!(cumulative as f64, s[key], "{key}");
+        }
+        assert_eq!(h["startTimeUnixNano"], four_captures::T0.to_string());
+    }
+    let packets = &metrics["tboxscope_path_packets"]["sum"];
+    assert_eq!(packets["isMonotonic"], true);
+    assert_eq!(
+        packets["aggregationTemporality"],
+        "AGGREGATION_TEMPORALITY_CUMULATIVE"
+    );
+}
+
+/// An unreachable collector fails `analyze --otlp` with the reason, after the retries.
+#[test]
+fn analyze_says_when_the_collector_cannot_be_reached() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://127.0.0.1:{port}/v1/metrics");
+    let (out, _) = analyze_with_metrics(dir.path(), &["--otlp", &url]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("OTLP export to 127.0.0.1:{port}")),
+        "{err}"
+    );
+}
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One GET on loopback; the body.
+fn http_get(port: u16, target: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {target} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    (head.split(' ').nth(1) == Some("200")).then(|| body.to_owned())
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Prometheus' answer to an instant query: `(labels, value)` per series.
+fn query(port: u16, promql: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let body = http_get(
+        port,
+        &format!("/api/v1/query?query={}", percent_encode(promql)),
+    )
+    .unwrap_or_else(|| panic!("query {promql} failed"));
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "success", "{body}");
+    v["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let labels = r["metric"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect();
+            let value = r["value"][1].as_str().unwrap().parse().unwrap();
+            (labels, value)
+        })
+        .collect()
+}
+
+fn value_of(series: &[(BTreeMap<String, String>, f64)], path: &str) -> f64 {
+    series
+        .iter()
+        .find(|(l, _)| l.get("path").map(String::as_str) == Some(path))
+        .map_or_else(|| panic!("no path {path} in {series:?}"), |(_, v)| *v)
+}
+
+/// Takes the lab down when dropped, whatever happened.
+struct LabDown(String);
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+            .args(["lab", "--prefix", &self.0, "down"])
+            .output();
+    }
+}
+
+/// A real Prometheus scrapes `lab run S4 --metrics-listen` every second while an OTLP receiver
+/// gets the same figures pushed every second: Prometheus' own query API shows the per-path
+/// latency quantiles and the S4 outage of path A (5 s), and the last OTLP push says the same.
+#[test]
+#[ignore = "needs root"]
+fn lab_run_is_scraped_by_prometheus_and_pushed_over_otlp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (metrics_port, prom_port) = (free_port(), free_port());
+    let (_receiver, otlp_port, pushes) = receiver(0);
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: tboxscope\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+    )
+    .unwrap();
+    let data: PathBuf = dir.path().join("data");
+    let _prometheus = Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("prometheus (Debian package; cargo xtask setup installs it)"),
+    );
+    let prefix = format!("tbxmet{}-", std::process::id());
+    let _down = LabDown(prefix.clone());
+    let mut lab = Killed(
+        Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+            .args(["lab", "--prefix", &prefix, "run", "S4", "--duration", "12s"])
+            .args(["--transports", "tcp,kcp-dual,quic-redundant"])
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+            .args(["--otlp", &format!("http://127.0.0.1:{otlp_port}")])
+            .args(["--otlp-interval", "1s", "--tbox-id", "lab-tbox"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Bounded: 12 s of messages, the drain, setting up and taking down the lab.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(s) = lab.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lab run still running after 240 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut report = String::new();
+    lab.0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut report)
+        .unwrap();
+    let mut err = String::new();
+    lab.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    println!("{report}\n{err}");
+    assert!(status.success(), "{report}\n{err}");
+    // Prometheus scraped the run (the target is gone now: ranges see the samples it took).
+    let log = std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
+    println!("prometheus: {log}");
+    let up = query(prom_port, "max_over_time(up{job=\"tboxscope\"}[10m])");
+    assert_eq!(up.first().map(|s| s.1), Some(1.0), "{up:?}");
+    let outages = query(
+        prom_port,
+        "last_over_time(tboxscope_path_outages_total{job=\"tboxscope\"}[10m])",
+    );
+    assert_eq!(value_of(&outages, "tbox-eth0"), 1.0, "{outages:?}");
+    assert_eq!(value_of(&outages, "tbox-eth1"), 0.0, "{outages:?}");
+    let outage_s = query(
+        prom_port,
+        "last_over_time(tboxscope_path_outage_seconds_total{job=\"tboxscope\"}[10m])",
+    );
+    let down_s = value_of(&outage_s, "tbox-eth0");
+    assert!((4.5..=5.5).contains(&down_s), "{outage_s:?}");
+    let quantile = |q: f64| {
+        query(
+            prom_port,
+            &format!(
+                "histogram_quantile({q}, sum by (path, le) (last_over_time(tboxscope_path_latency_seconds_bucket{{job=\"tboxscope\"}}[10m])))"
+            ),
+        )
+    };
+    let (p50, p99) = (quantile(0.5), quantile(0.99));
+    println!("P50 {p50:?}\nP99 {p99:?}");
+    // Path A 40±10 ms one way, path B 25±8 ms.
+    let (a50, b50) = (value_of(&p50, "tbox-eth0"), value_of(&p50, "tbox-eth1"));
+    assert!((0.02..=0.075).contains(&a50), "{p50:?}");
+    assert!((0.01..=0.05).contains(&b50), "{p50:?}");
+    assert!(a50 > b50, "{p50:?}");
+    for path in ["tbox-eth0", "tbox-eth1"] {
+        let p = value_of(&p99, path);
+        assert!(p >= value_of(&p50, path) && p <= 30.0, "{p99:?}");
+    }
+    // The OTLP receiver got a push a second, the last one with the same outage.
+    let received: Vec<Value> = pushes.try_iter().collect();
+    assert!(received.len() >= 10, "{} pushes", received.len());
+    let last = otlp_metrics(received.last().unwrap());
+    let resource = &received.last().unwrap()["resourceMetrics"][0]["resource"]["attributes"];
+    assert_eq!(attribute(resource, "tbox.id").as_deref(), Some("lab-tbox"));
+    let outage = point(&last["tboxscope_path_outages"], "sum", "path", "tbox-eth0");
+    assert_eq!(outage["asDouble"].as_f64(), Some(1.0));
+    let latency = point(
+        &last["tboxscope_path_latency_seconds"],
+        "histogram",
+        "path",
+        "tbox-eth0",
+    );
+    assert!(as_u64(&latency["count"]) > 0);
+    let dropped = &last["tboxscope_otlp_dropped"]["sum"]["dataPoints"][0]["asDouble"];
+    assert_eq!(dropped.as_f64(), Some(0.0), "{dropped}");
+}
