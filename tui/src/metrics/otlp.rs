@@ -459,10 +459,11 @@ fn push_loop(
             return;
         }
         next += interval;
+        // Whole intervals that went by while this push was retried: those pushes are skipped,
+        // counted; a push due less than an interval ago goes at once.
         let late = Instant::now().saturating_duration_since(next);
-        if late > Duration::ZERO {
-            // Pushes that fell due while this one was retried: skipped, counted.
-            let skipped = (late.as_nanos() / interval.as_nanos()) as u64 + 1;
+        let skipped = (late.as_nanos() / interval.as_nanos()) as u64;
+        if skipped > 0 {
             if let Some(c) = hub.otlp_counts() {
                 c.dropped.fetch_add(skipped, Ordering::Relaxed);
             }
