@@ -625,3 +625,38 @@ fn capture_serves_its_live_figures() {
         "the endpoint ended with the capture"
     );
 }
+
+/// The metrics options are refused where they would mean nothing, and a URL this exporter
+/// cannot send to fails before any decoding.
+#[test]
+fn metrics_options_are_refused_where_they_mean_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = four_captures::write_captures(dir.path());
+    let file = files[0].display().to_string();
+    let out = tboxscope(&["--metrics-listen", "127.0.0.1:0", "analyze", &file]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--metrics-listen"),
+        "{err}"
+    );
+    let out = tboxscope(&["analyze", &file, "--otlp", "https://collector:4318"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("https is not supported"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "refused before decoding");
+    let out = tboxscope(&[
+        "lab",
+        "run",
+        "S4",
+        "--no-capture",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not with --no-capture"),
+        "{err}"
+    );
+}

@@ -22,6 +22,7 @@ use tboxscope::options::changed_nothing;
 /// Runs `tboxscope analyze`.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     refuse_repeated_files(&args.files)?;
+    super::metrics::check_otlp(&args.otlp)?;
     let mut config = args.decode.dissect_config()?;
     config.unknown_udp = args.unknown_udp;
     let mut analyzer = Analyzer::new(config);
@@ -74,9 +75,9 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                 engine.capture_ended(label, end);
             }
             let summary = engine.finish(matched.last_ts);
-            export_metrics(&args, &analyzer, &summary)?;
             writeln!(std::io::stdout())?;
             write!(std::io::stdout(), "{}", report::render(&summary))?;
+            export_metrics(&args, &analyzer, &summary)?;
             ineffective = changed_nothing(&config, analyzer.dissector().app_ids_read(), &summary);
             for e in &matched.file_errors {
                 eprintln!("tboxscope: {e}");
@@ -216,7 +217,6 @@ fn run_json(
         engine.capture_ended(label, end);
     }
     let engine_summary = engine.finish(last_ts);
-    export_metrics(args, analyzer, &engine_summary)?;
     *ineffective = changed_nothing(
         &config,
         analyzer.dissector().app_ids_read(),
@@ -238,6 +238,7 @@ fn run_json(
     };
     writer.write("summary", last_ts, &summary)?;
     writer.flush()?;
+    export_metrics(args, analyzer, &engine_summary)?;
     for e in &errors {
         eprintln!("tboxscope: {e}");
     }

@@ -169,11 +169,11 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
         opts.drain.as_secs_f64(),
         a.transports.join(", ")
     );
-    let metrics = super::metrics::LiveMetrics::start(&a.metrics)?;
-    let hub = metrics.as_ref().map(|m| m.hub.clone());
-    if hub.is_some() && a.no_capture {
+    if a.no_capture && a.metrics != crate::cli::LiveMetricsArgs::default() {
         bail!("--metrics-listen and --otlp show tboxscope's capture of the run: not with --no-capture");
     }
+    let metrics = super::metrics::LiveMetrics::start(&a.metrics)?;
+    let hub = metrics.as_ref().map(|m| m.hub.clone());
     let (report, measured) = if a.no_capture {
         (
             tboxscope_lab::run::run(&scenario, &opts, &mut NoObserver)?,

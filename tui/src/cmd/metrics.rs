@@ -77,6 +77,14 @@ impl LiveMetrics {
     }
 }
 
+/// Refuses an `--otlp` URL this exporter cannot send to, before any work.
+pub fn check_otlp(args: &OtlpArgs) -> anyhow::Result<()> {
+    if let Some(url) = &args.otlp {
+        OtlpTarget::parse(url)?;
+    }
+    Ok(())
+}
+
 /// `analyze --metrics FILE`: writes `families` for node_exporter's textfile collector.
 pub fn write_file(path: &std::path::Path, families: &[MetricFamily]) -> anyhow::Result<()> {
     write_textfile(path, families)
