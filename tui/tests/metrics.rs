@@ -362,6 +362,8 @@ impl Drop for LabDown {
 /// A real Prometheus scrapes `lab run S4 --metrics-listen` every second while an OTLP receiver
 /// gets the same figures pushed every second: Prometheus' own query API shows the per-path
 /// latency quantiles and the S4 outage of path A (5 s), and the last OTLP push says the same.
+/// (Prometheus 2.42 asks for OpenMetrics first, so this reads the OpenMetrics form; promtool
+/// above checks the Prometheus text form.)
 #[test]
 #[ignore = "needs root"]
 fn lab_run_is_scraped_by_prometheus_and_pushed_over_otlp() {
@@ -487,6 +489,16 @@ fn lab_run_is_scraped_by_prometheus_and_pushed_over_otlp() {
         let p = value_of(&p99, path);
         assert!(p >= value_of(&p50, path) && p <= 30.0, "{p99:?}");
     }
+    // The kernel's view of the TCP baseline through the 5 s outage: retransmissions after
+    // timeouts, the RTO backed off, head-of-line stalls.
+    let scalar = |promql: &str| query(prom_port, promql).first().map_or(0.0, |s| s.1);
+    let rto = scalar(
+        "sum(last_over_time(tboxscope_tcp_retransmits_total{job=\"tboxscope\",kind=\"rto\"}[10m]))",
+    );
+    let backoff = scalar("max(max_over_time(tboxscope_tcp_backoff_level{job=\"tboxscope\"}[10m]))");
+    let stalls = scalar("max(last_over_time(tboxscope_hol_stalls_total{job=\"tboxscope\"}[10m]))");
+    println!("TCP: {rto} RTO retransmissions, backoff up to {backoff}, {stalls} HOL stalls");
+    assert!(rto >= 1.0 && backoff >= 2.0 && stalls >= 1.0);
     // The OTLP receiver got a push a second, the last one (at exit, after the last scrape)
     // with at least the outage Prometheus saw.
     let received: Vec<Value> = pushes.try_iter().collect();
