@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::MatchMode;
 use crate::input::{CaptureId, CongState, Host, RetransmitKind, TcpFigures};
-use crate::record::{HolIncident, OutageRecord};
+use crate::record::{HolIncident, HolProtocol, OutageRecord};
 
 /// Latency percentiles of one distribution (µs, hdrhistogram-quantized, see `latency`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -109,6 +109,16 @@ impl TcpRetransmitCounts {
             RetransmitKind::Unknown => &mut self.unknown,
         }
     }
+}
+
+/// Head-of-line stalls of one protocol over the whole run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolTotals {
+    /// Stalls ever opened.
+    pub stalls: u64,
+    /// Time streams were held: the closed stalls, and the open ones so far (ns); stalls that
+    /// overlap in time each count.
+    pub stall_ns: u64,
 }
 
 /// One path (e.g. `eth0`).
@@ -492,4 +502,7 @@ pub struct Snapshot {
     pub outages_total: u64,
     /// Totals: HOL incidents ever opened.
     pub incidents_total: u64,
+    /// Totals: HOL stalls and their time, per protocol.
+    #[serde(default)]
+    pub hol: Vec<(HolProtocol, HolTotals)>,
 }

@@ -71,6 +71,7 @@ impl Shared {
             events: self.events.iter().cloned().collect(),
             outages_total: self.outages.total,
             incidents_total: self.incidents.total,
+            hol: self.incidents.totals(now),
         }
     }
 
@@ -141,6 +142,7 @@ impl Shared {
             },
             outages_total: self.outages.total,
             incidents_total: self.incidents.total,
+            hol: self.incidents.totals(end),
             health: self.health(),
         }
     }

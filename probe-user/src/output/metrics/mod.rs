@@ -7,9 +7,9 @@
 //! folded into one series labelled [`FOLDED`], and how many were folded is itself a metric.
 pub mod text;
 
-use tboxscope_engine::record::{HolIncident, Summary};
+use tboxscope_engine::record::{HolIncident, HolProtocol, Summary};
 use tboxscope_engine::snapshot::{
-    AmplificationView, CaptureHealth, LatencyView, PathView, RedundancyView, Snapshot,
+    AmplificationView, CaptureHealth, HolTotals, LatencyView, PathView, RedundancyView, Snapshot,
     TcpSocketView,
 };
 
@@ -173,8 +173,8 @@ pub struct Figures<'a> {
     pub tcp: &'a [TcpSocketView],
     /// HOL incidents known (open ones have no end).
     pub incidents: &'a [HolIncident],
-    /// HOL incidents ever opened.
-    pub incidents_total: u64,
+    /// HOL stalls and their time, per protocol.
+    pub hol: &'a [(HolProtocol, HolTotals)],
 }
 
 impl<'a> From<&'a Snapshot> for Figures<'a> {
@@ -188,7 +188,7 @@ impl<'a> From<&'a Snapshot> for Figures<'a> {
             health: &s.health,
             tcp: &s.flows.tcp,
             incidents: &s.incidents,
-            incidents_total: s.incidents_total,
+            hol: &s.hol,
         }
     }
 }
@@ -204,7 +204,7 @@ impl<'a> From<&'a Summary> for Figures<'a> {
             health: &s.health,
             tcp: &[],
             incidents: &s.hol_incidents,
-            incidents_total: s.incidents_total,
+            hol: &s.hol,
         }
     }
 }
@@ -541,9 +541,19 @@ fn tcp_families(f: &Figures<'_>, max_sockets: usize) -> Vec<MetricFamily> {
         "tboxscope_hol_stalls",
         Counter,
         Unit::None,
-        "Head-of-line stalls: a gap in a stream (TCP, KCP, QUIC) holding everything behind it.",
+        "Head-of-line stalls by protocol: a gap in a stream holding everything behind it.",
     );
-    stalls.push(Vec::new(), f.incidents_total as f64);
+    let mut stall_s = MetricFamily::new(
+        "tboxscope_hol_stall_seconds",
+        Counter,
+        Unit::Seconds,
+        "Time streams were held by head-of-line stalls, by protocol (overlapping stalls each count).",
+    );
+    for (protocol, t) in f.hol {
+        let l = || vec![label("protocol", protocol.name())];
+        stalls.push(l(), t.stalls as f64);
+        stall_s.push(l(), seconds_from_ns(t.stall_ns));
+    }
     let mut open = MetricFamily::new(
         "tboxscope_hol_stalls_open",
         Gauge,
@@ -559,6 +569,7 @@ fn tcp_families(f: &Figures<'_>, max_sockets: usize) -> Vec<MetricFamily> {
         srtt,
         sockets_folded,
         stalls,
+        stall_s,
         open,
     ]
 }

@@ -1,8 +1,9 @@
+use tboxscope_engine::snapshot::HolTotals;
 use tboxscope_engine::snapshot::{
     AmplificationView, PathShare, PathView, Percentiles, RedundancyView, Snapshot,
     TcpRetransmitCounts, TcpSocketView,
 };
-use tboxscope_engine::TcpFigures;
+use tboxscope_engine::{HolProtocol, TcpFigures};
 
 use super::*;
 
@@ -64,6 +65,13 @@ fn snapshot(flows: usize) -> Snapshot {
         ..TcpSocketView::default()
     });
     s.health.pcap_dropped = 3;
+    s.hol = vec![(
+        HolProtocol::Tcp,
+        HolTotals {
+            stalls: 8,
+            stall_ns: 10_651_000_000,
+        },
+    )];
     s
 }
 
@@ -99,6 +107,8 @@ fn prometheus_text_has_paths_flows_kernel_and_health() {
         "tboxscope_tcp_rto_seconds{path=\"eth0\",socket=\"10.0.0.1:40000 → 10.0.1.1:443\"} 3.2\n",
         "tboxscope_tcp_backoff_level{path=\"eth0\",socket=\"10.0.0.1:40000 → 10.0.1.1:443\"} 4\n",
         "tboxscope_capture_drops_total{stage=\"libpcap\"} 3\n",
+        "tboxscope_hol_stalls_total{protocol=\"tcp\"} 8\n",
+        "tboxscope_hol_stall_seconds_total{protocol=\"tcp\"} 10.651\n",
         "# TYPE tboxscope_build_info gauge\n",
         "tboxscope_build_info{version=\"0.1.0\",tbox_id=\"vin-\\\"7\\\"\"} 1\n",
         "tboxscope_engine_time_seconds 1700000000.5\n",
