@@ -467,7 +467,11 @@ fn push_loop(
             if let Some(c) = hub.otlp_counts() {
                 c.dropped.fetch_add(skipped, Ordering::Relaxed);
             }
-            next += interval * u32::try_from(skipped).unwrap_or(u32::MAX);
+            let ahead = u32::try_from(skipped)
+                .ok()
+                .and_then(|n| interval.checked_mul(n))
+                .unwrap_or(late);
+            next += ahead;
         }
     }
 }
