@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::paths::PathIdx;
-use crate::record::{Evidence, HolIncident, Recovery};
+use crate::record::{Evidence, HolIncident, HolProtocol, Recovery};
+use crate::snapshot::HolTotals;
 
 /// Evidence entries kept per incident.
 pub const MAX_EVIDENCE: usize = 24;
@@ -398,6 +399,17 @@ pub struct IncidentBook {
     pub total: u64,
     /// Incidents dropped from memory (history bound).
     pub evicted: u64,
+    /// Per protocol (tcp, kcp, quic): incidents ever opened, and the stall time of those
+    /// closed or evicted while open (ns).
+    by_protocol: [HolTotals; 3],
+}
+
+fn protocol_index(p: HolProtocol) -> usize {
+    match p {
+        HolProtocol::Tcp => 0,
+        HolProtocol::Kcp => 1,
+        HolProtocol::Quic => 2,
+    }
 }
 
 impl IncidentBook {
@@ -415,9 +427,18 @@ impl IncidentBook {
         self.next_id += 1;
         self.total += 1;
         inc.id = id;
+        let at = inc.start_ns;
+        if let Some(t) = self.by_protocol.get_mut(protocol_index(inc.protocol)) {
+            t.stalls += 1;
+        }
         self.open.insert(id, inc);
         while self.open.len() > self.max * 4 {
-            self.open.pop_first();
+            // Held until now as far as anyone knows: its stall so far is kept.
+            if let Some((_, old)) = self.open.pop_first() {
+                if let Some(t) = self.by_protocol.get_mut(protocol_index(old.protocol)) {
+                    t.stall_ns = t.stall_ns.saturating_add(at.saturating_sub(old.start_ns));
+                }
+            }
             self.evicted += 1;
         }
         id
@@ -433,6 +454,9 @@ impl IncidentBook {
         let mut inc = self.open.remove(&id)?;
         inc.end_ns = Some(end_ns);
         inc.stall_ns = end_ns.saturating_sub(inc.start_ns);
+        if let Some(t) = self.by_protocol.get_mut(protocol_index(inc.protocol)) {
+            t.stall_ns = t.stall_ns.saturating_add(inc.stall_ns);
+        }
         if inc.recovery == Recovery::Unknown {
             inc.recovery = if inc.timeout_retransmits > 0 {
                 Recovery::Timeout
@@ -448,6 +472,21 @@ impl IncidentBook {
             self.evicted += 1;
         }
         Some(inc)
+    }
+
+    /// Per protocol, the stalls ever opened and their stall time, the open ones' so far at
+    /// `now`.
+    pub fn totals(&self, now: u64) -> Vec<(HolProtocol, HolTotals)> {
+        let mut totals = self.by_protocol;
+        for inc in self.open.values() {
+            if let Some(t) = totals.get_mut(protocol_index(inc.protocol)) {
+                t.stall_ns = t.stall_ns.saturating_add(now.saturating_sub(inc.start_ns));
+            }
+        }
+        [HolProtocol::Tcp, HolProtocol::Kcp, HolProtocol::Quic]
+            .into_iter()
+            .zip(totals)
+            .collect()
     }
 
     /// Open ids (to close at the end of the run).
@@ -583,5 +622,61 @@ mod tests {
             }
         );
         assert_eq!(ids, 1);
+    }
+
+    /// Stall time per protocol: closed stalls whole, open ones so far, evicted open ones up
+    /// to the stall that pushed them out.
+    #[test]
+    fn totals_per_protocol() {
+        let inc = |protocol, start_ns| HolIncident {
+            protocol,
+            start_ns,
+            ..HolIncident::default()
+        };
+        let mut book = IncidentBook::new(1);
+        let a = book.open(inc(HolProtocol::Tcp, 100));
+        book.open(inc(HolProtocol::Kcp, 150));
+        book.close(a, 400);
+        let totals = book.totals(1_000);
+        let get = |p| {
+            totals
+                .iter()
+                .find(|(q, _)| *q == p)
+                .map(|(_, t)| *t)
+                .unwrap()
+        };
+        assert_eq!(
+            get(HolProtocol::Tcp),
+            HolTotals {
+                stalls: 1,
+                stall_ns: 300
+            }
+        );
+        assert_eq!(
+            get(HolProtocol::Kcp),
+            HolTotals {
+                stalls: 1,
+                stall_ns: 850
+            }
+        );
+        assert_eq!(get(HolProtocol::Quic), HolTotals::default());
+        // Four open at most (4 × max): the fifth evicts the oldest open, KCP's, at 2000.
+        for t in [1_100, 1_200, 1_300, 2_000] {
+            book.open(inc(HolProtocol::Quic, t));
+        }
+        assert_eq!(book.evicted, 1);
+        let totals = book.totals(2_000);
+        let kcp = totals
+            .iter()
+            .find(|(q, _)| *q == HolProtocol::Kcp)
+            .unwrap()
+            .1;
+        assert_eq!(
+            kcp,
+            HolTotals {
+                stalls: 1,
+                stall_ns: 1_850
+            }
+        );
     }
 }

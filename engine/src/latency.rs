@@ -239,6 +239,29 @@ impl LatencyHist {
             .fold(0, |n, &c| n.saturating_add(c))
     }
 
+    /// Cumulative sample counts at ascending upper bounds (µs): for each bound, the samples
+    /// at or below it, a sample sharing the bound's counter counted as below it (the
+    /// quantization of [`LatencyHist::count_above`]); `(bound, count)` pairs.
+    pub fn cumulative_at(&self, bounds_us: &[u64]) -> Vec<(u64, u64)> {
+        let mut out = Vec::with_capacity(bounds_us.len());
+        let (mut below, mut next) = (0_u64, 0_usize);
+        let last = self.counts.len() - 1;
+        for &b in bounds_us {
+            if b >= self.max_us {
+                out.push((b, self.count));
+                continue;
+            }
+            let to = self.layout.index(b).min(last);
+            if to >= next {
+                let part = self.counts.get(next..=to).unwrap_or_default();
+                below = part.iter().fold(below, |n, &c| n.saturating_add(c));
+                next = to + 1;
+            }
+            out.push((b, below));
+        }
+        out
+    }
+
     /// The summary of this distribution.
     pub fn percentiles(&self) -> Percentiles {
         summarize(
@@ -398,6 +421,18 @@ impl WindowedHist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cumulative_counts_at_bounds() {
+        let mut h = LatencyHist::new(60_000_000, 3);
+        for v in [500, 1_000, 1_001, 30_000, 2_000_000, 70_000_000] {
+            h.record(v);
+        }
+        let c = h.cumulative_at(&[1_000, 2_000, 50_000, 2_000_000, 30_000_000, 60_000_000]);
+        let counts: Vec<u64> = c.iter().map(|(_, n)| *n).collect();
+        assert_eq!(counts, [2, 3, 4, 5, 5, 6]);
+        assert_eq!(LatencyHist::new(1000, 3).cumulative_at(&[10]), [(10, 0)]);
+    }
 
     #[test]
     fn small_values_are_exact_and_large_ones_bucketed_upwards() {

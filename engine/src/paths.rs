@@ -6,7 +6,7 @@ use crate::FastMap as HashMap;
 
 use crate::input::PathId;
 use crate::latency::{WindowedHist, PATH_SIGFIG};
-use crate::snapshot::LatencyKind;
+use crate::snapshot::{LatencyKind, TcpRetransmitCounts};
 use crate::tail::PathTail;
 
 /// Index of a path in the table.
@@ -69,6 +69,12 @@ pub struct PathState {
     pub new_copies_ns: [Option<u64>; NEW_COPIES_KEPT],
     /// Open outage id.
     pub outage: Option<u64>,
+    /// Outages ever opened.
+    pub outages: u64,
+    /// Duration of the closed outages (ns).
+    pub outage_closed_ns: u64,
+    /// Kernel TCP retransmissions of the sockets on this path.
+    pub tcp_retransmits: TcpRetransmitCounts,
 }
 
 impl PathState {
@@ -97,6 +103,9 @@ impl PathState {
             last_copy_ns: None,
             new_copies_ns: [None; NEW_COPIES_KEPT],
             outage: None,
+            outages: 0,
+            outage_closed_ns: 0,
+            tcp_retransmits: TcpRetransmitCounts::default(),
         }
     }
 
@@ -228,6 +237,9 @@ impl PathTable {
         t.win_bytes += a.win_bytes;
         t.data_sends += a.data_sends;
         t.retransmissions += a.retransmissions;
+        t.outages += a.outages;
+        t.outage_closed_ns += a.outage_closed_ns;
+        t.tcp_retransmits.add_all(&a.tcp_retransmits);
         t.last_alive_ns = t.last_alive_ns.max(a.last_alive_ns);
         t.last_sent_ns = t.last_sent_ns.max(a.last_sent_ns);
         t.last_copy_ns = t.last_copy_ns.max(a.last_copy_ns);

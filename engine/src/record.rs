@@ -242,6 +242,9 @@ pub struct Summary {
     pub outages_total: u64,
     /// HOL incidents ever opened.
     pub incidents_total: u64,
+    /// HOL stalls and their time, per protocol.
+    #[serde(default)]
+    pub hol: Vec<(HolProtocol, crate::snapshot::HolTotals)>,
     /// Health counters and inferences.
     pub health: CaptureHealth,
 }

@@ -430,6 +430,9 @@ impl Shared {
                 .into_iter()
                 .find(|o| o.id == id)
                 .map_or(0, |o| o.duration_ns);
+            if let Some(p) = self.paths.get_mut(path) {
+                p.outage_closed_ns = p.outage_closed_ns.saturating_add(dur);
+            }
             self.event(
                 ts,
                 Severity::Warn,
@@ -511,6 +514,7 @@ impl Shared {
             let id = self.outages.open(p, &label, alive, evidence.clone());
             if let Some(s) = self.paths.get_mut(p) {
                 s.outage = Some(id);
+                s.outages += 1;
             }
             self.event(
                 now,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::MatchMode;
 use crate::input::{CaptureId, CongState, Host, RetransmitKind, TcpFigures};
-use crate::record::{HolIncident, OutageRecord};
+use crate::record::{HolIncident, HolProtocol, OutageRecord};
 
 /// Latency percentiles of one distribution (µs, hdrhistogram-quantized, see `latency`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -53,6 +53,74 @@ pub struct SeriesPoint {
     pub count: u64,
 }
 
+/// The upper bounds (µs) at which latency distributions are also given as cumulative counts
+/// (`latency_buckets`): 1 ms to 30 s, a few per decade, for histograms in other tools.
+pub const LATENCY_BUCKETS_US: [u64; 22] = [
+    1_000, 2_000, 5_000, 10_000, 15_000, 20_000, 30_000, 50_000, 75_000, 100_000, 150_000, 200_000,
+    300_000, 500_000, 750_000, 1_000_000, 2_000_000, 3_000_000, 5_000_000, 10_000_000, 20_000_000,
+    30_000_000,
+];
+
+/// Kernel TCP retransmissions by kind (the eBPF probes' `tcp_retransmit` events).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpRetransmitCounts {
+    /// Fast retransmits.
+    pub fast: u64,
+    /// After a retransmission timeout.
+    pub rto: u64,
+    /// Tail loss probes.
+    pub tlp: u64,
+    /// The queue resent in the Loss state after a timeout.
+    pub loss_recovery: u64,
+    /// Of unknown kind.
+    pub unknown: u64,
+}
+
+impl TcpRetransmitCounts {
+    /// Counts one retransmission of `kind`.
+    pub fn add(&mut self, kind: RetransmitKind) {
+        *self.slot(kind) += 1;
+    }
+
+    /// Adds `other`'s counts.
+    pub fn add_all(&mut self, other: &Self) {
+        for (kind, n) in other.by_kind() {
+            *self.slot(kind) += n;
+        }
+    }
+
+    /// The counts with their kinds.
+    pub fn by_kind(&self) -> [(RetransmitKind, u64); 5] {
+        [
+            (RetransmitKind::Fast, self.fast),
+            (RetransmitKind::Rto, self.rto),
+            (RetransmitKind::Tlp, self.tlp),
+            (RetransmitKind::LossRecovery, self.loss_recovery),
+            (RetransmitKind::Unknown, self.unknown),
+        ]
+    }
+
+    fn slot(&mut self, kind: RetransmitKind) -> &mut u64 {
+        match kind {
+            RetransmitKind::Fast => &mut self.fast,
+            RetransmitKind::Rto => &mut self.rto,
+            RetransmitKind::Tlp => &mut self.tlp,
+            RetransmitKind::LossRecovery => &mut self.loss_recovery,
+            RetransmitKind::Unknown => &mut self.unknown,
+        }
+    }
+}
+
+/// Head-of-line stalls of one protocol over the whole run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolTotals {
+    /// Stalls ever opened.
+    pub stalls: u64,
+    /// Time streams were held: the closed stalls, and the open ones so far (ns); stalls that
+    /// overlap in time each count.
+    pub stall_ns: u64,
+}
+
 /// One path (e.g. `eth0`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PathView {
@@ -85,6 +153,18 @@ pub struct PathView {
     pub latency_kind: LatencyKind,
     /// Recent windows, oldest first.
     pub recent: Vec<SeriesPoint>,
+    /// The latency as `(bound µs, samples at or below it)` at [`LATENCY_BUCKETS_US`].
+    #[serde(default)]
+    pub latency_buckets: Vec<(u64, u64)>,
+    /// Outages ever opened on this path.
+    #[serde(default)]
+    pub outages: u64,
+    /// Time spent in outage so far: the closed outages and the current one (ns).
+    #[serde(default)]
+    pub outage_total_ns: u64,
+    /// Kernel TCP retransmissions of the sockets on this path.
+    #[serde(default)]
+    pub tcp_retransmits: TcpRetransmitCounts,
 }
 
 /// One path's share of a flow's messages.
@@ -149,6 +229,9 @@ pub struct LatencyView {
     pub per_path: Vec<(String, Percentiles)>,
     /// Per message: first arrival − first send.
     pub combined: Percentiles,
+    /// `combined` as `(bound µs, samples at or below it)` at [`LATENCY_BUCKETS_US`].
+    #[serde(default)]
+    pub combined_buckets: Vec<(u64, u64)>,
     /// Combined latency of messages during an outage of some path.
     pub during_outage: Percentiles,
     /// Combined latency of messages outside outages.
@@ -419,4 +502,7 @@ pub struct Snapshot {
     pub outages_total: u64,
     /// Totals: HOL incidents ever opened.
     pub incidents_total: u64,
+    /// Totals: HOL stalls and their time, per protocol.
+    #[serde(default)]
+    pub hol: Vec<(HolProtocol, HolTotals)>,
 }

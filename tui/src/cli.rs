@@ -55,6 +55,36 @@ pub struct WatchArgs {
     /// active flow is dropped and counted as evicted in the health figures.
     #[arg(long = "max-flows", value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
     pub max_flows: Option<u32>,
+    #[command(flatten)]
+    pub metrics: LiveMetricsArgs,
+}
+
+/// Metrics of a live mode for Prometheus and OpenTelemetry.
+#[derive(Debug, Args, Clone, Default, PartialEq)]
+pub struct LiveMetricsArgs {
+    /// Serve the figures at http://ADDR/metrics for Prometheus (OpenMetrics when the scraper
+    /// asks for it), e.g. 127.0.0.1:9464.
+    #[arg(long = "metrics-listen", value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// How often --otlp pushes (e.g. 10s, 1m).
+    #[arg(long, value_name = "DURATION", requires = "otlp")]
+    pub otlp_interval: Option<String>,
+    #[command(flatten)]
+    pub otlp: OtlpArgs,
+}
+
+/// Pushing the figures to an OpenTelemetry collector.
+#[derive(Debug, Args, Clone, Default, PartialEq)]
+pub struct OtlpArgs {
+    /// Push the figures over OTLP/HTTP (protobuf) to this collector, e.g.
+    /// http://127.0.0.1:4318 (`/v1/metrics` is added to a URL without a path): every
+    /// --otlp-interval (default 10s) in live modes, once at the end for `analyze`.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// This T-Box's id: the `tbox.id` resource attribute of OTLP and a label of
+    /// tboxscope_build_info.
+    #[arg(long, value_name = "ID")]
+    pub tbox_id: Option<String>,
 }
 
 /// The subcommands; without one, `tboxscope` starts the live terminal UI.
@@ -109,6 +139,10 @@ pub enum LabDelay {
 
 /// What `tboxscope lab` does.
 #[derive(Debug, Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; `run` has many options"
+)]
 pub enum LabAction {
     /// Build the testbed (namespaces `<prefix>tbox`, `<prefix>gateway`, one per path) with a
     /// scenario's impairments; replaces an earlier instance of the same prefix.
@@ -201,6 +235,8 @@ pub struct LabRunArgs {
     /// the UI closes.
     #[arg(long)]
     pub tui: bool,
+    #[command(flatten)]
+    pub metrics: LiveMetricsArgs,
 }
 
 /// `tboxscope doctor`.
@@ -295,6 +331,8 @@ pub struct CaptureArgs {
     /// Closed files kept per output when rotating (the oldest are deleted).
     #[arg(long, value_name = "N", default_value_t = 10, requires = "rotate")]
     pub keep: usize,
+    #[command(flatten)]
+    pub metrics: LiveMetricsArgs,
 }
 
 /// How captured packets are decoded (`analyze`, `replay`).
@@ -359,6 +397,12 @@ pub struct AnalyzeArgs {
     pub timeout: TimeoutArgs,
     #[command(flatten)]
     pub stated: StatedArgs,
+    /// Also write the run's figures as metrics to this file for node_exporter's textfile
+    /// collector (Prometheus text format; replaced whole, never half-written).
+    #[arg(long, value_name = "FILE")]
+    pub metrics: Option<PathBuf>,
+    #[command(flatten)]
+    pub otlp: OtlpArgs,
 }
 
 /// How long messages wait for their copies (`analyze`, `replay`).

@@ -6,6 +6,7 @@ pub mod feed;
 pub mod input;
 pub mod kerneltcp;
 pub mod labcap;
+pub mod metrics;
 pub mod options;
 pub mod replay;
 pub mod source;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tboxscope_engine::snapshot::Snapshot;
 
 use crate::app::Request;
+use crate::metrics::MetricsHub;
 use crate::view::SourceStatus;
 
 /// What the UI loop reads from.
@@ -36,12 +37,23 @@ fn lock(slot: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
 pub struct SnapshotFeed {
     slot: Arc<Mutex<Slot>>,
     requests: Receiver<Request>,
+    metrics: Option<MetricsHub>,
 }
 
 impl SnapshotFeed {
-    /// Publishes a snapshot, replacing any the UI has not taken yet.
+    /// Publishes a snapshot, replacing any the UI has not taken yet (and the metrics').
     pub fn publish(&self, snapshot: Snapshot) {
-        lock(&self.slot).latest = Some(Arc::new(snapshot));
+        let snapshot = Arc::new(snapshot);
+        if let Some(hub) = &self.metrics {
+            hub.publish(Arc::clone(&snapshot));
+        }
+        lock(&self.slot).latest = Some(snapshot);
+    }
+
+    /// Also hands every snapshot published to `hub` (`--metrics-listen`, `--otlp`).
+    pub fn with_metrics(mut self, hub: Option<MetricsHub>) -> Self {
+        self.metrics = hub;
+        self
     }
 
     /// Sets the replay position line (`None` for live sources).
@@ -82,6 +94,7 @@ pub fn snapshot_channel(name: impl Into<String>) -> (SnapshotFeed, ChannelSource
         SnapshotFeed {
             slot: Arc::clone(&slot),
             requests: rx,
+            metrics: None,
         },
         ChannelSource {
             slot,

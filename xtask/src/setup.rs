@@ -7,7 +7,8 @@ use anyhow::{bail, Result};
 use crate::run as run_command;
 
 /// Debian packages: libpcap for capture, LLVM 22 for bpf-linker, and the tools the tests use as
-/// oracles or helpers (tshark, tcpdump, nftables, iproute2, bpftool, tmux).
+/// oracles or helpers (tshark, tcpdump, nftables, iproute2, bpftool, tmux, and prometheus with
+/// promtool, which scrape and check the metrics).
 const DEBIAN_PACKAGES: &[&str] = &[
     "libpcap-dev",
     "llvm-22-dev",
@@ -20,6 +21,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "bpftool",
     "tmux",
+    "prometheus",
 ];
 
 /// The bpf-linker release that matches the nightly's LLVM 22.
@@ -110,8 +112,15 @@ fn cargo_fuzz() -> Result<()> {
 }
 
 /// Python packages of the real peers the tests run: aioquic (a QUIC client and server that
-/// writes a key log; tui/tests/quic_midconn.rs).
-const PYTHON_PACKAGES: &[(&str, &str)] = &[("aioquic", "aioquic")];
+/// writes a key log; tui/tests/quic_midconn.rs) and OpenTelemetry's official Python protobuf
+/// definitions (the OTLP receiver of tui/tests/metrics.rs decodes with them).
+const PYTHON_PACKAGES: &[(&str, &str)] = &[
+    ("aioquic", "aioquic"),
+    (
+        "opentelemetry.proto.collector.metrics.v1",
+        "opentelemetry-proto",
+    ),
+];
 
 fn python_packages() -> Result<()> {
     for (module, package) in PYTHON_PACKAGES {

@@ -243,6 +243,7 @@ impl Shared {
         }
         if let TcpEventKind::Retransmit { kind, .. } = &e.kind {
             if let Some(p) = self.paths.get_mut(path) {
+                p.tcp_retransmits.add(*kind);
                 p.retransmissions += 1;
                 p.data_sends += 1;
                 p.last_sent_ns = Some(p.last_sent_ns.map_or(e.ts_ns, |x| x.max(e.ts_ns)));

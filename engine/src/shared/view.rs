@@ -9,7 +9,7 @@ use crate::record::{FlowSummary, Record, Summary};
 use crate::snapshot::{
     AmplificationView, CaptureHealth, DatagramFlowView, FlowsView, KcpConvView, LatencyKind,
     LatencyView, PathShare, PathView, Percentiles, QuicConnView, RedundancyView, Snapshot,
-    TailPoint, TcpSocketView,
+    TailPoint, TcpSocketView, LATENCY_BUCKETS_US,
 };
 use crate::tail::{tail_prediction, PathTail};
 use crate::{FastMap as HashMap, FastSet as HashSet};
@@ -70,6 +70,7 @@ impl Shared {
             events: self.events.iter().cloned().collect(),
             outages_total: self.outages.total,
             incidents_total: self.incidents.total,
+            hol: self.incidents.totals(now),
         }
     }
 
@@ -140,6 +141,7 @@ impl Shared {
             },
             outages_total: self.outages.total,
             incidents_total: self.incidents.total,
+            hol: self.incidents.totals(end),
             health: self.health(),
         }
     }
@@ -169,6 +171,14 @@ impl Shared {
                 latency: p.latency.total.percentiles(),
                 latency_kind: p.latency_kind(),
                 recent: p.latency.series.iter().cloned().collect(),
+                latency_buckets: p.latency.total.cumulative_at(&LATENCY_BUCKETS_US),
+                outages: p.outages,
+                outage_total_ns: p.outage_closed_ns.saturating_add(
+                    p.outage
+                        .and(p.last_alive_ns)
+                        .map_or(0, |a| now.saturating_sub(a)),
+                ),
+                tcp_retransmits: p.tcp_retransmits,
             })
             .collect()
     }
@@ -273,6 +283,7 @@ impl Shared {
             kind,
             per_path,
             combined: self.combined.total.percentiles(),
+            combined_buckets: self.combined.total.cumulative_at(&LATENCY_BUCKETS_US),
             during_outage: self.during_outage.percentiles(),
             outside_outage: self
                 .outside_outage

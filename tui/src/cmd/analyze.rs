@@ -30,6 +30,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create qlog directory {}", dir.display()))?;
     }
+    super::metrics::check_otlp(&args.otlp)?;
     let mut config = args.decode.dissect_config()?;
     config.unknown_udp = args.unknown_udp;
     let mut analyzer = Analyzer::new(config);
@@ -86,6 +87,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             let summary = engine.finish(matched.last_ts);
             writeln!(std::io::stdout())?;
             write!(std::io::stdout(), "{}", report::render(&summary))?;
+            export_metrics(&args, &analyzer, &summary)?;
             ineffective = changed_nothing(&config, analyzer.dissector().app_ids_read(), &summary);
             hosts = capture_hosts(&summary);
             for e in &matched.file_errors {
@@ -252,6 +254,7 @@ fn run_json(
     };
     writer.write("summary", last_ts, &summary)?;
     writer.flush()?;
+    export_metrics(args, analyzer, &engine_summary)?;
     for e in &errors {
         eprintln!("tboxscope: {e}");
     }
@@ -308,6 +311,35 @@ fn write_qlog(args: &AnalyzeArgs, dir: &Path, hosts: HashMap<String, Host>) -> a
         left_out.join(", ")
     );
     Ok(())
+}
+
+/// `--metrics FILE`, `--otlp URL`: the run's figures as metrics, the QUIC packets the
+/// decoders could not decrypt among the capture's health.
+fn export_metrics(
+    args: &AnalyzeArgs,
+    analyzer: &Analyzer,
+    summary: &tboxscope_engine::Summary,
+) -> anyhow::Result<()> {
+    use probe_user::output::metrics::{families, Figures};
+    if args.metrics.is_none() && args.otlp.otlp.is_none() {
+        return Ok(());
+    }
+    let mut health = summary.health.clone();
+    health.decrypt_failures = analyzer
+        .dissector()
+        .quic_stats()
+        .not_decrypted
+        .values()
+        .sum();
+    let figures = Figures {
+        health: &health,
+        ..Figures::from(summary)
+    };
+    let families = families(&figures, &super::metrics::options(&args.otlp));
+    if let Some(path) = &args.metrics {
+        super::metrics::write_file(path, &families)?;
+    }
+    super::metrics::push_once(&args.otlp, &families, (summary.start_ns, summary.end_ns))
 }
 
 fn print_report(analyzer: &Analyzer) -> io::Result<()> {

@@ -169,19 +169,29 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
         opts.drain.as_secs_f64(),
         a.transports.join(", ")
     );
+    if a.no_capture && a.metrics != crate::cli::LiveMetricsArgs::default() {
+        bail!("--metrics-listen and --otlp show tboxscope's capture of the run: not with --no-capture");
+    }
+    let metrics = super::metrics::LiveMetrics::start(&a.metrics)?;
+    let hub = metrics.as_ref().map(|m| m.hub.clone());
     let (report, measured) = if a.no_capture {
         (
             tboxscope_lab::run::run(&scenario, &opts, &mut NoObserver)?,
             None,
         )
     } else if a.tui {
-        let outcome = watch_run(&scenario, &opts, LabCapture::new(a.pcap.clone()))?;
+        let outcome = watch_run(&scenario, &opts, LabCapture::new(a.pcap.clone()), hub)?;
         if let Some(at) = outcome.ended_early_s {
             writeln!(std::io::stdout(), "run ended early (UI closed after {at:.1} s): the tables cover what happened until then")?;
         }
         outcome.result?
     } else {
         let mut capture = LabCapture::new(a.pcap.clone());
+        if hub.is_some() {
+            // Decoded as it goes too, for the metrics (the UI's feed without a UI).
+            let (feed, _) = snapshot_channel("lab run");
+            capture = capture.live(feed.with_metrics(hub));
+        }
         let report = tboxscope_lab::run::run(&scenario, &opts, &mut capture)?;
         (report, capture.take_measured())
     };
@@ -236,6 +246,7 @@ fn watch_run(
     scenario: &Scenario,
     opts: &RunOptions,
     capture: LabCapture,
+    metrics: Option<tboxscope::metrics::MetricsHub>,
 ) -> anyhow::Result<Watched> {
     let title = format!(
         "lab {}: tbox {}=4G {}=5G ⇄ gateway {} {}",
@@ -246,6 +257,7 @@ fn watch_run(
         PathId::B.gateway_iface()
     );
     let (feed, source) = snapshot_channel(title);
+    let feed = feed.with_metrics(metrics);
     let failed: Arc<Mutex<Option<String>>> = Arc::default();
     let lab = {
         let (scenario, opts, failed) = (scenario.clone(), opts.clone(), Arc::clone(&failed));

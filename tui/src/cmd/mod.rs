@@ -1,13 +1,14 @@
 //! One module per subcommand; `run` dispatches.
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, LabAction, WatchArgs};
+use crate::cli::{Cli, Command, LabAction, LiveMetricsArgs, WatchArgs};
 
 mod analyze;
 mod capture;
 mod doctor;
 mod lab;
 pub mod live;
+mod metrics;
 mod replay;
 mod watch;
 
@@ -64,6 +65,7 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
         no_tcp,
         buffer_size,
         max_flows,
+        metrics,
     } = std::mem::take(&mut cli.watch);
     let (name, mut refused) = (command.name(), Vec::new());
     let had_keylog = keylog.is_some();
@@ -141,6 +143,15 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
             if no_tcp {
                 refused.push("--no-tcp");
             }
+        }
+    }
+    if metrics != LiveMetricsArgs::default() {
+        match command {
+            Command::Capture(c) if c.metrics == LiveMetricsArgs::default() => c.metrics = metrics,
+            Command::Capture(_) => {
+                anyhow::bail!("metrics options given both before and after `capture`")
+            }
+            _ => refused.push("--metrics-listen/--otlp/--otlp-interval/--tbox-id"),
         }
     }
     if !refused.is_empty() {

@@ -42,6 +42,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     }
     // Before the probes are loaded: the UI cannot draw into a pipe or a file.
     tboxscope::terminal::require_terminal()?;
+    let metrics = super::metrics::LiveMetrics::start(&args.metrics)?;
     let keylog = args.keylog.clone();
     let max_flows = crate::cli::live_max_flows(args.max_flows);
     let tcp = if args.no_tcp {
@@ -71,6 +72,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         .map(|i| format!("{}={}", i.name, i.label))
         .collect();
     let (feed, mut source) = snapshot_channel(format!("live {}", names.join(" + ")));
+    let feed = feed.with_metrics(metrics.as_ref().map(|m| m.hub.clone()));
     let labels: Vec<String> = interfaces.iter().map(|i| i.label.clone()).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let (off_tx, off_rx) = crossbeam_channel::bounded::<TcpMessage>(1);
@@ -114,6 +116,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         k.stop();
     }
     drop(off_tx);
+    drop(metrics);
     ui?;
     Ok(ExitCode::SUCCESS)
 }

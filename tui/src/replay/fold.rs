@@ -393,6 +393,8 @@ impl Fold {
                     latency: acc.latency.percentiles(),
                     latency_kind: self.kind,
                     recent: acc.recent.iter().cloned().collect(),
+                    // Replay shows these from the records, not as metrics.
+                    ..PathView::default()
                 }
             })
             .map(|mut p| {
@@ -475,6 +477,7 @@ impl Fold {
                 .map(|(label, p)| (label.clone(), p.latency.percentiles()))
                 .collect(),
             combined,
+            combined_buckets: Vec::new(),
             during_outage: self.during_outage.percentiles(),
             outside_outage: self.outside_outage.percentiles(),
             // Output records carry no request → response samples.

@@ -40,6 +40,8 @@ use pcapng::{KeylogTail, PcapngFile};
 const TICK: Duration = Duration::from_millis(100);
 /// How often collected lines are written to the file (at least).
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// How often the metrics outputs get a new snapshot.
+const METRICS_EVERY: Duration = Duration::from_secs(1);
 /// How long the probes may take to load before the capture starts without them.
 const PROBES_WAIT: Duration = Duration::from_secs(20);
 
@@ -156,6 +158,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
         }
         out
     };
+    let metrics = super::metrics::LiveMetrics::start(&args.metrics)?;
     let signals = Signals::install().context("installing the signal handlers")?;
     let probe = (!args.no_tcp).then(|| ProbeOptions {
         filter,
@@ -165,6 +168,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<ExitCode> {
     });
     let started = Instant::now();
     let mut run = Run::start(&args, interfaces, probe, out, rotation)?;
+    run.metrics = metrics;
     let stopped_by = run.capture(&signals, started, duration)?;
     run.finish(stopped_by, started)
 }
@@ -261,6 +265,8 @@ struct Run {
     connections: Vec<probe_user::capture::tracker::ConnTotals>,
     kernel_records: u64,
     tcp_status: String,
+    /// `--metrics-listen`, `--otlp`: given a snapshot every [`METRICS_EVERY`].
+    metrics: Option<super::metrics::LiveMetrics>,
 }
 
 impl Run {
@@ -390,6 +396,7 @@ impl Run {
             connections: Vec::new(),
             kernel_records: 0,
             tcp_status,
+            metrics: None,
         })
     }
 
@@ -406,6 +413,7 @@ impl Run {
             .map_or_else(crossbeam_channel::never, |l| l.events().clone());
         let mut next_tick = Instant::now() + TICK;
         let mut next_flush = Instant::now() + FLUSH_EVERY;
+        let mut next_metrics = Instant::now();
         loop {
             if let Some(reason) = signals.stop() {
                 return Ok(reason);
@@ -438,12 +446,26 @@ impl Run {
                 self.out.get_mut().rotate_if_due();
                 self.pcaps.iter_mut().for_each(PcapngFile::rotate_if_due);
             }
+            if now >= next_metrics {
+                next_metrics = now + METRICS_EVERY;
+                self.publish_metrics();
+            }
             if now >= next_flush {
                 next_flush = now + FLUSH_EVERY;
                 self.out.flush()?;
                 self.pcaps.iter_mut().for_each(PcapngFile::flush);
             }
         }
+    }
+
+    /// Hands the metrics outputs a snapshot with the capture's health.
+    fn publish_metrics(&mut self) {
+        let Some(hub) = self.metrics.as_ref().map(|m| m.hub.clone()) else {
+            return;
+        };
+        let mut snapshot = self.feed.correlator_mut().engine_mut().snapshot();
+        self.feed.fill_health(&mut snapshot.health);
+        hub.publish(Arc::new(snapshot));
     }
 
     /// Why the run must end because of its output, if it must.
