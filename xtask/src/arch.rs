@@ -78,8 +78,9 @@ impl Arch {
 
     /// A command that runs `binary` (of this architecture): directly on the host, under
     /// qemu-user otherwise. Its dynamic loader and libraries are Debian's multiarch ones
-    /// (libc6:arm64 comes with libpcap-dev:arm64), so no `-L` prefix: with
-    /// `-L /usr/aarch64-linux-gnu` qemu 7.2 hangs in every libtest test here.
+    /// (libc6:arm64), so no `-L` prefix: `-L /usr/aarch64-linux-gnu` pairs the cross package's
+    /// loader (libc6-arm64-cross 2.36-8cross1) with libc6:arm64's libc.so.6 (2.36-9+deb12u14),
+    /// and every libtest test hung that way here.
     pub fn run(self, binary: &Path) -> Command {
         if self.is_host() {
             Command::new(binary)
