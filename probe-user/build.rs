@@ -3,6 +3,12 @@
 //!
 //! `probe-ebpf` is its own workspace (excluded from the host one), so the nested cargo runs from
 //! its directory. `AYA_BUILD_SKIP=1` skips the build; the loader then reports the object missing.
+//!
+//! The object is built once per target directory and embedded as it is in every userspace
+//! target (x86_64 and aarch64 alike): eBPF bytecode is little-endian on both, and the programs
+//! use no architecture-specific context (no `pt_regs` argument reads), so aya-build is handed
+//! the build machine's architecture whatever the userspace target is. A cross build then finds
+//! the object already built instead of building a second one.
 use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {
@@ -45,6 +51,12 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("non-UTF-8 path {}", ebpf_dir.display()))?;
     // SAFETY (edition 2021: safe fn): build scripts are single-threaded here.
     std::env::set_var("OUT_DIR", &shared);
+    // aya-build passes CARGO_CFG_TARGET_ARCH on as `bpf_target_arch`; the build machine's
+    // architecture (first part of HOST) keeps the nested build identical for every target.
+    let target_arch = std::env::var("CARGO_CFG_TARGET_ARCH")?;
+    let host = std::env::var("HOST")?;
+    let host_arch = host.split('-').next().unwrap_or(&host).to_owned();
+    std::env::set_var("CARGO_CFG_TARGET_ARCH", &host_arch);
     let built = aya_build::build_ebpf(
         [aya_build::Package {
             name: "probe-ebpf",
@@ -54,12 +66,14 @@ fn main() -> anyhow::Result<()> {
         aya_build::Toolchain::default(),
     );
     std::env::set_var("OUT_DIR", &out);
+    std::env::set_var("CARGO_CFG_TARGET_ARCH", &target_arch);
     built?;
     std::fs::copy(shared.join("probe-ebpf"), out.join("probe-ebpf"))?;
     Ok(())
 }
 
-/// `<target dir>/ebpf`, found from OUT_DIR (`<target>/[<triple>/]<profile>/build/<pkg>/out`).
+/// `<target dir>/ebpf`, found from OUT_DIR (`<target>/[<triple>/]<profile>/build/<pkg>/out`):
+/// one object for every profile and every `--target`.
 fn shared_dir(out: &std::path::Path) -> PathBuf {
     if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
         let t = PathBuf::from(t);
@@ -71,5 +85,10 @@ fn shared_dir(out: &std::path::Path) -> PathBuf {
         .find(|a| a.file_name().is_some_and(|n| n == "build"))
         .and_then(|b| b.parent())
         .and_then(|profile| profile.parent())
+        // `--target <triple>` builds live one level further down.
+        .map(|dir| match (dir.file_name(), std::env::var_os("TARGET")) {
+            (Some(name), Some(triple)) if name == triple => dir.parent().unwrap_or(dir),
+            _ => dir,
+        })
         .map_or_else(|| out.join("ebpf"), |t| t.join("ebpf"))
 }

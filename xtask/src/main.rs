@@ -1,6 +1,9 @@
 //! `cargo xtask`: the project's tasks. `setup` installs what is missing (idempotent, quick when
 //! everything is there); `demo` and `test` run it first, so the README's two commands work on a
 //! fresh machine.
+mod arch;
+mod cross;
+mod dist;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -18,7 +21,8 @@ struct Xtask {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install missing prerequisites: Debian packages, nightly rust-src, bpf-linker, cargo-fuzz.
+    /// Install missing prerequisites: Debian packages (with the aarch64 cross toolchain, arm64
+    /// libpcap and qemu-user), the aarch64 Rust target, nightly rust-src, bpf-linker, cargo-fuzz.
     Setup,
     /// Set up, then run the demo: the built-in two-path lab (scenario S2) watched by tboxscope.
     Demo {
@@ -30,11 +34,23 @@ enum Task {
         duration: String,
     },
     /// Set up, then check formatting and lints, run every test (root, eBPF and
-    /// network-namespace tests included) and a bounded fuzzing run of every fuzz target.
+    /// network-namespace tests included), the aarch64 build's tests without kernel hooks under
+    /// qemu-user with analyze's output compared on both architectures, and a bounded fuzzing
+    /// run of every fuzz target.
     Test {
         /// Seconds of fuzzing per fuzz target (0 skips fuzzing).
         #[arg(long, env = "TBOX_FUZZ_SECONDS", default_value_t = 20)]
         fuzz_seconds: u64,
+    },
+    /// Set up, then only the aarch64 step of `test`: the T-Box build's tests without kernel
+    /// hooks under qemu-user and analyze's output compared with x86_64's (no root needed).
+    TestAarch64,
+    /// Set up, then build release binaries of `tboxscope` for the T-Box (aarch64) and x86_64
+    /// and pack each as a tarball and a .deb in `target/dist/`.
+    Dist {
+        /// Rust target triple (repeatable); both when not given.
+        #[arg(long = "target", value_parser = ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"])]
+        targets: Vec<String>,
     },
     /// Set up, then run the benchmarks (figures go to BENCHMARKS.md by hand). `bench soak`
     /// runs only the long headless-capture soak instead.
@@ -104,7 +120,25 @@ fn main() -> Result<()> {
                     "--include-ignored",
                 ],
             )?;
+            // The T-Box's build: its tests without kernel hooks and analyze's output, under qemu.
+            cross::check_aarch64(&root)?;
             fuzz(&root, fuzz_seconds)
+        }
+        Task::TestAarch64 => {
+            setup::install_missing()?;
+            cross::check_aarch64(&root)
+        }
+        Task::Dist { targets } => {
+            setup::install_missing()?;
+            let archs: Vec<arch::Arch> = if targets.is_empty() {
+                arch::ALL.to_vec()
+            } else {
+                targets
+                    .iter()
+                    .filter_map(|t| arch::Arch::from_triple(t))
+                    .collect()
+            };
+            dist::dist(&root, &archs).map(drop)
         }
         Task::Bench {
             only:

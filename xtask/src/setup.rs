@@ -22,7 +22,24 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "bpftool",
     "tmux",
     "prometheus",
+    // `cargo xtask dist`: .deb Depends (dpkg-shlibdeps); editcap for the cross-arch check
+    // comes with tshark.
+    "dpkg-dev",
+    // The T-Box's aarch64: cross linker and libc, its libpcap (multiarch), qemu-user to run
+    // its tests and binaries here.
+    "gcc-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
+    "libpcap-dev:arm64",
+    // arm64 loader and libc where qemu-user finds them (no -L prefix needed).
+    "libc6:arm64",
+    "qemu-user-static",
 ];
+
+/// Debian architectures added with `dpkg --add-architecture` (for `libpcap-dev:arm64`).
+const FOREIGN_ARCHITECTURES: &[&str] = &["arm64"];
+
+/// Rust targets beside the host's: the T-Box's.
+const RUST_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu"];
 
 /// The bpf-linker release that matches the nightly's LLVM 22.
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -30,6 +47,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Installs whatever is missing.
 pub fn install_missing() -> Result<()> {
     debian_packages()?;
+    rust_targets()?;
     nightly_rust_src()?;
     bpf_linker()?;
     cargo_fuzz()?;
@@ -60,6 +78,13 @@ fn debian_packages() -> Result<()> {
             missing.join(" ")
         );
     }
+    let known = output("dpkg", &["--print-foreign-architectures"]).unwrap_or_default();
+    for arch in FOREIGN_ARCHITECTURES {
+        if !known.lines().any(|a| a.trim() == *arch) {
+            println!("xtask setup: adding the Debian architecture {arch}");
+            run_command(Command::new("dpkg").args(["--add-architecture", arch]))?;
+        }
+    }
     println!("xtask setup: installing Debian packages {missing:?}");
     run_command(Command::new("apt-get").arg("update").arg("-q"))?;
     run_command(
@@ -68,6 +93,17 @@ fn debian_packages() -> Result<()> {
             .args(["install", "-y", "-q", "--no-install-recommends"])
             .args(&missing),
     )
+}
+
+fn rust_targets() -> Result<()> {
+    let installed = output("rustup", &["target", "list", "--installed"]).unwrap_or_default();
+    for target in RUST_TARGETS {
+        if !installed.lines().any(|t| t.trim() == *target) {
+            println!("xtask setup: adding the Rust target {target}");
+            run_command(Command::new("rustup").args(["target", "add", target]))?;
+        }
+    }
+    Ok(())
 }
 
 fn nightly_rust_src() -> Result<()> {
