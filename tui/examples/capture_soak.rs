@@ -340,8 +340,9 @@ fn main() {
     if o.callgrind {
         // Instructions, not seconds: a count that carries over to a T-Box's A55 better than
         // this machine's time. valgrind runs the program in its own process (same pid).
-        cmd.args(["valgrind", "--tool=callgrind", "--callgrind-out-file"])
-            .arg(&callgrind_out);
+        let mut out = std::ffi::OsString::from("--callgrind-out-file=");
+        out.push(&callgrind_out);
+        cmd.args(["valgrind", "--tool=callgrind"]).arg(out);
     }
     cmd.arg(&bin);
     let what = if o.ui {
