@@ -116,10 +116,9 @@ impl Bed {
         (child.wait().unwrap().code(), err)
     }
 
-    /// Sends KCP segments `sns` on both paths, 20 ms apart, path 1's ACKs dropped at the far
-    /// end while `sn` is in `outage`.
-    fn traffic(&self, sns: std::ops::Range<u32>, outage: std::ops::Range<u32>) {
-        let socks: Vec<UdpSocket> = (0..2)
+    /// A UDP socket on each path in the T-Box namespace, from a new port, to the far end.
+    fn sockets(&self) -> Vec<UdpSocket> {
+        (0..2)
             .map(|i| {
                 let (_, _, ta, ca) = self.lab.links[i].clone();
                 spawn_in(&self.lab.tbox, move || {
@@ -130,7 +129,13 @@ impl Bed {
                 .join()
                 .unwrap()
             })
-            .collect();
+            .collect()
+    }
+
+    /// Sends KCP segments `sns` on both paths, 20 ms apart, path 1's ACKs dropped at the far
+    /// end while `sn` is in `outage`.
+    fn traffic(&self, sns: std::ops::Range<u32>, outage: std::ops::Range<u32>) {
+        let socks = self.sockets();
         let start = Instant::now();
         for sn in sns {
             if sn == outage.start {
@@ -353,18 +358,7 @@ fn flows_beyond_max_flows_are_evicted_and_counted() {
     // 40 conversations (a flow each, its copies on both paths), each from new ports, 3
     // segments each.
     for k in 0..40u32 {
-        let socks: Vec<UdpSocket> = (0..2)
-            .map(|i| {
-                let (_, _, ta, ca) = bed.lab.links[i].clone();
-                spawn_in(&bed.lab.tbox, move || {
-                    let s = UdpSocket::bind(format!("{ta}:0")).unwrap();
-                    s.connect(format!("{ca}:{PORT}")).unwrap();
-                    s
-                })
-                .join()
-                .unwrap()
-            })
-            .collect();
+        let socks = bed.sockets();
         for sn in 0..3u32 {
             let payload: Vec<u8> = (0..64u32).map(|j| (k * 7 + sn * 3 + j) as u8).collect();
             let seg = kcp_segment(CONV + 1 + k, PUSH, 0, 128, sn, sn, sn, &payload);
