@@ -6,12 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
 
 use probe_user::analyze::Analyzer;
 use probe_user::decode::net::{LinkType, NetParser, NetReject};
 use probe_user::dissect::{Decoded, DissectConfig};
 use probe_user::source::pcap::CaptureReader;
+use tboxscope_test_support::fixture;
 use tboxscope_test_support::pcap::*;
 
 const PAYLOAD: &[u8] = b"tbox control message";
@@ -228,12 +228,6 @@ fn non_ip_payloads_of_the_new_link_types_are_not_ip() {
         net.udp(LinkType::Nflog, &no_payload, 0),
         Err(NetReject::NotIp)
     );
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures")
-        .join(name)
 }
 
 /// nDPI's QUIC v2 capture is Linux cooked v1 on a non-Ethernet hardware type: every one of its

@@ -9,13 +9,8 @@ use probe_user::decode::net::{LinkType, NetParser, NetReject};
 use probe_user::source::pcap::{
     CaptureFile, CaptureReader, FileError, FileReading, Format, FormatIssue, SECRETS_TLS_KEY_LOG,
 };
+use tboxscope_test_support::fixture;
 use tboxscope_test_support::pcap::*;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures")
-        .join(name)
-}
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

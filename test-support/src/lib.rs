@@ -6,3 +6,12 @@
 pub mod netns;
 pub mod pcap;
 pub mod quic;
+
+/// The public capture `name` in the shared fixtures beside the repository
+/// (`../shared/fixtures`, see its README).
+#[must_use]
+pub fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures")
+        .join(name)
+}

@@ -3,16 +3,11 @@
 #![expect(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures")
-        .join(name)
-}
+use tboxscope_test_support::fixture;
 
 fn tboxscope(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tboxscope"))

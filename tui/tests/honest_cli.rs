@@ -5,7 +5,7 @@
 //! `#[ignore]`d and run by `cargo xtask test` (under `flock /tmp/tbx-root.lock` by hand).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,14 +17,9 @@ use probe_user::source::pcap::CaptureFile;
 use tboxscope::feed::EngineFeed;
 use tboxscope::source::{snapshot_channel, SnapshotSource};
 use tboxscope_engine::snapshot::Snapshot;
+use tboxscope_test_support::fixture;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tboxscope");
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures")
-        .join(name)
-}
 
 fn kcp() -> String {
     fixture("ndpi-kcp.pcap").display().to_string()

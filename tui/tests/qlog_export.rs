@@ -19,12 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures")
-        .join(name)
-}
+use tboxscope_test_support::fixture;
 
 /// Frame types of draft-ietf-quic-qlog-quic-events-12 (`QuicBaseFrames`) with the members each
 /// requires.

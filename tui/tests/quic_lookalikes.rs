@@ -16,15 +16,10 @@ use tboxscope::feed::EngineFeed;
 use tboxscope::source::{snapshot_channel, SnapshotSource};
 use tboxscope_decode::net::LinkType;
 use tboxscope_engine::snapshot::Snapshot;
+use tboxscope_test_support::fixture;
 use tboxscope_test_support::pcap::{eth_udp, kcp_segment, pcap};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tboxscope");
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures")
-        .join(name)
-}
 
 /// An LLMNR query for `wpad` with transaction id `id` (RFC 4795: a DNS header, one question).
 fn llmnr_query(id: u16) -> Vec<u8> {
