@@ -1,10 +1,12 @@
 //! Helpers shared by the workspace's tests, examples and benches (a dev-dependency only):
 //! capture files and frames written byte by byte from the format specs ([`pcap`]), network
-//! namespaces joined by veth pairs ([`netns`]) and protected QUIC traffic ([`quic`]). They panic
+//! namespaces joined by veth pairs ([`netns`]), protected QUIC traffic ([`quic`]) and far ends
+//! that answer it ([`peers`]). They panic
 //! on any failure: that is a failed test.
 
 pub mod netns;
 pub mod pcap;
+pub mod peers;
 pub mod quic;
 
 /// The public capture `name` in the shared fixtures beside the repository

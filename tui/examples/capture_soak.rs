@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use tboxscope_test_support::netns::{ip, ip_in, spawn_in};
 use tboxscope_test_support::pcap::kcp_segment;
+use tboxscope_test_support::peers::answer_kcp_pushes;
 
 const PORT: u16 = 7240;
 
@@ -49,7 +50,6 @@ extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
 }
 const PUSH: u8 = 81;
-const ACK: u8 = 82;
 
 #[derive(Clone)]
 struct Options {
@@ -184,26 +184,6 @@ impl Drop for Bed {
     }
 }
 
-/// The far end of path `i`: answers each PUSH with an ACK of its conv, sn and ts.
-fn respond(addr: String, stop: Arc<AtomicBool>) {
-    let sock = UdpSocket::bind(addr).unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let mut buf = [0u8; 2048];
-    while !stop.load(Ordering::Relaxed) {
-        let Ok((n, from)) = sock.recv_from(&mut buf) else {
-            continue;
-        };
-        if n < 24 || buf[4] != PUSH {
-            continue;
-        }
-        let word = |at: usize| u32::from_le_bytes(buf[at..at + 4].try_into().unwrap());
-        let (conv, ts, sn) = (word(0), word(8), word(12));
-        let ack = kcp_segment(conv, ACK, 0, 128, ts, sn, sn + 1, &[]);
-        let _ = sock.send_to(&ack, from);
-    }
-}
-
 /// The T-Box side: the same PUSH on both paths at `rate` per second, a new conversation and
 /// new source ports every `flow_every`.
 fn send(o: &Options, stop: &AtomicBool, sent: &AtomicU64) {
@@ -329,8 +309,9 @@ fn main() {
     for i in 0..2 {
         let stop = Arc::clone(&bed.stop);
         let addr = format!("{}:{PORT}", Bed::addrs(i).1);
-        bed.threads
-            .push(spawn_in(&bed.cloud, move || respond(addr, stop)));
+        bed.threads.push(spawn_in(&bed.cloud, move || {
+            answer_kcp_pushes(&addr, &stop);
+        }));
     }
     let json = bed.dir.join("soak.jsonl");
     let drawn = Arc::new(AtomicU64::new(0));

@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tboxscope_test_support::netns::{spawn_in, Lab};
 use tboxscope_test_support::pcap::kcp_segment;
+use tboxscope_test_support::peers::answer_kcp_pushes;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tboxscope");
 const CONV: u32 = 0x2323_0001;
 const PORT: u16 = 7230;
 const PUSH: u8 = 81;
-const ACK: u8 = 82;
 
 /// The lab, the far end's ACK threads, and processes to end; all stopped on drop.
 struct Bed {
@@ -43,7 +43,7 @@ impl Bed {
             .map(|i| {
                 let addr = format!("{}:{PORT}", lab.links[i].3);
                 let stop = Arc::clone(&stop);
-                spawn_in(&lab.cloud, move || respond(&addr, &stop))
+                spawn_in(&lab.cloud, move || answer_kcp_pushes(&addr, &stop))
             })
             .collect();
         Bed {
@@ -186,26 +186,6 @@ fn nft(ns: &str, iface: Option<&str>) {
             .status()
             .unwrap();
         assert!(ok.success());
-    }
-}
-
-/// The far end: answers each KCP PUSH with an ACK of its sn and ts, until `stop`.
-fn respond(addr: &str, stop: &AtomicBool) {
-    let sock = UdpSocket::bind(addr).unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let mut buf = [0u8; 2048];
-    while !stop.load(Ordering::Relaxed) {
-        let Ok((n, from)) = sock.recv_from(&mut buf) else {
-            continue;
-        };
-        if n < 24 || buf[4] != PUSH {
-            continue;
-        }
-        let word = |at: usize| u32::from_le_bytes(buf[at..at + 4].try_into().unwrap());
-        let (ts, sn) = (word(8), word(12));
-        let ack = kcp_segment(CONV, ACK, 0, 128, ts, sn, sn + 1, &[]);
-        let _ = sock.send_to(&ack, from);
     }
 }
 
