@@ -305,6 +305,12 @@ pub struct QuicStats {
 }
 
 impl QuicStats {
+    /// Packets not decrypted, whatever the reason.
+    #[must_use]
+    pub fn not_decrypted_total(&self) -> u64 {
+        self.not_decrypted.values().sum()
+    }
+
     pub(crate) fn bump(map: &mut BTreeMap<&'static str, u64>, reason: &'static str) {
         *map.entry(reason).or_insert(0) += 1;
     }

@@ -325,12 +325,7 @@ fn export_metrics(
         return Ok(());
     }
     let mut health = summary.health.clone();
-    health.decrypt_failures = analyzer
-        .dissector()
-        .quic_stats()
-        .not_decrypted
-        .values()
-        .sum();
+    health.decrypt_failures = analyzer.dissector().quic_stats().not_decrypted_total();
     let figures = Figures {
         health: &health,
         ..Figures::from(summary)

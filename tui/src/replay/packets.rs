@@ -308,12 +308,7 @@ pub(super) fn run(
                 pacer
                     .pass_notes
                     .extend(errors.iter().map(|e| format!("replay: {e}")));
-                let failures: u64 = analyzer
-                    .dissector()
-                    .quic_stats()
-                    .not_decrypted
-                    .values()
-                    .sum();
+                let failures = analyzer.dissector().quic_stats().not_decrypted_total();
                 if failures > 0 {
                     pacer.pass_notes.push(format!(
                         "replay: {failures} QUIC packets not decrypted (give --keylog)"
