@@ -47,6 +47,7 @@ fn range(stream_id: u64, offset: u64, len: u64) -> StreamRange {
         fin: false,
         data_hash: None,
         app_msg_id: None,
+        framed: None,
     }
 }
 
