@@ -204,7 +204,9 @@ pub struct LabRunArgs {
     /// Write the result as JSON Lines here (a path, or `-` for standard output).
     #[arg(long, value_name = "PATH|-")]
     pub json: Option<String>,
-    /// Transports to run, comma-separated: tcp, kcp, kcp-dual, quic, quic-redundant.
+    /// Transports to run, comma-separated: tcp, kcp, kcp-dual, quic, quic-redundant, and
+    /// quic-stream (quic-redundant with every message back to back on one bidirectional stream
+    /// per connection; not run unless named).
     #[arg(
         long,
         value_delimiter = ',',

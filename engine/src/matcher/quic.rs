@@ -363,11 +363,21 @@ impl QuicMatcher {
                 Some(m) if separate => m,
                 _ if separate && has_app => MatchMode::AppId,
                 _ if separate && has_hash => MatchMode::Content,
+                // Stream bytes that name no message (a piece of a message a later packet
+                // completes) on a port with per-path connections: the group's too, without
+                // joining it yet (the frames that name messages choose the group's mode).
+                _ if separate && per_path_conns && !q.streams.is_empty() => {
+                    if shared.cfg.app_id.is_some() {
+                        MatchMode::AppId
+                    } else {
+                        MatchMode::Content
+                    }
+                }
                 _ => MatchMode::QuicStream,
             },
         };
         let grouped = matches!(mode, MatchMode::Content | MatchMode::AppId);
-        let joins = grouped && forced.is_none() && joined != Some(mode);
+        let joins = grouped && forced.is_none() && joined != Some(mode) && (has_app || has_hash);
         if joins {
             if self.conn_modes.len() >= self.max_conn_modes {
                 self.conn_modes.clear();
@@ -489,7 +499,10 @@ impl QuicMatcher {
                 });
                 if r.repeat || r.late {
                     repeated += bytes;
-                } else if pkt.dir == Dir::Out {
+                }
+                // A cut message's bytes sent again: their acknowledgment delivers it too.
+                let acks_it = !r.late && (!r.repeat || framed);
+                if acks_it && pkt.dir == Dir::Out {
                     let slot = r.slot.unwrap_or(u32::MAX);
                     items.push((mkey, sr.stream_id, sr.offset, sr.len, slot));
                 }
