@@ -144,7 +144,7 @@ pub struct Delimited {
 pub const MAX_HEAD: usize = 256;
 /// Bytes a delimiter holds past a hole, waiting for the hole to fill (a retransmission);
 /// beyond, it gives up on the hole (counted) and starts again at the next piece.
-pub const MAX_AHEAD: usize = 64 << 10;
+pub const MAX_AHEAD: usize = 16 << 10;
 /// Ranges a [`Framing::Frames`] delimiter remembers as cut (older ones are forgotten).
 const MAX_CUT_RANGES: usize = 256;
 

@@ -404,7 +404,7 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
         writeln!(
             out,
             "QUIC streams cut into messages: {holes} holes given up on (bytes past them waited \
-             beyond 64 KiB), {forgotten} streams forgotten (over 1024 at once)"
+             beyond 16 KiB), {forgotten} streams forgotten (over 1024 at once)"
         )?;
     }
     for w in analyzer.warnings() {
