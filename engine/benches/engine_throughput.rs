@@ -114,6 +114,7 @@ fn quic_trace(n: u64) -> Vec<Observation> {
                     fin: false,
                     data_hash: None,
                     app_msg_id: None,
+                    framed: None,
                 }],
                 acks: Default::default(),
             }));

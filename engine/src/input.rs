@@ -208,6 +208,11 @@ pub struct StreamRange {
     pub data_hash: Option<u64>,
     /// Application message id read at the configured offset, if any.
     pub app_msg_id: Option<u64>,
+    /// The stream range `[start, end)` of the message this frame (or piece of a frame)
+    /// completes, when the capture cut the stream into messages ([`crate::Framing`]); then
+    /// `data_hash` and `app_msg_id` name that message.
+    #[serde(default)]
+    pub framed: Option<(u64, u64)>,
 }
 
 /// An ACK (or multipath PATH_ACK) frame.

@@ -42,6 +42,7 @@ mod capture;
 mod config;
 mod engine;
 mod flow;
+pub mod framing;
 mod hol;
 pub mod input;
 mod latency;
@@ -73,6 +74,7 @@ pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 pub use config::{Config, FlowSelector, MatchMode, ModeOverride};
 pub use engine::Engine;
 pub use flow::FlowKey;
+pub use framing::{Delimited, Delimiter, Framing, FramingError};
 pub use input::{
     content_hash, payload_hash, AckRanges, AppIdRule, CaptureId, CapturePoint, CongState, ConnId,
     Datagram, Host, KcpCmd, KcpHeader, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta,

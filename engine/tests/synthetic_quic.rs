@@ -47,6 +47,7 @@ fn range(stream_id: u64, offset: u64, len: u64) -> StreamRange {
         fin: false,
         data_hash: None,
         app_msg_id: None,
+        framed: None,
     }
 }
 
@@ -278,4 +279,111 @@ fn separate_connections_match_by_content_hash() {
     let q = quantized(4_000, 2);
     assert_eq!(red.copy_spacing.p50_us, q.min(red.copy_spacing.max_us));
     assert_eq!(red.copy_spacing.min_us, 4_000);
+}
+
+/// Two connections, one per path, carrying the same stream (message i at offset 600·i on
+/// both), seen from the T-Box: connection b sends each message in two packets (the first
+/// piece completes nothing), connection a loses every tenth packet and sends its bytes again
+/// without the message's name. Messages are matched by stream range and content, each
+/// connection's own ACKs give each path's latency, and nothing is taken for a lost message.
+#[test]
+fn per_path_connections_match_stream_framed_messages() {
+    let mut obs = vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "t-eth1", "eth1", Host::Tbox, None),
+    ];
+    let base = T0 + 1_000_000_000;
+    let gw = "192.0.2.1:443";
+    let conns = [(0u16, "10.0.0.2:50000", 10u64), (1, "10.1.0.2:50001", 11)];
+    let ack = |ts: u64, p: usize, pn: u64| {
+        let (cap, cli, conn) = conns[p];
+        let mut a = pkt(ts, ["eth0", "eth1"][p], cap, gw, cli, conn, 0, 5000 + pn);
+        a.acks.push(QuicAck {
+            path_id: 0,
+            ranges: smallvec::smallvec![(pn, pn)],
+            ack_delay_us: 0,
+        });
+        Observation::Quic(Box::new(a))
+    };
+    let framed = |i: u64, off: u64, len: u64| {
+        let mut r = range(0, off, len);
+        if off + len == (i + 1) * MSG {
+            r.framed = Some((i * MSG, (i + 1) * MSG));
+            r.data_hash = Some(0x5eed_0000 + i % 7);
+        }
+        r
+    };
+    // Each connection's handshake comes first (no STREAM frames).
+    for (p, (cap, cli, conn)) in conns.iter().enumerate() {
+        let q = pkt(
+            base - 100_000_000,
+            ["eth0", "eth1"][p],
+            *cap,
+            cli,
+            gw,
+            *conn,
+            0,
+            9000,
+        );
+        obs.push(Observation::Quic(Box::new(q)));
+    }
+    let (mut pn_a, mut pn_b, mut resent) = (0, 0, 0);
+    for i in 0..N {
+        let ts = base + i * GAP;
+        // Connection a: one packet per message; every tenth is lost and sent again 30 ms on.
+        let (cap, cli, conn) = conns[0];
+        let mut q = pkt(ts, "eth0", cap, cli, gw, conn, 0, pn_a);
+        q.streams.push(framed(i, i * MSG, MSG));
+        obs.push(Observation::Quic(Box::new(q)));
+        if i % 10 == 3 {
+            pn_a += 1;
+            let mut q = pkt(ts + 30_000_000, "eth0", cap, cli, gw, conn, 0, pn_a);
+            q.streams.push(range(0, i * MSG, MSG));
+            obs.push(Observation::Quic(Box::new(q)));
+            resent += 1;
+        }
+        obs.push(ack(ts + 45_000_000, 0, pn_a));
+        pn_a += 1;
+        // Connection b: the message in two pieces, 200 then 400 bytes.
+        let (cap, cli, conn) = conns[1];
+        for (k, (off, len)) in [(i * MSG, 200), (i * MSG + 200, 400)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut q = pkt(
+                ts + 1_000_000 + k as u64,
+                "eth1",
+                cap,
+                cli,
+                gw,
+                conn,
+                0,
+                pn_b,
+            );
+            q.streams.push(framed(i, off, len));
+            obs.push(Observation::Quic(Box::new(q)));
+            obs.push(ack(ts + 20_000_000 + k as u64, 1, pn_b));
+            pn_b += 1;
+        }
+    }
+    let mut e = engine(Config::default());
+    let end = obs.iter().map(Observation::ts_ns).max().unwrap();
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let s = e.finish(end + 1);
+    let red: Vec<_> = s.redundancy.iter().filter(|r| r.messages > 0).collect();
+    assert_eq!(red.len(), 1, "{:#?}", s.redundancy);
+    assert_eq!(red[0].mode, Some(MatchMode::Content));
+    assert_eq!((red[0].messages, red[0].on_all_paths), (N, N));
+    for p in &s.paths {
+        assert_eq!(p.latency_kind, LatencyKind::AckRtt, "{p:?}");
+        assert_eq!(p.latency.count, N, "{}", p.label);
+        assert_eq!(p.loss_rate, 0.0, "{}", p.label);
+    }
+    let eth0 = s.paths.iter().find(|p| p.label == "eth0").unwrap();
+    // From the message's first send to the ACK of the packet that carried it (again): 45 ms.
+    assert_eq!(eth0.latency.min_us, 45_000, "{eth0:?}");
+    assert!(eth0.latency.max_us <= 45_100, "{eth0:?}");
+    assert!(resent > 0 && eth0.retransmission_rate > 0.0, "{eth0:?}");
 }

@@ -125,6 +125,7 @@ fn quic_connection_per_path_split_frames_and_acks_give_one_message_each() {
                     fin: false,
                     data_hash: None,
                     app_msg_id: Some(i),
+                    framed: None,
                 });
                 Observation::Quic(Box::new(q))
             });
@@ -138,6 +139,7 @@ fn quic_connection_per_path_split_frames_and_acks_give_one_message_each() {
                     fin: true,
                     data_hash: None,
                     app_msg_id: None,
+                    framed: None,
                 });
                 Observation::Quic(Box::new(q))
             });

@@ -153,6 +153,7 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
                     fin: u.arbitrary()?,
                     data_hash: id(u)?,
                     app_msg_id: id(u)?,
+                    framed: None,
                 })
             })?;
             let acks = list_of(u, 2, |u| {

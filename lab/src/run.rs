@@ -55,7 +55,7 @@ impl RunOptions {
             duration: Duration::from_secs(60),
             drain: Duration::from_secs(4),
             profile: Profile::default(),
-            transports: Transport::ALL.to_vec(),
+            transports: Transport::DEFAULT.to_vec(),
             delay: DelayChoice::Auto,
             seed: 0x7b0c_5c09,
             stop: Arc::new(AtomicBool::new(false)),
@@ -91,6 +91,8 @@ pub struct CapturePlan {
     pub duration_s: f64,
     /// How long the connections stay open after the last message.
     pub drain_s: f64,
+    /// Bytes of every message (the profile's size, at least the header).
+    pub message_size: usize,
 }
 
 /// Hooks around the traffic of a run (tboxscope's capture attaches here).
@@ -237,6 +239,7 @@ pub fn run(
         scenario: scenario.clone(),
         duration_s: opts.duration.as_secs_f64(),
         drain_s: opts.drain.as_secs_f64(),
+        message_size: opts.profile.size.max(crate::peers::message::HEADER_LEN),
     };
     observer.before_traffic(&plan)?;
 

@@ -10,7 +10,7 @@ use tboxscope_engine::{
 };
 
 use crate::analyze::Record;
-use crate::dissect::{Decoded, DecodedPacket, KcpSegmentRecord};
+use crate::dissect::{Decoded, DecodedPacket, KcpSegmentRecord, StreamHead};
 
 /// QUIC's default `ack_delay_exponent` (RFC 9000 §18.2): the transport parameter is encrypted
 /// and rarely changed, so ACK delays are decoded with it.
@@ -426,24 +426,64 @@ fn quic_packet(
         match f.frame_type {
             "stream" => {
                 if let Some(range) = stream_range(f) {
-                    q.streams.push(range);
+                    push_pieces(&mut q.streams, range, &packet.stream_heads);
                 }
             }
             "ack" | "path_ack" => q.acks.push(ack(f)),
             _ => {}
         }
     }
-    for s in &mut q.streams {
-        if let Some(h) = packet
-            .stream_heads
-            .iter()
-            .find(|h| h.stream_id == s.stream_id && h.offset == s.offset)
-        {
-            s.app_msg_id = h.app_msg_id;
-            s.data_hash = h.content_hash;
+    q
+}
+
+/// The STREAM frame `range` as the engine takes it: named by the head its start completes,
+/// or, in a stream cut into messages, cut into pieces at the ends of the messages it
+/// completes (each such piece naming its message; bytes after the last end are a piece of
+/// the next message).
+fn push_pieces(out: &mut QuicStreams, mut range: StreamRange, heads: &[StreamHead]) {
+    let (stream_id, offset) = (range.stream_id, range.offset);
+    let mine = |h: &&StreamHead| h.stream_id == stream_id && h.offset == offset;
+    if !heads.iter().filter(mine).any(|h| h.framed.is_some()) {
+        if let Some(h) = heads.iter().find(mine) {
+            range.app_msg_id = h.app_msg_id;
+            range.data_hash = h.content_hash;
+        }
+        out.push(range);
+        return;
+    }
+    let frame_end = range.offset.saturating_add(range.len);
+    let mut cursor = range.offset;
+    for h in heads.iter().filter(mine) {
+        let Some((start, end)) = h.framed else {
+            continue;
+        };
+        // A message completed past this frame (its hole was filled here) or before the
+        // frame's remaining bytes: a piece of its own range.
+        let (from, to) = if cursor < frame_end && end > cursor {
+            (cursor, end.min(frame_end))
+        } else {
+            (start, end)
+        };
+        out.push(StreamRange {
+            offset: from,
+            len: to - from,
+            fin: range.fin && to == frame_end,
+            data_hash: h.content_hash,
+            app_msg_id: h.app_msg_id,
+            framed: Some((start, end)),
+            ..range.clone()
+        });
+        if from == cursor {
+            cursor = to;
         }
     }
-    q
+    if cursor < frame_end {
+        out.push(StreamRange {
+            offset: cursor,
+            len: frame_end - cursor,
+            ..range
+        });
+    }
 }
 
 fn stream_range(f: &FrameSummary) -> Option<StreamRange> {
@@ -454,6 +494,7 @@ fn stream_range(f: &FrameSummary) -> Option<StreamRange> {
         fin: f.fin.unwrap_or(false),
         data_hash: None,
         app_msg_id: None,
+        framed: None,
     })
 }
 

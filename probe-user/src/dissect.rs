@@ -11,7 +11,7 @@ use tboxscope_decode::quic::{
     DatagramInfo, DecoderConfig, Frame, Keylog, KeylogError, PacketSummary, ParseOptions,
     QuicDecoder, QuicStats, Undecrypted,
 };
-use tboxscope_engine::AppIdRule;
+use tboxscope_engine::{AppIdRule, Delimiter, Framing};
 
 /// What the dissector looks for.
 #[derive(Debug, Clone, Default)]
@@ -26,6 +26,10 @@ pub struct DissectConfig {
     /// Where an application message id sits in each message (KCP segment payload, QUIC stream
     /// data from offset 0, UDP payload), to match copies sent on separate sessions per path.
     pub app_id: Option<AppIdRule>,
+    /// How applications cut a QUIC stream into messages (`--framing`). Without it, each
+    /// STREAM frame of a bidirectional stream is a message, and a unidirectional stream is
+    /// one message.
+    pub framing: Option<Framing>,
 }
 
 /// How a KCP segment was carried.
@@ -120,6 +124,9 @@ pub struct StreamHead {
     /// [`tboxscope_engine::content_hash`] of the message's first bytes, for a frame at
     /// offset 0.
     pub content_hash: Option<u64>,
+    /// For a stream cut into messages ([`DissectConfig::framing`]): the stream range of the
+    /// message this frame completes (several heads of one frame: several messages).
+    pub framed: Option<(u64, u64)>,
 }
 
 /// Counters: every frame lands in exactly one of `unsupported_link`, `net_rejected`, or `udp`;
@@ -232,7 +239,18 @@ struct StreamStarts {
     gathering: HashMap<StreamKey, Vec<u8>>,
     /// Streams already named (their start again, retransmitted, names nothing).
     named: HashSet<StreamKey>,
+    /// Streams cut into messages, each by its delimiter.
+    delimiters: HashMap<StreamKey, Delimiter>,
+    /// Delimited streams forgotten to keep [`MAX_DELIMITED_STREAMS`].
+    forgotten: u64,
+    /// Holes given up on by the delimiters forgotten so far.
+    holes_given_up: u64,
 }
+
+/// Streams cut into messages at once (each holds at most
+/// [`tboxscope_engine::framing::MAX_AHEAD`] bytes past a hole); beyond, all are forgotten and
+/// counted (their next pieces start them again, as a capture joined mid-stream).
+const MAX_DELIMITED_STREAMS: usize = 1024;
 
 impl StreamStarts {
     /// Bytes of a stream's start that name its message: the application id's, and the
@@ -291,7 +309,49 @@ impl StreamStarts {
             offset,
             app_msg_id,
             content_hash,
+            framed: None,
         })
+    }
+
+    /// A STREAM frame of a stream cut into messages by `framing`: a head for each message it
+    /// completes.
+    fn delimit(
+        &mut self,
+        key: StreamKey,
+        offset: u64,
+        data: &[u8],
+        framing: Framing,
+        rule: Option<AppIdRule>,
+        out: &mut Vec<StreamHead>,
+    ) {
+        if self.delimiters.len() >= MAX_DELIMITED_STREAMS && !self.delimiters.contains_key(&key) {
+            self.forgotten += self.delimiters.len() as u64;
+            self.holes_given_up += self
+                .delimiters
+                .values()
+                .map(|d| d.holes_given_up)
+                .sum::<u64>();
+            self.delimiters.clear();
+        }
+        let d = self
+            .delimiters
+            .entry(key)
+            .or_insert_with(|| Delimiter::new(framing));
+        d.push(offset, data, |m, head| {
+            out.push(StreamHead {
+                stream_id: key.2,
+                offset,
+                app_msg_id: rule.and_then(|r| r.extract(head)),
+                content_hash: Some(tboxscope_engine::content_hash(head)),
+                framed: Some((m.start, m.end)),
+            });
+        });
+    }
+
+    /// Whether stream `stream_id`'s bytes are cut into messages: all streams with a stated
+    /// framing; else bidirectional ones (a long-lived stream of messages), by frame.
+    fn delimited(framing: Option<Framing>, stream_id: u64) -> Option<Framing> {
+        framing.or((stream_id & 2 == 0).then_some(Framing::Frames))
     }
 
     /// (application id, content hash) of a message starting with `start`.
@@ -332,6 +392,19 @@ impl Dissector {
     /// stream starts, unrecognised datagrams): 0 means the rule reaches beyond every message.
     pub fn app_ids_read(&self) -> u64 {
         self.app_ids
+    }
+
+    /// Cutting QUIC streams into messages ([`DissectConfig::framing`]): (holes given up on —
+    /// bytes past them waited beyond the bound and cutting started again after them —,
+    /// streams forgotten to keep the bound on streams cut at once).
+    pub fn framing_evictions(&self) -> (u64, u64) {
+        let live: u64 = self
+            .starts
+            .delimiters
+            .values()
+            .map(|d| d.holes_given_up)
+            .sum();
+        (self.starts.holes_given_up + live, self.starts.forgotten)
     }
 
     /// Adds TLS key-log text (e.g. a pcapng Decryption Secrets Block) for QUIC decryption;
@@ -460,6 +533,7 @@ impl Dissector {
         let mut unknown_short = 0u64;
         let mut unknown_long = 0u64;
         let app_rule = self.config.app_id;
+        let framing = self.config.framing;
         let mut app_ids = 0u64;
         // A capture taken on the sending host sees a UDP GSO batch before the NIC splits it:
         // one "datagram" holding several equal-sized QUIC datagrams. Decode them one by one.
@@ -492,12 +566,13 @@ impl Dissector {
                 let summary = p.summary();
                 // The frames are parsed again for their data only where a message starts.
                 let need = StreamStarts::need(app_rule);
-                let starting = summary
-                    .frames
-                    .iter()
-                    .any(|f| f.frame_type == "stream" && f.offset.unwrap_or(0) < need as u64);
+                let starting = summary.frames.iter().any(|f| {
+                    f.frame_type == "stream"
+                        && (f.offset.unwrap_or(0) < need as u64
+                            || StreamStarts::delimited(framing, f.stream_id.unwrap_or(0)).is_some())
+                });
                 let stream_heads = if starting {
-                    stream_heads(p, app_rule, capture, src.port(), starts)
+                    stream_heads(p, (app_rule, framing), capture, src.port(), starts)
                 } else {
                     Vec::new()
                 };
@@ -554,7 +629,7 @@ impl Dissector {
 /// `capture` complete ([`StreamStarts`]).
 fn stream_heads(
     p: &tboxscope_decode::quic::DecodedPacket<'_>,
-    rule: Option<AppIdRule>,
+    (rule, framing): (Option<AppIdRule>, Option<Framing>),
     capture: &str,
     port: u16,
     starts: &mut StreamStarts,
@@ -573,7 +648,11 @@ fn stream_heads(
             ..
         }) = frame
         {
-            out.extend(starts.frame((capture, conn, stream_id, port), offset, data, fin, rule));
+            let key = (capture, conn, stream_id, port);
+            match StreamStarts::delimited(framing, stream_id) {
+                Some(f) => starts.delimit(key, offset, data, f, rule, &mut out),
+                None => out.extend(starts.frame(key, offset, data, fin, rule)),
+            }
         }
     }
     out

@@ -204,7 +204,9 @@ pub struct LabRunArgs {
     /// Write the result as JSON Lines here (a path, or `-` for standard output).
     #[arg(long, value_name = "PATH|-")]
     pub json: Option<String>,
-    /// Transports to run, comma-separated: tcp, kcp, kcp-dual, quic, quic-redundant.
+    /// Transports to run, comma-separated: tcp, kcp, kcp-dual, quic, quic-redundant, and
+    /// quic-stream (quic-redundant with every message back to back on one bidirectional stream
+    /// per connection; not run unless named).
     #[arg(
         long,
         value_delimiter = ',',
@@ -311,6 +313,9 @@ pub struct CaptureArgs {
     /// Where each message carries an application id, `OFFSET:WIDTH[:le]`, as for `analyze`.
     #[arg(long = "app-id", value_name = "OFFSET:WIDTH[:le]", value_parser = parse_app_id)]
     pub app_id: Option<probe_user::engine::AppIdRule>,
+    /// How the application cuts a QUIC stream into messages, as for `analyze`.
+    #[arg(long = "framing", value_name = "FRAMING", value_parser = parse_framing)]
+    pub framing: Option<probe_user::engine::Framing>,
     /// Do not load the eBPF TCP probes (packets only).
     #[arg(long)]
     pub no_tcp: bool,
@@ -351,6 +356,15 @@ pub struct DecodeArgs {
     /// are matched by each message's content (byte-identical copies).
     #[arg(long = "app-id", value_name = "OFFSET:WIDTH[:le]", value_parser = parse_app_id)]
     pub app_id: Option<probe_user::engine::AppIdRule>,
+    /// How the application cuts a QUIC stream into messages when it writes them back to back
+    /// on one long-lived stream: `fixed:N` (every message N bytes), `len:u16be@K` or
+    /// `len:u32le@K` (a length field at byte K of each message gives the bytes after the
+    /// field; also u16le, u32be), `line` (each message ends with a newline). Messages may
+    /// then span STREAM frames or share one. Without it, each STREAM frame of a bidirectional
+    /// stream is a message, and a unidirectional stream is one message. Copies sent on
+    /// separate connections per path are matched by stream, offset range and content.
+    #[arg(long = "framing", value_name = "FRAMING", value_parser = parse_framing)]
+    pub framing: Option<probe_user::engine::Framing>,
 }
 
 impl DecodeArgs {
@@ -365,6 +379,7 @@ impl DecodeArgs {
             unknown_udp: false,
             keylog,
             app_id: self.app_id,
+            framing: self.framing,
         })
     }
 }
@@ -609,6 +624,7 @@ impl ReplayArgs {
             ("--keylog", d.keylog.is_some()),
             ("--kcp-port", !d.kcp_ports.is_empty()),
             ("--app-id", d.app_id.is_some()),
+            ("--framing", d.framing.is_some()),
             (
                 "--message-timeout",
                 self.timeout.message_timeout_s.is_some(),
@@ -666,6 +682,12 @@ pub fn parse_buffer_size(s: &str) -> Result<i32, String> {
         .filter(|b| (64 << 10..=1 << 30).contains(b))
         .and_then(|b| i32::try_from(b).ok())
         .ok_or_else(|| format!("--buffer-size {s:?} out of range (64 KiB to 1 GiB)"))
+}
+
+/// Parses `--framing` (`fixed:N`, `len:u16be@K`, `len:u32le@K`, `line`, ...).
+fn parse_framing(s: &str) -> Result<probe_user::engine::Framing, String> {
+    s.parse()
+        .map_err(|e: probe_user::engine::FramingError| e.to_string())
 }
 
 /// Parses `OFFSET:WIDTH[:le]`.

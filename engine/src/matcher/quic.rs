@@ -71,6 +71,9 @@ pub struct QuicState {
     /// The group of per-path connections this connection joined after its first packets
     /// (`None`: it has not, or this is the group).
     pub group: Option<FlowRef>,
+    /// In a group: (connection tag, up, stream) → the message ranges the capture cut the
+    /// stream into ([`crate::Framing`]), each keyed by its range and content.
+    pub framed: HashMap<(u64, bool, u64), StreamRanges>,
 }
 
 /// A frame's share of one message: (message key, name, bytes of the frame in it, whether the
@@ -86,6 +89,74 @@ fn conn_hash(conn: ConnId) -> u64 {
 }
 
 impl QuicState {
+    /// In a group, a frame (or piece) of a stream the capture cut into messages: the message
+    /// it completes (keyed by its stream range and content, or by its application id), or
+    /// the messages it carries again. `false`: the stream is not cut into messages.
+    fn framed_parts(
+        &mut self,
+        conn_tag: u64,
+        up: bool,
+        sr: &crate::input::StreamRange,
+        by_app: bool,
+        out: &mut Vec<Part>,
+    ) -> bool {
+        let (stream, key) = (sr.stream_id, (conn_tag, up, sr.stream_id));
+        let name = |start, end| MsgId::Stream {
+            up,
+            stream,
+            start,
+            end,
+        };
+        if let Some((start, end)) = sr.framed {
+            let (k, id) = match sr.app_msg_id.filter(|_| by_app) {
+                Some(app) => (mix(&[6, u64::from(up), app]), MsgId::App(app)),
+                None => (
+                    mix(&[
+                        10,
+                        u64::from(up),
+                        stream,
+                        start,
+                        end,
+                        sr.data_hash.unwrap_or(0),
+                    ]),
+                    name(start, end),
+                ),
+            };
+            let full = self.framed.len() >= MAX_STREAMS;
+            let ring = match self.framed.entry(key) {
+                Entry::Occupied(e) => Some(e.into_mut()),
+                Entry::Vacant(e) if !full => Some(e.insert(StreamRanges::new())),
+                Entry::Vacant(_) => None,
+            };
+            if let Some(ring) = ring {
+                let at = ring.partition_point(|r| r.0 < start);
+                if ring.get(at).is_none_or(|r| r.0 != start) {
+                    ring.insert(at, (start, end, k));
+                }
+                while ring.len() > MAX_RANGES_PER_STREAM {
+                    ring.pop_front();
+                }
+            }
+            out.push((k, id, sr.len, false));
+            return true;
+        }
+        let Some(ring) = self.framed.get(&key) else {
+            return false;
+        };
+        // A piece of a message not complete yet, or bytes sent again: the messages it overlaps.
+        let end = sr.offset.saturating_add(sr.len);
+        let upto = ring.partition_point(|r| r.0 < end);
+        let mut from = upto;
+        while from > 0 && ring[from - 1].1 > sr.offset {
+            from -= 1;
+        }
+        for &(s, e, k) in ring.range(from..upto) {
+            let bytes = e.min(end).saturating_sub(s.max(sr.offset));
+            out.push((k, name(s, e), bytes, false));
+        }
+        true
+    }
+
     /// Remembers which message a grouped connection's stream carries.
     fn remember_stream(&mut self, key: (u64, bool, u64), msg: u64) {
         if self.stream_msgs.len() >= MAX_STREAM_MSGS && !self.stream_msgs.contains_key(&key) {
@@ -292,11 +363,21 @@ impl QuicMatcher {
                 Some(m) if separate => m,
                 _ if separate && has_app => MatchMode::AppId,
                 _ if separate && has_hash => MatchMode::Content,
+                // Stream bytes that name no message (a piece of a message a later packet
+                // completes) on a port with per-path connections: the group's too, without
+                // joining it yet (the frames that name messages choose the group's mode).
+                _ if separate && per_path_conns && !q.streams.is_empty() => {
+                    if shared.cfg.app_id.is_some() {
+                        MatchMode::AppId
+                    } else {
+                        MatchMode::Content
+                    }
+                }
                 _ => MatchMode::QuicStream,
             },
         };
         let grouped = matches!(mode, MatchMode::Content | MatchMode::AppId);
-        let joins = grouped && forced.is_none() && joined != Some(mode);
+        let joins = grouped && forced.is_none() && joined != Some(mode) && (has_app || has_hash);
         if joins {
             if self.conn_modes.len() >= self.max_conn_modes {
                 self.conn_modes.clear();
@@ -365,7 +446,20 @@ impl QuicMatcher {
             let mut continued = None;
             let mut parts = std::mem::take(&mut self.parts);
             parts.clear();
+            let framed = grouped
+                && match shared.flows.get_mut(fr).map(|f| &mut f.proto) {
+                    Some(Proto::Quic(s)) => {
+                        s.framed_parts(conn_tag, up, sr, mode == MatchMode::AppId, &mut parts)
+                    }
+                    _ => false,
+                };
+            // A message the capture cut is as long as its range, whatever piece completed it.
+            let framed_size = sr
+                .framed
+                .zip(parts.first())
+                .map(|((start, end), p)| (p.0, end.saturating_sub(start)));
             match (head, &mut shared.flows.get_mut(fr).map(|f| &mut f.proto)) {
+                _ if framed => {}
                 (Some((k, id)), Some(Proto::Quic(s))) => {
                     s.remember_stream(stream_key, k);
                     parts.push((k, id, sr.len, false));
@@ -405,12 +499,18 @@ impl QuicMatcher {
                 });
                 if r.repeat || r.late {
                     repeated += bytes;
-                } else if pkt.dir == Dir::Out {
+                }
+                // A cut message's bytes sent again: their acknowledgment delivers it too.
+                let acks_it = !r.late && (!r.repeat || framed);
+                if acks_it && pkt.dir == Dir::Out {
                     let slot = r.slot.unwrap_or(u32::MAX);
                     items.push((mkey, sr.stream_id, sr.offset, sr.len, slot));
                 }
             }
             self.parts = parts;
+            if let Some((k, size)) = framed_size {
+                shared.msgs.extend_to(fr.uid, k, size);
+            }
             let stream_mode = mode == MatchMode::QuicStream;
             if repeated > 0 && pkt.dir != Dir::In {
                 if let Some(f) = shared.flows.get_mut(fr) {

@@ -12,6 +12,9 @@
 //! has no multipath) and sends every message on both. The receiver keeps the first copy.
 //! QUIC sends one unidirectional stream per message (no head-of-line blocking between
 //! messages); TCP and KCP carry messages back to back on one connection/session.
+//! `quic-stream` (not in the default set: `lab run --transports quic-stream`) is
+//! `quic-redundant` as most QUIC applications send a message stream: the same bytes back to
+//! back on ONE bidirectional stream per connection (message i at the same offset on both).
 pub mod kcp;
 pub mod message;
 pub mod quic;
@@ -46,11 +49,24 @@ pub enum Transport {
     Quic,
     /// The same messages on two QUIC connections, one per path.
     QuicRedundant,
+    /// The same byte stream on one bidirectional stream of each of two QUIC connections, one
+    /// per path.
+    QuicStream,
 }
 
 impl Transport {
     /// Every transport, in table order.
-    pub const ALL: [Transport; 5] = [
+    pub const ALL: [Transport; 6] = [
+        Transport::Tcp,
+        Transport::Kcp,
+        Transport::KcpDual,
+        Transport::Quic,
+        Transport::QuicRedundant,
+        Transport::QuicStream,
+    ];
+
+    /// The transports a run compares unless told otherwise.
+    pub const DEFAULT: [Transport; 5] = [
         Transport::Tcp,
         Transport::Kcp,
         Transport::KcpDual,
@@ -66,6 +82,7 @@ impl Transport {
             Transport::KcpDual => "kcp-dual",
             Transport::Quic => "quic",
             Transport::QuicRedundant => "quic-redundant",
+            Transport::QuicStream => "quic-stream",
         }
     }
 
@@ -87,6 +104,7 @@ impl Transport {
             Transport::KcpDual => 7201,
             Transport::Quic => 7301,
             Transport::QuicRedundant => 7401,
+            Transport::QuicStream => 7501,
         }
     }
 
@@ -98,7 +116,7 @@ impl Transport {
     /// The paths every message is sent on.
     pub fn paths(self) -> &'static [PathId] {
         match self {
-            Transport::KcpDual | Transport::QuicRedundant => &PathId::BOTH,
+            Transport::KcpDual | Transport::QuicRedundant | Transport::QuicStream => &PathId::BOTH,
             _ => &[PathId::A],
         }
     }
@@ -175,9 +193,9 @@ impl Receivers {
                                 Transport::Kcp | Transport::KcpDual => {
                                     kcp::listen(t, p, truth.clone()).await
                                 }
-                                Transport::Quic | Transport::QuicRedundant => {
-                                    quic::listen(t, p, truth.clone()).await
-                                }
+                                Transport::Quic
+                                | Transport::QuicRedundant
+                                | Transport::QuicStream => quic::listen(t, p, truth.clone()).await,
                             };
                             if let Err(e) = r {
                                 started = Err(e);
@@ -323,6 +341,9 @@ async fn send_all(
                 Transport::Quic | Transport::QuicRedundant => quic::connect(t, p, &opts.keylog)
                     .await
                     .map(|c| tokio::spawn(quic::pump(c, rx))),
+                Transport::QuicStream => quic::connect(t, p, &opts.keylog)
+                    .await
+                    .map(|c| tokio::spawn(quic::pump_stream(c, rx))),
             };
             match r {
                 Ok(task) => {
@@ -355,7 +376,8 @@ async fn send_all(
         for (t, p, q) in &queues {
             let m = Message {
                 transport: t.index() as u8,
-                path: u8::from(*p == PathId::B),
+                // One byte stream duplicated on both paths: the same bytes on each.
+                path: u8::from(*p == PathId::B && *t != Transport::QuicStream),
                 len: size,
                 id,
                 send_unix_ns: unix,

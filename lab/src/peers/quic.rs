@@ -1,4 +1,5 @@
-//! QUIC peer (`quinn` 0.11 over rustls/ring): one unidirectional stream per message. The client
+//! QUIC peer (`quinn` 0.11 over rustls/ring): one unidirectional stream per message, or
+//! (`quic-stream`) every message back to back on one bidirectional stream. The client
 //! writes its TLS secrets to a key log (SSLKEYLOGFILE format) so tboxscope and tshark decrypt.
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -95,6 +96,12 @@ pub async fn listen(t: Transport, path: PathId, truth: GroundTruth) -> Result<()
             let truth = truth.clone();
             tokio::spawn(async move {
                 let Ok(conn) = incoming.await else { return };
+                if t == Transport::QuicStream {
+                    if let Ok((_send, rs)) = conn.accept_bi().await {
+                        read_stream(rs, t, path, &truth).await;
+                    }
+                    return;
+                }
                 while let Ok(mut rs) = conn.accept_uni().await {
                     let truth = truth.clone();
                     tokio::spawn(async move {
@@ -109,6 +116,23 @@ pub async fn listen(t: Transport, path: PathId, truth: GroundTruth) -> Result<()
         }
     });
     Ok(())
+}
+
+/// Reads messages back to back from one stream (each says its length, as on TCP) until it
+/// ends.
+async fn read_stream(mut rs: quinn::RecvStream, t: Transport, path: PathId, truth: &GroundTruth) {
+    let mut buf = vec![0u8; 65536];
+    loop {
+        if rs.read_exact(&mut buf[..8]).await.is_err() {
+            break;
+        }
+        let len = usize::from(u16::from_le_bytes([buf[6], buf[7]]));
+        if len < super::message::HEADER_LEN || rs.read_exact(&mut buf[8..len]).await.is_err() {
+            truth.rejected(t.index());
+            break;
+        }
+        record(truth, t, path, &buf[..len]);
+    }
 }
 
 /// Connects from the T-Box side, logging TLS secrets to `keylog`.
@@ -141,6 +165,25 @@ pub async fn connect(t: Transport, path: PathId, keylog: &Path) -> Result<quinn:
         .await
         .map_err(|e| LabError::peer(t.name(), e))?;
     Ok(conn)
+}
+
+/// Writes the queued messages back to back on one bidirectional stream until the queue
+/// closes, then keeps the connection open.
+pub async fn pump_stream(
+    conn: quinn::Connection,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) -> Result<()> {
+    let (mut s, _recv) = conn
+        .open_bi()
+        .await
+        .map_err(|e| LabError::peer("quic-stream", e))?;
+    while let Some(m) = rx.recv().await {
+        s.write_all(&m)
+            .await
+            .map_err(|e| LabError::peer("quic-stream", e))?;
+    }
+    std::future::pending::<()>().await;
+    Ok(())
 }
 
 /// Sends each queued message on its own stream until the queue closes, then keeps the

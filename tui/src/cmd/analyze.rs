@@ -399,6 +399,14 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
     if let Some(line) = tboxscope::feed::hunt_line(&q.hunt) {
         writeln!(out, "{line}")?;
     }
+    let (holes, forgotten) = analyzer.dissector().framing_evictions();
+    if holes + forgotten > 0 {
+        writeln!(
+            out,
+            "QUIC streams cut into messages: {holes} holes given up on (bytes past them waited \
+             beyond 16 KiB), {forgotten} streams forgotten (over 1024 at once)"
+        )?;
+    }
     for w in analyzer.warnings() {
         writeln!(out, "warning: {w}")?;
     }

@@ -26,7 +26,7 @@ use probe_user::decode::net::tcp_segment;
 use probe_user::decode::quic::Keylog;
 use probe_user::dissect::{Decoded, DecodedPacket, DissectConfig};
 use probe_user::engine::input::{RetransmitKind, TcpEvent, TcpEventKind};
-use probe_user::engine::{units, AppIdRule, CapturePoint, Config, Host, Summary};
+use probe_user::engine::{units, AppIdRule, CapturePoint, Config, Framing, Host, Summary};
 use probe_user::engine::{ConnId, FlowKey};
 use probe_user::source::ebpf::{ProbeOptions, TcpFilter};
 use probe_user::source::pcap::live::LivePacket;
@@ -272,10 +272,20 @@ fn engine_feed(plan: &CapturePlan, keylog: Option<Keylog>, follow: Option<PathBu
         message_timeout_ns: (message_timeout_s(plan.duration_s, plan.drain_s) * 1e9) as u64,
         ..Config::default()
     };
+    // quic-stream writes its messages back to back on one stream: the lab states their size.
+    let stream = plan
+        .transports
+        .iter()
+        .any(|(t, ..)| *t == Transport::QuicStream);
+    let framing = stream
+        .then(|| u32::try_from(plan.message_size).ok())
+        .flatten()
+        .map(Framing::Fixed);
     EngineFeed::new(
         DissectConfig {
             keylog,
             app_id: Some(LAB_APP_ID),
+            framing,
             ..DissectConfig::default()
         },
         config,
@@ -613,10 +623,12 @@ enum Item<'a> {
 /// Decodes the captured frames and the kernel events in time order through the engine.
 fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> Measured {
     let mut problems = std::mem::take(&mut collected.problems);
-    let quic = plan
-        .transports
-        .iter()
-        .any(|(t, ..)| matches!(t, Transport::Quic | Transport::QuicRedundant));
+    let quic = plan.transports.iter().any(|(t, ..)| {
+        matches!(
+            t,
+            Transport::Quic | Transport::QuicRedundant | Transport::QuicStream
+        )
+    });
     let keylog = match Keylog::from_file(&plan.keylog) {
         Ok(k) => Some(k),
         Err(_) if !quic => None,

@@ -328,6 +328,7 @@ impl Run {
                 unknown_udp: false,
                 keylog: None,
                 app_id: args.app_id,
+                framing: args.framing,
             },
             EngineConfig {
                 app_id: args.app_id,
