@@ -319,7 +319,13 @@ impl Shared {
             self.check_outages(now);
         }
         if self.outages.any_waiting() {
-            for o in self.outages.due(now, self.cfg.message_timeout_ns) {
+            // An outage's record waits for the messages of its time to close: those held for
+            // it close up to the longest outage later than the timeout.
+            let timeout = self.cfg.message_timeout_ns;
+            let settle = timeout
+                .saturating_add(self.outages.longest(now))
+                .min(self.cfg.max_message_hold_ns.max(timeout));
+            for o in self.outages.due(now, settle) {
                 self.push_record(Record::Outage(o));
             }
         }

@@ -524,7 +524,26 @@ impl KcpMatcher {
                                     u.resent(k.header.ts, kind, pkt.ts_ns);
                                     kind
                                 }
-                                None => Resend::Unknown,
+                                None => {
+                                    if r.late {
+                                        // First seen here after its message closed: its
+                                        // acknowledgment may still show a late copy.
+                                        let u = Unacked {
+                                            mkey,
+                                            slot: u32::MAX,
+                                            last_ns: pkt.ts_ns,
+                                            sends: 1,
+                                            first_ts: k.header.ts,
+                                            resends: [(0, Resend::Unknown); RESENDS_KEPT],
+                                        };
+                                        s.unacked.insert((up, pkt.path), u64::from(k.header.sn), u);
+                                        while s.unacked.len() > max_unacked {
+                                            s.unacked.pop_first();
+                                            evicted += 1;
+                                        }
+                                    }
+                                    Resend::Unknown
+                                }
                             },
                         );
                     }
