@@ -269,6 +269,10 @@ fn check(summary: &Value, set: &str, e: &Expect) {
         "{set}: {held} held, the peers say {:?}: {h:#}",
         e.held
     );
+    eprintln!(
+        "{set}: {} messages, {} on both paths, {held} held past the timeout, {} late copies, {} regrouped",
+        r["messages"], r["on_all_paths"], r["late_copies"], h["regrouped_messages"]
+    );
     assert_eq!(h["held_too_long"], 0, "{set}: {h:#}");
     assert_eq!(h["evicted_messages"], 0, "{set}: {h:#}");
     let outages: Vec<&Value> = summary["outages"].as_array().unwrap().iter().collect();
