@@ -67,8 +67,15 @@ pub struct ModeOverride {
 pub struct Config {
     /// A path silent this long (while traffic continues elsewhere) is in outage.
     pub outage_threshold_ns: u64,
-    /// A message is closed (its missing copies counted lost) this long after its first sighting.
+    /// A message is closed (its missing copies counted lost) this long after its first
+    /// sighting; once a path had an outage, a message missing a copy waits longer by the
+    /// longest outage seen (copies held through one arrive after it), up to
+    /// `max_message_hold_ns`.
     pub message_timeout_ns: u64,
+    /// The longest a message waits for its copies after its first sighting, outages or not
+    /// (at least the message timeout; past it the message closes, counted as held too long).
+    #[serde(default = "default_max_message_hold_ns")]
+    pub max_message_hold_ns: u64,
     /// Length of one sliding window (a `window` record per window).
     pub window_ns: u64,
     /// Windows kept for the recent series in the snapshot.
@@ -109,6 +116,7 @@ impl Default for Config {
         Self {
             outage_threshold_ns: 1_000_000_000,
             message_timeout_ns: 5_000_000_000,
+            max_message_hold_ns: default_max_message_hold_ns(),
             window_ns: 1_000_000_000,
             window_history: 120,
             max_latency_us: 60_000_000,
@@ -125,4 +133,10 @@ impl Default for Config {
             await_pairing: false,
         }
     }
+}
+
+/// 60 s: ikcp's largest retransmission timeout (`IKCP_RTO_MAX`), so a copy KCP keeps
+/// retransmitting through an outage comes within it after the outage ends.
+fn default_max_message_hold_ns() -> u64 {
+    60_000_000_000
 }

@@ -184,6 +184,8 @@ pub struct Flow {
     pub on_all: u64,
     /// Seen sent on every path of the flow (≥ 2 paths; where sends are captured).
     pub sent_on_all: u64,
+    /// Copies seen (or acknowledged) on a path after their message closed without one there.
+    pub late_copies: u64,
     /// Per path.
     pub per_path: Vec<PathCounters>,
     /// Combined latency (lazily allocated).
@@ -336,6 +338,7 @@ impl FlowTable {
             messages: 0,
             on_all: 0,
             sent_on_all: 0,
+            late_copies: 0,
             per_path: Vec::new(),
             latency: None,
             spacing: None,
@@ -362,6 +365,14 @@ impl FlowTable {
     /// Looks up a flow that may have been evicted since.
     pub fn get_mut(&mut self, r: FlowRef) -> Option<&mut Flow> {
         match self.slab.get_mut(r.slot) {
+            Some(Some(f)) if f.uid == r.uid => Some(f),
+            _ => None,
+        }
+    }
+
+    /// [`FlowTable::get_mut`] for reading.
+    pub fn peek(&self, r: FlowRef) -> Option<&Flow> {
+        match self.slab.get(r.slot) {
             Some(Some(f)) if f.uid == r.uid => Some(f),
             _ => None,
         }

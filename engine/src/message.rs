@@ -118,6 +118,23 @@ pub struct OpenMessage {
     pub copies: Vec<CopyState>,
     /// Its flow remembers its closure (see [`PastClosure::FlowKnows`]), not the store.
     pub flow_remembers: bool,
+    /// The content of its first fragment seen, where a KCP session on its own may later turn
+    /// out to be one of several per-path sessions (its messages are then named by content).
+    pub content: Option<ContentName>,
+    /// It waited past its timeout for a path in (or after) an outage.
+    pub held: bool,
+}
+
+/// The content a message's first fragment seen carried, and where: what names the message
+/// among per-path sessions matched by content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContentName {
+    /// Content hash of the fragment's payload.
+    pub hash: u64,
+    /// The fragment's countdown.
+    pub frg: u8,
+    /// The fragment's sn.
+    pub sn: u32,
 }
 
 /// One sighting to add.
@@ -149,6 +166,8 @@ pub struct SightArgs {
     pub up: Option<bool>,
     /// What the caller knows of an earlier closure of this key.
     pub past: PastClosure,
+    /// The fragment's content, where the message may later be named by it.
+    pub content: Option<ContentName>,
 }
 
 /// Whether a message key not open now was closed before, as far as the caller knows.
@@ -179,6 +198,8 @@ pub struct SightResult {
     pub same_tuple_elsewhere: Option<(CaptureId, u64)>,
     /// Where the open message is held ([`MessageStore::at`]), unless the sighting was late.
     pub slot: Option<u32>,
+    /// Late, and the first copy of the closed message seen on its path: a late copy.
+    pub late_copy: bool,
 }
 
 /// A resolved copy.
@@ -221,6 +242,39 @@ fn shifted(raw: u64, off: i64) -> u64 {
 }
 
 impl OpenMessage {
+    /// Takes in the copies and fragments of `other`, the same message under another name.
+    fn merge(&mut self, other: OpenMessage) {
+        self.first_ns = self.first_ns.min(other.first_ns);
+        self.nfrag = self.nfrag.max(other.nfrag);
+        if self.frag_union & other.frag_union == 0 {
+            self.bytes += other.bytes;
+        }
+        self.frag_union |= other.frag_union;
+        self.held |= other.held;
+        for c in other.copies {
+            match self.copies.iter_mut().find(|x| x.path == c.path) {
+                Some(x) => {
+                    for s in c.sightings {
+                        match x.sightings.iter_mut().find(|y| y.capture == s.capture) {
+                            Some(y) => {
+                                y.first_ns = y.first_ns.min(s.first_ns);
+                                y.complete_ns = y.complete_ns.max(s.complete_ns);
+                                y.frags |= s.frags;
+                                y.count = y.count.saturating_add(s.count);
+                            }
+                            None => x.sightings.push(s),
+                        }
+                    }
+                    x.ack_ns = match (x.ack_ns, c.ack_ns) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                None => self.copies.push(c),
+            }
+        }
+    }
+
     fn frags_full(&self) -> u64 {
         if self.nfrag >= 64 {
             u64::MAX
@@ -403,8 +457,9 @@ pub(crate) fn latency_kind(any_by_ack: bool, any_one_way: bool) -> LatencyKind {
 const MAX_SPARE: usize = 256;
 
 /// Keys of recently closed messages (so that late copies are not new messages), as seeded
-/// 64-bit fingerprints of (flow uid, key) in two generations of `per_generation` closures each:
-/// a key is remembered for at least `per_generation` and at most twice that many closures.
+/// 64-bit fingerprints of (flow uid, key) in two generations of `per_generation` closures each,
+/// each with the paths (bit per path) whose copy arrived (or was acknowledged): a key is remembered for at
+/// least `per_generation` and at most twice that many closures.
 #[derive(Debug, Default)]
 struct ClosedKeys {
     current: Fingerprints,
@@ -419,11 +474,30 @@ impl ClosedKeys {
         self.fingerprint.hash_one(k)
     }
 
-    fn contains(&self, fp: u64) -> bool {
-        self.current.contains(&fp) || self.previous.contains(&fp)
+    /// The paths of the closed message `fp`, if it is remembered.
+    fn paths_mut(&mut self, fp: u64) -> Option<&mut u64> {
+        match self.current.get_mut(&fp) {
+            Some(m) => Some(m),
+            None => self.previous.get_mut(&fp),
+        }
     }
 
-    fn insert(&mut self, fp: u64) {
+    /// Notes a copy of the closed message `fp` on `path` (`arrived`: seen arriving or
+    /// acknowledged, not only sent): whether it is the first copy there to arrive (a late
+    /// copy), `None` if the message is not remembered.
+    fn copy_on(&mut self, fp: u64, path: PathIdx, arrived: bool) -> Option<bool> {
+        let paths = self.paths_mut(fp)?;
+        let bit = if path < 64 && arrived {
+            1u64 << path
+        } else {
+            0
+        };
+        let first = bit != 0 && *paths & bit == 0;
+        *paths |= bit;
+        Some(first)
+    }
+
+    fn insert(&mut self, fp: u64, paths: u64) {
         if self.current.len() >= self.per_generation {
             std::mem::swap(&mut self.current, &mut self.previous);
             self.current.clear();
@@ -433,15 +507,16 @@ impl ClosedKeys {
             self.current
                 .reserve(self.per_generation.min(MAX_FIRST_ROOM));
         }
-        self.current.insert(fp);
+        self.current.insert(fp, paths);
     }
 }
 
 /// Fingerprints a generation makes room for at once.
 const MAX_FIRST_ROOM: usize = 1 << 19;
 
-/// A set of fingerprints: already random, so they place themselves (no hashing again).
-type Fingerprints = std::collections::HashSet<u64, std::hash::BuildHasherDefault<Itself>>;
+/// Fingerprints with the paths of their messages' copies: already random, so they place
+/// themselves (no hashing again).
+type Fingerprints = std::collections::HashMap<u64, u64, std::hash::BuildHasherDefault<Itself>>;
 
 /// The hasher of [`Fingerprints`]: a fingerprint is its own hash.
 #[derive(Debug, Default)]
@@ -500,6 +575,10 @@ pub struct MessageStore {
     pub evicted: u64,
     /// Sightings of already closed messages.
     pub late: u64,
+    /// Messages that waited past their timeout for a path in (or after) an outage.
+    pub held: u64,
+    /// Messages closed at the longest wait allowed while still waiting for a copy.
+    pub hold_limit: u64,
 }
 
 /// Pairing evidence for sighting `a`: the last sighting of the same copy with the same
@@ -585,11 +664,17 @@ impl MessageStore {
             MapEntry::Occupied(e) => *e.get() as usize,
             MapEntry::Vacant(entry) => {
                 let late = match a.past {
-                    PastClosure::Unknown => self.closed.contains(self.closed.fingerprint(k)),
-                    PastClosure::NeverSeen => false,
-                    PastClosure::FlowKnows(closed) => closed,
+                    PastClosure::Unknown => {
+                        let fp = self.closed.fingerprint(k);
+                        let arrived = a.dir == Dir::In;
+                        self.closed.copy_on(fp, a.path, arrived).inspect(|first| {
+                            r.late_copy = *first;
+                        })
+                    }
+                    PastClosure::NeverSeen => None,
+                    PastClosure::FlowKnows(closed) => closed.then_some(false),
                 };
-                if late {
+                if late.is_some() {
                     self.late += 1;
                     r.late = true;
                     return r;
@@ -631,6 +716,8 @@ impl MessageStore {
                     frag_union: bit,
                     copies,
                     flow_remembers: matches!(a.past, PastClosure::FlowKnows(_)),
+                    content: a.content,
+                    held: false,
                 });
                 let slot = u32::try_from(i).unwrap_or(u32::MAX);
                 entry.insert(slot);
@@ -757,7 +844,19 @@ impl MessageStore {
         let k = (m.flow.uid, m.key);
         self.index.remove(&k);
         if !m.flow_remembers {
-            self.closed.insert(self.closed.fingerprint(k));
+            // The paths whose copy arrived or was acknowledged (as far as the store knows
+            // directions: a copy seen at two captures arrived).
+            let paths = m
+                .copies
+                .iter()
+                .filter(|c| {
+                    c.path < 64
+                        && (c.ack_ns.is_some()
+                            || c.sightings.len() >= 2
+                            || c.sightings.iter().any(|s| s.dir == Dir::In))
+                })
+                .fold(0u64, |acc, c| acc | 1 << c.path);
+            self.closed.insert(self.closed.fingerprint(k), paths);
         }
         self.open -= 1;
         self.free.push(slot);
@@ -784,20 +883,114 @@ impl MessageStore {
     }
 
     /// Next message whose timeout passed at `now`, or the oldest one while over the bound
-    /// (the flag says which).
-    pub fn pop_due(&mut self, now: u64) -> Option<(OpenMessage, bool)> {
-        let i = self.oldest?;
-        let deadline = self.slots.get(i as usize)?.deadline;
-        let over = self.open > self.max_open;
-        if deadline > now && !over {
-            return None;
+    /// (the flag says which). A message whose timeout passed waits on where `hold` gives it a
+    /// later deadline (counted once per message in [`MessageStore::held`]).
+    pub fn pop_due(
+        &mut self,
+        now: u64,
+        mut hold: impl FnMut(&OpenMessage) -> Option<u64>,
+    ) -> Option<(OpenMessage, bool)> {
+        loop {
+            let i = self.oldest?;
+            let deadline = self.slots.get(i as usize)?.deadline;
+            let over = self.open > self.max_open;
+            if deadline > now && !over {
+                return None;
+            }
+            if over && deadline > now {
+                let m = self.take_at(i)?;
+                self.evicted += 1;
+                return Some((m, true));
+            }
+            // (Over the bound, nothing waits on.)
+            let later = self
+                .slots
+                .get(i as usize)
+                .and_then(|s| s.msg.as_ref())
+                .filter(|_| !over)
+                .and_then(&mut hold)
+                .filter(|d| *d > now);
+            let Some(later) = later else {
+                return Some((self.take_at(i)?, false));
+            };
+            // Waits on, behind the messages opened since (their deadlines mostly come first).
+            self.unlink(i);
+            if let Some(s) = self.slots.get_mut(i as usize) {
+                s.deadline = later;
+                if let Some(m) = s.msg.as_mut() {
+                    if !m.held {
+                        m.held = true;
+                        self.held += 1;
+                    }
+                }
+            }
+            self.link_newest(i);
         }
-        let m = self.take_at(i)?;
-        if over && deadline > now {
-            self.evicted += 1;
-            return Some((m, true));
+    }
+
+    /// Names the open message held in `slot` anew: key `key` (named `id`) of flow `flow`
+    /// (a KCP session's message moved into the group of per-path sessions it turned out to be
+    /// one of), merged into the open message of that key if there is one. Returns where the
+    /// message is held now.
+    pub fn rename(&mut self, slot: u32, flow: FlowRef, key: u64, id: MsgId) -> Option<u32> {
+        let old = {
+            let m = self.slots.get(slot as usize)?.msg.as_ref()?;
+            (m.flow.uid, m.key)
+        };
+        let new = (flow.uid, key);
+        if old == new {
+            return Some(slot);
         }
-        Some((m, false))
+        match self.slot_of(new) {
+            None => {
+                self.index.remove(&old);
+                self.index.insert(new, slot);
+                let m = self.slots.get_mut(slot as usize)?.msg.as_mut()?;
+                m.flow = flow;
+                m.key = key;
+                m.id = id;
+                m.flow_remembers = false;
+                Some(slot)
+            }
+            Some(target) => {
+                // Taken out without being remembered as closed: it lives on in the target.
+                let m = self.slots.get_mut(slot as usize)?.msg.take()?;
+                self.unlink(slot);
+                self.index.remove(&old);
+                self.open -= 1;
+                self.free.push(slot);
+                let t = self.slots.get_mut(target)?.msg.as_mut()?;
+                t.merge(m);
+                u32::try_from(target).ok()
+            }
+        }
+    }
+
+    /// The open messages of flow `flow_uid` that carry a content name: (slot, first
+    /// sighting, id, content), in the order they were first seen.
+    pub fn named_by_content(&self, flow_uid: u64) -> Vec<(u32, u64, MsgId, ContentName)> {
+        let mut v: Vec<(u32, u64, MsgId, ContentName)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let m = s.msg.as_ref().filter(|m| m.flow.uid == flow_uid)?;
+                Some((u32::try_from(i).ok()?, m.first_ns, m.id, m.content?))
+            })
+            .collect();
+        v.sort_by_key(|x| (x.1, x.3.sn));
+        v
+    }
+
+    /// A copy on `path` of message `key` of flow `flow_uid` acknowledged: if the message is
+    /// closed (and remembered by the store) and had no copy on `path`, a late copy (`true`).
+    pub fn acked_after_close(&mut self, flow_uid: u64, key: u64, path: PathIdx) -> bool {
+        let k = (flow_uid, key);
+        if self.index.contains_key(&k) {
+            return false;
+        }
+        let fp = self.closed.fingerprint(k);
+        self.closed.copy_on(fp, path, true).unwrap_or(false)
     }
 
     /// Every open message, for the end of the run, oldest first.
@@ -902,6 +1095,7 @@ mod tests {
             tuple: 7,
             up: Some(true),
             past: PastClosure::Unknown,
+            content: None,
         }
     }
 

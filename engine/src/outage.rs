@@ -30,6 +30,10 @@ pub struct OutageBook {
     pub total: u64,
     /// Outages dropped from history.
     pub evicted: u64,
+    /// The longest closed outage so far (ns), whether still in history or not.
+    longest_closed_ns: u64,
+    /// Open outages (in history).
+    open: usize,
     /// Paths whose capture ended early: (label, last frame, outage threshold).
     capture_ends: Vec<(String, u64, u64)>,
 }
@@ -62,10 +66,14 @@ impl OutageBook {
             },
             emitted: false,
         });
+        self.open += 1;
         while self.history.len() > self.max {
             if let Some(o) = self.history.pop_front() {
                 if o.rec.end_ns.is_some() && !o.emitted {
                     self.closed_waiting -= 1;
+                }
+                if o.rec.end_ns.is_none() {
+                    self.open -= 1;
                 }
             }
             self.evicted += 1;
@@ -79,9 +87,29 @@ impl OutageBook {
             if o.rec.end_ns.is_none() && !o.emitted {
                 self.closed_waiting += 1;
             }
+            if o.rec.end_ns.is_none() {
+                self.open -= 1;
+            }
             o.rec.end_ns = Some(end_ns);
             o.rec.duration_ns = end_ns.saturating_sub(o.rec.start_ns);
+            self.longest_closed_ns = self.longest_closed_ns.max(o.rec.duration_ns);
         }
+    }
+
+    /// The longest outage seen by `now`, open ones as long as they lasted so far (ns): how
+    /// much longer than the message timeout a copy held through one may take.
+    pub fn longest(&self, now: u64) -> u64 {
+        let open = if self.open == 0 {
+            0
+        } else {
+            self.history
+                .iter()
+                .filter(|o| o.rec.end_ns.is_none())
+                .map(|o| now.saturating_sub(o.rec.start_ns))
+                .max()
+                .unwrap_or(0)
+        };
+        self.longest_closed_ns.max(open)
     }
 
     /// The outage of `path` covering time `t`, if any.

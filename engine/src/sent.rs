@@ -47,6 +47,13 @@ impl<G: Ord + Copy, V> SentQueue<G, V> {
         self.groups.get_mut(i).map(|x| &mut x.1)
     }
 
+    /// Every packet waiting, in no particular order.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.groups
+            .iter_mut()
+            .flat_map(|(_, ring)| ring.iter_mut().map(|(_, v)| v))
+    }
+
     /// Adds (or replaces) the packet `seq` of group `g`.
     #[inline]
     pub fn insert(&mut self, g: G, seq: u64, v: V) -> Option<V> {

@@ -79,6 +79,7 @@ impl Pkt {
             tuple: self.tuple,
             up: self.up,
             past: PastClosure::Unknown,
+            content: None,
         }
     }
 }
@@ -116,6 +117,11 @@ pub(crate) struct Shared {
     pub(crate) clamped: u64,
     orphan_messages: u64,
     pub(crate) evicted_unacked: u64,
+    /// Copies seen (or acknowledged) on a path after their message closed without one there.
+    pub(crate) late_copies: u64,
+    /// Open messages moved into the group of per-path sessions their session turned out to
+    /// be one of.
+    pub(crate) regrouped: u64,
     /// No path can open an outage before this engine time (every path that could is alive
     /// until then): the per-path check is skipped below it.
     outage_check_at: u64,
@@ -157,6 +163,8 @@ impl Shared {
             clamped: 0,
             orphan_messages: 0,
             evicted_unacked: 0,
+            late_copies: 0,
+            regrouped: 0,
             outage_check_at: 0,
             resolved: Vec::new(),
             pairs: AddressPairs::new(side_map_max(&cfg)),
@@ -305,18 +313,63 @@ impl Shared {
             self.roll_window();
         }
         if self.msgs.any_due(now) {
-            while let Some((m, evicted)) = self.msgs.pop_due(now) {
-                self.close_message(m, evicted);
-            }
+            self.close_due(now);
         }
         if now >= self.outage_check_at {
             self.check_outages(now);
         }
         if self.outages.any_waiting() {
-            for o in self.outages.due(now, self.cfg.message_timeout_ns) {
+            // An outage's record waits for the messages of its time to close: those held for
+            // it close up to the longest outage later than the timeout.
+            let timeout = self.cfg.message_timeout_ns;
+            let settle = timeout
+                .saturating_add(self.outages.longest(now))
+                .min(self.cfg.max_message_hold_ns.max(timeout));
+            for o in self.outages.due(now, settle) {
                 self.push_record(Record::Outage(o));
             }
         }
+    }
+
+    /// Closes the messages whose timeout passed at `now`, but for those that wait on for a
+    /// copy held through an outage: once a path had an outage, a message of a flow on several
+    /// paths that misses a copy waits longer than the timeout by the longest outage seen (an
+    /// open one as long as it lasted so far, re-checked at least an outage threshold later),
+    /// up to `max_message_hold_ns` after its first sighting (closed there, counted).
+    #[inline(never)]
+    fn close_due(&mut self, now: u64) {
+        let stretch = self.outages.longest(now);
+        let cfg = &self.cfg;
+        let (timeout, step) = (cfg.message_timeout_ns, cfg.outage_threshold_ns.max(1));
+        let limit_after = cfg.max_message_hold_ns.max(timeout);
+        let mut gave_up = 0u64;
+        loop {
+            let (flows, caps) = (&self.flows, &self.caps);
+            let mut hold = |m: &OpenMessage| -> Option<u64> {
+                if stretch == 0 {
+                    return None;
+                }
+                let mask = flows.peek(m.flow)?.paths_mask;
+                if mask.count_ones() < 2 || m.complete(mask, caps) {
+                    return None;
+                }
+                let until = m.first_ns.saturating_add(timeout).saturating_add(stretch);
+                if until <= now {
+                    return None;
+                }
+                let limit = m.first_ns.saturating_add(limit_after);
+                if limit <= now {
+                    gave_up += 1;
+                    return None;
+                }
+                Some(until.max(now.saturating_add(step)).min(limit))
+            };
+            let Some((m, evicted)) = self.msgs.pop_due(now, &mut hold) else {
+                break;
+            };
+            self.close_message(m, evicted);
+        }
+        self.msgs.hold_limit += gave_up;
     }
 
     /// The common prelude of every packet observation; `None` if the path table is full.
@@ -551,6 +604,9 @@ impl Shared {
             }
         }
         if r.late {
+            if r.late_copy {
+                self.late_copy(a.flow);
+            }
             return r;
         }
         if a.dir != Dir::In {
@@ -587,6 +643,15 @@ impl Shared {
             self.maybe_complete(a.flow, slot);
         }
         r
+    }
+
+    /// A copy of a message of `flow` seen (or acknowledged) on a path after the message
+    /// closed without a copy there.
+    pub(crate) fn late_copy(&mut self, flow: FlowRef) {
+        self.late_copies += 1;
+        if let Some(f) = self.flows.get_mut(flow) {
+            f.late_copies += 1;
+        }
     }
 
     /// One delay sample of a paired path; with the first estimate of its clock offset, the

@@ -201,6 +201,10 @@ pub struct RedundancyView {
     /// T-Box duplicates, whatever became of the copies.
     #[serde(default)]
     pub sent_on_all_paths: u64,
+    /// Copies that arrived (or were acknowledged) on a path after their message closed
+    /// without one there: carried late, not counted in `on_all_paths`.
+    #[serde(default)]
+    pub late_copies: u64,
     /// Per path.
     pub paths: Vec<PathShare>,
     /// Time between the first and the last copy of a message (µs).
@@ -284,6 +288,20 @@ pub struct CaptureHealth {
     pub evicted_messages: u64,
     /// Unacknowledged packets forgotten to stay under `max_unacked_per_flow`.
     pub evicted_unacked: u64,
+    /// Messages that waited past the message timeout for a copy held through an outage.
+    #[serde(default)]
+    pub held_messages: u64,
+    /// Messages closed at `max_message_hold_ns` while still waiting for such a copy.
+    #[serde(default)]
+    pub held_too_long: u64,
+    /// Copies that arrived (or were acknowledged) on a path after their message closed
+    /// without one there.
+    #[serde(default)]
+    pub late_copies: u64,
+    /// Open messages of a KCP session moved into the group of per-path sessions it turned
+    /// out to be one of (seen before the other path's session).
+    #[serde(default)]
+    pub regrouped_messages: u64,
     /// Incidents/outages dropped from history (still counted in the totals).
     pub evicted_incidents: u64,
     /// Records dropped because nobody drained them.

@@ -18,7 +18,7 @@ use crate::hol::{GapTracker, Resend, Transmission};
 use crate::input::{KcpCmd, KcpSegment};
 use crate::matcher::gaps::GapSel;
 use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
-use crate::message::{MsgId, PastClosure, SightArgs};
+use crate::message::{ContentName, MsgId, PastClosure, SightArgs};
 use crate::paths::PathIdx;
 use crate::sent::SentQueue;
 use crate::shared::{Pkt, Shared};
@@ -193,6 +193,28 @@ pub struct KcpState {
 
 /// Messages remembered per group matched by content.
 const MAX_CONTENT_MSGS: usize = 8192;
+
+impl KcpState {
+    /// In a group matched by content: the key of message `msg_sn` of session `conv` in
+    /// direction `up`, whose first fragment seen is `name` (the same key for every fragment
+    /// and retransmission of the message; the n-th message of a content on one session is a
+    /// copy of the n-th on another).
+    fn content_message(&mut self, conv: u32, up: bool, msg_sn: u32, name: ContentName) -> u64 {
+        let msg = (conv, up, msg_sn);
+        if let Some(key) = self.content_msgs.get(&msg) {
+            return *key;
+        }
+        let n = self
+            .content
+            .occurrence(u64::from(conv), up, name.hash, (0, u64::from(name.sn)));
+        let key = mix(&[5, u64::from(up), name.hash, u64::from(name.frg), n]);
+        if self.content_msgs.len() >= MAX_CONTENT_MSGS {
+            self.content_msgs.clear();
+        }
+        self.content_msgs.insert(msg, key);
+        key
+    }
+}
 /// Sessions remembered per server port for per-path detection.
 const MAX_SESSIONS_PER_PORT: usize = 64;
 
@@ -291,6 +313,10 @@ impl KcpMatcher {
                         .map_or(m, |f| *f.mode.get_or_insert(m));
                     if let Some(Proto::Kcp(s)) = shared.flows.get_mut(fr).map(|f| &mut f.proto) {
                         s.group = Some(g);
+                    }
+                    if mode == MatchMode::Content {
+                        let server = server_port(&k.meta.src, &k.meta.dst);
+                        self.regroup(shared, server, fr, g);
                     }
                     (Some(g), mode)
                 }
@@ -427,9 +453,20 @@ impl KcpMatcher {
                 MsgId::Kcp { up, sn: msg_sn },
             ),
         };
+        // On its own, the message keeps its content, in case the session turns out to be one
+        // of several per-path sessions (its open messages then move into their group).
+        let named = k
+            .content_hash
+            .filter(|_| mfr == fr)
+            .map(|hash| ContentName {
+                hash,
+                frg: k.header.frg,
+                sn: k.header.sn,
+            });
         let r = shared.sight(SightArgs {
             frg: k.header.frg,
             past,
+            content: named,
             ..pkt.sighting(mfr, mkey, id, u64::from(k.header.len))
         });
         let max_unacked = shared.cfg.max_unacked_per_flow;
@@ -487,7 +524,26 @@ impl KcpMatcher {
                                     u.resent(k.header.ts, kind, pkt.ts_ns);
                                     kind
                                 }
-                                None => Resend::Unknown,
+                                None => {
+                                    if r.late {
+                                        // First seen here after its message closed: its
+                                        // acknowledgment may still show a late copy.
+                                        let u = Unacked {
+                                            mkey,
+                                            slot: u32::MAX,
+                                            last_ns: pkt.ts_ns,
+                                            sends: 1,
+                                            first_ts: k.header.ts,
+                                            resends: [(0, Resend::Unknown); RESENDS_KEPT],
+                                        };
+                                        s.unacked.insert((up, pkt.path), u64::from(k.header.sn), u);
+                                        while s.unacked.len() > max_unacked {
+                                            s.unacked.pop_first();
+                                            evicted += 1;
+                                        }
+                                    }
+                                    Resend::Unknown
+                                }
                             },
                         );
                     }
@@ -582,26 +638,89 @@ impl KcpMatcher {
         let Some(Proto::Kcp(g)) = shared.flows.get_mut(mfr).map(|f| &mut f.proto) else {
             return None;
         };
-        let msg = (
-            k.header.conv,
-            up,
-            k.header.sn.wrapping_add(u32::from(k.header.frg)),
-        );
-        if let Some(key) = g.content_msgs.get(&msg) {
-            return Some((*key, MsgId::Hash(content)));
-        }
-        let n = g.content.occurrence(
-            u64::from(k.header.conv),
-            up,
-            content,
-            (0, u64::from(k.header.sn)),
-        );
-        let key = mix(&[5, u64::from(up), content, u64::from(k.header.frg), n]);
-        if g.content_msgs.len() >= MAX_CONTENT_MSGS {
-            g.content_msgs.clear();
-        }
-        g.content_msgs.insert(msg, key);
+        let msg_sn = k.header.sn.wrapping_add(u32::from(k.header.frg));
+        let name = ContentName {
+            hash: content,
+            frg: k.header.frg,
+            sn: k.header.sn,
+        };
+        let key = g.content_message(k.header.conv, up, msg_sn, name);
         Some((key, MsgId::Hash(content)))
+    }
+
+    /// The group `g` of per-path sessions to server port `server` formed (matched by
+    /// content), with session `fr` in it: every session to that port seen so far on its own
+    /// joins it, and their open messages move into it, named by content (the first messages
+    /// of a session seen before the other path's session are messages of the group, not of a
+    /// single-path flow of their own). Counted in [`Shared::regrouped`].
+    fn regroup(&mut self, shared: &mut Shared, server: u16, fr: FlowRef, g: FlowRef) {
+        let convs: Vec<u32> = self
+            .sessions
+            .get(&server)
+            .map(|v| v.iter().map(|(c, _)| *c).collect())
+            .unwrap_or_default();
+        let mut members = vec![fr];
+        for conv in convs {
+            let Some(m) = shared.flows.find(&FlowKey::Kcp { conv }) else {
+                continue;
+            };
+            if m == fr || members.contains(&m) {
+                continue;
+            }
+            if let Some(f) = shared.flows.get_mut(m) {
+                if let Proto::Kcp(s) = &mut f.proto {
+                    if s.group.is_some() {
+                        continue;
+                    }
+                    s.group = Some(g);
+                    members.push(m);
+                }
+            }
+        }
+        for m in members {
+            Self::move_open_messages(shared, m, g);
+        }
+    }
+
+    /// Moves the open messages of session `m` (on its own until now) into group `g`, named
+    /// by content; its sent segments not yet acknowledged follow them.
+    fn move_open_messages(shared: &mut Shared, m: FlowRef, g: FlowRef) {
+        let Some((conv, paths)) = shared.flows.get_mut(m).and_then(|f| match f.key {
+            FlowKey::Kcp { conv } => Some((conv, f.paths_mask)),
+            _ => None,
+        }) else {
+            return;
+        };
+        let open = shared.msgs.named_by_content(m.uid);
+        if open.is_empty() {
+            return;
+        }
+        // Old key → (new key, slot).
+        let mut moved: crate::FastMap<u64, (u64, u32)> = crate::FastMap::default();
+        for (slot, _, id, name) in open {
+            let MsgId::Kcp { up, sn: msg_sn } = id else {
+                continue;
+            };
+            let Some(Proto::Kcp(gs)) = shared.flows.get_mut(g).map(|f| &mut f.proto) else {
+                return;
+            };
+            let key = gs.content_message(conv, up, msg_sn, name);
+            if let Some(at) = shared.msgs.rename(slot, g, key, MsgId::Hash(name.hash)) {
+                shared.regrouped += 1;
+                moved.insert((u64::from(up) << 32) | u64::from(msg_sn), (key, at));
+            }
+        }
+        if let Some(f) = shared.flows.get_mut(g) {
+            f.paths_mask |= paths;
+        }
+        if let Some(Proto::Kcp(s)) = shared.flows.get_mut(m).map(|f| &mut f.proto) {
+            for u in s.unacked.values_mut() {
+                if let Some((key, slot)) = moved.get(&u.mkey) {
+                    u.mkey = *key;
+                    u.slot = *slot;
+                }
+            }
+        }
     }
 
     /// `una` from the receiver of `data_up` data, in packet `pkt`: acknowledges the sns below
@@ -653,6 +772,8 @@ impl KcpMatcher {
     fn acknowledge(shared: &mut Shared, msg_flow: FlowRef, u: &Unacked, path: PathIdx, ts: u64) {
         if let Some(slot) = shared.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
             shared.maybe_complete(msg_flow, slot);
+        } else if shared.msgs.acked_after_close(msg_flow.uid, u.mkey, path) {
+            shared.late_copy(msg_flow);
         }
     }
 }
@@ -691,9 +812,11 @@ fn joins_group(
         Some(m @ (MatchMode::AppId | MatchMode::Content)) => Some(m),
         Some(_) => None,
         None if k.app_msg_id.is_some() => Some(MatchMode::AppId),
+        // (Every session with content is remembered, so that one seen before the other
+        // path's joins the group with it.)
         None if k.content_hash.is_some()
-            && paths.several_live()
-            && sessions_per_path(sessions, paths, server(), k.header.conv, path) =>
+            && sessions_per_path(sessions, paths, server(), k.header.conv, path)
+            && paths.several_live() =>
         {
             Some(MatchMode::Content)
         }

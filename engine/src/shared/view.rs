@@ -202,7 +202,13 @@ impl Shared {
         paths.sort_by(|a, b| a.path.cmp(&b.path));
         let dup = ratio(f.on_all, f.messages);
         let n = f.path_count();
-        let verdict = redundancy_verdict(f.messages, dup, n, &paths, f.sent_on_all, f.mode);
+        let mut verdict = redundancy_verdict(f.messages, dup, n, &paths, f.sent_on_all, f.mode);
+        if f.late_copies > 0 {
+            verdict.push_str(&format!(
+                "; {} copies came after their message closed (late copies)",
+                f.late_copies
+            ));
+        }
         Some(RedundancyView {
             flow: f.key.name(),
             mode: f.mode,
@@ -211,6 +217,7 @@ impl Shared {
             on_all_paths: f.on_all,
             duplication: dup,
             sent_on_all_paths: f.sent_on_all,
+            late_copies: f.late_copies,
             paths,
             copy_spacing: f
                 .spacing
@@ -314,6 +321,10 @@ impl Shared {
             evicted_flows: self.flows.evicted,
             evicted_messages: self.msgs.evicted + self.orphan_messages,
             evicted_unacked: self.evicted_unacked,
+            held_messages: self.msgs.held,
+            held_too_long: self.msgs.hold_limit,
+            late_copies: self.late_copies,
+            regrouped_messages: self.regrouped,
             evicted_incidents: self.incidents.evicted + self.outages.evicted,
             dropped_records: self.dropped_records,
             clamped_latencies: self.clamped,

@@ -448,6 +448,8 @@ impl Fold {
                     on_all_paths: f.on_all,
                     duplication,
                     sent_on_all_paths: f.sent_on_all,
+                    // (Message records name no late copy: the summary record does.)
+                    late_copies: 0,
                     paths,
                     copy_spacing: f.spacing.percentiles(),
                     verdict,
@@ -562,6 +564,10 @@ fn apply_summary(snap: &mut Snapshot, summary: &Summary) {
     mine.evicted_flows = mine.evicted_flows.max(h.evicted_flows);
     mine.evicted_messages = mine.evicted_messages.max(h.evicted_messages);
     mine.evicted_unacked = mine.evicted_unacked.max(h.evicted_unacked);
+    mine.held_messages = mine.held_messages.max(h.held_messages);
+    mine.held_too_long = mine.held_too_long.max(h.held_too_long);
+    mine.late_copies = mine.late_copies.max(h.late_copies);
+    mine.regrouped_messages = mine.regrouped_messages.max(h.regrouped_messages);
     mine.evicted_incidents = mine.evicted_incidents.max(h.evicted_incidents);
     mine.dropped_records = mine.dropped_records.max(h.dropped_records);
     mine.clamped_latencies = mine.clamped_latencies.max(h.clamped_latencies);

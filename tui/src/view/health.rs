@@ -63,12 +63,30 @@ impl HealthModel {
             loss("records dropped", h.dropped_records),
             loss("out of order", h.out_of_order),
             loss("latencies clamped", h.clamped_latencies),
+            loss("messages held too long", h.held_too_long),
             Counter {
                 name: "observations",
                 value: h.observations,
                 loss: false,
             },
         ];
+        // What the engine did for copies held through outages and sessions found late, shown
+        // where it happened.
+        let told = [
+            ("messages held for an outage", h.held_messages),
+            ("late copies", h.late_copies),
+            ("messages regrouped", h.regrouped_messages),
+        ];
+        let mut counters = counters;
+        counters.extend(
+            told.into_iter()
+                .filter(|t| t.1 > 0)
+                .map(|(name, value)| Counter {
+                    name,
+                    value,
+                    loss: false,
+                }),
+        );
         let captures = h
             .captures
             .iter()
