@@ -55,7 +55,7 @@ impl RunOptions {
             duration: Duration::from_secs(60),
             drain: Duration::from_secs(4),
             profile: Profile::default(),
-            transports: Transport::ALL.to_vec(),
+            transports: Transport::available(),
             delay: DelayChoice::Auto,
             seed: 0x7b0c_5c09,
             stop: Arc::new(AtomicBool::new(false)),

@@ -204,12 +204,9 @@ pub struct LabRunArgs {
     /// Write the result as JSON Lines here (a path, or `-` for standard output).
     #[arg(long, value_name = "PATH|-")]
     pub json: Option<String>,
-    /// Transports to run, comma-separated: tcp, kcp, kcp-dual, quic, quic-redundant.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "tcp,kcp,kcp-dual,quic,quic-redundant"
-    )]
+    /// Transports to run, comma-separated: tcp, kcp, kcp-dual, quic, quic-redundant, mpquic
+    /// (multipath QUIC, x86_64 builds), or `all` (every one this build has).
+    #[arg(long, value_delimiter = ',', default_value = "all")]
     pub transports: Vec<String>,
     /// Messages per second.
     #[arg(long, default_value_t = 50.0)]

@@ -76,6 +76,26 @@ pub enum MultipathMode {
     CidSequence,
 }
 
+/// The packet-number space that a plain ACK frame (type 0x02/0x03) of a multipath packet
+/// acknowledges, for a packet on `path` whose opposite direction on the same addresses was last
+/// seen on `opposite` (the other endpoint's path identifier there).
+///
+/// - draft-05 as tquic sends it: an endpoint acknowledges a path's packets with plain ACK
+///   frames sent on that same path (tquic 1.6 `Connection::try_write_ack_frame` takes the space
+///   of the path it writes on, and a received ACK is applied to the space of the path it came
+///   on). The space is named by the DCID sequence number the acknowledged packets carry, which
+///   need not be the one the ACK's own packet carries: the opposite direction's, when seen,
+///   else the packet's own. ACK_MP frames name their space themselves.
+/// - Current drafts (Path IDs): ACK frames acknowledge path 0; PATH_ACK frames name their path.
+/// - Single-path QUIC: `None` (the one application space, 0).
+pub fn plain_ack_space(mode: MultipathMode, path: u64, opposite: Option<u64>) -> Option<u64> {
+    match mode {
+        MultipathMode::None => None,
+        MultipathMode::PathId => Some(0),
+        MultipathMode::CidSequence => Some(opposite.unwrap_or(path)),
+    }
+}
+
 /// The multipath AEAD nonce: `iv` xor (32-bit `path_id` ‖ 2 zero bits ‖ 62-bit `pn`).
 /// With `path_id` 0 this equals the single-path nonce of RFC 9001 §5.3.
 pub fn nonce(iv: &[u8; 12], path_id: u32, pn: u64) -> [u8; 12] {

@@ -153,11 +153,14 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
         rate_hz: a.rate,
         size: a.size,
     };
-    opts.transports = a
-        .transports
-        .iter()
-        .map(|t| Transport::parse(t.trim()).ok_or_else(|| anyhow!("unknown transport {t:?}")))
-        .collect::<anyhow::Result<_>>()?;
+    opts.transports = if a.transports.iter().any(|t| t.trim() == "all") {
+        Transport::available()
+    } else {
+        a.transports
+            .iter()
+            .map(|t| Transport::parse(t.trim()).ok_or_else(|| anyhow!("unknown transport {t:?}")))
+            .collect::<anyhow::Result<_>>()?
+    };
     if let Some(k) = a.keylog {
         opts.keylog = k;
     }

@@ -613,10 +613,12 @@ enum Item<'a> {
 /// Decodes the captured frames and the kernel events in time order through the engine.
 fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> Measured {
     let mut problems = std::mem::take(&mut collected.problems);
-    let quic = plan
-        .transports
-        .iter()
-        .any(|(t, ..)| matches!(t, Transport::Quic | Transport::QuicRedundant));
+    let quic = plan.transports.iter().any(|(t, ..)| {
+        matches!(
+            t,
+            Transport::Quic | Transport::QuicRedundant | Transport::Mpquic
+        )
+    });
     let keylog = match Keylog::from_file(&plan.keylog) {
         Ok(k) => Some(k),
         Err(_) if !quic => None,
