@@ -113,6 +113,43 @@ pub fn nonce(iv: &[u8; 12], path_id: u32, pn: u64) -> [u8; 12] {
 mod tests {
     use super::*;
 
+    /// Plain ACK frames per dialect: draft-05 (tquic) the space of the acknowledged packets on
+    /// the same path (the opposite direction's DCID sequence, else the packet's own), current
+    /// drafts path 0, single path none (the one space).
+    #[test]
+    fn plain_ack_space_per_dialect() {
+        use MultipathMode::{CidSequence, None as Single, PathId};
+        assert_eq!(plain_ack_space(CidSequence, 1, Some(2)), Some(2));
+        assert_eq!(plain_ack_space(CidSequence, 1, None), Some(1));
+        assert_eq!(plain_ack_space(CidSequence, 0, Some(0)), Some(0));
+        assert_eq!(plain_ack_space(PathId, 3, Some(3)), Some(0));
+        assert_eq!(plain_ack_space(Single, 0, None), None);
+    }
+
+    /// The latest path per (addresses, sender), bounded.
+    #[test]
+    fn path_addrs_keep_the_latest_path_per_direction() {
+        use crate::quic::conn::{PathAddrs, CLIENT, MAX_PATH_SPACES, SERVER};
+        let a = |p: u16| -> std::net::SocketAddr { ([10, 0, 0, 1], p).into() };
+        let mut t = PathAddrs::default();
+        t.record((a(1), a(2)), CLIENT, 0);
+        t.record((a(3), a(2)), CLIENT, 1);
+        t.record((a(2), a(3)), SERVER, 4);
+        assert_eq!(t.get((a(3), a(2)), CLIENT), Some(1));
+        assert_eq!(t.get((a(2), a(3)), SERVER), Some(4));
+        assert_eq!(t.get((a(2), a(3)), CLIENT), None);
+        t.record((a(3), a(2)), CLIENT, 2);
+        assert_eq!(t.get((a(3), a(2)), CLIENT), Some(2));
+        for p in 0..MAX_PATH_SPACES as u16 {
+            t.record((a(100 + p), a(2)), CLIENT, u64::from(p));
+        }
+        assert_eq!(t.get((a(1), a(2)), CLIENT), None);
+        assert_eq!(
+            t.get((a(99 + MAX_PATH_SPACES as u16), a(2)), CLIENT),
+            Some(63)
+        );
+    }
+
     #[test]
     fn nonce_layout() {
         // Worked from the draft's definition: IV bytes 0..4 are xored with the path ID, bytes

@@ -520,13 +520,16 @@ pub async fn connect(
     }))
 }
 
+/// The T-Box end once set up: its endpoint, sockets, connection status and connection index.
+type ClientEnd = (Endpoint, Rc<Sockets>, Rc<RefCell<ClientStatus>>, u64);
+
 fn client_loop(
     keylog: PathBuf,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
     stop: &AtomicBool,
     ready: &std::sync::mpsc::Sender<Result<()>>,
 ) {
-    let setup = || -> Result<(Endpoint, Rc<Sockets>, Rc<RefCell<ClientStatus>>, u64)> {
+    let setup = || -> Result<ClientEnd> {
         let addrs: Vec<_> = PathId::BOTH
             .iter()
             .map(|&p| (p, SocketAddr::from((p.tbox_addr(), 0))))
