@@ -155,12 +155,21 @@ fn drive(ep: &mut Endpoint) {
     let _ = ep.process_connections();
 }
 
-/// Sets the flag when dropped (the owner of a peer thread went away).
-struct StopOnDrop(Arc<AtomicBool>);
+/// A peer's event-loop thread: stopped and joined when dropped (its owning task was aborted,
+/// or its runtime ended); the loop looks at the flag every [`TICK`].
+struct PeerThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
 
-impl Drop for StopOnDrop {
+impl Drop for PeerThread {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            if h.join().is_err() {
+                log::warn!("mpquic: a peer thread panicked");
+            }
+        }
     }
 }
 
@@ -358,7 +367,7 @@ pub async fn listen(ns: String, truth: GroundTruth) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
     let flag = stop.clone();
-    std::thread::Builder::new()
+    let handle = std::thread::Builder::new()
         .name("lab-mpquic-gw".into())
         .spawn(move || {
             let setup = || -> Result<(Endpoint, Rc<Sockets>, Arc<RxShared>)> {
@@ -418,11 +427,15 @@ pub async fn listen(ns: String, truth: GroundTruth) -> Result<()> {
             ep.close(true);
         })
         .map_err(|e| LabError::io("spawn the mpquic gateway thread", e))?;
+    let thread = PeerThread {
+        stop,
+        handle: Some(handle),
+    };
     ready_rx
         .recv()
         .map_err(|_| err("gateway thread ended early"))??;
     tokio::spawn(async move {
-        let _guard = StopOnDrop(stop);
+        let _thread = thread;
         std::future::pending::<()>().await;
     });
     Ok(())
@@ -488,7 +501,7 @@ impl TransportHandler for ClientHandler {
 
 /// Connects from the T-Box over path A (the thread's namespace, which the peer's thread
 /// inherits), adds path B once established, then sends each queued message on its own stream
-/// until the returned task is dropped or aborted. Returns when the handshake is done.
+/// until the returned task is dropped or aborted. Returns when both paths are active.
 pub async fn connect(
     keylog: &Path,
     rx: mpsc::UnboundedReceiver<Vec<u8>>,
@@ -497,10 +510,14 @@ pub async fn connect(
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
     let flag = stop.clone();
     let keylog = keylog.to_path_buf();
-    let thread = std::thread::Builder::new()
+    let handle = std::thread::Builder::new()
         .name("lab-mpquic-tbox".into())
         .spawn(move || client_loop(keylog, rx, &flag, &ready_tx))
         .map_err(|e| LabError::io("spawn the mpquic T-Box thread", e))?;
+    let thread = PeerThread {
+        stop,
+        handle: Some(handle),
+    };
     let ready = tokio::task::spawn_blocking(move || ready_rx.recv_timeout(HANDSHAKE_TIMEOUT))
         .await
         .map_err(err)?;
@@ -508,20 +525,26 @@ pub async fn connect(
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(e),
         Err(_) => {
-            stop.store(true, Ordering::Relaxed);
-            return Err(err("handshake timed out"));
+            drop(thread);
+            return Err(err("handshake (or path B's validation) timed out"));
         }
     }
     Ok(tokio::spawn(async move {
-        let _guard = StopOnDrop(stop);
+        let _thread = thread;
         std::future::pending::<()>().await;
-        drop(thread);
         Ok(())
     }))
 }
 
-/// The T-Box end once set up: its endpoint, sockets, connection status and connection index.
-type ClientEnd = (Endpoint, Rc<Sockets>, Rc<RefCell<ClientStatus>>, u64);
+/// The T-Box end once set up: its endpoint, sockets, connection status, connection index and
+/// path B's addresses (local, remote).
+type ClientEnd = (
+    Endpoint,
+    Rc<Sockets>,
+    Rc<RefCell<ClientStatus>>,
+    u64,
+    (SocketAddr, SocketAddr),
+);
 
 fn client_loop(
     keylog: PathBuf,
@@ -564,9 +587,9 @@ fn client_loop(
                 None,
             )
             .map_err(err)?;
-        Ok((ep, socks, status, idx))
+        Ok((ep, socks, status, idx, (local_b, remote(PathId::B))))
     };
-    let (mut ep, socks, status, idx) = match setup() {
+    let (mut ep, socks, status, idx, path_b) = match setup() {
         Ok(x) => x,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -579,7 +602,14 @@ fn client_loop(
     let mut queue_open = true;
     while !stop.load(Ordering::Relaxed) {
         receive(&mut ep, &socks, &mut buf, &current);
-        if !announced && status.borrow().established {
+        // Ready once path B carries data too: the first messages then go on both paths.
+        if !announced
+            && status.borrow().established
+            && ep
+                .conn_get_mut(idx)
+                .and_then(|c| c.get_path(path_b.0, path_b.1).ok().map(tquic::Path::active))
+                .unwrap_or(false)
+        {
             announced = true;
             let _ = ready.send(Ok(()));
         }
