@@ -104,6 +104,8 @@ pub struct PathCounters {
     pub carried: u64,
     /// Messages only it carried.
     pub only: u64,
+    /// Messages seen sent on this path alone while another path of the flow was in an outage.
+    pub sent_alone_while_others_out: u64,
     /// First arrivals.
     pub wins: u64,
 }

@@ -123,6 +123,16 @@ impl OutageBook {
             .map(|o| &mut o.rec)
     }
 
+    /// Whether `path` was in outage at `t`.
+    pub fn covers(&self, path: PathIdx, t: u64) -> bool {
+        self.history
+            .iter()
+            .rev()
+            .filter(|o| o.path == path)
+            .take(LOOKBACK)
+            .any(|o| o.rec.start_ns <= t && o.rec.end_ns.is_none_or(|e| t <= e))
+    }
+
     /// Whether any path was in outage at `t`.
     #[inline]
     pub fn any_covering(&self, t: u64) -> bool {

@@ -787,6 +787,21 @@ impl Shared {
         if npaths >= 2 && sum.sent_mask & mask == mask {
             flow.sent_on_all += 1;
         }
+        // Sent on one path alone: was another of the flow's paths out when it came up?
+        let sent = sum.sent_mask & mask;
+        if npaths >= 2 && sent.count_ones() == 1 {
+            let mut left = mask & !sent;
+            let mut out = false;
+            while left != 0 && !out {
+                let p = left.trailing_zeros() as usize;
+                left &= left - 1;
+                out = self.outages.covers(p, m.first_ns);
+            }
+            if out {
+                flow.path_counters(sent.trailing_zeros() as usize)
+                    .sent_alone_while_others_out += 1;
+            }
+        }
         // (The winner's copy arrived: it is one of these.)
         for c in copies.iter().filter(|c| got(c)) {
             let pc = flow.path_counters(c.path);

@@ -176,6 +176,9 @@ pub struct PathShare {
     pub carried: u64,
     /// Messages only this path carried.
     pub only: u64,
+    /// Messages seen sent on this path alone while another path was in an outage.
+    #[serde(default)]
+    pub sent_alone_while_others_out: u64,
     /// Messages whose first arrival was on this path.
     pub wins: u64,
     /// wins / messages with a winner.

@@ -86,6 +86,8 @@ pub struct TransportReport {
     pub duplication_pct: f64,
     /// First copies that came over path B, percent.
     pub first_on_b_pct: f64,
+    /// Messages generated of which a copy arrived over each path (A, B), percent.
+    pub carried_pct: [f64; 2],
     /// Wire bytes (both directions, all paths) per payload byte generated.
     pub amplification: f64,
     /// Wire bytes.
@@ -115,6 +117,7 @@ pub fn analyse(
     let mut lat = Vec::new();
     let mut arrivals = Vec::new();
     let (mut dup, mut on_b) = (0u64, 0u64);
+    let mut carried = [0u64; 2];
     for (id, a) in &rec.arrivals {
         let Some(&s) = usize::try_from(*id)
             .ok()
@@ -129,6 +132,9 @@ pub fn analyse(
         }
         if a.first_path == Some(PathId::B) {
             on_b += 1;
+        }
+        for (c, n) in carried.iter_mut().zip(a.copies) {
+            *c += u64::from(n > 0);
         }
     }
     let delivered = lat.len() as u64;
@@ -192,6 +198,13 @@ pub fn analyse(
         max_ms: ms(lat.last().copied().unwrap_or(0)),
         duplication_pct: pct(dup),
         first_on_b_pct: pct(on_b),
+        carried_pct: carried.map(|n| {
+            if sent == 0 {
+                0.0
+            } else {
+                n as f64 * 100.0 / sent as f64
+            }
+        }),
         amplification: if payload > 0.0 {
             wire.total() as f64 / payload
         } else {

@@ -55,7 +55,7 @@ impl RunOptions {
             duration: Duration::from_secs(60),
             drain: Duration::from_secs(4),
             profile: Profile::default(),
-            transports: Transport::DEFAULT.to_vec(),
+            transports: Transport::defaults(),
             delay: DelayChoice::Auto,
             seed: 0x7b0c_5c09,
             stop: Arc::new(AtomicBool::new(false)),

@@ -32,7 +32,15 @@ fn s1_s2_s3_deliver_everything_and_redundant_transports_duplicate() {
                     t.amplification
                 );
             } else {
-                assert!(t.duplication_pct >= 99.0, "{preset} {}: {t:?}", t.transport);
+                // One session per path retransmits on its own path; one multipath connection
+                // (tquic) does not send a copy lost on one path again once the other path's copy
+                // was acknowledged: a message then went on one path, as often as a path loses.
+                let min_dup = if t.transport == "mpquic" { 90.0 } else { 99.0 };
+                assert!(
+                    t.duplication_pct >= min_dup,
+                    "{preset} {}: {t:?}",
+                    t.transport
+                );
                 // Two copies of every message: at least twice the payload on the wire.
                 assert!(
                     t.amplification > 2.0,

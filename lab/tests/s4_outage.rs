@@ -37,5 +37,19 @@ fn s4_redundant_sending_rides_through_the_outage_single_path_stalls() {
             assert!(o.max_latency_ms > 4000.0, "{}: {o:?}", t.transport);
         }
     }
+    // The seed's design, one multipath QUIC connection (tquic, Redundant scheduler): every
+    // message through the outage (above), copies on both paths while both are up, and a P99 a
+    // small fraction of single-path QUIC's, which waits the outage out.
+    if tboxscope_lab::peers::HAS_MPQUIC {
+        let row = |name: &str| r.transports.iter().find(|t| t.transport == name).unwrap();
+        let (mp, quic) = (row("mpquic"), row("quic"));
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert!(mp.sent >= 500 && mp.delivered == mp.sent, "{mp:?}");
+        assert!(mp.duplication_pct >= 20.0, "{mp:?}");
+        assert!(
+            mp.p99_ms * 10.0 < quic.p99_ms,
+            "mpquic {mp:?}\nquic {quic:?}"
+        );
+    }
     assert!(existing_namespaces(names.prefix()).unwrap().is_empty());
 }

@@ -429,7 +429,7 @@ fn quic_packet(
                     push_pieces(&mut q.streams, range, &packet.stream_heads);
                 }
             }
-            "ack" | "path_ack" => q.acks.push(ack(f)),
+            "ack" | "path_ack" => q.acks.push(ack(f, p.ack_space)),
             _ => {}
         }
     }
@@ -498,9 +498,11 @@ fn stream_range(f: &FrameSummary) -> Option<StreamRange> {
     })
 }
 
-fn ack(f: &FrameSummary) -> QuicAck {
+/// An ACK frame as the engine takes it: the space it names (PATH_ACK, ACK_MP), else the one the
+/// decoder found for the packet's plain ACK frames (`plain_space`, multipath), else 0.
+fn ack(f: &FrameSummary, plain_space: Option<u64>) -> QuicAck {
     QuicAck {
-        path_id: f.path_id.unwrap_or(0),
+        path_id: f.path_id.or(plain_space).unwrap_or(0),
         ranges: f
             .ack_ranges
             .as_deref()

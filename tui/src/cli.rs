@@ -204,14 +204,11 @@ pub struct LabRunArgs {
     /// Write the result as JSON Lines here (a path, or `-` for standard output).
     #[arg(long, value_name = "PATH|-")]
     pub json: Option<String>,
-    /// Transports to run, comma-separated: tcp, kcp, kcp-dual, quic, quic-redundant, and
-    /// quic-stream (quic-redundant with every message back to back on one bidirectional stream
-    /// per connection; not run unless named).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "tcp,kcp,kcp-dual,quic,quic-redundant"
-    )]
+    /// Transports to run, comma-separated: tcp, kcp, kcp-dual, quic, quic-redundant, mpquic
+    /// (multipath QUIC, x86_64 builds), quic-stream (quic-redundant with every message back to
+    /// back on one bidirectional stream per connection), or `all` (every one this build has).
+    /// By default every one this build has but quic-stream.
+    #[arg(long, value_delimiter = ',')]
     pub transports: Vec<String>,
     /// Messages per second.
     #[arg(long, default_value_t = 50.0)]

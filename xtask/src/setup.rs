@@ -6,7 +6,8 @@ use anyhow::{bail, Result};
 
 use crate::run as run_command;
 
-/// Debian packages: libpcap for capture, LLVM 22 for bpf-linker, and the tools the tests use as
+/// Debian packages: libpcap for capture, LLVM 22 for bpf-linker, cmake and g++ for tquic's
+/// BoringSSL (the lab's `mpquic` peer), and the tools the tests use as
 /// oracles or helpers (tshark, tcpdump, nftables, iproute2, bpftool, tmux, and prometheus with
 /// promtool, which scrape and check the metrics).
 const DEBIAN_PACKAGES: &[&str] = &[
@@ -22,6 +23,10 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "bpftool",
     "tmux",
     "prometheus",
+    // The lab's multipath QUIC peer (tquic) builds BoringSSL from source: cmake and a C++
+    // compiler (tquic 1.6's BoringSSL needs no Go).
+    "cmake",
+    "g++",
     // `cargo xtask dist`: .deb Depends (dpkg-shlibdeps); editcap for the cross-arch check
     // comes with tshark.
     "dpkg-dev",

@@ -204,6 +204,9 @@ pub struct Connection {
     pub app_largest: PnSpaces,
     /// Multipath rules, once a packet proved them.
     pub multipath: MultipathMode,
+    /// The path of each endpoint's latest 1-RTT packet per address pair (multipath ACK
+    /// attribution).
+    pub path_addrs: PathAddrs,
     /// SCID of a Retry, which the client then uses as DCID (and for Initial keys).
     pub retry_scid: Option<Vec<u8>>,
     /// Connection IDs of this connection in the decoder's index.
@@ -236,6 +239,7 @@ impl Connection {
             largest: [[None; 2]; 2],
             app_largest: PnSpaces::default(),
             multipath: MultipathMode::None,
+            path_addrs: PathAddrs::default(),
             retry_scid: None,
             cids: Vec::new(),
             empty_dcid_from: [false; 2],
@@ -370,6 +374,37 @@ impl PnSpaces {
         }
         self.0.push((key, pn));
         true
+    }
+}
+
+/// The path (PN space) of each endpoint's latest 1-RTT packet per (source, destination)
+/// address pair; at most [`MAX_PATH_SPACES`] pairs (the oldest is replaced).
+#[derive(Debug, Clone, Default)]
+pub struct PathAddrs(Vec<((SocketAddr, SocketAddr), usize, u64)>);
+
+impl PathAddrs {
+    /// The path of `sender`'s latest packet from `addrs.0` to `addrs.1`.
+    pub fn get(&self, addrs: (SocketAddr, SocketAddr), sender: usize) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|(a, s, _)| *a == addrs && *s == sender)
+            .map(|e| e.2)
+    }
+
+    /// Notes that `sender`'s packet from `addrs.0` to `addrs.1` was on `path`.
+    pub fn record(&mut self, addrs: (SocketAddr, SocketAddr), sender: usize, path: u64) {
+        if let Some(e) = self
+            .0
+            .iter_mut()
+            .find(|(a, s, _)| *a == addrs && *s == sender)
+        {
+            e.2 = path;
+            return;
+        }
+        if self.0.len() >= MAX_PATH_SPACES {
+            self.0.remove(0);
+        }
+        self.0.push((addrs, sender, path));
     }
 }
 

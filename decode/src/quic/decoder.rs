@@ -59,6 +59,9 @@ pub struct DecodedPacket<'a> {
     pub key_phase: Option<bool>,
     /// Multipath path identifier used for the nonce and PN space.
     pub path_id: Option<u64>,
+    /// Multipath: the packet-number space (of the other endpoint's packets) that this packet's
+    /// plain ACK frames acknowledge ([`super::multipath::plain_ack_space`]).
+    pub ack_space: Option<u64>,
     /// Decoder connection number.
     pub connection: Option<u64>,
     /// True when sent by the client.
@@ -104,6 +107,7 @@ impl DecodedPacket<'_> {
             spin_bit: h.spin_bit(),
             key_phase: self.key_phase,
             path_id: self.path_id,
+            ack_space: self.ack_space,
             connection: self.connection,
             from_client: self.from_client,
             decrypted: self.payload.is_some(),
@@ -310,11 +314,13 @@ impl QuicDecoder {
             }
             self.stats.hunt = self.hunter.stats;
             let payload = out.plaintext.and_then(|(a, n)| scratch.get(a..a + n));
+            let ack_space = self.ack_space(&out, info);
             let pkt = DecodedPacket {
                 header: hdr,
                 pn: out.pn,
                 key_phase: out.key_phase,
                 path_id: out.path_id,
+                ack_space,
                 connection: out.conn,
                 from_client: out.sender.map(|s| s == CLIENT),
                 payload,
@@ -734,6 +740,23 @@ impl QuicDecoder {
             }
         }
         Outcome::fail(Some(id), Some(sender), last_err)
+    }
+
+    /// The space a decrypted 1-RTT packet's plain ACK frames acknowledge, in a multipath
+    /// connection; the packet's addresses are noted with its path for the packets after it.
+    fn ack_space(&mut self, out: &Outcome, info: &DatagramInfo) -> Option<u64> {
+        let (id, sender, path) = (out.conn?, out.sender?, out.path_id.unwrap_or(0));
+        if out.space != 2 || out.plaintext.is_none() {
+            return None;
+        }
+        let c = self.conns.get_mut(&id)?;
+        let addrs = info.src.zip(info.dst);
+        if let Some(a) = addrs {
+            c.path_addrs.record(a, sender, path);
+        }
+        let other = if sender == CLIENT { SERVER } else { CLIENT };
+        let opposite = addrs.and_then(|(src, dst)| c.path_addrs.get((dst, src), other));
+        super::multipath::plain_ack_space(c.multipath, path, opposite)
     }
 
     /// Tries a short header of no known connection against the key log ([`Hunter`]); when it

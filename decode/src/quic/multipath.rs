@@ -76,6 +76,26 @@ pub enum MultipathMode {
     CidSequence,
 }
 
+/// The packet-number space that a plain ACK frame (type 0x02/0x03) of a multipath packet
+/// acknowledges, for a packet on `path` whose opposite direction on the same addresses was last
+/// seen on `opposite` (the other endpoint's path identifier there).
+///
+/// - draft-05 as tquic sends it: an endpoint acknowledges a path's packets with plain ACK
+///   frames sent on that same path (tquic 1.6 `Connection::try_write_ack_frame` takes the space
+///   of the path it writes on, and a received ACK is applied to the space of the path it came
+///   on). The space is named by the DCID sequence number the acknowledged packets carry, which
+///   need not be the one the ACK's own packet carries: the opposite direction's, when seen,
+///   else the packet's own. ACK_MP frames name their space themselves.
+/// - Current drafts (Path IDs): ACK frames acknowledge path 0; PATH_ACK frames name their path.
+/// - Single-path QUIC: `None` (the one application space, 0).
+pub fn plain_ack_space(mode: MultipathMode, path: u64, opposite: Option<u64>) -> Option<u64> {
+    match mode {
+        MultipathMode::None => None,
+        MultipathMode::PathId => Some(0),
+        MultipathMode::CidSequence => Some(opposite.unwrap_or(path)),
+    }
+}
+
 /// The multipath AEAD nonce: `iv` xor (32-bit `path_id` ‖ 2 zero bits ‖ 62-bit `pn`).
 /// With `path_id` 0 this equals the single-path nonce of RFC 9001 §5.3.
 pub fn nonce(iv: &[u8; 12], path_id: u32, pn: u64) -> [u8; 12] {
@@ -92,6 +112,43 @@ pub fn nonce(iv: &[u8; 12], path_id: u32, pn: u64) -> [u8; 12] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Plain ACK frames per dialect: draft-05 (tquic) the space of the acknowledged packets on
+    /// the same path (the opposite direction's DCID sequence, else the packet's own), current
+    /// drafts path 0, single path none (the one space).
+    #[test]
+    fn plain_ack_space_per_dialect() {
+        use MultipathMode::{CidSequence, None as Single, PathId};
+        assert_eq!(plain_ack_space(CidSequence, 1, Some(2)), Some(2));
+        assert_eq!(plain_ack_space(CidSequence, 1, None), Some(1));
+        assert_eq!(plain_ack_space(CidSequence, 0, Some(0)), Some(0));
+        assert_eq!(plain_ack_space(PathId, 3, Some(3)), Some(0));
+        assert_eq!(plain_ack_space(Single, 0, None), None);
+    }
+
+    /// The latest path per (addresses, sender), bounded.
+    #[test]
+    fn path_addrs_keep_the_latest_path_per_direction() {
+        use crate::quic::conn::{PathAddrs, CLIENT, MAX_PATH_SPACES, SERVER};
+        let a = |p: u16| -> std::net::SocketAddr { ([10, 0, 0, 1], p).into() };
+        let mut t = PathAddrs::default();
+        t.record((a(1), a(2)), CLIENT, 0);
+        t.record((a(3), a(2)), CLIENT, 1);
+        t.record((a(2), a(3)), SERVER, 4);
+        assert_eq!(t.get((a(3), a(2)), CLIENT), Some(1));
+        assert_eq!(t.get((a(2), a(3)), SERVER), Some(4));
+        assert_eq!(t.get((a(2), a(3)), CLIENT), None);
+        t.record((a(3), a(2)), CLIENT, 2);
+        assert_eq!(t.get((a(3), a(2)), CLIENT), Some(2));
+        for p in 0..MAX_PATH_SPACES as u16 {
+            t.record((a(100 + p), a(2)), CLIENT, u64::from(p));
+        }
+        assert_eq!(t.get((a(1), a(2)), CLIENT), None);
+        assert_eq!(
+            t.get((a(99 + MAX_PATH_SPACES as u16), a(2)), CLIENT),
+            Some(63)
+        );
+    }
 
     #[test]
     fn nonce_layout() {

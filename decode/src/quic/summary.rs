@@ -242,6 +242,10 @@ pub struct PacketSummary {
     /// Multipath path identifier used for the nonce and packet-number space.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path_id: Option<u64>,
+    /// Multipath: the packet-number space its plain ACK frames acknowledge (draft-05 / tquic:
+    /// the space of the other endpoint's packets on the same path; current drafts: path 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ack_space: Option<u64>,
     /// Decoder's connection number.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connection: Option<u64>,

@@ -355,12 +355,14 @@ impl QuicMatcher {
         let has_app = q.streams.iter().any(|s| s.app_msg_id.is_some());
         let has_hash = per_path_conns && q.streams.iter().any(|s| s.data_hash.is_some());
         // Once a connection joined a group, all its packets stay there (ACK-only packets and
-        // frames without the id carry no id of their own).
+        // frames without the id carry no id of their own), also when it turns out to be one
+        // multipath connection (seen on one path until it opened its second): its copies on
+        // each path carry the same ids.
         let joined = self.conn_modes.get(&q.conn).copied();
         let mode = match forced {
             Some(m) => m,
             None => match joined {
-                Some(m) if separate => m,
+                Some(m) => m,
                 _ if separate && has_app => MatchMode::AppId,
                 _ if separate && has_hash => MatchMode::Content,
                 // Stream bytes that name no message (a piece of a message a later packet

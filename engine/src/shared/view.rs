@@ -195,6 +195,7 @@ impl Shared {
                 path: self.paths.label(c.path).to_owned(),
                 carried: c.carried,
                 only: c.only,
+                sent_alone_while_others_out: c.sent_alone_while_others_out,
                 wins: c.wins,
                 win_rate: ratio(c.wins, with_winner),
             })
@@ -448,7 +449,18 @@ pub fn redundancy_verdict(
     } else {
         format!("not redundant: only {pct:.1}% of {messages} messages on {where_}{tail}")
     };
-    let mut verdict = if dup < 0.99 && sent_on_all * 100 >= messages * 99 {
+    // Messages sent on one path alone while another was out: a redundant sender sends on the
+    // paths it has.
+    let while_out: u64 = paths.iter().map(|p| p.sent_alone_while_others_out).sum();
+    let mut verdict = if dup < 0.99
+        && sent_on_all * 100 < messages * 99
+        && (sent_on_all + while_out) * 100 >= messages * 99
+    {
+        format!(
+            "redundant sending through outages: {:.1}% of {messages} messages sent on all {npaths} paths, {while_out} on one path while another was out; {carried} (within the message timeout)",
+            ratio(sent_on_all, messages) * 100.0
+        )
+    } else if dup < 0.99 && sent_on_all * 100 >= messages * 99 {
         // Every message was sent on every path: the copies that did not arrive in time were
         // lost or held (an outage), not left unsent.
         format!(
@@ -467,4 +479,34 @@ pub fn redundancy_verdict(
         );
     }
     verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn share(path: &str, only: u64, sent_alone_while_others_out: u64) -> PathShare {
+        PathShare {
+            path: path.to_owned(),
+            only,
+            sent_alone_while_others_out,
+            ..PathShare::default()
+        }
+    }
+
+    /// A redundant sender through an outage: a third of the messages sent (and carried) on
+    /// both paths, the rest sent on path 1 alone while path 0 was out. Without the outage
+    /// those would make it not redundant.
+    #[test]
+    fn messages_sent_on_one_path_while_the_other_was_out_are_redundant_sending() {
+        let out = [share("eth0", 0, 0), share("eth1", 600, 595)];
+        let v = redundancy_verdict(900, 0.32, 2, &out, 300, None);
+        assert!(
+            v.starts_with("redundant sending through outages: 33.3% of 900 messages sent on all 2 paths, 595 on one path while another was out; not redundant: only 32.0%"),
+            "{v}"
+        );
+        let up = [share("eth0", 0, 0), share("eth1", 600, 0)];
+        let v = redundancy_verdict(900, 0.32, 2, &up, 300, None);
+        assert!(v.starts_with("not redundant: only 32.0% of 900"), "{v}");
+    }
 }

@@ -10,6 +10,8 @@
 //! Redundant transports: `kcp-dual` runs two independent KCP sessions (conv ids), one per path,
 //! and sends every message on both; `quic-redundant` runs one quinn connection per path (quinn
 //! has no multipath) and sends every message on both. The receiver keeps the first copy.
+//! `mpquic` is the seed's own design: ONE multipath QUIC connection (tquic, draft-05, Redundant
+//! scheduler) over both paths; its receiver drops second copies by stream offsets.
 //! QUIC sends one unidirectional stream per message (no head-of-line blocking between
 //! messages); TCP and KCP carry messages back to back on one connection/session.
 //! `quic-stream` (not in the default set: `lab run --transports quic-stream`) is
@@ -17,6 +19,8 @@
 //! back on ONE bidirectional stream per connection (message i at the same offset on both).
 pub mod kcp;
 pub mod message;
+#[cfg(all(feature = "mpquic", target_arch = "x86_64"))]
+pub mod mpquic;
 pub mod quic;
 pub mod tcp;
 pub mod truth;
@@ -49,30 +53,44 @@ pub enum Transport {
     Quic,
     /// The same messages on two QUIC connections, one per path.
     QuicRedundant,
+    /// One multipath QUIC connection (tquic, Redundant scheduler) over both paths.
+    Mpquic,
     /// The same byte stream on one bidirectional stream of each of two QUIC connections, one
     /// per path.
     QuicStream,
 }
 
+/// Whether this build has the `mpquic` peer (tquic: the `mpquic` feature, on x86_64).
+pub const HAS_MPQUIC: bool = cfg!(all(feature = "mpquic", target_arch = "x86_64"));
+
 impl Transport {
     /// Every transport, in table order.
-    pub const ALL: [Transport; 6] = [
+    pub const ALL: [Transport; 7] = [
         Transport::Tcp,
         Transport::Kcp,
         Transport::KcpDual,
         Transport::Quic,
         Transport::QuicRedundant,
+        Transport::Mpquic,
         Transport::QuicStream,
     ];
 
-    /// The transports a run compares unless told otherwise.
-    pub const DEFAULT: [Transport; 5] = [
-        Transport::Tcp,
-        Transport::Kcp,
-        Transport::KcpDual,
-        Transport::Quic,
-        Transport::QuicRedundant,
-    ];
+    /// The transports this build can run ([`Transport::ALL`] less `mpquic` without tquic).
+    pub fn available() -> Vec<Transport> {
+        Self::ALL
+            .into_iter()
+            .filter(|t| HAS_MPQUIC || *t != Transport::Mpquic)
+            .collect()
+    }
+
+    /// The transports a run compares unless told otherwise: every available one but
+    /// `quic-stream`, which runs only when named.
+    pub fn defaults() -> Vec<Transport> {
+        Self::available()
+            .into_iter()
+            .filter(|t| *t != Transport::QuicStream)
+            .collect()
+    }
 
     /// Name on the command line and in tables.
     pub fn name(self) -> &'static str {
@@ -82,6 +100,7 @@ impl Transport {
             Transport::KcpDual => "kcp-dual",
             Transport::Quic => "quic",
             Transport::QuicRedundant => "quic-redundant",
+            Transport::Mpquic => "mpquic",
             Transport::QuicStream => "quic-stream",
         }
     }
@@ -104,7 +123,8 @@ impl Transport {
             Transport::KcpDual => 7201,
             Transport::Quic => 7301,
             Transport::QuicRedundant => 7401,
-            Transport::QuicStream => 7501,
+            Transport::Mpquic => 7501,
+            Transport::QuicStream => 7601,
         }
     }
 
@@ -116,8 +136,20 @@ impl Transport {
     /// The paths every message is sent on.
     pub fn paths(self) -> &'static [PathId] {
         match self {
-            Transport::KcpDual | Transport::QuicRedundant | Transport::QuicStream => &PathId::BOTH,
+            Transport::KcpDual
+            | Transport::QuicRedundant
+            | Transport::Mpquic
+            | Transport::QuicStream => &PathId::BOTH,
             _ => &[PathId::A],
+        }
+    }
+
+    /// The paths on which a session of its own is opened: one per path, but for `mpquic`,
+    /// whose one connection starts on path A and adds path B itself.
+    pub fn sessions(self) -> &'static [PathId] {
+        match self {
+            Transport::Mpquic => &[PathId::A],
+            t => t.paths(),
         }
     }
 
@@ -187,7 +219,7 @@ impl Receivers {
                 rt.block_on(async move {
                     let mut started = Ok(());
                     for t in transports {
-                        for &p in t.paths() {
+                        for &p in t.sessions() {
                             let r = match t {
                                 Transport::Tcp => tcp::listen(t, p, truth.clone()).await,
                                 Transport::Kcp | Transport::KcpDual => {
@@ -196,6 +228,7 @@ impl Receivers {
                                 Transport::Quic
                                 | Transport::QuicRedundant
                                 | Transport::QuicStream => quic::listen(t, p, truth.clone()).await,
+                                Transport::Mpquic => listen_mpquic(&ns, truth.clone()).await,
                             };
                             if let Err(e) = r {
                                 started = Err(e);
@@ -329,7 +362,7 @@ async fn send_all(
     let mut errors = Vec::new();
     let mut tasks = Vec::new();
     for &t in &transports {
-        for &p in t.paths() {
+        for &p in t.sessions() {
             let (tx, rx) = mpsc::unbounded_channel();
             let r = match t {
                 Transport::Tcp => tcp::connect(t, p)
@@ -344,6 +377,7 @@ async fn send_all(
                 Transport::QuicStream => quic::connect(t, p, &opts.keylog)
                     .await
                     .map(|c| tokio::spawn(quic::pump_stream(c, rx))),
+                Transport::Mpquic => connect_mpquic(&opts.keylog, rx).await,
             };
             match r {
                 Ok(task) => {
@@ -403,6 +437,44 @@ async fn send_all(
         generated,
         errors,
     })
+}
+
+/// Starts the `mpquic` receiver in the gateway namespace `ns`.
+#[cfg(all(feature = "mpquic", target_arch = "x86_64"))]
+async fn listen_mpquic(ns: &str, truth: GroundTruth) -> Result<()> {
+    mpquic::listen(ns.to_string(), truth).await
+}
+
+/// Without tquic in this build, `mpquic` cannot run.
+#[cfg(not(all(feature = "mpquic", target_arch = "x86_64")))]
+async fn listen_mpquic(_ns: &str, _truth: GroundTruth) -> Result<()> {
+    Err(no_mpquic())
+}
+
+/// Connects the `mpquic` sender (in the T-Box namespace this thread is in).
+#[cfg(all(feature = "mpquic", target_arch = "x86_64"))]
+async fn connect_mpquic(
+    keylog: &std::path::Path,
+    rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) -> Result<tokio::task::JoinHandle<Result<()>>> {
+    mpquic::connect(keylog, rx).await
+}
+
+/// Without tquic in this build, `mpquic` cannot run.
+#[cfg(not(all(feature = "mpquic", target_arch = "x86_64")))]
+async fn connect_mpquic(
+    _keylog: &std::path::Path,
+    _rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) -> Result<tokio::task::JoinHandle<Result<()>>> {
+    Err(no_mpquic())
+}
+
+#[cfg(not(all(feature = "mpquic", target_arch = "x86_64")))]
+fn no_mpquic() -> LabError {
+    LabError::peer(
+        Transport::Mpquic.name(),
+        "not in this build (tquic: the lab's `mpquic` feature, x86_64 only)",
+    )
 }
 
 /// Decodes a received message and records it in the ground truth.

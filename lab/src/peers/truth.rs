@@ -75,6 +75,32 @@ impl GroundTruth {
         });
     }
 
+    /// Records the first complete copy of message `id`, on `path` at `mono_ns`, without counting
+    /// a copy (a receiver that sees copies apart from completions counts them with
+    /// [`GroundTruth::copy`]).
+    pub fn first_arrival(&self, transport: usize, id: u64, path: PathId, mono_ns: u64) {
+        self.with(|t| {
+            if let Some(tt) = t.get_mut(transport) {
+                let a = tt.arrivals.entry(id).or_default();
+                if a.first_path.is_none() {
+                    a.first_mono_ns = mono_ns;
+                    a.first_path = Some(path);
+                }
+            }
+        });
+    }
+
+    /// Counts a copy of message `id` received on `path` (its first arrival recorded apart).
+    pub fn copy(&self, transport: usize, id: u64, path: PathId) {
+        self.with(|t| {
+            if let Some(tt) = t.get_mut(transport) {
+                let a = tt.arrivals.entry(id).or_default();
+                let i = usize::from(path == PathId::B);
+                a.copies[i] = a.copies[i].saturating_add(1);
+            }
+        });
+    }
+
     /// Counts bytes that were not a lab message.
     pub fn rejected(&self, transport: usize) {
         self.with(|t| {

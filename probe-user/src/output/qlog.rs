@@ -881,6 +881,7 @@ mod tests {
                 spin_bit: Some(false),
                 key_phase: Some(false),
                 path_id: Some(0),
+                ack_space: None,
                 connection: Some(conn),
                 from_client: Some(true),
                 decrypted: true,

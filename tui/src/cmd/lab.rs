@@ -153,11 +153,16 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
         rate_hz: a.rate,
         size: a.size,
     };
-    opts.transports = a
-        .transports
-        .iter()
-        .map(|t| Transport::parse(t.trim()).ok_or_else(|| anyhow!("unknown transport {t:?}")))
-        .collect::<anyhow::Result<_>>()?;
+    opts.transports = if a.transports.is_empty() {
+        Transport::defaults()
+    } else if a.transports.iter().any(|t| t.trim() == "all") {
+        Transport::available()
+    } else {
+        a.transports
+            .iter()
+            .map(|t| Transport::parse(t.trim()).ok_or_else(|| anyhow!("unknown transport {t:?}")))
+            .collect::<anyhow::Result<_>>()?
+    };
     if let Some(k) = a.keylog {
         opts.keylog = k;
     }
@@ -167,7 +172,11 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
         scenario.name,
         opts.duration.as_secs_f64(),
         opts.drain.as_secs_f64(),
-        a.transports.join(", ")
+        opts.transports
+            .iter()
+            .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     if a.no_capture && a.metrics != crate::cli::LiveMetricsArgs::default() {
         bail!("--metrics-listen and --otlp show tboxscope's capture of the run: not with --no-capture");

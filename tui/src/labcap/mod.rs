@@ -626,7 +626,7 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
     let quic = plan.transports.iter().any(|(t, ..)| {
         matches!(
             t,
-            Transport::Quic | Transport::QuicRedundant | Transport::QuicStream
+            Transport::Quic | Transport::QuicRedundant | Transport::Mpquic | Transport::QuicStream
         )
     });
     let keylog = match Keylog::from_file(&plan.keylog) {

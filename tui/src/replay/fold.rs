@@ -423,6 +423,8 @@ impl Fold {
                         path: path.clone(),
                         carried: s.carried,
                         only: s.only,
+                        // Message records do not say which paths were out when they came up.
+                        sent_alone_while_others_out: 0,
                         wins: s.wins,
                         win_rate: if winners == 0 {
                             0.0
