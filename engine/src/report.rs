@@ -267,6 +267,13 @@ pub fn render(s: &Summary) -> String {
         h.dropped_records,
         h.clamped_latencies
     );
+    if h.regrouped_messages > 0 {
+        let _ = writeln!(
+            o,
+            "Messages: {} moved into their per-path connection group",
+            h.regrouped_messages
+        );
+    }
     o
 }
 

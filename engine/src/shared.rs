@@ -116,6 +116,9 @@ pub(crate) struct Shared {
     pub(crate) clamped: u64,
     orphan_messages: u64,
     pub(crate) evicted_unacked: u64,
+    /// Open messages moved into the group of per-path connections their connection turned
+    /// out to be one of.
+    pub(crate) regrouped: u64,
     /// No path can open an outage before this engine time (every path that could is alive
     /// until then): the per-path check is skipped below it.
     outage_check_at: u64,
@@ -157,6 +160,7 @@ impl Shared {
             clamped: 0,
             orphan_messages: 0,
             evicted_unacked: 0,
+            regrouped: 0,
             outage_check_at: 0,
             resolved: Vec::new(),
             pairs: AddressPairs::new(side_map_max(&cfg)),

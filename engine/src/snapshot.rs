@@ -284,6 +284,10 @@ pub struct CaptureHealth {
     pub evicted_messages: u64,
     /// Unacknowledged packets forgotten to stay under `max_unacked_per_flow`.
     pub evicted_unacked: u64,
+    /// Open messages of a QUIC connection moved into the group of per-path connections it
+    /// turned out to be one of (seen before the other path's connection).
+    #[serde(default)]
+    pub regrouped_messages: u64,
     /// Incidents/outages dropped from history (still counted in the totals).
     pub evicted_incidents: u64,
     /// Records dropped because nobody drained them.

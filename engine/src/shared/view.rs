@@ -314,6 +314,7 @@ impl Shared {
             evicted_flows: self.flows.evicted,
             evicted_messages: self.msgs.evicted + self.orphan_messages,
             evicted_unacked: self.evicted_unacked,
+            regrouped_messages: self.regrouped,
             evicted_incidents: self.incidents.evicted + self.outages.evicted,
             dropped_records: self.dropped_records,
             clamped_latencies: self.clamped,

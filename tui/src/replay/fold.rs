@@ -562,6 +562,7 @@ fn apply_summary(snap: &mut Snapshot, summary: &Summary) {
     mine.evicted_flows = mine.evicted_flows.max(h.evicted_flows);
     mine.evicted_messages = mine.evicted_messages.max(h.evicted_messages);
     mine.evicted_unacked = mine.evicted_unacked.max(h.evicted_unacked);
+    mine.regrouped_messages = mine.regrouped_messages.max(h.regrouped_messages);
     mine.evicted_incidents = mine.evicted_incidents.max(h.evicted_incidents);
     mine.dropped_records = mine.dropped_records.max(h.dropped_records);
     mine.clamped_latencies = mine.clamped_latencies.max(h.clamped_latencies);

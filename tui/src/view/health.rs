@@ -51,7 +51,7 @@ impl HealthModel {
             value,
             loss: true,
         };
-        let counters = vec![
+        let mut counters = vec![
             loss(PCAP_DROPS, h.pcap_dropped),
             loss("ring-buffer drops", h.ring_buffer_dropped),
             loss("TCP events dropped", h.tcp_events_dropped),
@@ -69,6 +69,14 @@ impl HealthModel {
                 loss: false,
             },
         ];
+        // Shown where it happened: messages seen before their per-path group formed.
+        if h.regrouped_messages > 0 {
+            counters.push(Counter {
+                name: "messages regrouped",
+                value: h.regrouped_messages,
+                loss: false,
+            });
+        }
         let captures = h
             .captures
             .iter()
