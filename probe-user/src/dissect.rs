@@ -250,7 +250,7 @@ struct StreamStarts {
 /// Streams cut into messages at once (each holds at most
 /// [`tboxscope_engine::framing::MAX_AHEAD`] bytes past a hole); beyond, all are forgotten and
 /// counted (their next pieces start them again, as a capture joined mid-stream).
-const MAX_DELIMITED_STREAMS: usize = 1024;
+pub const MAX_DELIMITED_STREAMS: usize = 1024;
 
 impl StreamStarts {
     /// Bytes of a stream's start that name its message: the application id's, and the
