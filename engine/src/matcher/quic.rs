@@ -481,9 +481,11 @@ impl QuicMatcher {
                     }
                     _ => false,
                 };
-            // A message the capture cut is as long as its range, whatever piece completed it.
+            // A message the capture cut is as long as its range, whatever piece completed it
+            // (in a group; on its own, a connection's messages are its frames' ranges).
             let framed_size = sr
                 .framed
+                .filter(|_| framed)
                 .zip(parts.first())
                 .map(|((start, end), p)| (p.0, end.saturating_sub(start)));
             match (head, &mut shared.flows.get_mut(fr).map(|f| &mut f.proto)) {
@@ -528,7 +530,7 @@ impl QuicMatcher {
                 if r.repeat || r.late {
                     repeated += bytes;
                 }
-                if let (true, Some(slot)) = (on_own, r.slot) {
+                if let (true, true, Some(slot)) = (on_own, r.new_message, r.slot) {
                     if let Some(g) = framed_name(up, sr, sr.app_msg_id.is_some()) {
                         shared.msgs.name_for_group(slot, g);
                     }
