@@ -338,6 +338,15 @@ impl Delimiter {
     /// between ranges already cut).
     fn push_frame(&mut self, offset: u64, data: &[u8], emit: &mut impl FnMut(Delimited, &[u8])) {
         let end = offset.saturating_add(data.len() as u64);
+        // The common case first: the frame goes on where the stream's cut bytes end.
+        if let Some(last) = self.cut.back_mut().filter(|r| r.1 == offset) {
+            last.1 = end;
+            emit(
+                Delimited { start: offset, end },
+                &data[..data.len().min(MAX_HEAD)],
+            );
+            return;
+        }
         let mut fresh: smallvec::SmallVec<[(u64, u64); 2]> = smallvec::SmallVec::new();
         let mut cursor = offset;
         let from = self.cut.partition_point(|r| r.1 <= offset);

@@ -241,6 +241,22 @@ fn shifted(raw: u64, off: i64) -> u64 {
     raw.saturating_add_signed(off)
 }
 
+/// The key and name a message of a connection on its own has in the group of per-path
+/// connections that connection may later join, and the stream range it covers there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupName {
+    /// Key within the group.
+    pub key: u64,
+    /// Name within the group.
+    pub id: MsgId,
+    /// Client → server.
+    pub up: bool,
+    /// Stream id.
+    pub stream: u64,
+    /// The message's stream range `[start, end)`.
+    pub range: (u64, u64),
+}
+
 impl OpenMessage {
     /// Takes in the copies and fragments of `other`, the same message under another name.
     fn merge(&mut self, other: OpenMessage) {
@@ -545,6 +561,9 @@ impl std::hash::Hasher for Itself {
 struct Slot {
     stamp: u64,
     msg: Option<OpenMessage>,
+    /// What the open message is named in a group of per-path connections, should its own
+    /// connection turn out to be one of them ([`MessageStore::name_for_group`]).
+    group_name: Option<GroupName>,
     /// When the open message times out (engine clock).
     deadline: u64,
     /// The open message that opened just before it, and just after.
@@ -706,6 +725,7 @@ impl MessageStore {
                 // (A free slot holds none: with that settled first, the message is made in
                 // its place.)
                 s.msg = None;
+                s.group_name = None;
                 s.msg = Some(OpenMessage {
                     flow: a.flow,
                     key: a.key,
@@ -929,9 +949,9 @@ impl MessageStore {
     }
 
     /// Names the open message held in `slot` anew: key `key` (named `id`) of flow `flow`
-    /// (a KCP session's message moved into the group of per-path sessions it turned out to be
-    /// one of), merged into the open message of that key if there is one. Returns where the
-    /// message is held now.
+    /// (a KCP session's or QUIC connection's message moved into the group of per-path sessions
+    /// or connections it turned out to be one of), merged into the open message of that key if
+    /// there is one. Returns where the message is held now.
     pub fn rename(&mut self, slot: u32, flow: FlowRef, key: u64, id: MsgId) -> Option<u32> {
         let old = {
             let m = self.slots.get(slot as usize)?.msg.as_ref()?;
@@ -991,6 +1011,34 @@ impl MessageStore {
         }
         let fp = self.closed.fingerprint(k);
         self.closed.copy_on(fp, path, true).unwrap_or(false)
+    }
+
+    /// Notes what the open message held in `slot` is named in a group of per-path
+    /// connections (the first name noted stands).
+    pub fn name_for_group(&mut self, slot: u32, name: GroupName) {
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            if s.msg.is_some() && s.group_name.is_none() {
+                s.group_name = Some(name);
+            }
+        }
+    }
+
+    /// The open messages of flow `flow_uid`: (slot, key, name, name in a group if noted),
+    /// in the order they opened.
+    pub fn open_of(&self, flow_uid: u64) -> Vec<(u32, u64, MsgId, Option<GroupName>)> {
+        let mut v: Vec<(u64, u32, u64, MsgId, Option<GroupName>)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let m = s.msg.as_ref().filter(|m| m.flow.uid == flow_uid)?;
+                Some((s.stamp, u32::try_from(i).ok()?, m.key, m.id, s.group_name))
+            })
+            .collect();
+        v.sort_unstable_by_key(|x| x.0);
+        v.into_iter()
+            .map(|(_, i, k, id, g)| (i, k, id, g))
+            .collect()
     }
 
     /// Every open message, for the end of the run, oldest first.

@@ -270,7 +270,7 @@ pub fn render(s: &Summary) -> String {
     if h.held_messages + h.held_too_long + h.late_copies + h.regrouped_messages > 0 {
         let _ = writeln!(
             o,
-            "Messages: {} held past the timeout for an outage ({} closed at the longest wait), {} late copies, {} moved into their per-path session group",
+            "Messages: {} held past the timeout for an outage ({} closed at the longest wait), {} late copies, {} moved into their per-path group",
             h.held_messages, h.held_too_long, h.late_copies, h.regrouped_messages
         );
     }

@@ -119,8 +119,8 @@ pub(crate) struct Shared {
     pub(crate) evicted_unacked: u64,
     /// Copies seen (or acknowledged) on a path after their message closed without one there.
     pub(crate) late_copies: u64,
-    /// Open messages moved into the group of per-path sessions their session turned out to
-    /// be one of.
+    /// Open messages moved into the group of per-path sessions or connections theirs turned
+    /// out to be one of.
     pub(crate) regrouped: u64,
     /// No path can open an outage before this engine time (every path that could is alive
     /// until then): the per-path check is skipped below it.

@@ -301,8 +301,8 @@ pub struct CaptureHealth {
     /// without one there.
     #[serde(default)]
     pub late_copies: u64,
-    /// Open messages of a KCP session moved into the group of per-path sessions it turned
-    /// out to be one of (seen before the other path's session).
+    /// Open messages of a KCP session or QUIC connection moved into the group of per-path
+    /// sessions or connections it turned out to be one of (seen before the other path's).
     #[serde(default)]
     pub regrouped_messages: u64,
     /// Incidents/outages dropped from history (still counted in the totals).

@@ -387,3 +387,80 @@ fn per_path_connections_match_stream_framed_messages() {
     assert!(eth0.latency.max_us <= 45_100, "{eth0:?}");
     assert!(resent > 0 && eth0.retransmission_rate > 0.0, "{eth0:?}");
 }
+
+/// A capture begun mid-connection: connection a (path eth0) carries its copies of the first
+/// messages before connection b (path eth1) is seen at all; a sends each message in two
+/// pieces (the first completes nothing). When b appears, a's messages opened on its own move
+/// into the group (pieces and all, with their packets awaiting ACKs): one flow, every
+/// message on both paths, each acknowledged on both.
+#[test]
+fn per_path_connections_seen_mid_connection_keep_their_first_messages() {
+    let mut obs = vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "t-eth1", "eth1", Host::Tbox, None),
+    ];
+    let base = T0 + 1_000_000_000;
+    let gw = "192.0.2.1:443";
+    let conns = [(0u16, "10.0.0.2:50000", 10u64), (1, "10.1.0.2:50001", 11)];
+    // b's copies come this much later: a's first four messages are seen before b exists.
+    let lag = 3 * GAP + 5_000_000;
+    let framed = |i: u64, off: u64, len: u64| {
+        let mut r = range(0, off, len);
+        if off + len == (i + 1) * MSG {
+            r.framed = Some((i * MSG, (i + 1) * MSG));
+            r.data_hash = Some(0x5eed_0000 + i % 7);
+        }
+        r
+    };
+    let ack = |ts: u64, p: usize, pn: u64| {
+        let (cap, cli, conn) = conns[p];
+        let mut a = pkt(ts, ["eth0", "eth1"][p], cap, gw, cli, conn, 0, 5000 + pn);
+        a.acks.push(QuicAck {
+            path_id: 0,
+            ranges: smallvec::smallvec![(pn, pn)],
+            ack_delay_us: 0,
+        });
+        Observation::Quic(Box::new(a))
+    };
+    let (mut pn_a, mut pn_b) = (0, 0);
+    for i in 0..N {
+        let ts = base + i * GAP;
+        let (cap, cli, conn) = conns[0];
+        for (k, (off, len)) in [(i * MSG, 200), (i * MSG + 200, 400)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut q = pkt(ts + k as u64, "eth0", cap, cli, gw, conn, 0, pn_a);
+            q.streams.push(framed(i, off, len));
+            obs.push(Observation::Quic(Box::new(q)));
+            obs.push(ack(ts + 30_000_000 + k as u64, 0, pn_a));
+            pn_a += 1;
+        }
+        let (cap, cli, conn) = conns[1];
+        let mut q = pkt(ts + lag, "eth1", cap, cli, gw, conn, 0, pn_b);
+        q.streams.push(framed(i, i * MSG, MSG));
+        obs.push(Observation::Quic(Box::new(q)));
+        obs.push(ack(ts + lag + 25_000_000, 1, pn_b));
+        pn_b += 1;
+    }
+    let mut e = engine(Config::default());
+    let end = obs.iter().map(Observation::ts_ns).max().unwrap();
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let s = e.finish(end + 1);
+    let red: Vec<_> = s.redundancy.iter().filter(|r| r.messages > 0).collect();
+    assert_eq!(red.len(), 1, "{:#?}", s.redundancy);
+    assert_eq!(red[0].mode, Some(MatchMode::Content));
+    assert_eq!((red[0].messages, red[0].on_all_paths), (N, N));
+    assert_eq!(s.health.regrouped_messages, 4, "{:?}", s.health);
+    for p in &s.paths {
+        assert_eq!(p.latency_kind, LatencyKind::AckRtt, "{p:?}");
+        assert_eq!(p.latency.count, N, "{}", p.label);
+        assert_eq!(p.loss_rate, 0.0, "{}", p.label);
+    }
+    let eth0 = s.paths.iter().find(|p| p.label == "eth0").unwrap();
+    // From the message's first piece to the ACK of its second: 30 ms.
+    assert_eq!(eth0.latency.min_us, 30_000, "{eth0:?}");
+    assert!(eth0.latency.max_us <= 30_100, "{eth0:?}");
+}

@@ -61,6 +61,11 @@ impl RunOptions {
             stop: Arc::new(AtomicBool::new(false)),
         }
     }
+
+    /// Bytes of every message: the profile's size, at least the header.
+    pub fn message_size(&self) -> usize {
+        self.profile.size.max(crate::peers::message::HEADER_LEN)
+    }
 }
 
 /// Where a capture can watch one end of one path.
@@ -239,7 +244,7 @@ pub fn run(
         scenario: scenario.clone(),
         duration_s: opts.duration.as_secs_f64(),
         drain_s: opts.drain.as_secs_f64(),
-        message_size: opts.profile.size.max(crate::peers::message::HEADER_LEN),
+        message_size: opts.message_size(),
     };
     observer.before_traffic(&plan)?;
 

@@ -239,8 +239,9 @@ struct StreamStarts {
     gathering: HashMap<StreamKey, Vec<u8>>,
     /// Streams already named (their start again, retransmitted, names nothing).
     named: HashSet<StreamKey>,
-    /// Streams cut into messages, each by its delimiter.
-    delimiters: HashMap<StreamKey, Delimiter>,
+    /// Streams cut into messages, each by its delimiter (looked up for every STREAM frame of
+    /// a bidirectional stream: a fast hash).
+    delimiters: tboxscope_engine::FastMap<StreamKey, Delimiter>,
     /// Delimited streams forgotten to keep [`MAX_DELIMITED_STREAMS`].
     forgotten: u64,
     /// Holes given up on by the delimiters forgotten so far.
@@ -250,7 +251,7 @@ struct StreamStarts {
 /// Streams cut into messages at once (each holds at most
 /// [`tboxscope_engine::framing::MAX_AHEAD`] bytes past a hole); beyond, all are forgotten and
 /// counted (their next pieces start them again, as a capture joined mid-stream).
-const MAX_DELIMITED_STREAMS: usize = 1024;
+pub const MAX_DELIMITED_STREAMS: usize = 1024;
 
 impl StreamStarts {
     /// Bytes of a stream's start that name its message: the application id's, and the

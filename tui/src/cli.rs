@@ -56,6 +56,8 @@ pub struct WatchArgs {
     #[arg(long = "max-flows", value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
     pub max_flows: Option<u32>,
     #[command(flatten)]
+    pub ids: MessageIdArgs,
+    #[command(flatten)]
     pub metrics: LiveMetricsArgs,
 }
 
@@ -307,12 +309,8 @@ pub struct CaptureArgs {
     /// UDP port whose payloads are KCP by configuration (repeatable), as for `analyze`.
     #[arg(long = "kcp-port", value_name = "N")]
     pub kcp_ports: Vec<u16>,
-    /// Where each message carries an application id, `OFFSET:WIDTH[:le]`, as for `analyze`.
-    #[arg(long = "app-id", value_name = "OFFSET:WIDTH[:le]", value_parser = parse_app_id)]
-    pub app_id: Option<probe_user::engine::AppIdRule>,
-    /// How the application cuts a QUIC stream into messages, as for `analyze`.
-    #[arg(long = "framing", value_name = "FRAMING", value_parser = parse_framing)]
-    pub framing: Option<probe_user::engine::Framing>,
+    #[command(flatten)]
+    pub ids: MessageIdArgs,
     /// Do not load the eBPF TCP probes (packets only).
     #[arg(long)]
     pub no_tcp: bool,
@@ -347,6 +345,56 @@ pub struct DecodeArgs {
     /// without it. Needed for encrypted kcp-go, which is otherwise indistinguishable from noise.
     #[arg(long = "kcp-port", value_name = "N")]
     pub kcp_ports: Vec<u16>,
+    #[command(flatten)]
+    pub ids: MessageIdArgs,
+}
+
+impl MessageIdArgs {
+    /// These options given before a subcommand (`tboxscope --framing F analyze …`) taken into
+    /// the subcommand's own `into`; the same option given both ways with different values is
+    /// an error.
+    pub fn take_into(self, into: &mut MessageIdArgs, name: &str) -> anyhow::Result<()> {
+        fn one<T: PartialEq + Copy>(
+            before: Option<T>,
+            after: &mut Option<T>,
+            flag: &str,
+            name: &str,
+        ) -> anyhow::Result<()> {
+            match (before, *after) {
+                (Some(b), Some(a)) if a != b => {
+                    anyhow::bail!("{flag} given twice, before and after `{name}`")
+                }
+                (Some(b), _) => *after = Some(b),
+                (None, _) => {}
+            }
+            Ok(())
+        }
+        one(self.app_id, &mut into.app_id, "--app-id", name)?;
+        one(self.framing, &mut into.framing, "--framing", name)
+    }
+}
+
+impl DecodeArgs {
+    /// The decoders' settings; a bad key log is an error naming its file and line.
+    pub fn dissect_config(&self) -> anyhow::Result<probe_user::dissect::DissectConfig> {
+        let keylog = match &self.keylog {
+            Some(path) => Some(probe_user::decode::quic::Keylog::from_file(path)?),
+            None => None,
+        };
+        Ok(probe_user::dissect::DissectConfig {
+            kcp_ports: self.kcp_ports.clone(),
+            unknown_udp: false,
+            keylog,
+            app_id: self.ids.app_id,
+            framing: self.ids.framing,
+        })
+    }
+}
+
+/// What tells one message from another where the transport does not (live UI, `capture`,
+/// `analyze`, `replay`: the same identity live and offline).
+#[derive(Debug, Args, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MessageIdArgs {
     /// Where each message carries an application id, `OFFSET:WIDTH[:le]` (bytes; big-endian
     /// unless `le`): copies sent on separate sessions per path are matched by it (the lab's
     /// messages: `8:8:le`). Without it, separate QUIC connections or KCP sessions per path
@@ -362,23 +410,6 @@ pub struct DecodeArgs {
     /// separate connections per path are matched by stream, offset range and content.
     #[arg(long = "framing", value_name = "FRAMING", value_parser = parse_framing)]
     pub framing: Option<probe_user::engine::Framing>,
-}
-
-impl DecodeArgs {
-    /// The decoders' settings; a bad key log is an error naming its file and line.
-    pub fn dissect_config(&self) -> anyhow::Result<probe_user::dissect::DissectConfig> {
-        let keylog = match &self.keylog {
-            Some(path) => Some(probe_user::decode::quic::Keylog::from_file(path)?),
-            None => None,
-        };
-        Ok(probe_user::dissect::DissectConfig {
-            kcp_ports: self.kcp_ports.clone(),
-            unknown_udp: false,
-            keylog,
-            app_id: self.app_id,
-            framing: self.framing,
-        })
-    }
 }
 
 /// `tboxscope analyze`.
@@ -446,7 +477,7 @@ pub fn files_engine_config(
     stated: &StatedArgs,
 ) -> anyhow::Result<probe_user::engine::Config> {
     Ok(probe_user::engine::Config {
-        app_id: decode.app_id,
+        app_id: decode.ids.app_id,
         message_timeout_ns: timeout.message_timeout_ns()?,
         mode_overrides: stated.modes.clone(),
         await_pairing: true,
@@ -620,8 +651,8 @@ impl ReplayArgs {
         [
             ("--keylog", d.keylog.is_some()),
             ("--kcp-port", !d.kcp_ports.is_empty()),
-            ("--app-id", d.app_id.is_some()),
-            ("--framing", d.framing.is_some()),
+            ("--app-id", d.ids.app_id.is_some()),
+            ("--framing", d.ids.framing.is_some()),
             (
                 "--message-timeout",
                 self.timeout.message_timeout_s.is_some(),

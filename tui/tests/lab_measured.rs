@@ -135,7 +135,7 @@ fn offline_analysis_agrees(dir: &Path, live: &Measured) {
         .iter()
         .map(|f| dir.join(format!("{f}.pcap")).display().to_string())
         .collect();
-    let options = tboxscope::labcap::analyze_options(RUN_S as f64, DRAIN_S as f64);
+    let options = tboxscope::labcap::analyze_options(RUN_S as f64, DRAIN_S as f64, None);
     let keylog = dir.join("quic-keylog.txt").display().to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
         .arg("analyze")

@@ -198,7 +198,7 @@ fn tquic_redundant_connection_figures_agree_with_its_truth() {
     agrees(&s, t, t.sent, ["tbox-eth0", "tbox-eth1"]);
     // Both ends, with the options `lab run` prints for its captures (application id too).
     let s = analyze(
-        &tboxscope::labcap::analyze_options(RUN_S as f64, DRAIN_S as f64),
+        &tboxscope::labcap::analyze_options(RUN_S as f64, DRAIN_S as f64, None),
         &[&tbox0, &file("gateway-g0"), &tbox1, &file("gateway-g1")],
         &keylog,
     );

@@ -44,3 +44,24 @@ fn live_ui_into_a_pipe_is_refused_before_any_interface_or_probe() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("standard output is not"), "{err}");
 }
+
+/// The live UI takes `analyze`'s message identity (`--app-id`, `--framing`), checked as
+/// `analyze` checks them, before it looks for a terminal.
+#[test]
+fn live_ui_takes_the_message_identity_of_analyze() {
+    let live = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+            .args(args)
+            .args(["-i", "lo"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = live(&["--app-id", "8:8:le", "--framing", "len:u16be@0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("standard output is not"), "{err}");
+    let out = live(&["--framing", "lines"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expected fixed:N, len:u16be@K"), "{err}");
+}

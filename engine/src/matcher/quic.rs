@@ -17,7 +17,7 @@ use crate::hol::GapTracker;
 use crate::input::{ConnId, QuicPacket};
 use crate::matcher::gaps::GapSel;
 use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
-use crate::message::{MsgId, PastClosure, SightArgs};
+use crate::message::{GroupName, MsgId, PastClosure, SightArgs};
 use crate::paths::PathIdx;
 use crate::sent::SentQueue;
 use crate::shared::{Pkt, Shared};
@@ -88,7 +88,59 @@ fn conn_hash(conn: ConnId) -> u64 {
     mix(&[7, conn.0])
 }
 
+/// The key and name, in a group of per-path connections, of the message a frame (or piece)
+/// of a stream the capture cut into messages completes: by its application id (`by_app`),
+/// else by its stream range and content. `None`: the frame completes no message.
+fn framed_name(up: bool, sr: &crate::input::StreamRange, by_app: bool) -> Option<GroupName> {
+    let (start, end) = sr.framed?;
+    let stream = sr.stream_id;
+    let (key, id) = match sr.app_msg_id.filter(|_| by_app) {
+        Some(app) => (mix(&[6, u64::from(up), app]), MsgId::App(app)),
+        None => (
+            mix(&[
+                10,
+                u64::from(up),
+                stream,
+                start,
+                end,
+                sr.data_hash.unwrap_or(0),
+            ]),
+            MsgId::Stream {
+                up,
+                stream,
+                start,
+                end,
+            },
+        ),
+    };
+    Some(GroupName {
+        key,
+        id,
+        up,
+        stream,
+        range: (start, end),
+    })
+}
+
 impl QuicState {
+    /// Notes that the grouped connection `conn_tag`'s stream carries message `k` at
+    /// `[start, end)` (the stream's ranges bounded; past [`MAX_STREAMS`], not noted).
+    fn note_framed(&mut self, key: (u64, bool, u64), start: u64, end: u64, k: u64) {
+        let full = self.framed.len() >= MAX_STREAMS;
+        let ring = match self.framed.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) if !full => e.insert(StreamRanges::new()),
+            Entry::Vacant(_) => return,
+        };
+        let at = ring.partition_point(|r| r.0 < start);
+        if ring.get(at).is_none_or(|r| r.0 != start) {
+            ring.insert(at, (start, end, k));
+        }
+        while ring.len() > MAX_RANGES_PER_STREAM {
+            ring.pop_front();
+        }
+    }
+
     /// In a group, a frame (or piece) of a stream the capture cut into messages: the message
     /// it completes (keyed by its stream range and content, or by its application id), or
     /// the messages it carries again. `false`: the stream is not cut into messages.
@@ -107,37 +159,9 @@ impl QuicState {
             start,
             end,
         };
-        if let Some((start, end)) = sr.framed {
-            let (k, id) = match sr.app_msg_id.filter(|_| by_app) {
-                Some(app) => (mix(&[6, u64::from(up), app]), MsgId::App(app)),
-                None => (
-                    mix(&[
-                        10,
-                        u64::from(up),
-                        stream,
-                        start,
-                        end,
-                        sr.data_hash.unwrap_or(0),
-                    ]),
-                    name(start, end),
-                ),
-            };
-            let full = self.framed.len() >= MAX_STREAMS;
-            let ring = match self.framed.entry(key) {
-                Entry::Occupied(e) => Some(e.into_mut()),
-                Entry::Vacant(e) if !full => Some(e.insert(StreamRanges::new())),
-                Entry::Vacant(_) => None,
-            };
-            if let Some(ring) = ring {
-                let at = ring.partition_point(|r| r.0 < start);
-                if ring.get(at).is_none_or(|r| r.0 != start) {
-                    ring.insert(at, (start, end, k));
-                }
-                while ring.len() > MAX_RANGES_PER_STREAM {
-                    ring.pop_front();
-                }
-            }
-            out.push((k, id, sr.len, false));
+        if let Some(g) = framed_name(up, sr, by_app) {
+            self.note_framed(key, g.range.0, g.range.1, g.key);
+            out.push((g.key, g.id, sr.len, false));
             return true;
         }
         let Some(ring) = self.framed.get(&key) else {
@@ -411,6 +435,7 @@ impl QuicMatcher {
                 if let Some(Proto::Quic(s)) = shared.flows.get_mut(before).map(|f| &mut f.proto) {
                     s.group = Some(fr);
                 }
+                Self::regroup(shared, before, fr, conn_tag);
             }
         }
         if let Some(f) = shared.flows.get_mut(fr) {
@@ -427,6 +452,9 @@ impl QuicMatcher {
             }
         }
         let mut items = smallvec::SmallVec::new();
+        // On its own, a connection's messages of cut streams keep their names in a group, in
+        // case it turns out to be one of several per-path connections.
+        let on_own = mode == MatchMode::QuicStream && forced.is_none();
         for sr in &q.streams {
             let head = match (mode, sr.data_hash, sr.app_msg_id) {
                 (MatchMode::AppId, _, Some(app)) => {
@@ -455,9 +483,11 @@ impl QuicMatcher {
                     }
                     _ => false,
                 };
-            // A message the capture cut is as long as its range, whatever piece completed it.
+            // A message the capture cut is as long as its range, whatever piece completed it
+            // (in a group; on its own, a connection's messages are its frames' ranges).
             let framed_size = sr
                 .framed
+                .filter(|_| framed)
                 .zip(parts.first())
                 .map(|((start, end), p)| (p.0, end.saturating_sub(start)));
             match (head, &mut shared.flows.get_mut(fr).map(|f| &mut f.proto)) {
@@ -501,6 +531,11 @@ impl QuicMatcher {
                 });
                 if r.repeat || r.late {
                     repeated += bytes;
+                }
+                if let (true, true, Some(slot)) = (on_own, r.new_message, r.slot) {
+                    if let Some(g) = framed_name(up, sr, sr.app_msg_id.is_some()) {
+                        shared.msgs.name_for_group(slot, g);
+                    }
                 }
                 // A cut message's bytes sent again: their acknowledgment delivers it too.
                 let acks_it = !r.late && (!r.repeat || framed);
@@ -574,6 +609,89 @@ impl QuicMatcher {
         }
         if pkt.dir == Dir::In && !q.acks.is_empty() {
             self.acks(shared, fr, q, &pkt, conn_tag, mode == MatchMode::QuicStream);
+        }
+    }
+
+    /// Connection flow `own` (on its own until now) joined group `group` as `conn_tag`: its
+    /// open messages of cut streams move into the group under their names there (merged with
+    /// the other connections' copies already there; pieces of a message with it), counted in
+    /// [`Shared::regrouped`], and its packets not yet acknowledged follow them. The first
+    /// messages of a connection seen before the other path's are then messages of the group,
+    /// not of a single-path flow of their own.
+    fn regroup(shared: &mut Shared, own: FlowRef, group: FlowRef, conn_tag: u64) {
+        let open = shared.msgs.open_of(own.uid);
+        let named: Vec<GroupName> = open.iter().filter_map(|o| o.3).collect();
+        if named.is_empty() {
+            return;
+        }
+        // Old key → (new key, slot).
+        let mut moved: HashMap<u64, (u64, u32)> = HashMap::default();
+        for (slot, key, id, name) in open {
+            // A piece that completed nothing: the message whose range it lies in.
+            let name = name.or_else(|| match id {
+                MsgId::Stream {
+                    up,
+                    stream,
+                    start,
+                    end,
+                } => named
+                    .iter()
+                    .find(|g| {
+                        g.up == up && g.stream == stream && g.range.0 < end && start < g.range.1
+                    })
+                    .copied(),
+                _ => None,
+            });
+            let Some(g) = name else {
+                continue;
+            };
+            if let Some(at) = shared.msgs.rename(slot, group, g.key, g.id) {
+                // (Counted once per message, not per piece.)
+                if !moved.values().any(|m| m.0 == g.key) {
+                    shared.regrouped += 1;
+                }
+                shared
+                    .msgs
+                    .extend_to(group.uid, g.key, g.range.1.saturating_sub(g.range.0));
+                moved.insert(key, (g.key, at));
+            }
+        }
+        let (mask, mut unacked) = match shared.flows.get_mut(own) {
+            Some(f) => match &mut f.proto {
+                Proto::Quic(s) => (f.paths_mask, std::mem::take(&mut s.unacked)),
+                _ => return,
+            },
+            None => return,
+        };
+        // Its packets that carried a moved message, now in the group's packet number spaces.
+        let (mut stay, mut go) = (SentQueue::default(), Vec::new());
+        while let Some(((up, space), pn, mut u)) = unacked.pop_first() {
+            let mut any = false;
+            for item in &mut u.items {
+                if let Some(&(k, slot)) = moved.get(&item.0) {
+                    (item.0, item.4) = (k, slot);
+                    any = true;
+                }
+            }
+            if any {
+                go.push(((up, conn_tag ^ space), pn, u));
+            } else {
+                stay.insert((up, space), pn, u);
+            }
+        }
+        if let Some(Proto::Quic(s)) = shared.flows.get_mut(own).map(|f| &mut f.proto) {
+            s.unacked = stay;
+        }
+        if let Some(f) = shared.flows.get_mut(group) {
+            f.paths_mask |= mask;
+            if let Proto::Quic(s) = &mut f.proto {
+                for g in &named {
+                    s.note_framed((conn_tag, g.up, g.stream), g.range.0, g.range.1, g.key);
+                }
+                for (space, pn, u) in go {
+                    s.unacked.insert(space, pn, u);
+                }
+            }
         }
     }
 

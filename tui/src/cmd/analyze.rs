@@ -404,7 +404,9 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
         writeln!(
             out,
             "QUIC streams cut into messages: {holes} holes given up on (bytes past them waited \
-             beyond 16 KiB), {forgotten} streams forgotten (over 1024 at once)"
+             beyond {} KiB), {forgotten} streams forgotten (over {} at once)",
+            probe_user::engine::framing::MAX_AHEAD >> 10,
+            probe_user::dissect::MAX_DELIMITED_STREAMS
         )?;
     }
     for w in analyzer.warnings() {

@@ -215,23 +215,10 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
     }
     writeln!(std::io::stdout(), "QUIC key log: {}", opts.keylog.display())?;
     if let Some(dir) = &a.pcap {
-        let files: Vec<String> = PathId::BOTH
-            .iter()
-            .flat_map(|p| {
-                [
-                    labcap::point_label("tbox", p.tbox_iface()),
-                    labcap::point_label("gateway", p.gateway_iface()),
-                ]
-                .map(|label| format!("{label}.pcap"))
-            })
-            .map(|f| dir.join(f).display().to_string())
-            .collect();
         writeln!(
             std::io::stdout(),
-            "captures: tboxscope analyze {} --keylog {} {}",
-            labcap::analyze_options(opts.duration.as_secs_f64(), opts.drain.as_secs_f64()),
-            dir.join("quic-keylog.txt").display(),
-            files.join(" ")
+            "captures: tboxscope analyze {}",
+            labcap::analyze_args(dir, &opts).join(" ")
         )?;
     }
     if let Some(path) = a.json {

@@ -65,6 +65,7 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
         no_tcp,
         buffer_size,
         max_flows,
+        ids,
         metrics,
     } = std::mem::take(&mut cli.watch);
     let (name, mut refused) = (command.name(), Vec::new());
@@ -99,6 +100,19 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
             }
             if !tcp.hosts.is_empty() {
                 refused.push("--host");
+            }
+        }
+    }
+    match command {
+        Command::Analyze(a) => ids.take_into(&mut a.decode.ids, name)?,
+        Command::Replay(r) => ids.take_into(&mut r.decode.ids, name)?,
+        Command::Capture(c) => ids.take_into(&mut c.ids, name)?,
+        _ => {
+            if ids.app_id.is_some() {
+                refused.push("--app-id");
+            }
+            if ids.framing.is_some() {
+                refused.push("--framing");
             }
         }
     }

@@ -23,7 +23,7 @@ use tboxscope::feed::{EngineFeed, Reorder};
 use tboxscope::kerneltcp::{KernelTcp, TcpMessage};
 use tboxscope::source::{snapshot_channel, SnapshotFeed};
 
-use crate::cli::WatchArgs;
+use crate::cli::{MessageIdArgs, WatchArgs};
 use crate::cmd::live;
 
 /// How often the capture thread publishes a snapshot.
@@ -102,7 +102,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
                 capture,
                 labels,
                 keylog,
-                max_flows,
+                feed_configs(args.ids, max_flows),
                 tcp_rx,
                 feed,
                 &worker_stop,
@@ -158,27 +158,36 @@ pub fn missing_interfaces_message(missing: &[&str]) -> String {
     )
 }
 
+/// The live UI's decoding and engine settings: messages told apart by `ids` as `capture` and
+/// `analyze` tell them apart.
+fn feed_configs(ids: MessageIdArgs, max_flows: usize) -> (DissectConfig, EngineConfig) {
+    (
+        DissectConfig {
+            app_id: ids.app_id,
+            framing: ids.framing,
+            ..DissectConfig::default()
+        },
+        EngineConfig {
+            app_id: ids.app_id,
+            emit_messages: false,
+            max_flows,
+            ..EngineConfig::default()
+        },
+    )
+}
+
 /// Decodes captured packets and kernel TCP events into the engine and publishes snapshots
 /// until the UI goes away.
 fn capture_loop(
     mut capture: LiveCapture,
     labels: Vec<String>,
     keylog: Option<PathBuf>,
-    max_flows: usize,
+    (dissect, config): (DissectConfig, EngineConfig),
     mut tcp: Receiver<TcpMessage>,
     feed: SnapshotFeed,
     stop: &AtomicBool,
 ) {
-    let mut engine = EngineFeed::new(
-        DissectConfig::default(),
-        EngineConfig {
-            emit_messages: false,
-            max_flows,
-            ..EngineConfig::default()
-        },
-        keylog,
-        labels.len(),
-    );
+    let mut engine = EngineFeed::new(dissect, config, keylog, labels.len());
     // Every interface is a path from the first packet on, also one that stays silent.
     engine.correlator_mut().expect_paths(&labels);
     let mut next_publish = Instant::now();
@@ -217,4 +226,35 @@ fn capture_loop(
         }
     }
     capture.stop();
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::Cli;
+
+    /// `--app-id` and `--framing` of the live UI reach its decoder and engine.
+    #[test]
+    fn the_live_ui_tells_messages_apart_as_analyze_does() {
+        let cli =
+            Cli::try_parse_from(["tboxscope", "--app-id", "8:8:le", "--framing", "fixed:600"])
+                .map_err(|e| e.to_string());
+        let Ok(cli) = cli else {
+            panic!("{cli:?}");
+        };
+        let (dissect, engine) = super::feed_configs(cli.watch.ids, 512);
+        let rule = probe_user::engine::AppIdRule {
+            offset: 8,
+            width: 8,
+            little_endian: true,
+        };
+        assert_eq!(dissect.app_id, Some(rule));
+        assert_eq!(engine.app_id, Some(rule));
+        assert_eq!(
+            dissect.framing,
+            Some(probe_user::engine::Framing::Fixed(600))
+        );
+        assert_eq!(engine.max_flows, 512);
+    }
 }

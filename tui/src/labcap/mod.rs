@@ -34,7 +34,7 @@ use probe_user::source::pcap::{InterfaceSpec, LiveCapture, LiveConfig, LiveEvent
 use serde::Serialize;
 use tboxscope_lab::error::{LabError, Result as LabResult};
 use tboxscope_lab::peers::Transport;
-use tboxscope_lab::run::{CapturePlan, RunObserver, RunReport};
+use tboxscope_lab::run::{CapturePlan, RunObserver, RunOptions, RunReport};
 use tboxscope_lab::PathId;
 
 use crate::feed::EngineFeed;
@@ -240,10 +240,22 @@ pub fn message_timeout_s(duration_s: f64, drain_s: f64) -> f64 {
     duration_s + drain_s + 1.0
 }
 
+/// How the lab's messages are cut from a QUIC stream: `quic-stream` writes them back to back
+/// on one stream, each `message_size` bytes (the other transports' messages, one per stream
+/// or datagram, are that size too, so the same framing cuts them as they are).
+pub fn lab_framing(transports: &[Transport], message_size: usize) -> Option<Framing> {
+    transports
+        .contains(&Transport::QuicStream)
+        .then(|| u32::try_from(message_size).ok())
+        .flatten()
+        .map(Framing::Fixed)
+}
+
 /// The `tboxscope analyze` options that analyze a lab run's captures as the run itself did:
-/// the lab messages' application id, the run's message timeout, and the gateway captures'
-/// clock offset, zero (the lab's namespaces share one clock).
-pub fn analyze_options(duration_s: f64, drain_s: f64) -> String {
+/// the lab messages' application id, the run's message timeout, the gateway captures' clock
+/// offset, zero (the lab's namespaces share one clock), and the framing of its stream
+/// messages ([`lab_framing`]), if any.
+pub fn analyze_options(duration_s: f64, drain_s: f64, framing: Option<Framing>) -> String {
     let r = LAB_APP_ID;
     let clocks: Vec<String> = PathId::BOTH
         .iter()
@@ -254,14 +266,39 @@ pub fn analyze_options(duration_s: f64, drain_s: f64) -> String {
             )
         })
         .collect();
+    let framing = framing
+        .map(|f| format!(" --framing {f}"))
+        .unwrap_or_default();
     format!(
-        "--app-id {}:{}{} --message-timeout {} {}",
+        "--app-id {}:{}{} --message-timeout {} {}{framing}",
         r.offset,
         r.width,
         if r.little_endian { ":le" } else { "" },
         message_timeout_s(duration_s, drain_s).ceil(),
         clocks.join(" ")
     )
+}
+
+/// The arguments of the `tboxscope analyze` command (after `analyze`) that analyzes the
+/// captures a run with `opts` wrote to `dir` (`lab run --pcap DIR` prints it).
+pub fn analyze_args(dir: &Path, opts: &RunOptions) -> Vec<String> {
+    let options = analyze_options(
+        opts.duration.as_secs_f64(),
+        opts.drain.as_secs_f64(),
+        lab_framing(&opts.transports, opts.message_size()),
+    );
+    let mut args: Vec<String> = options.split(' ').map(str::to_owned).collect();
+    args.push("--keylog".into());
+    args.push(dir.join("quic-keylog.txt").display().to_string());
+    for p in PathId::BOTH {
+        for label in [
+            point_label("tbox", p.tbox_iface()),
+            point_label("gateway", p.gateway_iface()),
+        ] {
+            args.push(dir.join(format!("{label}.pcap")).display().to_string());
+        }
+    }
+    args
 }
 
 /// The engine's and the dissector's configuration for a lab run.
@@ -272,15 +309,8 @@ fn engine_feed(plan: &CapturePlan, keylog: Option<Keylog>, follow: Option<PathBu
         message_timeout_ns: (message_timeout_s(plan.duration_s, plan.drain_s) * 1e9) as u64,
         ..Config::default()
     };
-    // quic-stream writes its messages back to back on one stream: the lab states their size.
-    let stream = plan
-        .transports
-        .iter()
-        .any(|(t, ..)| *t == Transport::QuicStream);
-    let framing = stream
-        .then(|| u32::try_from(plan.message_size).ok())
-        .flatten()
-        .map(Framing::Fixed);
+    let transports: Vec<Transport> = plan.transports.iter().map(|(t, ..)| *t).collect();
+    let framing = lab_framing(&transports, plan.message_size);
     EngineFeed::new(
         DissectConfig {
             keylog,

@@ -327,11 +327,11 @@ impl Run {
                 kcp_ports: args.kcp_ports.clone(),
                 unknown_udp: false,
                 keylog: None,
-                app_id: args.app_id,
-                framing: args.framing,
+                app_id: args.ids.app_id,
+                framing: args.ids.framing,
             },
             EngineConfig {
-                app_id: args.app_id,
+                app_id: args.ids.app_id,
                 emit_messages: true,
                 max_flows: crate::cli::live_max_flows(args.max_flows),
                 ..EngineConfig::default()
