@@ -83,8 +83,8 @@ pub use input::{
 };
 pub use latency::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 pub use record::{
-    CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, MessageRecord, OutageRecord,
-    Record, Recovery, Summary, WindowRecord,
+    CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, LateCopyRecord, MessageRecord,
+    OutageRecord, Record, Recovery, Summary, WindowRecord,
 };
 pub use shared::view::redundancy_verdict;
 pub use snapshot::Snapshot;

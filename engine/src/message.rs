@@ -198,8 +198,9 @@ pub struct SightResult {
     pub same_tuple_elsewhere: Option<(CaptureId, u64)>,
     /// Where the open message is held ([`MessageStore::at`]), unless the sighting was late.
     pub slot: Option<u32>,
-    /// Late, and the first copy of the closed message seen on its path: a late copy.
-    pub late_copy: bool,
+    /// Late, and the first copy of the closed message seen on its path: a late copy, with
+    /// when its message closed (engine clock, to the millisecond).
+    pub late_copy: Option<u64>,
 }
 
 /// A resolved copy.
@@ -474,15 +475,37 @@ const MAX_SPARE: usize = 256;
 
 /// Keys of recently closed messages (so that late copies are not new messages), as seeded
 /// 64-bit fingerprints of (flow uid, key) in two generations of `per_generation` closures each,
-/// each with the paths (bit per path) whose copy arrived (or was acknowledged): a key is remembered for at
-/// least `per_generation` and at most twice that many closures.
+/// each with one word: the paths (bit per path below [`CLOSED_PATHS`]) whose copy arrived (or
+/// was acknowledged) and, above them, when the message closed (ms after the first closure). A
+/// key is remembered for at least `per_generation` and at most twice that many closures.
 #[derive(Debug, Default)]
 struct ClosedKeys {
     current: Fingerprints,
     previous: Fingerprints,
     per_generation: usize,
     fingerprint: foldhash::fast::RandomState,
+    /// The engine time of the first closure (the origin of the closing times kept).
+    origin_ns: Option<u64>,
 }
+
+/// A copy of a remembered closed message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AfterClose {
+    /// Only sent, or on a path where a copy had arrived already.
+    Again,
+    /// The first copy to arrive on its path: a late copy of the message closed at `closed_ns`.
+    LateCopy {
+        /// When the message closed (engine clock, to the millisecond).
+        closed_ns: u64,
+    },
+}
+
+/// Paths whose late copies are recognised (the low bits of a closed message's word; a copy on
+/// a later path of a closed message is still not a new message, only not counted late).
+const CLOSED_PATHS: usize = 24;
+
+/// The paths part of a closed message's word.
+const CLOSED_PATH_BITS: u64 = (1 << CLOSED_PATHS) - 1;
 
 impl ClosedKeys {
     fn fingerprint(&self, k: (u64, u64)) -> u64 {
@@ -499,21 +522,30 @@ impl ClosedKeys {
     }
 
     /// Notes a copy of the closed message `fp` on `path` (`arrived`: seen arriving or
-    /// acknowledged, not only sent): whether it is the first copy there to arrive (a late
-    /// copy), `None` if the message is not remembered.
-    fn copy_on(&mut self, fp: u64, path: PathIdx, arrived: bool) -> Option<bool> {
-        let paths = self.paths_mut(fp)?;
-        let bit = if path < 64 && arrived {
+    /// acknowledged, not only sent): what it is, `None` if the message is not remembered.
+    fn copy_on(&mut self, fp: u64, path: PathIdx, arrived: bool) -> Option<AfterClose> {
+        let origin = self.origin_ns.unwrap_or(0);
+        let word = self.paths_mut(fp)?;
+        let bit = if path < CLOSED_PATHS && arrived {
             1u64 << path
         } else {
             0
         };
-        let first = bit != 0 && *paths & bit == 0;
-        *paths |= bit;
-        Some(first)
+        let first = bit != 0 && *word & bit == 0;
+        *word |= bit;
+        let closed_ns = origin.saturating_add((*word >> CLOSED_PATHS).saturating_mul(1_000_000));
+        Some(if first {
+            AfterClose::LateCopy { closed_ns }
+        } else {
+            AfterClose::Again
+        })
     }
 
-    fn insert(&mut self, fp: u64, paths: u64) {
+    /// Remembers the message `fp` closed at `closed_ns` with copies arrived on `paths`.
+    fn insert(&mut self, fp: u64, paths: u64, closed_ns: u64) {
+        let origin = *self.origin_ns.get_or_insert(closed_ns);
+        let ms = (closed_ns.saturating_sub(origin) / 1_000_000).min(u64::MAX >> CLOSED_PATHS);
+        let word = (ms << CLOSED_PATHS) | (paths & CLOSED_PATH_BITS);
         if self.current.len() >= self.per_generation {
             std::mem::swap(&mut self.current, &mut self.previous);
             self.current.clear();
@@ -523,7 +555,7 @@ impl ClosedKeys {
             self.current
                 .reserve(self.per_generation.min(MAX_FIRST_ROOM));
         }
-        self.current.insert(fp, paths);
+        self.current.insert(fp, word);
     }
 }
 
@@ -590,6 +622,9 @@ pub struct MessageStore {
     spare_copies: Vec<Vec<CopyState>>,
     max_open: usize,
     timeout_ns: u64,
+    /// The newest engine time the store was told of (sightings, acknowledgments, timeouts):
+    /// when a message closing now closed.
+    clock_ns: u64,
     /// Messages closed early to stay within bounds.
     pub evicted: u64,
     /// Sightings of already closed messages.
@@ -665,6 +700,7 @@ impl MessageStore {
     /// Adds a sighting.
     pub fn sight(&mut self, a: &SightArgs) -> SightResult {
         let k = (a.flow.uid, a.key);
+        self.clock_ns = self.clock_ns.max(a.ts_ns);
         let mut r = SightResult::default();
         let frg = a.frg.min(63);
         let bit = 1u64 << frg;
@@ -686,12 +722,14 @@ impl MessageStore {
                     PastClosure::Unknown => {
                         let fp = self.closed.fingerprint(k);
                         let arrived = a.dir == Dir::In;
-                        self.closed.copy_on(fp, a.path, arrived).inspect(|first| {
-                            r.late_copy = *first;
+                        self.closed.copy_on(fp, a.path, arrived).map(|c| {
+                            if let AfterClose::LateCopy { closed_ns } = c {
+                                r.late_copy = Some(closed_ns);
+                            }
                         })
                     }
                     PastClosure::NeverSeen => None,
-                    PastClosure::FlowKnows(closed) => closed.then_some(false),
+                    PastClosure::FlowKnows(closed) => closed.then_some(()),
                 };
                 if late.is_some() {
                     self.late += 1;
@@ -821,6 +859,7 @@ impl MessageStore {
         path: PathIdx,
         ack_ns: u64,
     ) -> Option<u32> {
+        self.clock_ns = self.clock_ns.max(ack_ns);
         let (i, m) = self.open_hinted((flow_uid, key), hint)?;
         let c = m.copies.iter_mut().find(|c| c.path == path)?;
         c.ack_ns = Some(c.ack_ns.map_or(ack_ns, |x| x.min(ack_ns)));
@@ -870,13 +909,14 @@ impl MessageStore {
                 .copies
                 .iter()
                 .filter(|c| {
-                    c.path < 64
+                    c.path < CLOSED_PATHS
                         && (c.ack_ns.is_some()
                             || c.sightings.len() >= 2
                             || c.sightings.iter().any(|s| s.dir == Dir::In))
                 })
                 .fold(0u64, |acc, c| acc | 1 << c.path);
-            self.closed.insert(self.closed.fingerprint(k), paths);
+            self.closed
+                .insert(self.closed.fingerprint(k), paths, self.clock_ns);
         }
         self.open -= 1;
         self.free.push(slot);
@@ -910,6 +950,7 @@ impl MessageStore {
         now: u64,
         mut hold: impl FnMut(&OpenMessage) -> Option<u64>,
     ) -> Option<(OpenMessage, bool)> {
+        self.clock_ns = self.clock_ns.max(now);
         loop {
             let i = self.oldest?;
             let deadline = self.slots.get(i as usize)?.deadline;
@@ -1002,15 +1043,26 @@ impl MessageStore {
         v
     }
 
-    /// A copy on `path` of message `key` of flow `flow_uid` acknowledged: if the message is
-    /// closed (and remembered by the store) and had no copy on `path`, a late copy (`true`).
-    pub fn acked_after_close(&mut self, flow_uid: u64, key: u64, path: PathIdx) -> bool {
+    /// A copy on `path` of message `key` of flow `flow_uid` acknowledged at `ack_ns`: if the
+    /// message is closed (and remembered by the store) and had no copy on `path`, a late copy
+    /// (when its message closed).
+    pub fn acked_after_close(
+        &mut self,
+        flow_uid: u64,
+        key: u64,
+        path: PathIdx,
+        ack_ns: u64,
+    ) -> Option<u64> {
+        self.clock_ns = self.clock_ns.max(ack_ns);
         let k = (flow_uid, key);
         if self.index.contains_key(&k) {
-            return false;
+            return None;
         }
         let fp = self.closed.fingerprint(k);
-        self.closed.copy_on(fp, path, true).unwrap_or(false)
+        match self.closed.copy_on(fp, path, true)? {
+            AfterClose::LateCopy { closed_ns } => Some(closed_ns),
+            AfterClose::Again => None,
+        }
     }
 
     /// Notes what the open message held in `slot` is named in a group of per-path
@@ -1145,6 +1197,28 @@ mod tests {
             past: PastClosure::Unknown,
             content: None,
         }
+    }
+
+    #[test]
+    fn a_late_copy_arriving_knows_when_its_message_closed() {
+        const MS: u64 = 1_000_000;
+        let mut store = MessageStore::new(4, 5_000 * MS);
+        let t0 = 1_796_000_000_000 * MS;
+        // Message 1 opens and closes when its timeout passes (at t0 + 5.0004 s).
+        assert!(store.sight(&args(1, t0)).new_message);
+        assert!(store.pop_due(t0 + 5_000 * MS + 400_000, |_| None).is_some());
+        // Its copy on path 1 arrives 2.5 s later: a late copy of a message closed then (the
+        // first closure, the origin of the closing times kept); again, late but not a late copy.
+        let copy = |ts| SightArgs {
+            path: 1,
+            dir: Dir::In,
+            ..args(1, ts)
+        };
+        let r = store.sight(&copy(t0 + 7_500 * MS));
+        assert!(r.late && !r.new_message);
+        assert_eq!(r.late_copy, Some(t0 + 5_000 * MS + 400_000));
+        let again = store.sight(&copy(t0 + 7_600 * MS));
+        assert!(again.late && again.late_copy.is_none());
     }
 
     #[test]

@@ -47,6 +47,22 @@ pub struct MessageRecord {
     pub evicted: bool,
 }
 
+/// A copy that arrived (or was acknowledged) on a path after its message closed without one
+/// there: its message's `message` record is already written, so the late copy has its own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LateCopyRecord {
+    /// Message id within its flow, as in its `message` record.
+    pub id: String,
+    /// Flow name.
+    pub flow: String,
+    /// Path that carried the late copy.
+    pub path: String,
+    /// When the copy arrived or was acknowledged (reference clock).
+    pub seen_ns: u64,
+    /// Time from the message's closing to the copy (µs; the closing kept to the millisecond).
+    pub after_close_us: u64,
+}
+
 /// Figures for one sliding window.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WindowRecord {
@@ -261,6 +277,8 @@ pub enum Record {
     Outage(OutageRecord),
     /// A HOL incident that ended (or was open at finish).
     HolIncident(HolIncident),
+    /// A copy that came after its message closed.
+    LateCopy(LateCopyRecord),
 }
 
 impl Record {
@@ -271,6 +289,7 @@ impl Record {
             Record::Window(_) => "window",
             Record::Outage(_) => "outage",
             Record::HolIncident(_) => "hol_incident",
+            Record::LateCopy(_) => "late_copy",
         }
     }
 
@@ -281,6 +300,7 @@ impl Record {
             Record::Window(w) => w.end_ns,
             Record::Outage(o) => o.end_ns.unwrap_or(o.start_ns.saturating_add(o.duration_ns)),
             Record::HolIncident(h) => h.end_ns.unwrap_or(h.start_ns.saturating_add(h.stall_ns)),
+            Record::LateCopy(l) => l.seen_ns,
         }
     }
 }

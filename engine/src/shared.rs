@@ -18,7 +18,7 @@ use crate::message::{
 use crate::outage::OutageBook;
 use crate::pairs::{side_map_max, AddressPairs};
 use crate::paths::{PathIdx, PathTable};
-use crate::record::{CopyRecord, MessageRecord, Record, WindowRecord};
+use crate::record::{CopyRecord, LateCopyRecord, MessageRecord, Record, WindowRecord};
 use crate::snapshot::{EventLine, LatencyKind, Severity};
 use crate::tail::CombinedTail;
 use crate::FastMap as HashMap;
@@ -604,8 +604,8 @@ impl Shared {
             }
         }
         if r.late {
-            if r.late_copy {
-                self.late_copy(a.flow);
+            if let Some(closed_ns) = r.late_copy {
+                self.late_copy(a.flow, a.path, &a.id, a.ts_ns, closed_ns);
             }
             return r;
         }
@@ -645,12 +645,32 @@ impl Shared {
         r
     }
 
-    /// A copy of a message of `flow` seen (or acknowledged) on a path after the message
-    /// closed without a copy there.
-    pub(crate) fn late_copy(&mut self, flow: FlowRef) {
+    /// A copy on `path` of message `id` of `flow` seen (or acknowledged) at `ts_ns`, after the
+    /// message closed (at `closed_ns`) without a copy there: counted, and recorded where
+    /// messages are.
+    pub(crate) fn late_copy(
+        &mut self,
+        flow: FlowRef,
+        path: PathIdx,
+        id: &MsgId,
+        ts_ns: u64,
+        closed_ns: u64,
+    ) {
         self.late_copies += 1;
-        if let Some(f) = self.flows.get_mut(flow) {
-            f.late_copies += 1;
+        let Some(f) = self.flows.get_mut(flow) else {
+            return;
+        };
+        f.late_copies += 1;
+        if self.cfg.emit_messages {
+            let flow = f.name().to_owned();
+            let rec = LateCopyRecord {
+                id: id.to_string(),
+                flow,
+                path: self.paths.label(path).to_owned(),
+                seen_ns: ts_ns,
+                after_close_us: ts_ns.saturating_sub(closed_ns) / 1_000,
+            };
+            self.push_record(Record::LateCopy(rec));
         }
     }
 

@@ -13,7 +13,9 @@
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Host, KcpCmd, KcpHeader, KcpSegment, Observation, Summary};
+use tboxscope_engine::{
+    Config, Host, KcpCmd, KcpHeader, KcpSegment, LateCopyRecord, Observation, Record, Summary,
+};
 
 const MS: u64 = 1_000_000;
 const N: u64 = 500;
@@ -173,4 +175,62 @@ fn late_copies_counted(queued: bool, cut: (u64, u64)) {
         "{}",
         red.verdict
     );
+}
+
+#[test]
+fn a_late_copy_has_a_record_naming_its_message_path_and_delay() {
+    let start = T0 + 1_000 * MS;
+    let cut = (start + 2_000 * MS, start + 8_000 * MS);
+    for queued in [false, true] {
+        let mut e = engine(Config {
+            max_message_hold_ns: 5_000 * MS,
+            ..Config::default()
+        });
+        let obs = sorted(trace([5, 900], Some(cut), 700 * MS, queued));
+        let end = obs.iter().map(Observation::ts_ns).max().unwrap_or(T0);
+        let mut records: Vec<Record> = Vec::new();
+        for o in obs {
+            e.handle(o);
+            records.extend(e.drain_records());
+        }
+        let s = e.finish(end + 1);
+        records.extend(e.drain_records());
+        assert_eq!(s.health.dropped_records, 0);
+        let late: Vec<&LateCopyRecord> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::LateCopy(l) => Some(l),
+                _ => None,
+            })
+            .collect();
+        // One record per late copy counted, each of a message whose record has no copy that
+        // arrived there.
+        assert_eq!(late.len() as u64, s.health.late_copies, "queued {queued}");
+        assert!(!late.is_empty());
+        let msgs = messages(&records);
+        for l in &late {
+            assert_eq!(l.path, "eth1", "{l:?}");
+            assert_eq!(Record::LateCopy((*l).clone()).kind(), "late_copy");
+            let m = msgs
+                .iter()
+                .find(|m| m.id == l.id && m.flow == l.flow)
+                .unwrap_or_else(|| panic!("no message record for {l:?}"));
+            assert!(
+                m.copies
+                    .iter()
+                    .all(|c| c.path != "eth1" || c.arrived.is_none()),
+                "{m:?}"
+            );
+            // The message closed at its timeout (5 s after its first copy, when the next
+            // packet after it was handled; kept to the millisecond).
+            let closed = l.seen_ns - l.after_close_us * 1_000;
+            let timeout = m.first_seen_ns + 5_000 * MS;
+            assert!(
+                closed + MS >= timeout && closed <= timeout + GAP + MS,
+                "closed {} ms after the timeout: {l:?}",
+                (closed as i64 - timeout as i64) / MS as i64
+            );
+            assert!(l.after_close_us > 0, "{l:?}");
+        }
+    }
 }

@@ -126,7 +126,19 @@ fn analyze_metrics_file_passes_promtool_and_holds_the_paths() {
     assert_eq!(*dup[0].1, 1.0, "{text}");
     assert_eq!(s["tboxscope_flows_folded"], 0.0);
     assert_eq!(s["tboxscope_message_latency_seconds_count"], n, "{text}");
+    // The health counters of copies held through outages: nothing held, late or regrouped.
+    for name in HELD_AND_LATE {
+        assert_eq!(s[&format!("{name}_total")], 0.0, "{name}\n{text}");
+    }
 }
+
+/// The health counters of copies held through outages and of late copies (counters).
+const HELD_AND_LATE: [&str; 4] = [
+    "tboxscope_late_copies",
+    "tboxscope_messages_held",
+    "tboxscope_messages_held_too_long",
+    "tboxscope_messages_regrouped",
+];
 
 fn attribute(attrs: &Value, key: &str) -> Option<String> {
     attrs.as_array()?.iter().find(|a| a["key"] == key).map(|a| {
@@ -247,6 +259,15 @@ fn analyze_pushes_the_same_figures_over_otlp() {
             assert_eq!(cumulative as f64, s[key], "{key}");
         }
         assert_eq!(h["startTimeUnixNano"], four_captures::T0.to_string());
+    }
+    for name in HELD_AND_LATE {
+        let sum = &metrics[name]["sum"];
+        assert_eq!(sum["isMonotonic"], true, "{name}");
+        assert_eq!(
+            sum["dataPoints"][0]["asDouble"].as_f64(),
+            Some(s[&format!("{name}_total")]),
+            "{name}"
+        );
     }
     let packets = &metrics["tboxscope_path_packets"]["sum"];
     assert_eq!(packets["isMonotonic"], true);

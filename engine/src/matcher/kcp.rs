@@ -41,6 +41,8 @@ const RESENDS_KEPT: usize = 3;
 pub struct Unacked {
     /// Message key.
     pub mkey: u64,
+    /// Message id (for the record of a late copy).
+    pub id: MsgId,
     /// The message's slot when sent.
     pub slot: u32,
     /// Latest transmission.
@@ -497,6 +499,7 @@ impl KcpMatcher {
                         let slot = r.slot.unwrap_or(u32::MAX);
                         let u = Unacked {
                             mkey,
+                            id,
                             slot,
                             last_ns: pkt.ts_ns,
                             sends: 1,
@@ -530,6 +533,7 @@ impl KcpMatcher {
                                         // acknowledgment may still show a late copy.
                                         let u = Unacked {
                                             mkey,
+                                            id,
                                             slot: u32::MAX,
                                             last_ns: pkt.ts_ns,
                                             sends: 1,
@@ -696,7 +700,7 @@ impl KcpMatcher {
             return;
         }
         // Old key → (new key, slot).
-        let mut moved: crate::FastMap<u64, (u64, u32)> = crate::FastMap::default();
+        let mut moved: crate::FastMap<u64, (u64, u32, MsgId)> = crate::FastMap::default();
         for (slot, _, id, name) in open {
             let MsgId::Kcp { up, sn: msg_sn } = id else {
                 continue;
@@ -707,7 +711,10 @@ impl KcpMatcher {
             let key = gs.content_message(conv, up, msg_sn, name);
             if let Some(at) = shared.msgs.rename(slot, g, key, MsgId::Hash(name.hash)) {
                 shared.regrouped += 1;
-                moved.insert((u64::from(up) << 32) | u64::from(msg_sn), (key, at));
+                moved.insert(
+                    (u64::from(up) << 32) | u64::from(msg_sn),
+                    (key, at, MsgId::Hash(name.hash)),
+                );
             }
         }
         if let Some(f) = shared.flows.get_mut(g) {
@@ -715,9 +722,10 @@ impl KcpMatcher {
         }
         if let Some(Proto::Kcp(s)) = shared.flows.get_mut(m).map(|f| &mut f.proto) {
             for u in s.unacked.values_mut() {
-                if let Some((key, slot)) = moved.get(&u.mkey) {
+                if let Some((key, slot, id)) = moved.get(&u.mkey) {
                     u.mkey = *key;
                     u.slot = *slot;
+                    u.id = *id;
                 }
             }
         }
@@ -772,8 +780,12 @@ impl KcpMatcher {
     fn acknowledge(shared: &mut Shared, msg_flow: FlowRef, u: &Unacked, path: PathIdx, ts: u64) {
         if let Some(slot) = shared.msgs.ack(msg_flow.uid, u.mkey, u.slot, path, ts) {
             shared.maybe_complete(msg_flow, slot);
-        } else if shared.msgs.acked_after_close(msg_flow.uid, u.mkey, path) {
-            shared.late_copy(msg_flow);
+        } else if let Some(closed_ns) =
+            shared
+                .msgs
+                .acked_after_close(msg_flow.uid, u.mkey, path, ts)
+        {
+            shared.late_copy(msg_flow, path, &u.id, ts, closed_ns);
         }
     }
 }

@@ -171,6 +171,8 @@ fn parse_line(line: &str, recording: &mut Recording) -> Result<Option<Timed>, St
                 item: Item::Hol(Box::new(hol)),
             }));
         }
+        // A late copy is in the flows' and health's counters, as the live view shows it.
+        "late_copy" => return Ok(None),
         // `capture` without packets ends with a summary of its own counters; its drop
         // counters are in the `drops` line written just before it. With packets, the summary
         // also holds the engine's whole-run figures (`redundancy`, ...), read as analyze's.
@@ -239,4 +241,36 @@ pub fn load(path: &Path) -> Result<Recording, LoadError> {
         });
     }
     Ok(recording)
+}
+
+#[cfg(test)]
+mod tests {
+    use probe_user::output::jsonl::JsonLinesWriter;
+    use tboxscope_engine::record::{LateCopyRecord, Record};
+
+    use super::*;
+
+    /// A `late_copy` line is written as the engine's other records are, and a recording
+    /// holding one replays without a skipped line.
+    #[test]
+    fn a_late_copy_line_is_written_typed_and_replayed_without_a_skip() {
+        let ts = 1_796_000_007_500_000_000;
+        let late = Record::LateCopy(LateCopyRecord {
+            id: "hash 0000000000c00078".to_owned(),
+            flow: "kcp :7401 (per-path sessions)".to_owned(),
+            path: "eth1".to_owned(),
+            seen_ns: ts,
+            after_close_us: 2_500_000,
+        });
+        let mut w = JsonLinesWriter::new(Vec::new(), ts, &serde_json::json!({})).unwrap();
+        w.write(late.kind(), late.ts_ns(), &late).unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        let line: Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+        assert_eq!(line["type"], "late_copy");
+        assert_eq!(line["path"], "eth1");
+        assert_eq!(line["id"], "hash 0000000000c00078");
+        assert_eq!(line["after_close_us"], 2_500_000);
+        let recording = parse(text.as_bytes());
+        assert!(recording.skipped.is_empty(), "{:?}", recording.skipped);
+    }
 }

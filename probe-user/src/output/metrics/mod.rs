@@ -627,6 +627,34 @@ fn health_families(f: &Figures<'_>) -> Vec<MetricFamily> {
         "Latency samples above the histograms' range, recorded at its top.",
     );
     clamped.push(Vec::new(), h.clamped_latencies as f64);
+    let mut late = MetricFamily::new(
+        "tboxscope_late_copies",
+        Counter,
+        Unit::None,
+        "Copies that arrived (or were acknowledged) on a path after their message closed without one there.",
+    );
+    late.push(Vec::new(), h.late_copies as f64);
+    let mut held = MetricFamily::new(
+        "tboxscope_messages_held",
+        Counter,
+        Unit::None,
+        "Messages that waited past the message timeout for a copy held through an outage.",
+    );
+    held.push(Vec::new(), h.held_messages as f64);
+    let mut held_too_long = MetricFamily::new(
+        "tboxscope_messages_held_too_long",
+        Counter,
+        Unit::None,
+        "Messages closed at the longest hold while still waiting for a copy held through an outage.",
+    );
+    held_too_long.push(Vec::new(), h.held_too_long as f64);
+    let mut regrouped = MetricFamily::new(
+        "tboxscope_messages_regrouped",
+        Counter,
+        Unit::None,
+        "Open messages of a KCP session moved into the group of per-path sessions it turned out to be one of.",
+    );
+    regrouped.push(Vec::new(), h.regrouped_messages as f64);
     let mut flows = MetricFamily::new(
         "tboxscope_flows_tracked",
         Gauge,
@@ -654,6 +682,10 @@ fn health_families(f: &Figures<'_>) -> Vec<MetricFamily> {
         evictions,
         decrypt,
         clamped,
+        late,
+        held,
+        held_too_long,
+        regrouped,
         flows,
         open,
         time,

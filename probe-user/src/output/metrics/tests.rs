@@ -65,6 +65,10 @@ fn snapshot(flows: usize) -> Snapshot {
         ..TcpSocketView::default()
     });
     s.health.pcap_dropped = 3;
+    s.health.late_copies = 54;
+    s.health.held_messages = 87;
+    s.health.held_too_long = 2;
+    s.health.regrouped_messages = 1;
     s.hol = vec![(
         HolProtocol::Tcp,
         HolTotals {
@@ -107,6 +111,11 @@ fn prometheus_text_has_paths_flows_kernel_and_health() {
         "tboxscope_tcp_rto_seconds{path=\"eth0\",socket=\"10.0.0.1:40000 → 10.0.1.1:443\"} 3.2\n",
         "tboxscope_tcp_backoff_level{path=\"eth0\",socket=\"10.0.0.1:40000 → 10.0.1.1:443\"} 4\n",
         "tboxscope_capture_drops_total{stage=\"libpcap\"} 3\n",
+        "# TYPE tboxscope_late_copies_total counter\n",
+        "tboxscope_late_copies_total 54\n",
+        "tboxscope_messages_held_total 87\n",
+        "tboxscope_messages_held_too_long_total 2\n",
+        "tboxscope_messages_regrouped_total 1\n",
         "tboxscope_hol_stalls_total{protocol=\"tcp\"} 8\n",
         "tboxscope_hol_stall_seconds_total{protocol=\"tcp\"} 10.651\n",
         "# TYPE tboxscope_build_info gauge\n",
