@@ -12,6 +12,7 @@ use crate::matcher::kcp::KcpState;
 use crate::matcher::quic::QuicState;
 use crate::matcher::tcp::TcpState;
 use crate::paths::PathIdx;
+use crate::unsent::PathSends;
 
 /// What identifies a flow.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -104,8 +105,16 @@ pub struct PathCounters {
     pub carried: u64,
     /// Messages only it carried.
     pub only: u64,
-    /// Messages seen sent on this path alone while another path of the flow was in an outage.
-    pub sent_alone_while_others_out: u64,
+    /// Messages sent on other paths but not this one while it was in an outage.
+    pub not_sent_while_out: u64,
+    /// How long those outages lasted (ns).
+    pub out_ns: u64,
+    /// Messages sent on other paths but not this one while the sender was not using it.
+    pub not_sent_while_unused: u64,
+    /// How long the sender left it unused around those messages (ns).
+    pub unused_ns: u64,
+    /// Messages sent on other paths but not this one while the sender used it.
+    pub not_sent_while_in_use: u64,
     /// First arrivals.
     pub wins: u64,
 }
@@ -190,6 +199,10 @@ pub struct Flow {
     pub late_copies: u64,
     /// Per path.
     pub per_path: Vec<PathCounters>,
+    /// Messages opened (what the sender's copies per path are counted against).
+    pub opened: u64,
+    /// The sender's copies per path.
+    pub sends: Vec<PathSends>,
     /// Combined latency (lazily allocated).
     pub latency: Option<Box<LatencyHist>>,
     /// Copy spacing (lazily allocated).
@@ -210,6 +223,18 @@ impl Flow {
     /// The flow's name ([`FlowKey::name`]).
     pub fn name(&mut self) -> &str {
         self.name.get_or_insert_with(|| self.key.name())
+    }
+
+    /// The sender's copies on `path`, created on first use.
+    pub fn path_sends(&mut self, path: PathIdx) -> &mut PathSends {
+        let pos = match self.sends.iter().position(|c| c.path == path) {
+            Some(p) => p,
+            None => {
+                self.sends.push(PathSends::new(path));
+                self.sends.len() - 1
+            }
+        };
+        &mut self.sends[pos]
     }
 
     /// Counters for `path`, created on first use.
@@ -342,6 +367,8 @@ impl FlowTable {
             sent_on_all: 0,
             late_copies: 0,
             per_path: Vec::new(),
+            opened: 0,
+            sends: Vec::new(),
             latency: None,
             spacing: None,
             amp: Amp::default(),

@@ -60,6 +60,7 @@ mod tail;
 #[cfg(test)]
 mod tests;
 pub mod units;
+mod unsent;
 
 /// The hash map of the engine's tables. Their keys come from the wire (ports, conv, sn,
 /// stream offsets, connection ids), so the hash is keyed: foldhash's `RandomState` draws its
@@ -84,8 +85,9 @@ pub use input::{
 pub use latency::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 pub use record::{
     CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, LateCopyRecord, MessageRecord,
-    OutageRecord, Record, Recovery, Summary, WindowRecord,
+    NotSent, NotSentCause, OutageRecord, Record, Recovery, Summary, WindowRecord,
 };
 pub use shared::view::redundancy_verdict;
 pub use snapshot::Snapshot;
 pub use tail::{tail_prediction, CombinedTail, PathTail};
+pub use unsent::Spans;

@@ -123,14 +123,27 @@ impl OutageBook {
             .map(|o| &mut o.rec)
     }
 
-    /// Whether `path` was in outage at `t`.
-    pub fn covers(&self, path: PathIdx, t: u64) -> bool {
+    /// The outage of `path` at `t`: its start and its end (`t` while it is open).
+    pub fn span_at(&self, path: PathIdx, t: u64) -> Option<(u64, u64)> {
         self.history
             .iter()
             .rev()
             .filter(|o| o.path == path)
             .take(LOOKBACK)
-            .any(|o| o.rec.start_ns <= t && o.rec.end_ns.is_none_or(|e| t <= e))
+            .find(|o| o.rec.start_ns <= t && o.rec.end_ns.is_none_or(|e| t <= e))
+            .map(|o| (o.rec.start_ns, o.rec.end_ns.unwrap_or(t)))
+    }
+
+    /// The latest end of an outage of `path` between `from` and `to`.
+    pub fn last_end_between(&self, path: PathIdx, from: u64, to: u64) -> Option<u64> {
+        self.history
+            .iter()
+            .rev()
+            .filter(|o| o.path == path)
+            .take(LOOKBACK)
+            .filter_map(|o| o.rec.end_ns)
+            .filter(|&e| from < e && e < to)
+            .max()
     }
 
     /// Whether any path was in outage at `t`.

@@ -45,6 +45,35 @@ pub struct MessageRecord {
     pub latency_kind: LatencyKind,
     /// Closed because memory was full rather than complete or timed out.
     pub evicted: bool,
+    /// Sent on some of its flow's paths only: why each other path had no copy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_sent_on: Vec<NotSent>,
+}
+
+/// A path of a message's flow that had no copy of it while another path did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotSent {
+    /// Path label.
+    pub path: String,
+    /// Why.
+    pub cause: NotSentCause,
+    /// The stretch that explains it (the outage, the time the path was unused): start (ns).
+    pub from_ns: u64,
+    /// Its end, or the message's time while it went on (ns); `from_ns` for `in_use`.
+    pub to_ns: u64,
+}
+
+/// Why a path had no copy of a message sent on another path of its flow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotSentCause {
+    /// The path was in an outage.
+    Outage,
+    /// The sender put no copy of the flow on the path for a while around the message.
+    Unused,
+    /// The sender used the path and did not send this message on it: not redundant.
+    #[default]
+    InUse,
 }
 
 /// A copy that arrived (or was acknowledged) on a path after its message closed without one

@@ -18,9 +18,12 @@ use crate::message::{
 use crate::outage::OutageBook;
 use crate::pairs::{side_map_max, AddressPairs};
 use crate::paths::{PathIdx, PathTable};
-use crate::record::{CopyRecord, LateCopyRecord, MessageRecord, Record, WindowRecord};
+use crate::record::{
+    CopyRecord, LateCopyRecord, MessageRecord, NotSent, NotSentCause, Record, WindowRecord,
+};
 use crate::snapshot::{EventLine, LatencyKind, Severity};
 use crate::tail::CombinedTail;
+use crate::unsent::{self, Cause};
 use crate::FastMap as HashMap;
 
 pub(crate) mod view;
@@ -588,6 +591,13 @@ impl Shared {
                 f.paths_mask |= 1 << a.path;
             }
             f.last_ns = f.last_ns.max(a.ts_ns);
+            if r.new_message {
+                f.opened += 1;
+            }
+            if a.dir != Dir::In {
+                let opened = f.opened;
+                f.path_sends(a.path).sent(a.ts_ns, opened);
+            }
             // Sessions per path matched by id or content are redundant once a message was
             // carried on every path (before, their copies may not match at all).
             let grouped = matches!(f.mode, Some(MatchMode::AppId | MatchMode::Content));
@@ -807,19 +817,46 @@ impl Shared {
         if npaths >= 2 && sum.sent_mask & mask == mask {
             flow.sent_on_all += 1;
         }
-        // Sent on one path alone: was another of the flow's paths out when it came up?
+        // Sent on some of the flow's paths only: why each other path had no copy.
         let sent = sum.sent_mask & mask;
-        if npaths >= 2 && sent.count_ones() == 1 {
+        let mut not_sent = Vec::new();
+        if npaths >= 2 && sent != 0 && sent != mask {
             let mut left = mask & !sent;
-            let mut out = false;
-            while left != 0 && !out {
+            while left != 0 {
                 let p = left.trailing_zeros() as usize;
                 left &= left - 1;
-                out = self.outages.covers(p, m.first_ns);
-            }
-            if out {
-                flow.path_counters(sent.trailing_zeros() as usize)
-                    .sent_alone_while_others_out += 1;
+                let (opened, start) = (flow.opened, flow.first_ns);
+                let cause = unsent::classify(
+                    &self.outages,
+                    flow.path_sends(p),
+                    m.first_ns,
+                    self.now,
+                    opened,
+                    start,
+                );
+                let pc = flow.path_counters(p);
+                match cause {
+                    Cause::Outage { .. } => pc.not_sent_while_out += 1,
+                    Cause::Unused { .. } => pc.not_sent_while_unused += 1,
+                    Cause::InUse => pc.not_sent_while_in_use += 1,
+                }
+                let grown = {
+                    let ps = flow.path_sends(p);
+                    match cause {
+                        Cause::Outage { from_ns, to_ns } => ps.out_spans.add(from_ns, to_ns),
+                        Cause::Unused { from_ns, to_ns } => ps.unused_spans.add(from_ns, to_ns),
+                        Cause::InUse => 0,
+                    }
+                };
+                let pc = flow.path_counters(p);
+                match cause {
+                    Cause::Outage { .. } => pc.out_ns += grown,
+                    Cause::Unused { .. } => pc.unused_ns += grown,
+                    Cause::InUse => {}
+                }
+                if self.cfg.emit_messages {
+                    not_sent.push((p, cause));
+                }
             }
         }
         // (The winner's copy arrived: it is one of these.)
@@ -947,6 +984,26 @@ impl Shared {
                 latency_us,
                 latency_kind: kind,
                 evicted,
+                not_sent_on: not_sent
+                    .iter()
+                    .map(|&(p, cause)| {
+                        let (cause, from_ns, to_ns) = match cause {
+                            Cause::Outage { from_ns, to_ns } => {
+                                (NotSentCause::Outage, from_ns, to_ns)
+                            }
+                            Cause::Unused { from_ns, to_ns } => {
+                                (NotSentCause::Unused, from_ns, to_ns)
+                            }
+                            Cause::InUse => (NotSentCause::InUse, m.first_ns, m.first_ns),
+                        };
+                        NotSent {
+                            path: self.paths.label(p).to_owned(),
+                            cause,
+                            from_ns,
+                            to_ns,
+                        }
+                    })
+                    .collect(),
             };
             self.push_record(Record::Message(rec));
         }

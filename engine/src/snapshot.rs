@@ -176,9 +176,22 @@ pub struct PathShare {
     pub carried: u64,
     /// Messages only this path carried.
     pub only: u64,
-    /// Messages seen sent on this path alone while another path was in an outage.
+    /// Messages sent on other paths but not on this one while it was in an outage.
     #[serde(default)]
-    pub sent_alone_while_others_out: u64,
+    pub not_sent_while_out: u64,
+    /// How long those outages lasted (ns).
+    #[serde(default)]
+    pub out_ns: u64,
+    /// Messages sent on other paths but not on this one while the sender was not using it
+    /// (no copy of the flow on it for a while around them).
+    #[serde(default)]
+    pub not_sent_while_unused: u64,
+    /// How long the sender left this path unused around those messages (ns).
+    #[serde(default)]
+    pub unused_ns: u64,
+    /// Messages sent on other paths but not on this one while the sender used it.
+    #[serde(default)]
+    pub not_sent_while_in_use: u64,
     /// Messages whose first arrival was on this path.
     pub wins: u64,
     /// wins / messages with a winner.

@@ -953,10 +953,22 @@ fn write_pcaps(
         }
         w.flush()?;
     }
-    if keylog.exists() {
-        std::fs::copy(keylog, dir.join("quic-keylog.txt"))?;
+    copy_keylog(keylog, &dir.join("quic-keylog.txt"))
+}
+
+/// Copies the run's key log to `to`, unless it is that file already (`--keylog
+/// DIR/quic-keylog.txt --pcap DIR`: copying a file onto itself truncates it to nothing).
+fn copy_keylog(keylog: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(src) = std::fs::metadata(keylog) else {
+        return Ok(());
+    };
+    if let Ok(dst) = std::fs::metadata(to) {
+        if (src.dev(), src.ino()) == (dst.dev(), dst.ino()) {
+            return Ok(());
+        }
     }
-    Ok(())
+    std::fs::copy(keylog, to).map(|_| ())
 }
 
 /// The lab's path id of a capture label's interface, for readers of [`Measured::outages`].
@@ -1118,4 +1130,27 @@ pub fn render_comparison(report: &RunReport, m: &Measured) -> String {
         let _ = writeln!(s, "warning: {p}");
     }
     s
+}
+
+#[cfg(test)]
+mod keylog_tests {
+    use super::*;
+
+    /// `--keylog DIR/quic-keylog.txt --pcap DIR`: the key log stays as it was; another key
+    /// log is copied beside the captures.
+    #[test]
+    fn the_key_log_in_the_capture_directory_is_not_copied_over_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let in_dir = dir.path().join("quic-keylog.txt");
+        let line = "CLIENT_TRAFFIC_SECRET_0 00 11\n";
+        std::fs::write(&in_dir, line).unwrap();
+        write_pcaps(dir.path(), &[], &[], &in_dir).unwrap();
+        assert_eq!(std::fs::read_to_string(&in_dir).ok().as_deref(), Some(line));
+
+        let other = tempfile::tempdir().unwrap();
+        let out = other.path().join("pcap");
+        write_pcaps(&out, &[], &[], &in_dir).unwrap();
+        let copied = std::fs::read_to_string(out.join("quic-keylog.txt")).ok();
+        assert_eq!(copied.as_deref(), Some(line));
+    }
 }

@@ -14,7 +14,9 @@ use tboxscope_engine::snapshot::{
     SeriesPoint, Severity, Snapshot, TailPoint,
 };
 use tboxscope_engine::Config;
-use tboxscope_engine::{redundancy_verdict, tail_prediction, CombinedTail, Engine, PathTail};
+use tboxscope_engine::{
+    redundancy_verdict, tail_prediction, CombinedTail, Engine, NotSentCause, PathTail, Spans,
+};
 use tboxscope_engine::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 
 use super::load::{Item, Timed};
@@ -66,6 +68,16 @@ struct Share {
     carried: u64,
     only: u64,
     wins: u64,
+    /// Messages sent on other paths but not this one, by why (the message records say), and
+    /// the outages and unused stretches that explain them, each counted once as the engine
+    /// counts them.
+    not_sent_while_out: u64,
+    out: Spans,
+    out_ns: u64,
+    not_sent_while_unused: u64,
+    unused: Spans,
+    unused_ns: u64,
+    not_sent_while_in_use: u64,
 }
 
 struct FlowAcc {
@@ -271,6 +283,20 @@ impl Fold {
         if let Some(winner) = m.winner.as_ref().and_then(|w| flow.paths.get_mut(w)) {
             winner.wins += 1;
         }
+        for n in &m.not_sent_on {
+            let share = flow.paths.entry(n.path.clone()).or_default();
+            match n.cause {
+                NotSentCause::Outage => {
+                    share.not_sent_while_out += 1;
+                    share.out_ns += share.out.add(n.from_ns, n.to_ns);
+                }
+                NotSentCause::Unused => {
+                    share.not_sent_while_unused += 1;
+                    share.unused_ns += share.unused.add(n.from_ns, n.to_ns);
+                }
+                NotSentCause::InUse => share.not_sent_while_in_use += 1,
+            }
+        }
         let arrivals: Vec<u64> = m.copies.iter().filter_map(|c| c.arrived).collect();
         if arrivals.len() >= 2 {
             let (lo, hi) = (
@@ -423,8 +449,11 @@ impl Fold {
                         path: path.clone(),
                         carried: s.carried,
                         only: s.only,
-                        // Message records do not say which paths were out when they came up.
-                        sent_alone_while_others_out: 0,
+                        not_sent_while_out: s.not_sent_while_out,
+                        out_ns: s.out_ns,
+                        not_sent_while_unused: s.not_sent_while_unused,
+                        unused_ns: s.unused_ns,
+                        not_sent_while_in_use: s.not_sent_while_in_use,
                         wins: s.wins,
                         win_rate: if winners == 0 {
                             0.0
@@ -634,5 +663,77 @@ mod tests {
             "exact, as the engine's"
         );
         assert_eq!(snap.health.clamped_latencies, 2, "combined and per path");
+    }
+
+    /// The message records say why a path lacked a copy: the replayed verdict counts them as
+    /// the engine did (each outage or unused stretch once), not as zeros.
+    #[test]
+    fn messages_not_sent_on_a_path_are_counted_from_the_records() {
+        const S: u64 = 1_000_000_000;
+        let mut fold = Fold::new(0, Vec::new());
+        let copy = |path: &str, t: u64| CopyRecord {
+            path: path.to_owned(),
+            sent: Some(t),
+            arrived: Some(t + 30_000_000),
+            latency_us: Some(30_000),
+            transmissions: 1,
+        };
+        for i in 0..40u64 {
+            let t = i * S / 4;
+            // 0–2 s on both paths, 2–7 s eth0 down, 7–10 s eth0 unused by the sender.
+            let (copies, not_sent_on) = match t {
+                t if t < 2 * S => (vec![copy("eth0", t), copy("eth1", t)], vec![]),
+                t => {
+                    let (cause, from_ns, to_ns) = if t < 7 * S {
+                        (NotSentCause::Outage, 2 * S, (t + S).min(7 * S))
+                    } else {
+                        (NotSentCause::Unused, 7 * S, t)
+                    };
+                    let n = tboxscope_engine::NotSent {
+                        path: "eth0".to_owned(),
+                        cause,
+                        from_ns,
+                        to_ns,
+                    };
+                    (vec![copy("eth1", t)], vec![n])
+                }
+            };
+            let message = MessageRecord {
+                id: format!("sn {i}"),
+                flow: "kcp conv 7".to_owned(),
+                first_seen_ns: t,
+                bytes: 100,
+                copies,
+                winner: Some("eth1".to_owned()),
+                latency_us: Some(30_000),
+                not_sent_on,
+                ..MessageRecord::default()
+            };
+            fold.apply(&Timed {
+                ts_ns: t,
+                item: Item::Message(Box::new(message)),
+            });
+        }
+        let snap = fold.snapshot(11 * S);
+        let r = &snap.redundancy[0];
+        let eth0 = r.paths.iter().find(|p| p.path == "eth0").unwrap();
+        assert_eq!(
+            (eth0.not_sent_while_out, eth0.out_ns),
+            (20, 5 * S),
+            "{eth0:?}"
+        );
+        assert_eq!(
+            (eth0.not_sent_while_unused, eth0.unused_ns),
+            (12, 2_750_000_000),
+            "{eth0:?}"
+        );
+        assert!(
+            r.verdict.starts_with(
+                "redundant sending: 20.0% of 40 messages sent on all 2 paths; eth0 down 5.0 s: 20 \
+                 messages on eth1 only; eth0 unused by the sender for 2.8 s: 12 on eth1 only; "
+            ),
+            "{}",
+            r.verdict
+        );
     }
 }
