@@ -197,6 +197,18 @@ pub struct KcpState {
 const MAX_CONTENT_MSGS: usize = 8192;
 
 impl KcpState {
+    /// Keeps segment `sn` sent on (direction, path) `at` until acknowledged, the oldest kept
+    /// segments evicted beyond `max`; returns how many were.
+    fn track_unacked(&mut self, at: (bool, PathIdx), sn: u32, u: Unacked, max: usize) -> u64 {
+        self.unacked.insert(at, u64::from(sn), u);
+        let mut evicted = 0;
+        while self.unacked.len() > max {
+            self.unacked.pop_first();
+            evicted += 1;
+        }
+        evicted
+    }
+
     /// In a group matched by content: the key of message `msg_sn` of session `conv` in
     /// direction `up`, whose first fragment seen is `name` (the same key for every fragment
     /// and retransmission of the message; the n-th message of a content on one session is a
@@ -495,22 +507,18 @@ impl KcpMatcher {
                     if pkt.path < 64 {
                         s.rx[usize::from(up)].sender_paths |= 1 << pkt.path;
                     }
+                    let first_send = |slot| Unacked {
+                        mkey,
+                        id,
+                        slot,
+                        last_ns: pkt.ts_ns,
+                        sends: 1,
+                        first_ts: k.header.ts,
+                        resends: [(0, Resend::Unknown); RESENDS_KEPT],
+                    };
                     if !r.repeat && !r.late {
-                        let slot = r.slot.unwrap_or(u32::MAX);
-                        let u = Unacked {
-                            mkey,
-                            id,
-                            slot,
-                            last_ns: pkt.ts_ns,
-                            sends: 1,
-                            first_ts: k.header.ts,
-                            resends: [(0, Resend::Unknown); RESENDS_KEPT],
-                        };
-                        s.unacked.insert((up, pkt.path), u64::from(k.header.sn), u);
-                        while s.unacked.len() > max_unacked {
-                            s.unacked.pop_first();
-                            evicted += 1;
-                        }
+                        let u = first_send(r.slot.unwrap_or(u32::MAX));
+                        evicted += s.track_unacked((up, pkt.path), k.header.sn, u, max_unacked);
                     } else {
                         // A retransmission seen at the sender: what triggered it.
                         let acks = &s.acks_at_sender[usize::from(up)];
@@ -531,20 +539,12 @@ impl KcpMatcher {
                                     if r.late {
                                         // First seen here after its message closed: its
                                         // acknowledgment may still show a late copy.
-                                        let u = Unacked {
-                                            mkey,
-                                            id,
-                                            slot: u32::MAX,
-                                            last_ns: pkt.ts_ns,
-                                            sends: 1,
-                                            first_ts: k.header.ts,
-                                            resends: [(0, Resend::Unknown); RESENDS_KEPT],
-                                        };
-                                        s.unacked.insert((up, pkt.path), u64::from(k.header.sn), u);
-                                        while s.unacked.len() > max_unacked {
-                                            s.unacked.pop_first();
-                                            evicted += 1;
-                                        }
+                                        evicted += s.track_unacked(
+                                            (up, pkt.path),
+                                            k.header.sn,
+                                            first_send(u32::MAX),
+                                            max_unacked,
+                                        );
                                     }
                                     Resend::Unknown
                                 }
