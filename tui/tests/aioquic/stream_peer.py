@@ -10,8 +10,6 @@ usage: stream_peer.py PORT KEYLOG N INTERVAL KEY_UPDATES
 """
 
 import asyncio
-import datetime
-import os
 import sys
 import tempfile
 
@@ -19,42 +17,11 @@ from aioquic.asyncio import connect, serve
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import StreamDataReceived
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+
+from tls import self_signed
 
 TIMEOUT = 20.0
 SIZE = 200
-
-
-def self_signed(directory):
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert_path = os.path.join(directory, "cert.pem")
-    key_path = os.path.join(directory, "key.pem")
-    with open(cert_path, "wb") as f:
-        f.write(cert.public_bytes(serialization.Encoding.PEM))
-    with open(key_path, "wb") as f:
-        f.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-    return cert_path, key_path
 
 
 class Echo(QuicConnectionProtocol):
@@ -80,7 +47,7 @@ class Client(QuicConnectionProtocol):
 
 async def main(port, keylog, n, interval, key_updates):
     with tempfile.TemporaryDirectory() as d:
-        cert, key = self_signed(d)
+        cert, key = self_signed(d, "localhost")
         log = open(keylog, "a")
         server_cfg = QuicConfiguration(is_client=False, alpn_protocols=["tbx"])
         server_cfg.load_cert_chain(cert, key)
