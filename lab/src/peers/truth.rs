@@ -62,17 +62,8 @@ impl GroundTruth {
 
     /// Records a copy of message `id` arriving on `path` at `mono_ns`.
     pub fn arrived(&self, transport: usize, id: u64, path: PathId, mono_ns: u64) {
-        self.with(|t| {
-            if let Some(tt) = t.get_mut(transport) {
-                let a = tt.arrivals.entry(id).or_default();
-                if a.first_path.is_none() {
-                    a.first_mono_ns = mono_ns;
-                    a.first_path = Some(path);
-                }
-                let i = usize::from(path == PathId::B);
-                a.copies[i] = a.copies[i].saturating_add(1);
-            }
-        });
+        self.first_arrival(transport, id, path, mono_ns);
+        self.copy(transport, id, path);
     }
 
     /// Records the first complete copy of message `id`, on `path` at `mono_ns`, without counting
