@@ -257,12 +257,13 @@ pub fn render(s: &Summary) -> String {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "Health: {} observations, {} out of order, evicted: {} flows, {} messages, {} unacked packets, {} incidents; {} records dropped, {} latencies clamped",
+        "Health: {} observations, {} out of order, evicted: {} flows, {} messages, {} unacked packets, {} streams, {} incidents; {} records dropped, {} latencies clamped",
         h.observations,
         h.out_of_order,
         h.evicted_flows,
         h.evicted_messages,
         h.evicted_unacked,
+        h.evicted_streams,
         h.evicted_incidents,
         h.dropped_records,
         h.clamped_latencies

@@ -120,6 +120,8 @@ pub(crate) struct Shared {
     pub(crate) clamped: u64,
     orphan_messages: u64,
     pub(crate) evicted_unacked: u64,
+    /// QUIC streams forgotten to stay within a connection's stream bound.
+    pub(crate) evicted_streams: u64,
     /// Copies seen (or acknowledged) on a path after their message closed without one there.
     pub(crate) late_copies: u64,
     /// Open messages moved into the group of per-path sessions or connections theirs turned
@@ -166,6 +168,7 @@ impl Shared {
             clamped: 0,
             orphan_messages: 0,
             evicted_unacked: 0,
+            evicted_streams: 0,
             late_copies: 0,
             regrouped: 0,
             outage_check_at: 0,

@@ -304,6 +304,10 @@ pub struct CaptureHealth {
     pub evicted_messages: u64,
     /// Unacknowledged packets forgotten to stay under `max_unacked_per_flow`.
     pub evicted_unacked: u64,
+    /// QUIC streams forgotten (the least recently used) to stay within a connection's bound of
+    /// tracked streams.
+    #[serde(default)]
+    pub evicted_streams: u64,
     /// Messages that waited past the message timeout for a copy held through an outage.
     #[serde(default)]
     pub held_messages: u64,

@@ -464,3 +464,91 @@ fn per_path_connections_seen_mid_connection_keep_their_first_messages() {
     assert_eq!(eth0.latency.min_us, 30_000, "{eth0:?}");
     assert!(eth0.latency.max_us <= 30_100, "{eth0:?}");
 }
+
+/// One stream per message, more streams than a connection's stream tables hold: path 0 sends
+/// each message in one frame, path 1 in two pieces (228 + 372 bytes, in two packets, as tquic
+/// does when a packet fills up). Every message stays one message on both paths, and the
+/// streams forgotten to stay bounded are counted.
+#[test]
+fn a_stream_per_message_past_the_stream_bound_stays_one_message_per_stream() {
+    const STREAMS: u64 = 3000;
+    let tbox = ["10.0.0.2:50000", "10.1.0.2:50001"];
+    let gw = "192.0.2.1:443";
+    let mut obs = vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "t-eth1", "eth1", Host::Tbox, None),
+    ];
+    let mut pn = [0u64; 2];
+    for i in 0..STREAMS {
+        let base = T0 + 1_000_000_000 + i * GAP;
+        let stream = 4 * i + 2;
+        let mut p0 = pkt(base, "eth0", 0, tbox[0], gw, 1, 0, pn[0]);
+        p0.streams.push(range(stream, 0, MSG));
+        obs.push(Observation::Quic(Box::new(p0)));
+        pn[0] += 1;
+        for (at, (off, len)) in [(0, 228), (228, MSG - 228)].into_iter().enumerate() {
+            let mut p1 = pkt(
+                base + 50_000 + at as u64,
+                "eth1",
+                1,
+                tbox[1],
+                gw,
+                1,
+                1,
+                pn[1],
+            );
+            p1.streams.push(range(stream, off, len));
+            obs.push(Observation::Quic(Box::new(p1)));
+            pn[1] += 1;
+        }
+    }
+    let obs = sorted(obs);
+    let end = obs.last().unwrap().ts_ns();
+    let mut e = engine(Config::default());
+    for o in obs {
+        e.handle(o);
+    }
+    let s = e.finish(end + 1);
+    let red = &s.redundancy[0];
+    assert_eq!((red.messages, red.on_all_paths), (STREAMS, STREAMS));
+    assert_eq!(s.health.evicted_streams, STREAMS - 1024);
+}
+
+/// Past the stream bound, a new stream's receive gaps are still tracked: a gap on a stream
+/// opened after 1100 others gives its HOL incident.
+#[test]
+fn a_gap_on_a_stream_opened_past_the_stream_bound_is_an_incident() {
+    let mut obs = vec![capture(3, "gw-g0", "g0", Host::Gateway, None)];
+    let (cli, srv) = ("10.0.0.2:50000", "192.0.2.1:443");
+    let base = T0 + 1_000_000_000;
+    let mut pn = 0;
+    let mut push = |obs: &mut Vec<Observation>, ts: u64, stream: u64, off: u64| {
+        let mut p = pkt(ts, "g0", 3, cli, srv, 9, 0, pn);
+        pn += 1;
+        p.streams.push(range(stream, off, MSG));
+        obs.push(Observation::Quic(Box::new(p)));
+    };
+    for k in 0..1100u64 {
+        push(&mut obs, base + k * 1_000_000, 4 * k + 2, 0);
+    }
+    let base = base + 2_000_000_000;
+    for k in 0..10u64 {
+        if k != 2 {
+            push(&mut obs, base + k * GAP, 8000, k * MSG);
+        }
+    }
+    push(&mut obs, base + 2 * GAP + 150_000_000, 8000, 2 * MSG);
+    let mut e = engine(Config::default());
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let incs: Vec<_> = e
+        .drain_records()
+        .filter_map(|r| match r {
+            Record::HolIncident(h) => Some(h),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(incs.len(), 1, "{incs:?}");
+    assert_eq!((incs[0].stream, incs[0].messages_held), (Some(8000), 7));
+}

@@ -6,6 +6,7 @@ pub mod datagram;
 pub mod gaps;
 pub mod kcp;
 pub mod quic;
+pub mod streams;
 pub mod tcp;
 
 use std::net::SocketAddr;

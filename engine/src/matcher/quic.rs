@@ -5,7 +5,6 @@
 //! One end observed: ACK / PATH_ACK frames (ack_delay removed) give the time to first
 //! acknowledgment. Per-stream receive gaps give HOL incidents (and show other streams moved).
 
-use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 
 use crate::FastMap as HashMap;
@@ -16,6 +15,7 @@ use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::GapTracker;
 use crate::input::{ConnId, QuicPacket};
 use crate::matcher::gaps::GapSel;
+use crate::matcher::streams::StreamTable;
 use crate::matcher::{forced_mode, mix, server_port, ContentOrder};
 use crate::message::{GroupName, MsgId, PastClosure, SightArgs};
 use crate::paths::PathIdx;
@@ -24,8 +24,6 @@ use crate::shared::{Pkt, Shared};
 
 /// Message ranges remembered per stream.
 const MAX_RANGES_PER_STREAM: usize = 4096;
-/// Streams tracked per connection and direction.
-const MAX_STREAMS: usize = 1024;
 /// Connections remembered per server port for per-path detection.
 const MAX_CONNS_PER_PORT: usize = 64;
 
@@ -55,11 +53,11 @@ pub struct QuicState {
     /// Stream bytes seen again on the same path.
     pub retransmitted_bytes: u64,
     /// (up, stream) → its message ranges.
-    pub ranges: HashMap<(bool, u64), StreamRanges>,
+    pub ranges: StreamTable<(bool, u64), StreamRanges>,
     /// (up, packet number space), pn → what the packet carried.
     pub unacked: SentQueue<(bool, u64), Unacked>,
     /// (up, stream) → receive tracker and last delivery time.
-    pub rx: HashMap<(bool, u64), (GapTracker, u64)>,
+    pub rx: StreamTable<(bool, u64), (GapTracker, u64)>,
     /// In a group of per-path connections: (connection tag, up, stream) → the message its
     /// id-carrying frame named (bounded, recent streams only).
     pub stream_msgs: HashMap<(u64, bool, u64), u64>,
@@ -73,7 +71,9 @@ pub struct QuicState {
     pub group: Option<FlowRef>,
     /// In a group: (connection tag, up, stream) → the message ranges the capture cut the
     /// stream into ([`crate::Framing`]), each keyed by its range and content.
-    pub framed: HashMap<(u64, bool, u64), StreamRanges>,
+    pub framed: StreamTable<(u64, bool, u64), StreamRanges>,
+    /// Streams forgotten by the message index, by the receive trackers, and as reported.
+    forgotten_streams: (u64, u64, u64),
 }
 
 /// A frame's share of one message: (message key, name, bytes of the frame in it, whether the
@@ -124,14 +124,9 @@ fn framed_name(up: bool, sr: &crate::input::StreamRange, by_app: bool) -> Option
 
 impl QuicState {
     /// Notes that the grouped connection `conn_tag`'s stream carries message `k` at
-    /// `[start, end)` (the stream's ranges bounded; past [`MAX_STREAMS`], not noted).
+    /// `[start, end)` (the stream's ranges bounded).
     fn note_framed(&mut self, key: (u64, bool, u64), start: u64, end: u64, k: u64) {
-        let full = self.framed.len() >= MAX_STREAMS;
-        let ring = match self.framed.entry(key) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) if !full => e.insert(StreamRanges::new()),
-            Entry::Vacant(_) => return,
-        };
+        let ring = self.framed.get_or_insert_with(key, StreamRanges::new);
         let at = ring.partition_point(|r| r.0 < start);
         if ring.get(at).is_none_or(|r| r.0 != start) {
             ring.insert(at, (start, end, k));
@@ -164,7 +159,7 @@ impl QuicState {
             out.push((g.key, g.id, sr.len, false));
             return true;
         }
-        let Some(ring) = self.framed.get(&key) else {
+        let Some(ring) = self.framed.get_mut(&key) else {
             return false;
         };
         // A piece of a message not complete yet, or bytes sent again: the messages it overlaps.
@@ -182,6 +177,17 @@ impl QuicState {
     }
 
     /// Remembers which message a grouped connection's stream carries.
+    /// Streams forgotten by this connection's stream tables since the last call. The message
+    /// index and the receive trackers hold mostly the same streams: a stream counts once, as
+    /// the larger of the two tables' totals.
+    pub(crate) fn take_forgotten_streams(&mut self) -> u64 {
+        let f = &mut self.forgotten_streams;
+        f.0 += self.ranges.take_forgotten() + self.framed.take_forgotten();
+        f.1 += self.rx.take_forgotten();
+        let total = f.0.max(f.1);
+        total - std::mem::replace(&mut f.2, total)
+    }
+
     fn remember_stream(&mut self, key: (u64, bool, u64), msg: u64) {
         if self.stream_msgs.len() >= MAX_STREAM_MSGS && !self.stream_msgs.contains_key(&key) {
             self.stream_msgs.clear();
@@ -189,20 +195,15 @@ impl QuicState {
         self.stream_msgs.insert(key, msg);
     }
 
-    /// The receive tracker of a stream (created; `None` past the stream bound); `delivered_at`
-    /// is noted as the stream's latest delivery when later than the one noted.
+    /// The receive tracker of a stream (created); `delivered_at` is noted as the stream's
+    /// latest delivery when later than the one noted.
     pub fn stream_rx(
         &mut self,
         up: bool,
         stream: u64,
         delivered_at: Option<u64>,
     ) -> Option<&mut GapTracker> {
-        let full = self.rx.len() >= MAX_STREAMS;
-        let e = match self.rx.entry((up, stream)) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) if !full => e.insert(Default::default()),
-            Entry::Vacant(_) => return None,
-        };
+        let e = self.rx.get_or_insert_with((up, stream), Default::default);
         if let Some(ts) = delivered_at {
             e.1 = e.1.max(ts);
         }
@@ -232,17 +233,9 @@ impl QuicState {
             start,
             end,
         };
-        let full = self.ranges.len() >= MAX_STREAMS;
-        let ring = match self.ranges.entry((up, stream)) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) if !full => e.insert(StreamRanges::new()),
-            Entry::Vacant(_) => {
-                // Past the stream bound: the range is a message of its own, not indexed.
-                let k = mix(&[4, u64::from(up), stream, off]);
-                out.push((k, name(off, end), len, false));
-                return;
-            }
-        };
+        let ring = self
+            .ranges
+            .get_or_insert_with((up, stream), StreamRanges::new);
         // Ranges only leave from the front, so the last one ends furthest: a range starting
         // there or later is new (its key was never made).
         let highest = ring.back().map_or(0, |r| r.1);
@@ -610,6 +603,9 @@ impl QuicMatcher {
         if pkt.dir == Dir::In && !q.acks.is_empty() {
             self.acks(shared, fr, q, &pkt, conn_tag, mode == MatchMode::QuicStream);
         }
+        if let Some(Proto::Quic(s)) = shared.flows.get_mut(fr).map(|f| &mut f.proto) {
+            shared.evicted_streams += s.take_forgotten_streams();
+        }
     }
 
     /// Connection flow `own` (on its own until now) joined group `group` as `conn_tag`: its
@@ -843,7 +839,7 @@ mod tests {
             }
         }
         assert!(new > 1000, "{new} new ranges");
-        let ring = &state.ranges[&(true, 4)];
+        let ring = state.ranges.get_mut(&(true, 4)).unwrap();
         assert_eq!(ring.len(), map.len());
         assert!(ring
             .iter()

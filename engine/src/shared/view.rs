@@ -326,6 +326,7 @@ impl Shared {
             evicted_flows: self.flows.evicted,
             evicted_messages: self.msgs.evicted + self.orphan_messages,
             evicted_unacked: self.evicted_unacked,
+            evicted_streams: self.evicted_streams,
             held_messages: self.msgs.held,
             held_too_long: self.msgs.hold_limit,
             late_copies: self.late_copies,

@@ -595,6 +595,7 @@ fn apply_summary(snap: &mut Snapshot, summary: &Summary) {
     mine.evicted_flows = mine.evicted_flows.max(h.evicted_flows);
     mine.evicted_messages = mine.evicted_messages.max(h.evicted_messages);
     mine.evicted_unacked = mine.evicted_unacked.max(h.evicted_unacked);
+    mine.evicted_streams = mine.evicted_streams.max(h.evicted_streams);
     mine.held_messages = mine.held_messages.max(h.held_messages);
     mine.held_too_long = mine.held_too_long.max(h.held_too_long);
     mine.late_copies = mine.late_copies.max(h.late_copies);

@@ -59,6 +59,7 @@ impl HealthModel {
             loss("flow evictions", h.evicted_flows),
             loss("message evictions", h.evicted_messages),
             loss("unacked evictions", h.evicted_unacked),
+            loss("stream evictions", h.evicted_streams),
             loss("incident evictions", h.evicted_incidents),
             loss("records dropped", h.dropped_records),
             loss("out of order", h.out_of_order),

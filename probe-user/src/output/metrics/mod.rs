@@ -609,6 +609,7 @@ fn health_families(f: &Figures<'_>) -> Vec<MetricFamily> {
         ("flows", h.evicted_flows),
         ("messages", h.evicted_messages),
         ("unacked", h.evicted_unacked),
+        ("streams", h.evicted_streams),
         ("incidents", h.evicted_incidents),
     ] {
         evictions.push(vec![label("table", table)], n as f64);
