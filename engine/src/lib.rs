@@ -87,7 +87,7 @@ pub use record::{
     CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, LateCopyRecord, MessageRecord,
     NotSent, NotSentCause, OutageRecord, Record, Recovery, Summary, WindowRecord,
 };
-pub use shared::view::redundancy_verdict;
+pub use shared::view::{add_late_copies, redundancy_verdict};
 pub use snapshot::Snapshot;
 pub use tail::{tail_prediction, CombinedTail, PathTail};
 pub use unsent::Spans;

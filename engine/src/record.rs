@@ -92,6 +92,19 @@ pub struct LateCopyRecord {
     pub after_close_us: u64,
 }
 
+impl LateCopyRecord {
+    /// How the live and replayed Events logs say it.
+    pub fn describe(&self) -> String {
+        format!(
+            "late copy of {} on {}, {:.1} ms after the message closed without it ({})",
+            self.id,
+            self.path,
+            self.after_close_us as f64 / 1000.0,
+            self.flow
+        )
+    }
+}
+
 /// Figures for one sliding window.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WindowRecord {

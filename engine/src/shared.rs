@@ -674,15 +674,15 @@ impl Shared {
             return;
         };
         f.late_copies += 1;
+        let rec = LateCopyRecord {
+            id: id.to_string(),
+            flow: f.name().to_owned(),
+            path: self.paths.label(path).to_owned(),
+            seen_ns: ts_ns,
+            after_close_us: ts_ns.saturating_sub(closed_ns) / 1_000,
+        };
+        self.event(ts_ns, Severity::Info, rec.describe());
         if self.cfg.emit_messages {
-            let flow = f.name().to_owned();
-            let rec = LateCopyRecord {
-                id: id.to_string(),
-                flow,
-                path: self.paths.label(path).to_owned(),
-                seen_ns: ts_ns,
-                after_close_us: ts_ns.saturating_sub(closed_ns) / 1_000,
-            };
             self.push_record(Record::LateCopy(rec));
         }
     }

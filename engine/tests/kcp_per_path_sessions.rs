@@ -193,6 +193,8 @@ fn a_late_copy_has_a_record_naming_its_message_path_and_delay() {
             e.handle(o);
             records.extend(e.drain_records());
         }
+        // The live Events log says each late copy as replay does (newest first, bounded).
+        let events = e.snapshot().events;
         let s = e.finish(end + 1);
         records.extend(e.drain_records());
         assert_eq!(s.health.dropped_records, 0);
@@ -232,5 +234,17 @@ fn a_late_copy_has_a_record_naming_its_message_path_and_delay() {
             );
             assert!(l.after_close_us > 0, "{l:?}");
         }
+        let logged: Vec<&str> = events
+            .iter()
+            .filter(|ev| ev.text.starts_with("late copy of "))
+            .map(|ev| ev.text.as_str())
+            .collect();
+        assert!(!logged.is_empty());
+        assert!(
+            logged
+                .iter()
+                .all(|t| late.iter().any(|l| l.describe() == *t)),
+            "{logged:?}"
+        );
     }
 }

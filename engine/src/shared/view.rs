@@ -208,12 +208,7 @@ impl Shared {
         let dup = ratio(f.on_all, f.messages);
         let n = f.path_count();
         let mut verdict = redundancy_verdict(f.messages, dup, n, &paths, f.sent_on_all, f.mode);
-        if f.late_copies > 0 {
-            verdict.push_str(&format!(
-                "; {} copies came after their message closed (late copies)",
-                f.late_copies
-            ));
-        }
+        add_late_copies(&mut verdict, f.late_copies);
         Some(RedundancyView {
             flow: f.key.name(),
             mode: f.mode,
@@ -413,6 +408,17 @@ fn is_ghost_socket(f: &Flow) -> bool {
         && s.figures.retransmits == 0
         && s.retransmission_log.is_empty()
         && f.messages == 0
+}
+
+/// Adds to a flow's verdict the copies that came after their message closed, if any.
+pub fn add_late_copies(verdict: &mut String, late_copies: u64) {
+    match late_copies {
+        0 => {}
+        1 => verdict.push_str("; 1 copy came after its message closed (a late copy)"),
+        n => verdict.push_str(&format!(
+            "; {n} copies came after their message closed (late copies)"
+        )),
+    }
 }
 
 /// The verdict line of a flow's redundancy: how many of its messages were carried on every

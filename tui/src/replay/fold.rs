@@ -15,7 +15,8 @@ use tboxscope_engine::snapshot::{
 };
 use tboxscope_engine::Config;
 use tboxscope_engine::{
-    redundancy_verdict, tail_prediction, CombinedTail, Engine, NotSentCause, PathTail, Spans,
+    add_late_copies, redundancy_verdict, tail_prediction, CombinedTail, Engine, NotSentCause,
+    PathTail, Spans,
 };
 use tboxscope_engine::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 
@@ -88,6 +89,8 @@ struct FlowAcc {
     sent_on_all: u64,
     paths: BTreeMap<String, Share>,
     spacing: LatencyHist,
+    /// Copies seen after their message closed without them (`late_copy` records).
+    late_copies: u64,
 }
 
 /// The replay state at the current position.
@@ -108,6 +111,8 @@ pub struct Fold {
     tcp_events_dropped: u64,
     /// Latencies above the engine's bound, recorded at the bound (as the engine counts them).
     clamped: u64,
+    /// Copies seen after their message closed without them.
+    late_copies: u64,
     /// Redundant flows' messages, for the independent-paths prediction.
     redundant: CombinedTail,
     summary: Option<(u64, Box<Summary>)>,
@@ -134,6 +139,7 @@ impl Fold {
             ring_buffer_dropped: 0,
             tcp_events_dropped: 0,
             clamped: 0,
+            late_copies: 0,
             redundant: CombinedTail::new(Config::default().max_latency_us),
             summary: None,
             engine: Engine::new(Config::default()),
@@ -231,6 +237,13 @@ impl Fold {
                 self.tcp_events_dropped = self.tcp_events_dropped.max(d.decode_rejected);
             }
             Item::CaptureNote(text) => self.event(ts, Severity::Warn, text.clone()),
+            Item::LateCopy(l) => {
+                self.event(ts, Severity::Info, l.describe());
+                self.late_copies += 1;
+                if let Some(f) = self.flows.get_mut(&l.flow) {
+                    f.late_copies += 1;
+                }
+            }
         }
     }
 
@@ -257,6 +270,7 @@ impl Fold {
             delivered_any: false,
             paths: BTreeMap::new(),
             spacing: LatencyHist::new(Config::default().max_latency_us, FLOW_SIGFIG),
+            late_copies: 0,
         });
         flow.messages += 1;
         // As the engine counts them: a message no path delivered, in a flow that has
@@ -380,6 +394,7 @@ impl Fold {
         snap.health.ring_buffer_dropped = self.ring_buffer_dropped;
         snap.health.tcp_events_dropped = self.tcp_events_dropped;
         snap.health.clamped_latencies = self.clamped;
+        snap.health.late_copies = self.late_copies;
         snap.health.inferences.extend(self.notes.iter().cloned());
         if let Some((_, summary)) = &self.summary {
             apply_summary(&mut snap, summary);
@@ -463,7 +478,7 @@ impl Fold {
                     })
                     .collect();
                 let npaths = u32::try_from(f.paths.len()).unwrap_or(u32::MAX);
-                let verdict = redundancy_verdict(
+                let mut verdict = redundancy_verdict(
                     f.messages,
                     duplication,
                     npaths,
@@ -471,6 +486,7 @@ impl Fold {
                     f.sent_on_all,
                     None,
                 );
+                add_late_copies(&mut verdict, f.late_copies);
                 RedundancyView {
                     flow: name.clone(),
                     mode: None,
@@ -479,8 +495,7 @@ impl Fold {
                     on_all_paths: f.on_all,
                     duplication,
                     sent_on_all_paths: f.sent_on_all,
-                    // (Message records name no late copy: the summary record does.)
-                    late_copies: 0,
+                    late_copies: f.late_copies,
                     paths,
                     copy_spacing: f.spacing.percentiles(),
                     verdict,
@@ -626,7 +641,7 @@ fn retransmit_name(kind: tboxscope_engine::input::RetransmitKind) -> &'static st
 
 #[cfg(test)]
 mod tests {
-    use tboxscope_engine::record::CopyRecord;
+    use tboxscope_engine::record::{CopyRecord, LateCopyRecord};
 
     use super::*;
 
@@ -736,5 +751,54 @@ mod tests {
             "{}",
             r.verdict
         );
+    }
+
+    /// A `late_copy` record counts on its flow and in health, is named in the flow's verdict
+    /// and is a line of the Events log, as the live view shows it.
+    #[test]
+    fn late_copies_are_counted_named_and_logged_as_live() {
+        let mut fold = Fold::new(0, Vec::new());
+        let flow = "kcp :7401 (per-path sessions)";
+        let copy = CopyRecord {
+            path: "eth1".to_owned(),
+            sent: Some(1_000),
+            arrived: Some(30_001_000),
+            latency_us: Some(30_000),
+            transmissions: 1,
+        };
+        let message = MessageRecord {
+            id: "sn 7".to_owned(),
+            flow: flow.to_owned(),
+            first_seen_ns: 1_000,
+            bytes: 100,
+            copies: vec![copy],
+            winner: Some("eth1".to_owned()),
+            latency_us: Some(30_000),
+            ..MessageRecord::default()
+        };
+        let late = LateCopyRecord {
+            id: "sn 7".to_owned(),
+            flow: flow.to_owned(),
+            path: "eth0".to_owned(),
+            seen_ns: 7_000_000_000,
+            after_close_us: 1_500_000,
+        };
+        for (ts_ns, item) in [
+            (1_000, Item::Message(Box::new(message))),
+            (late.seen_ns, Item::LateCopy(Box::new(late.clone()))),
+        ] {
+            fold.apply(&Timed { ts_ns, item });
+        }
+        let snap = fold.snapshot(8_000_000_000);
+        assert_eq!(snap.health.late_copies, 1);
+        let r = &snap.redundancy[0];
+        assert_eq!(r.late_copies, 1);
+        assert!(r
+            .verdict
+            .ends_with("; 1 copy came after its message closed (a late copy)"));
+        assert_eq!(snap.events[0].text, late.describe());
+        assert!(late
+            .describe()
+            .starts_with("late copy of sn 7 on eth0, 1500.0 ms after"));
     }
 }

@@ -8,7 +8,9 @@ use std::path::Path;
 use probe_user::capture::records::DropsRecord;
 use serde_json::{Map, Value};
 use tboxscope_engine::input::TcpEvent;
-use tboxscope_engine::record::{HolIncident, MessageRecord, OutageRecord, Summary, WindowRecord};
+use tboxscope_engine::record::{
+    HolIncident, LateCopyRecord, MessageRecord, OutageRecord, Summary, WindowRecord,
+};
 
 use super::tcp;
 
@@ -74,6 +76,8 @@ pub enum Item {
     Drops(DropsRecord),
     /// What `capture` says about its own capture (an interface lost, captured again).
     CaptureNote(String),
+    /// A copy seen after its message closed without it.
+    LateCopy(Box<LateCopyRecord>),
 }
 
 /// An item at its replay time.
@@ -171,8 +175,7 @@ fn parse_line(line: &str, recording: &mut Recording) -> Result<Option<Timed>, St
                 item: Item::Hol(Box::new(hol)),
             }));
         }
-        // A late copy is in the flows' and health's counters, as the live view shows it.
-        "late_copy" => return Ok(None),
+        "late_copy" => Item::LateCopy(Box::new(body(&map).map_err(bad)?)),
         // `capture` without packets ends with a summary of its own counters; its drop
         // counters are in the `drops` line written just before it. With packets, the summary
         // also holds the engine's whole-run figures (`redundancy`, ...), read as analyze's.
@@ -246,7 +249,7 @@ pub fn load(path: &Path) -> Result<Recording, LoadError> {
 #[cfg(test)]
 mod tests {
     use probe_user::output::jsonl::JsonLinesWriter;
-    use tboxscope_engine::record::{LateCopyRecord, Record};
+    use tboxscope_engine::record::Record;
 
     use super::*;
 
