@@ -277,6 +277,45 @@ impl Flow {
     pub fn path_count(&self) -> u32 {
         self.paths_mask.count_ones()
     }
+
+    /// Moves the messages this flow closed on its own into `group`, the group of per-path
+    /// sessions (or connections) it turned out to be one of: the group's row counts them
+    /// (those of a flow seen on one path as carried only by it), and this flow, left without
+    /// messages of its own, is reported as part of the group.
+    pub fn move_closed_into(&mut self, group: &mut Flow) {
+        if self.messages == 0 {
+            return;
+        }
+        let single_path = self.path_count() == 1;
+        group.messages += std::mem::take(&mut self.messages);
+        group.on_all += std::mem::take(&mut self.on_all);
+        group.sent_on_all += std::mem::take(&mut self.sent_on_all);
+        group.late_copies += std::mem::take(&mut self.late_copies);
+        group.delivered_any |= self.delivered_any;
+        for c in std::mem::take(&mut self.per_path) {
+            let g = group.path_counters(c.path);
+            g.carried += c.carried;
+            g.only += if single_path { c.carried } else { c.only };
+            g.not_sent_while_out += c.not_sent_while_out;
+            g.out_ns += c.out_ns;
+            g.not_sent_while_unused += c.not_sent_while_unused;
+            g.unused_ns += c.unused_ns;
+            g.not_sent_while_in_use += c.not_sent_while_in_use;
+            g.wins += c.wins;
+        }
+        for (mine, theirs) in [
+            (self.latency.take(), &mut group.latency),
+            (self.spacing.take(), &mut group.spacing),
+        ] {
+            match (mine, theirs) {
+                (Some(h), Some(g)) => {
+                    g.merge(&h);
+                }
+                (Some(h), slot) => *slot = Some(h),
+                (None, _) => {}
+            }
+        }
+    }
 }
 
 /// All flows, bounded.
@@ -396,6 +435,22 @@ impl FlowTable {
         match self.slab.get_mut(r.slot) {
             Some(Some(f)) if f.uid == r.uid => Some(f),
             _ => None,
+        }
+    }
+
+    /// [`Flow::move_closed_into`] between two flows of the table (both still tracked).
+    pub fn move_closed(&mut self, member: FlowRef, group: FlowRef) {
+        if member == group || self.get_mut(member).is_none() || self.get_mut(group).is_none() {
+            return;
+        }
+        let Some(mut m) = self.slab.get_mut(member.slot).and_then(Option::take) else {
+            return;
+        };
+        if let Some(g) = self.get_mut(group) {
+            m.move_closed_into(g);
+        }
+        if let Some(slot) = self.slab.get_mut(member.slot) {
+            *slot = Some(m);
         }
     }
 

@@ -206,6 +206,23 @@ impl LatencyHist {
         self.count
     }
 
+    /// Adds the samples of `other` (made with the same bounds and digits; otherwise, which
+    /// cannot happen within one engine, nothing is added and `false` is returned).
+    pub fn merge(&mut self, other: &LatencyHist) -> bool {
+        if self.layout != other.layout || self.counts.len() != other.counts.len() {
+            return false;
+        }
+        for (c, o) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *c += o;
+        }
+        self.count += other.count;
+        self.exact_min = self.exact_min.min(other.exact_min);
+        self.exact_max = self.exact_max.max(other.exact_max);
+        self.sum += other.sum;
+        self.clamped += other.clamped;
+        true
+    }
+
     #[cfg(test)]
     /// Samples that were clamped.
     pub fn clamped(&self) -> u64 {

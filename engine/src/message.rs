@@ -256,6 +256,10 @@ pub struct GroupName {
     pub stream: u64,
     /// The message's stream range `[start, end)`.
     pub range: (u64, u64),
+    /// Named by its head frame's content (a stream per message): its key is made when the
+    /// connection joins the group (the n-th message with that content on the connection), and
+    /// the stream's later frames continue it.
+    pub content: Option<u64>,
 }
 
 impl OpenMessage {

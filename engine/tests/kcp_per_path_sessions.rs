@@ -120,6 +120,27 @@ fn the_first_message_of_per_path_sessions_is_a_message_of_their_group() {
     }
 }
 
+/// Path B's session is first seen 8 s after A's (a capture begun while B was down, or B's
+/// session opened late): A's messages closed on their own before then (5 s timeout) are
+/// messages of the group too, carried by A only; one flow, every message counted once.
+#[test]
+fn messages_closed_before_the_other_session_appeared_are_messages_of_the_group() {
+    let b_from = T0 + 9_000 * MS;
+    let obs: Vec<Observation> = trace([3, 70_000], None, 0, false)
+        .into_iter()
+        .filter(|o| match o {
+            Observation::Kcp(k) => k.header.conv == 0x1000 || k.meta.ts_ns >= b_from,
+            _ => true,
+        })
+        .collect();
+    let s = run(obs, cfg());
+    // Messages 0..400 were sent before B's session was seen (8 s at 20 ms).
+    assert_eq!(group(&s), (1, N, N - 400), "{:#?}", s.flows);
+    let red = s.redundancy.iter().find(|r| r.messages > 1).unwrap();
+    let a = red.paths.iter().find(|p| p.path == "eth0").unwrap();
+    assert_eq!((a.carried, a.only), (N, 400), "{a:?}");
+}
+
 #[test]
 fn copies_held_through_a_six_second_outage_are_copies_of_their_messages() {
     let start = T0 + 1_000 * MS;

@@ -552,3 +552,43 @@ fn a_gap_on_a_stream_opened_past_the_stream_bound_is_an_incident() {
     assert_eq!(incs.len(), 1, "{incs:?}");
     assert_eq!((incs[0].stream, incs[0].messages_held), (Some(8000), 7));
 }
+
+/// Two connections, one per path, each message on a stream of its own (its head frame names
+/// it by content), seen from the T-Box; b's copies lag, so a's first messages are seen before
+/// b exists. Those messages are messages of the group: one flow, every message on both paths.
+#[test]
+fn per_path_connections_with_a_stream_per_message_keep_their_first_messages() {
+    let mut obs = vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "t-eth1", "eth1", Host::Tbox, None),
+    ];
+    let base = T0 + 1_000_000_000;
+    let gw = "192.0.2.1:443";
+    let conns = [(0u16, "10.0.0.2:50000", 10u64), (1, "10.1.0.2:50001", 11)];
+    let lag = 3 * GAP + 5_000_000;
+    for i in 0..N {
+        for (p, (cap, cli, conn)) in conns.iter().enumerate() {
+            let ts = base + i * GAP + if p == 1 { lag } else { 0 };
+            let mut q = pkt(ts, ["eth0", "eth1"][p], *cap, cli, gw, *conn, 0, i);
+            let mut r = range(4 * i + 2, 0, MSG);
+            r.fin = true;
+            r.data_hash = Some(0x5eed_0000 + i);
+            q.streams.push(r);
+            obs.push(Observation::Quic(Box::new(q)));
+        }
+    }
+    let mut e = engine(Config::default());
+    let end = obs.iter().map(Observation::ts_ns).max().unwrap();
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    let s = e.finish(end + 1);
+    let red: Vec<_> = s.redundancy.iter().filter(|r| r.messages > 0).collect();
+    assert_eq!(red.len(), 1, "{:#?}", s.redundancy);
+    assert_eq!(
+        (red[0].messages, red[0].on_all_paths),
+        (N, N),
+        "{:#?}",
+        red[0]
+    );
+}

@@ -683,6 +683,7 @@ impl KcpMatcher {
         }
         for m in members {
             Self::move_open_messages(shared, m, g);
+            shared.flows.move_closed(m, g);
         }
     }
 

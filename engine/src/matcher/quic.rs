@@ -119,6 +119,24 @@ fn framed_name(up: bool, sr: &crate::input::StreamRange, by_app: bool) -> Option
         up,
         stream,
         range: (start, end),
+        content: None,
+    })
+}
+
+/// The name, in a group of per-path connections matched by content, of the message a stream's
+/// head frame starts (a stream per message, not cut by a framing): named by its content, its
+/// key made when the connection joins. `None`: not such a frame.
+fn head_name(up: bool, sr: &crate::input::StreamRange) -> Option<GroupName> {
+    let h = sr
+        .data_hash
+        .filter(|_| sr.framed.is_none() && sr.offset == 0)?;
+    Some(GroupName {
+        key: 0,
+        id: MsgId::Hash(h),
+        up,
+        stream: sr.stream_id,
+        range: (0, sr.len),
+        content: Some(h),
     })
 }
 
@@ -429,6 +447,7 @@ impl QuicMatcher {
                     s.group = Some(fr);
                 }
                 Self::regroup(shared, before, fr, conn_tag);
+                shared.flows.move_closed(before, fr);
             }
         }
         if let Some(f) = shared.flows.get_mut(fr) {
@@ -526,7 +545,9 @@ impl QuicMatcher {
                     repeated += bytes;
                 }
                 if let (true, true, Some(slot)) = (on_own, r.new_message, r.slot) {
-                    if let Some(g) = framed_name(up, sr, sr.app_msg_id.is_some()) {
+                    let g =
+                        framed_name(up, sr, sr.app_msg_id.is_some()).or_else(|| head_name(up, sr));
+                    if let Some(g) = g {
                         shared.msgs.name_for_group(slot, g);
                     }
                 }
@@ -616,15 +637,34 @@ impl QuicMatcher {
     /// not of a single-path flow of their own.
     fn regroup(shared: &mut Shared, own: FlowRef, group: FlowRef, conn_tag: u64) {
         let open = shared.msgs.open_of(own.uid);
-        let named: Vec<GroupName> = open.iter().filter_map(|o| o.3).collect();
+        let mut named: Vec<GroupName> = open.iter().filter_map(|o| o.3).collect();
         if named.is_empty() {
             return;
         }
+        // Messages named by their content: their keys in the group, by occurrence.
+        if let Some(Proto::Quic(s)) = shared.flows.get_mut(group).map(|f| &mut f.proto) {
+            for g in &mut named {
+                if let Some(h) = g.content {
+                    let n = s
+                        .content
+                        .occurrence(conn_tag, g.up, h, (g.stream, g.range.0));
+                    g.key = mix(&[5, u64::from(g.up), h, n]);
+                }
+            }
+        }
         // Old key → (new key, slot).
         let mut moved: HashMap<u64, (u64, u32)> = HashMap::default();
-        for (slot, key, id, name) in open {
-            // A piece that completed nothing: the message whose range it lies in.
-            let name = name.or_else(|| match id {
+        for (slot, key, id, own_name) in open {
+            // Its own name (with its key in the group); or, a piece that completed nothing:
+            // the message whose range it lies in (or, for a message named by its head, that
+            // its stream's head started).
+            let own_name = own_name.and_then(|o| {
+                named
+                    .iter()
+                    .find(|g| (g.up, g.stream, g.range) == (o.up, o.stream, o.range))
+                    .copied()
+            });
+            let name = own_name.or_else(|| match id {
                 MsgId::Stream {
                     up,
                     stream,
@@ -633,7 +673,10 @@ impl QuicMatcher {
                 } => named
                     .iter()
                     .find(|g| {
-                        g.up == up && g.stream == stream && g.range.0 < end && start < g.range.1
+                        g.up == up
+                            && g.stream == stream
+                            && g.range.0 < end
+                            && (start < g.range.1 || g.content.is_some())
                     })
                     .copied(),
                 _ => None,
@@ -682,7 +725,11 @@ impl QuicMatcher {
             f.paths_mask |= mask;
             if let Proto::Quic(s) = &mut f.proto {
                 for g in &named {
-                    s.note_framed((conn_tag, g.up, g.stream), g.range.0, g.range.1, g.key);
+                    let stream = (conn_tag, g.up, g.stream);
+                    match g.content {
+                        Some(_) => s.remember_stream(stream, g.key),
+                        None => s.note_framed(stream, g.range.0, g.range.1, g.key),
+                    }
                 }
                 for (space, pn, u) in go {
                     s.unacked.insert(space, pn, u);
