@@ -249,6 +249,9 @@ impl EngineFeed {
         if let Some(note) = hunt_line(&self.dissector.quic_stats().hunt) {
             health.inferences.push(note);
         }
+        if let Some(note) = framing_line(&self.dissector) {
+            health.inferences.push(note);
+        }
     }
 
     /// The dissector (for its counters).
@@ -294,6 +297,20 @@ impl EngineFeed {
             }
         }
     }
+}
+
+/// The health line of cutting QUIC streams into messages (`--framing`), when it gave up on
+/// anything: holes given up on and streams forgotten.
+pub fn framing_line(dissector: &Dissector) -> Option<String> {
+    let (holes, forgotten) = dissector.framing_evictions();
+    (holes + forgotten > 0).then(|| {
+        format!(
+            "QUIC streams cut into messages: {holes} holes given up on (bytes past them waited \
+             beyond {} KiB), {forgotten} streams forgotten (over {} at once)",
+            probe_user::engine::framing::MAX_AHEAD >> 10,
+            probe_user::dissect::MAX_DELIMITED_STREAMS
+        )
+    })
 }
 
 /// The health line of the search for QUIC connections whose handshake was not captured: how

@@ -399,15 +399,8 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
     if let Some(line) = tboxscope::feed::hunt_line(&q.hunt) {
         writeln!(out, "{line}")?;
     }
-    let (holes, forgotten) = analyzer.dissector().framing_evictions();
-    if holes + forgotten > 0 {
-        writeln!(
-            out,
-            "QUIC streams cut into messages: {holes} holes given up on (bytes past them waited \
-             beyond {} KiB), {forgotten} streams forgotten (over {} at once)",
-            probe_user::engine::framing::MAX_AHEAD >> 10,
-            probe_user::dissect::MAX_DELIMITED_STREAMS
-        )?;
+    if let Some(line) = tboxscope::feed::framing_line(analyzer.dissector()) {
+        writeln!(out, "{line}")?;
     }
     for w in analyzer.warnings() {
         writeln!(out, "warning: {w}")?;
