@@ -40,6 +40,9 @@ pub struct WatchArgs {
     /// TLS key log (SSLKEYLOGFILE format) to decrypt QUIC; re-read while it grows.
     #[arg(long, value_name = "FILE")]
     pub keylog: Option<PathBuf>,
+    /// UDP port whose payloads are KCP by configuration (repeatable), as for `analyze`.
+    #[arg(long = "kcp-port", value_name = "N")]
+    pub kcp_ports: Vec<u16>,
     /// Which TCP connections the kernel probes report (TCP screen); all by default.
     #[command(flatten)]
     pub tcp: TcpFilterArgs,

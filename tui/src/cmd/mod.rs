@@ -61,6 +61,7 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
         interfaces,
         filter,
         keylog,
+        kcp_ports,
         tcp,
         no_tcp,
         buffer_size,
@@ -115,6 +116,13 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
                 refused.push("--framing");
             }
         }
+    }
+    match command {
+        Command::Analyze(a) => a.decode.kcp_ports.extend(kcp_ports),
+        Command::Replay(r) => r.decode.kcp_ports.extend(kcp_ports),
+        Command::Capture(c) => c.kcp_ports.extend(kcp_ports),
+        _ if !kcp_ports.is_empty() => refused.push("--kcp-port"),
+        _ => {}
     }
     match command {
         Command::Doctor(d) => d.interfaces.extend(interfaces),

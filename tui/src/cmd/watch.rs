@@ -102,7 +102,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
                 capture,
                 labels,
                 keylog,
-                feed_configs(args.ids, max_flows),
+                feed_configs(args.ids, &args.kcp_ports, max_flows),
                 tcp_rx,
                 feed,
                 &worker_stop,
@@ -159,12 +159,17 @@ pub fn missing_interfaces_message(missing: &[&str]) -> String {
 }
 
 /// The live UI's decoding and engine settings: messages told apart by `ids` as `capture` and
-/// `analyze` tell them apart.
-fn feed_configs(ids: MessageIdArgs, max_flows: usize) -> (DissectConfig, EngineConfig) {
+/// `analyze` tell them apart, KCP recognised on `kcp_ports` as they recognise it.
+fn feed_configs(
+    ids: MessageIdArgs,
+    kcp_ports: &[u16],
+    max_flows: usize,
+) -> (DissectConfig, EngineConfig) {
     (
         DissectConfig {
             app_id: ids.app_id,
             framing: ids.framing,
+            kcp_ports: kcp_ports.to_vec(),
             ..DissectConfig::default()
         },
         EngineConfig {
@@ -234,16 +239,24 @@ mod tests {
 
     use crate::cli::Cli;
 
-    /// `--app-id` and `--framing` of the live UI reach its decoder and engine.
+    /// `--app-id`, `--framing` and `--kcp-port` of the live UI reach its decoder and engine.
     #[test]
     fn the_live_ui_tells_messages_apart_as_analyze_does() {
-        let cli =
-            Cli::try_parse_from(["tboxscope", "--app-id", "8:8:le", "--framing", "fixed:600"])
-                .map_err(|e| e.to_string());
+        let cli = Cli::try_parse_from([
+            "tboxscope",
+            "--app-id",
+            "8:8:le",
+            "--framing",
+            "fixed:600",
+            "--kcp-port",
+            "7401",
+        ])
+        .map_err(|e| e.to_string());
         let Ok(cli) = cli else {
             panic!("{cli:?}");
         };
-        let (dissect, engine) = super::feed_configs(cli.watch.ids, 512);
+        let (dissect, engine) = super::feed_configs(cli.watch.ids, &cli.watch.kcp_ports, 512);
+        assert_eq!(dissect.kcp_ports, vec![7401]);
         let rule = probe_user::engine::AppIdRule {
             offset: 8,
             width: 8,
