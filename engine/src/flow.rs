@@ -292,16 +292,34 @@ impl Flow {
         group.sent_on_all += std::mem::take(&mut self.sent_on_all);
         group.late_copies += std::mem::take(&mut self.late_copies);
         group.delivered_any |= self.delivered_any;
-        for c in std::mem::take(&mut self.per_path) {
-            let g = group.path_counters(c.path);
-            g.carried += c.carried;
-            g.only += if single_path { c.carried } else { c.only };
-            g.not_sent_while_out += c.not_sent_while_out;
-            g.out_ns += c.out_ns;
-            g.not_sent_while_unused += c.not_sent_while_unused;
-            g.unused_ns += c.unused_ns;
-            g.not_sent_while_in_use += c.not_sent_while_in_use;
-            g.wins += c.wins;
+        for mut c in std::mem::take(&mut self.per_path) {
+            if single_path {
+                c.only = c.carried;
+            }
+            let PathCounters {
+                path,
+                carried,
+                only,
+                not_sent_while_out,
+                out_ns,
+                not_sent_while_unused,
+                unused_ns,
+                not_sent_while_in_use,
+                wins,
+            } = c;
+            let g = group.path_counters(path);
+            for (sum, n) in [
+                (&mut g.carried, carried),
+                (&mut g.only, only),
+                (&mut g.not_sent_while_out, not_sent_while_out),
+                (&mut g.out_ns, out_ns),
+                (&mut g.not_sent_while_unused, not_sent_while_unused),
+                (&mut g.unused_ns, unused_ns),
+                (&mut g.not_sent_while_in_use, not_sent_while_in_use),
+                (&mut g.wins, wins),
+            ] {
+                *sum += n;
+            }
         }
         for (mine, theirs) in [
             (self.latency.take(), &mut group.latency),

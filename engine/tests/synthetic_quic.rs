@@ -160,6 +160,20 @@ fn multipath_quic_partial_overlaps_and_ack_delay() {
     assert_eq!(amp.ack_bytes, (N + N / 2) * 60);
 }
 
+/// The HOL incidents of `obs` (handled in time order).
+fn hol_incidents(obs: Vec<Observation>) -> Vec<tboxscope_engine::HolIncident> {
+    let mut e = engine(Config::default());
+    for o in sorted(obs) {
+        e.handle(o);
+    }
+    e.drain_records()
+        .filter_map(|r| match r {
+            Record::HolIncident(h) => Some(h),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn quic_gap_on_one_stream_does_not_hold_the_other() {
     // Gateway capture, one path: stream 0 loses the range at offset 1200 for 150 ms while
@@ -184,17 +198,7 @@ fn quic_gap_on_one_stream_does_not_hold_the_other() {
     }
     let fill = base + 2 * GAP + 150_000_000;
     push(&mut obs, fill, 0, 2 * MSG);
-    let mut e = engine(Config::default());
-    for o in sorted(obs) {
-        e.handle(o);
-    }
-    let incs: Vec<_> = e
-        .drain_records()
-        .filter_map(|r| match r {
-            Record::HolIncident(h) => Some(h),
-            _ => None,
-        })
-        .collect();
+    let incs = hol_incidents(obs);
     assert_eq!(incs.len(), 1, "{incs:?}");
     let h = &incs[0];
     assert_eq!(h.protocol, HolProtocol::Quic);
@@ -538,17 +542,7 @@ fn a_gap_on_a_stream_opened_past_the_stream_bound_is_an_incident() {
         }
     }
     push(&mut obs, base + 2 * GAP + 150_000_000, 8000, 2 * MSG);
-    let mut e = engine(Config::default());
-    for o in sorted(obs) {
-        e.handle(o);
-    }
-    let incs: Vec<_> = e
-        .drain_records()
-        .filter_map(|r| match r {
-            Record::HolIncident(h) => Some(h),
-            _ => None,
-        })
-        .collect();
+    let incs = hol_incidents(obs);
     assert_eq!(incs.len(), 1, "{incs:?}");
     assert_eq!((incs[0].stream, incs[0].messages_held), (Some(8000), 7));
 }
