@@ -276,6 +276,116 @@ fn multipath_current_draft_path_ids_and_pn_spaces() {
     );
 }
 
+/// As noq (n0-computer's quinn with QUIC Multipath) sends the current draft: every path's
+/// packets acknowledged by PATH_ACK frames (path 0's too, never a plain ACK in 1-RTT), those
+/// of path 1 in a packet on path 0; and several 1-RTT packets of one path sent with UDP GSO,
+/// captured as one datagram before segmentation (equal segments, the last one shorter).
+#[test]
+fn noq_path_acks_on_another_path_and_gso_segments() {
+    let mut l = lab(Some(keylog(RANDOM)));
+    let ck = keys(&CLIENT_SECRET, 0);
+    let sk = keys(&SERVER_SECRET, 0);
+    let path1_cid = [0x11u8; 8];
+    let mut ncid = frame_bytes(&[0x3e78, 1, 0, 0], &[8]);
+    ncid.extend_from_slice(&path1_cid);
+    ncid.extend_from_slice(&[0xee; 16]);
+    assert!(
+        one(
+            &mut l,
+            &seal_short(&sk, &sk, &[], 0, 1, false, 0, &ncid),
+            false
+        )
+        .decrypted
+    );
+    // Client data on path 1, pn 0..=2: the first alone, the others one GSO send of two
+    // segments, then three segments (10, 10 and 4 bytes of frames) for pn 3..=5.
+    let stream = |n: usize| {
+        let mut f = vec![0x0a, 0x02, n as u8];
+        f.extend(std::iter::repeat_n(b'm', n));
+        f
+    };
+    let p0 = seal_short(&ck, &ck, &path1_cid, 0, 1, false, 1, &stream(5));
+    assert!(one(&mut l, &p0, true).decrypted);
+    let seg = |pn: u64, payload: &[u8]| seal_short(&ck, &ck, &path1_cid, pn, 1, false, 1, payload);
+    let two = [seg(1, &stream(5)), seg(2, &stream(5))].concat();
+    let three = [
+        seg(3, &stream(7)),
+        seg(4, &stream(7)),
+        seg(5, &[1, 0, 0, 0]),
+    ]
+    .concat();
+    for (datagram, pns) in [(two, vec![1, 2]), (three, vec![3, 4, 5])] {
+        let v = l.dec.decode(&datagram, &l.to_server);
+        let got: Vec<_> = v.iter().map(|s| (s.decrypted, s.pn, s.path_id)).collect();
+        let want: Vec<_> = pns.iter().map(|&pn| (true, Some(pn), Some(1))).collect();
+        assert_eq!(got, want);
+    }
+    assert_eq!(l.dec.stats.gso_segments, 3);
+    assert!(l.dec.stats.not_decrypted.is_empty(), "{:?}", l.dec.stats);
+    // The server, on path 0 (to the client's zero-length CID): PATH_ACK for path 1 (0..=5) and
+    // PATH_ACK_ECN for path 0; then the old code point and a plain ACK for the counters.
+    let mut acks = frame_bytes(&[0x3e, 1, 5, 0, 0, 5], &[]);
+    acks.extend(frame_bytes(&[0x3f, 0, 0, 0, 0, 0, 0, 0, 0], &[]));
+    let s = one(
+        &mut l,
+        &seal_short(&sk, &sk, &[], 1, 1, false, 0, &acks),
+        false,
+    );
+    assert!(s.decrypted, "{:?}", s.undecrypted_reason);
+    let named: Vec<_> = s
+        .frames
+        .iter()
+        .map(|f| (f.frame_type, f.path_id, f.ack_ranges.clone()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("path_ack", Some(1), Some(vec![[0, 5]])),
+            ("path_ack", Some(0), Some(vec![[0, 0]]))
+        ]
+    );
+    let old_and_plain = [
+        frame_bytes(&[0x1522_8c00, 1, 5, 0, 0, 5], &[]),
+        frame_bytes(&[0x02, 0, 0, 0, 0], &[]),
+    ]
+    .concat();
+    assert!(
+        one(
+            &mut l,
+            &seal_short(&sk, &sk, &[], 2, 1, false, 0, &old_and_plain),
+            false
+        )
+        .decrypted
+    );
+    let counted: Vec<_> = l
+        .dec
+        .stats
+        .ack_frames
+        .iter()
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    // (The RFC 9001 server Initial holds the other plain ACK.)
+    assert_eq!(counted, [("ack", 2), ("path_ack", 2), ("path_ack_old", 1)]);
+}
+
+/// A datagram that only looks like GSO segments (its DCID again inside, not at a segment
+/// boundary of every segment) stays one packet, failed and counted.
+#[test]
+fn gso_split_needs_every_segment_to_start_with_the_dcid() {
+    let mut l = lab(Some(keylog(RANDOM)));
+    let ck = keys(&CLIENT_SECRET, 0);
+    let dcid = unhex(SERVER_CID);
+    let a = seal_short(&ck, &ck, &dcid, 0, 1, false, 0, &[1, 0, 0, 0, 0, 0]);
+    // The segment repeated with garbage after it: 30 + 30 + 40 bytes, the last one longer.
+    let mut d = [a.clone(), a.clone()].concat();
+    d.extend_from_slice(&[0x40; 40]);
+    let v = l.dec.decode(&d, &l.to_server);
+    assert_eq!(v.len(), 1);
+    assert!(!v[0].decrypted);
+    assert_eq!(l.dec.stats.gso_segments, 0);
+    assert_eq!(l.dec.stats.not_decrypted.values().sum::<u64>(), 1);
+}
+
 #[test]
 fn multipath_draft05_nonce_uses_cid_sequence_number() {
     let mut l = lab(Some(keylog(RANDOM)));

@@ -304,7 +304,22 @@ impl QuicDecoder {
                 }
             };
             rest = rest.get(hdr.packet_len()..).unwrap_or(&[]);
-            let out = self.process(&hdr, short.and_then(|(_, e)| e), info, &mut scratch);
+            let entry = short.and_then(|(_, e)| e);
+            let mut out = self.process(&hdr, entry, info, &mut scratch);
+            // A 1-RTT packet of a known connection that fails to open may be the first of
+            // several sent with UDP segmentation offload (GSO) and captured before the kernel
+            // or the NIC cut them into datagrams: open it as one segment, the rest after it.
+            if out.undecrypted == Some(Undecrypted::Authentication) && entry.is_some() {
+                if let Some(seg) = gso_segment(at, dcid_len) {
+                    if let Ok(h) = parse_header(&at[..seg], dcid_len, self.cfg.parse) {
+                        let again = self.process(&h, entry, info, &mut scratch);
+                        if again.undecrypted.is_none() {
+                            self.stats.gso_segments += 1;
+                            (hdr, out, rest) = (h, again, &at[seg..]);
+                        }
+                    }
+                }
+            }
             if let Some(h) = out
                 .dcid_len
                 .and_then(|len| parse_header(at, len, self.cfg.parse).ok())
@@ -877,6 +892,7 @@ impl QuicDecoder {
                 }
             };
             match f {
+                Frame::Ack(a) => QuicStats::bump(&mut self.stats.ack_frames, a.kind()),
                 Frame::Crypto { offset, data } if space < 2 => {
                     let Some(c) = self.conns.get_mut(&id) else {
                         return;
@@ -915,6 +931,26 @@ impl QuicDecoder {
             }
         }
     }
+}
+
+/// The segment size of `datagram`, if it is several short-header packets of one destination
+/// connection ID (`dcid_len` bytes, at least 4) back to back in equal segments, the last one
+/// no longer — what a capture shows of a UDP GSO send taken before segmentation.
+fn gso_segment(datagram: &[u8], dcid_len: usize) -> Option<usize> {
+    /// First byte, packet number and AEAD tag: the least a segment holds besides its DCID.
+    const MIN_OVERHEAD: usize = 1 + 1 + 16;
+    if dcid_len < 4 {
+        return None;
+    }
+    let dcid = datagram.get(1..1 + dcid_len)?;
+    let starts_packet = |at: usize| {
+        datagram.get(at).is_some_and(|b| b & 0x80 == 0)
+            && datagram.get(at + 1..at + 1 + dcid_len) == Some(dcid)
+    };
+    let min = dcid_len + MIN_OVERHEAD;
+    (min..datagram.len())
+        .filter(|&seg| starts_packet(seg))
+        .find(|&seg| (seg..datagram.len()).step_by(seg).all(starts_packet))
 }
 
 fn crypto_reason(e: CryptoError) -> Undecrypted {

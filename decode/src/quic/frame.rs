@@ -19,6 +19,8 @@ pub struct EcnCounts {
 /// An ACK, PATH_ACK or ACK_MP frame; ranges are validated and read lazily.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ack<'a> {
+    /// The frame type on the wire (0x02/0x03, or a multipath code point).
+    pub frame_type: u64,
     /// Path ID (PATH_ACK) or destination CID sequence number (draft-05 ACK_MP).
     pub path_id: Option<u64>,
     /// Largest acknowledged packet number.
@@ -35,6 +37,17 @@ pub struct Ack<'a> {
 }
 
 impl<'a> Ack<'a> {
+    /// The kind of ACK frame: `ack`, `path_ack` (current multipath draft), `path_ack_old`
+    /// (drafts -07 to -19) or `ack_mp` (draft-05).
+    pub fn kind(&self) -> &'static str {
+        match self.frame_type {
+            mp::PATH_ACK | mp::PATH_ACK_ECN => "path_ack",
+            mp::PATH_ACK_OLD | mp::PATH_ACK_ECN_OLD => "path_ack_old",
+            mp::ACK_MP_05 | mp::ACK_MP_ECN_05 => "ack_mp",
+            _ => "ack",
+        }
+    }
+
     /// Acknowledged ranges, highest first, as inclusive `(smallest, largest)` pairs.
     pub fn ranges(&self) -> AckRanges<'a> {
         AckRanges {
@@ -443,7 +456,9 @@ fn parse_frame<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
             Frame::Padding { len: run + 1 }
         }
         0x01 => Frame::Ping,
-        0x02 | 0x03 => Frame::Ack(parse_ack(r, None, ty == 0x03).map_err(|e| e.at(ty, offset))?),
+        0x02 | 0x03 => {
+            Frame::Ack(parse_ack(r, ty, None, ty == 0x03).map_err(|e| e.at(ty, offset))?)
+        }
         mp::PATH_ACK
         | mp::PATH_ACK_ECN
         | mp::PATH_ACK_OLD
@@ -455,7 +470,7 @@ fn parse_frame<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
                 ty,
                 mp::PATH_ACK_ECN | mp::PATH_ACK_ECN_OLD | mp::ACK_MP_ECN_05
             );
-            Frame::Ack(parse_ack(r, Some(path_id), ecn).map_err(|e| e.at(ty, offset))?)
+            Frame::Ack(parse_ack(r, ty, Some(path_id), ecn).map_err(|e| e.at(ty, offset))?)
         }
         0x04 => Frame::ResetStream {
             stream_id: r.varint("stream id").map_err(t)?,
@@ -704,7 +719,12 @@ impl From<Truncated> for AckError {
     }
 }
 
-fn parse_ack<'a>(r: &mut Reader<'a>, path_id: Option<u64>, ecn: bool) -> Result<Ack<'a>, AckError> {
+fn parse_ack<'a>(
+    r: &mut Reader<'a>,
+    frame_type: u64,
+    path_id: Option<u64>,
+    ecn: bool,
+) -> Result<Ack<'a>, AckError> {
     let largest = r.varint("largest acknowledged")?;
     let delay = r.varint("ack delay")?;
     let range_count = r.varint("ack range count")?;
@@ -722,6 +742,7 @@ fn parse_ack<'a>(r: &mut Reader<'a>, path_id: Option<u64>, ecn: bool) -> Result<
     }
     let raw_ranges = ranges_start.get(..r.pos() - start).unwrap_or(&[]);
     let ack = Ack {
+        frame_type,
         path_id,
         largest,
         delay,

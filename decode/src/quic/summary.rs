@@ -296,6 +296,12 @@ pub struct QuicStats {
     pub not_decrypted: BTreeMap<&'static str, u64>,
     /// Frame-parsing stops by reason.
     pub frame_errors: BTreeMap<&'static str, u64>,
+    /// 1-RTT packets found as segments of a datagram captured before UDP segmentation
+    /// offload (GSO) cut it: several short-header packets back to back in one UDP payload.
+    pub gso_segments: u64,
+    /// ACK frames read in decrypted packets, by kind: `ack` (0x02/0x03), `path_ack` (current
+    /// multipath draft, 0x3e/0x3f), `path_ack_old` (drafts -07 to -19), `ack_mp` (draft-05).
+    pub ack_frames: BTreeMap<&'static str, u64>,
     /// Trailing zero bytes after coalesced packets (datagram padding).
     pub padding_bytes: u64,
     /// Connections created.

@@ -551,8 +551,10 @@ impl QuicMatcher {
                         shared.msgs.name_for_group(slot, g);
                     }
                 }
-                // A cut message's bytes sent again: their acknowledgment delivers it too.
-                let acks_it = !r.late && (!r.repeat || framed);
+                // Bytes sent again (a retransmission after loss): QUIC numbers every packet
+                // anew, so their acknowledgment proves the copy delivered, as the first one's
+                // would have.
+                let acks_it = !r.late;
                 if acks_it && pkt.dir == Dir::Out {
                     let slot = r.slot.unwrap_or(u32::MAX);
                     items.push((mkey, sr.stream_id, sr.offset, sr.len, slot));
