@@ -44,6 +44,13 @@ impl std::fmt::Display for MsgId {
         match self {
             MsgId::Hash(h) => write!(f, "hash {h:016x}"),
             MsgId::Kcp { up, sn } => write!(f, "{} sn {sn}", d(*up)),
+            // A whole unidirectional stream.
+            MsgId::Stream {
+                up,
+                stream,
+                start: 0,
+                end: u64::MAX,
+            } => write!(f, "{} stream {stream}", d(*up)),
             MsgId::Stream {
                 up,
                 stream,

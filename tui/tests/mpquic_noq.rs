@@ -15,8 +15,8 @@
 //! noq's own path statistics say were sent. A second run drops 10 % of path 1's data packets
 //! at the gateway (nftables, counted): each drop must show as a retransmission on path 1 (or a
 //! copy never acknowledged there whose bytes went again on path 0), every message still
-//! delivered. Messages are counted per uni stream: noq may cut one over two STREAM frames,
-//! which tboxscope then shows as two records.
+//! delivered. Each message is a unidirectional stream: noq may cut one over two STREAM frames
+//! (under load), and tboxscope must still show it as one message.
 //!
 //! Needs root (namespaces, tcpdump): `#[ignore]`d (by hand: `flock /tmp/tbx-root.lock cargo
 //! test -p tboxscope --test mpquic_noq -- --include-ignored`). Namespaces, tcpdump and the
@@ -487,7 +487,7 @@ fn flow(summary: &serde_json::Value) -> &serde_json::Value {
     r[0]
 }
 
-/// The uni stream a message record belongs to (`up stream 142 @ 0..600`).
+/// The uni stream a message record belongs to (`up stream 142`).
 fn stream_of(m: &serde_json::Value) -> u64 {
     let id = m["id"].as_str().unwrap();
     let rest = id
@@ -496,8 +496,8 @@ fn stream_of(m: &serde_json::Value) -> u64 {
     rest.split(' ').next().unwrap().parse().unwrap()
 }
 
-/// Checks of an analysis with the T-Box's captures, per message (uni stream; a message noq
-/// sent in two STREAM frames is two records): `n` messages, each carried (all its bytes
+/// Checks of an analysis with the T-Box's captures, per message (a uni stream, one record
+/// however noq cut it into STREAM frames): `n` messages, each carried (all its bytes
 /// acknowledged, or arrived) by a path that sent it; on each path, at most `slack` messages
 /// sent there and not carried there (copies lost on it whose bytes noq sent again on the
 /// other path); both paths carried data. Returns per path label the copies (records) it
@@ -527,6 +527,7 @@ fn carried_where_sent(
     }
     let got = streams.len() as u64;
     let split = messages.len() as u64 - got;
+    assert_eq!(split, 0, "a stream counted as {} messages", split + 1);
     assert!(n.contains(&got), "{got} messages, want {n:?}");
     let carried_by = |path: &str| {
         streams

@@ -243,6 +243,26 @@ impl QuicState {
 
     /// Splits `[off, off+len)` into message ranges: existing ones it overlaps and new ones,
     /// appended to `out` as (message key, name, bytes of this frame in it, new).
+    /// A frame of a unidirectional stream not cut by a framing: the stream is one message
+    /// (however its sender cut it into frames, on each path), appended to `out`.
+    fn whole_stream(&mut self, up: bool, stream: u64, off: u64, len: u64, out: &mut Vec<Part>) {
+        let k = mix(&[4, u64::from(up), stream, 0]);
+        let ring = self
+            .ranges
+            .get_or_insert_with((up, stream), StreamRanges::new);
+        let new = ring.is_empty();
+        if new {
+            ring.push_back((0, u64::MAX, k));
+        }
+        let id = MsgId::Stream {
+            up,
+            stream,
+            start: 0,
+            end: u64::MAX,
+        };
+        out.push((k, id, len, new && off == 0));
+    }
+
     fn split(&mut self, up: bool, stream: u64, off: u64, len: u64, out: &mut Vec<Part>) {
         let end = off.saturating_add(len);
         let name = |start, end| MsgId::Stream {
@@ -522,7 +542,11 @@ impl QuicMatcher {
                     }
                 }
                 (None, Some(Proto::Quic(s))) => {
-                    s.split(up, sr.stream_id, sr.offset, sr.len, &mut parts);
+                    if sr.stream_id & 2 != 0 && sr.framed.is_none() {
+                        s.whole_stream(up, sr.stream_id, sr.offset, sr.len, &mut parts);
+                    } else {
+                        s.split(up, sr.stream_id, sr.offset, sr.len, &mut parts);
+                    }
                 }
                 (None, _) => {}
             }
