@@ -898,13 +898,17 @@ fn replay_of_a_capture_shows_what_the_live_engine_ended_with() {
     let port_s = format!(":{port}");
     // Both ends of the connection run on this one kernel (two namespaces) and the probes see
     // both; the engine keys a socket by its address pair, so the far end's records land on
-    // the same socket (not the listener's). The connection's records in replay's (time) order.
+    // the same socket (not the listener's). The connection's kernel records (not the wire
+    // matcher's of the same types) in replay's (time) order.
     let is_port = |r: &Value, k: &str| r[k].as_str().is_some_and(|d| d.ends_with(&port_s));
     let is_any = |r: &Value, k: &str| r[k].as_str().is_some_and(|d| d.starts_with("0.0.0.0"));
     let mut records: Vec<Value> = lines(&out)
         .into_iter()
         .filter(|r| {
-            (is_port(r, "dst") || is_port(r, "src")) && !is_any(r, "dst") && !is_any(r, "src")
+            (is_port(r, "dst") || is_port(r, "src"))
+                && !is_any(r, "dst")
+                && !is_any(r, "src")
+                && r["source"] != "wire"
         })
         .collect();
     records.sort_by(|a, b| a["ts"].as_str().cmp(&b["ts"].as_str()));
@@ -919,7 +923,7 @@ fn replay_of_a_capture_shows_what_the_live_engine_ended_with() {
     assert_eq!(socket.path, "eth0");
     let retransmits: Vec<&Value> = records
         .iter()
-        .filter(|r| r["type"] == "tcp_retransmit" && r["source"] != "wire")
+        .filter(|r| r["type"] == "tcp_retransmit")
         .collect();
     // The backoff ladder holds the newest retransmissions (bounded, as live).
     let ladder = &socket.retransmissions;
