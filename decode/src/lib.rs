@@ -6,3 +6,4 @@
 pub mod kcp;
 pub mod net;
 pub mod quic;
+pub mod tcp;

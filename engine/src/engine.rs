@@ -6,6 +6,7 @@ use crate::config::Config;
 use crate::input::Observation;
 use crate::matcher::kcp::KcpMatcher;
 use crate::matcher::quic::QuicMatcher;
+use crate::matcher::tcpwire::TcpWireMatcher;
 use crate::record::{Record, Summary};
 use crate::shared::Shared;
 use crate::snapshot::Snapshot;
@@ -18,6 +19,8 @@ pub struct Engine {
     kcp: KcpMatcher,
     /// QUIC connections per server port, the modes of grouped connections, scratch.
     quic: QuicMatcher,
+    /// TCP connections seen on the wire: retransmissions, RTT, RTO.
+    tcp_wire: TcpWireMatcher,
 }
 
 impl Engine {
@@ -26,6 +29,7 @@ impl Engine {
         Self {
             kcp: KcpMatcher::default(),
             quic: QuicMatcher::new(&cfg),
+            tcp_wire: TcpWireMatcher::default(),
             shared: Shared::new(cfg),
         }
     }
@@ -61,7 +65,11 @@ impl Engine {
             Observation::Datagram(d) => shared.on_datagram(d),
             Observation::Kcp(k) => self.kcp.on_segment(shared, k),
             Observation::Quic(q) => self.quic.on_packet(shared, q),
-            Observation::TcpSegment(t) => shared.on_tcp_segment(t),
+            Observation::TcpSegment(t) => {
+                if let Some((ts_ns, path)) = shared.on_tcp_segment(t) {
+                    self.tcp_wire.on_segment(shared, t, ts_ns, path);
+                }
+            }
             Observation::Tcp(t) => shared.on_tcp_event(t),
             Observation::Overhead(o) => shared.on_overhead(o),
         }
@@ -108,6 +116,9 @@ impl Engine {
     /// Ends the run at `ts_ns`: closes every open message, outage and incident (their records
     /// become available from `drain_records`) and returns the whole-run figures.
     pub fn finish(&mut self, ts_ns: u64) -> Summary {
-        self.shared.finish(ts_ns)
+        self.tcp_wire.finish(&mut self.shared);
+        let mut summary = self.shared.finish(ts_ns);
+        summary.tcp_wire = self.tcp_wire.summary();
+        summary
     }
 }

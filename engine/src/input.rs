@@ -13,6 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
+pub use tboxscope_decode::tcp::{TcpFlags, TcpOptions};
 
 /// Identifies one capture (an interface or a file) within a run.
 pub type CaptureId = u16;
@@ -265,12 +266,16 @@ pub struct TcpSegment {
     pub meta: PacketMeta,
     /// Sequence number.
     pub seq: u32,
-    /// Acknowledgment number (valid when `ack_flag`).
+    /// Acknowledgment number (valid when `flags.ack()`).
     pub ack: u32,
-    /// ACK flag set.
-    pub ack_flag: bool,
+    /// Control bits (SYN, ACK, FIN, RST, ...).
+    pub flags: TcpFlags,
+    /// The window field as sent (unscaled).
+    pub window: u16,
     /// Payload length.
     pub len: u32,
+    /// Options: MSS, window scale, SACK permitted and blocks, timestamps.
+    pub options: TcpOptions,
 }
 
 /// Why the kernel retransmitted.

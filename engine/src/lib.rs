@@ -80,12 +80,13 @@ pub use input::{
     content_hash, payload_hash, AckRanges, AppIdRule, CaptureId, CapturePoint, CongState, ConnId,
     Datagram, Host, KcpCmd, KcpHeader, KcpSegment, Observation, Overhead, OverheadKind, PacketMeta,
     PathId, PathName, QuicAck, QuicAcks, QuicPacket, QuicStreams, RetransmitKind, StreamRange,
-    TcpEvent, TcpEventKind, TcpFigures, TcpSegment, CONTENT_PREFIX,
+    TcpEvent, TcpEventKind, TcpFigures, TcpFlags, TcpOptions, TcpSegment, CONTENT_PREFIX,
 };
 pub use latency::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 pub use record::{
     CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, LateCopyRecord, MessageRecord,
-    NotSent, NotSentCause, OutageRecord, Record, Recovery, Summary, WindowRecord,
+    NotSent, NotSentCause, OutageRecord, Record, Recovery, Spurious, Summary, TcpRetransmitKind,
+    TcpRetransmitRecord, TcpRtoRecord, TcpSource, TcpWireDirection, TcpWireSummary, WindowRecord,
 };
 pub use shared::view::{add_late_copies, redundancy_verdict};
 pub use snapshot::Snapshot;

@@ -305,6 +305,183 @@ pub struct Summary {
     pub hol: Vec<(HolProtocol, crate::snapshot::HolTotals)>,
     /// Health counters and inferences.
     pub health: CaptureHealth,
+    /// TCP seen on the wire: retransmissions by kind and the RTO backoff ladder per
+    /// connection and direction.
+    #[serde(default)]
+    pub tcp_wire: TcpWireSummary,
+}
+
+/// Who saw a TCP retransmission or timeout: the kernel's probes or a packet capture.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TcpSource {
+    /// The eBPF probes on the sending host's kernel.
+    #[default]
+    Kernel,
+    /// A packet capture (the engine's TCP wire matcher).
+    Wire,
+}
+
+/// Why a TCP segment was sent again, in the kernel's words (`tcp_retransmit`'s `kind`), for
+/// the kernel's records and the wire's alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TcpRetransmitKind {
+    /// The retransmission timer expired (RTO).
+    Rto,
+    /// Fast retransmit / RACK: duplicate ACKs or SACK showed later data arriving.
+    Fast,
+    /// Tail loss probe.
+    LossProbe,
+    /// ACK-driven resend of the window after an RTO (still in Loss).
+    LossRecovery,
+    /// Not classified.
+    Other,
+}
+
+impl TcpRetransmitKind {
+    /// Every kind, in a stable order (for reports).
+    pub const ALL: [TcpRetransmitKind; 5] = [
+        Self::Rto,
+        Self::Fast,
+        Self::LossProbe,
+        Self::LossRecovery,
+        Self::Other,
+    ];
+
+    /// The kind's name as written in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rto => "rto",
+            Self::Fast => "fast",
+            Self::LossProbe => "loss_probe",
+            Self::LossRecovery => "loss_recovery",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// Why a retransmission seen on the wire was not needed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Spurious {
+    /// The receiver reported the data twice with a D-SACK (RFC 2883).
+    Dsack,
+    /// The original was acknowledged (cumulatively or by SACK) before the retransmission
+    /// was seen.
+    AckedBefore,
+    /// The ACK of the data echoed the original's timestamp, not the retransmission's
+    /// (Eifel, RFC 3522).
+    Timestamp,
+}
+
+/// `tcp_retransmit` from the wire: one retransmitted segment (the kernel's records of the same
+/// type carry `"source": "kernel"` and the socket's figures instead of the wire's).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TcpRetransmitRecord {
+    /// Always [`TcpSource::Wire`].
+    pub source: TcpSource,
+    /// Path label of the capture.
+    pub path: String,
+    /// Sender of the data `addr:port`.
+    pub src: String,
+    /// Receiver `addr:port`.
+    pub dst: String,
+    /// What made the sender resend.
+    pub kind: TcpRetransmitKind,
+    /// First sequence number resent.
+    pub seq: u32,
+    /// Sequence space resent (bytes; SYN and FIN count one).
+    pub len: u32,
+    /// RTO backoff level (for `rto`: inferred from the spacing of timeouts on the same data;
+    /// otherwise the level the connection was at).
+    pub backoff: u8,
+    /// The retransmission timeout estimated from the RTT samples seen (RFC 6298, Linux's
+    /// 200 ms floor), ms.
+    pub rto_ms: u64,
+    /// Time since the data was first sent, ms.
+    pub since_first_ms: u64,
+    /// Set when the retransmission proved unnecessary, and how that was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spurious: Option<Spurious>,
+    /// When it was seen (reference clock, ns).
+    #[serde(skip)]
+    pub ts_ns: u64,
+}
+
+/// `tcp_rto` from the wire: a retransmission the timer made, with its backoff level.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TcpRtoRecord {
+    /// Always [`TcpSource::Wire`].
+    pub source: TcpSource,
+    /// Path label of the capture.
+    pub path: String,
+    /// Sender of the data `addr:port`.
+    pub src: String,
+    /// Receiver `addr:port`.
+    pub dst: String,
+    /// Timeouts so far in this backoff episode (1 for the first).
+    pub timeout: u32,
+    /// The timeout that expired (ms): the silence before the retransmission.
+    pub rto_ms: u64,
+    /// Its backoff level (0 for the first), from the spacing of the timeouts.
+    pub backoff: u8,
+    /// First sequence number resent.
+    pub seq: u32,
+    /// When it was seen (reference clock, ns).
+    #[serde(skip)]
+    pub ts_ns: u64,
+}
+
+/// One direction of one TCP connection seen on the wire, by one capture.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpWireDirection {
+    /// Path label of the capture.
+    pub path: String,
+    /// Sender `addr:port`.
+    pub src: String,
+    /// Receiver `addr:port`.
+    pub dst: String,
+    /// Data segments (SYN and FIN included), first transmissions and retransmissions.
+    pub segments: u64,
+    /// Retransmitted segments, per kind (in [`TcpRetransmitKind::ALL`]'s order).
+    pub retransmits: [u64; 5],
+    /// Of those, spurious.
+    pub spurious: u64,
+    /// Timeouts per backoff level (index = level, up to 15).
+    pub rto_ladder: Vec<u64>,
+    /// The longest timeout seen (ms).
+    pub max_rto_ms: u64,
+    /// RTT samples taken (Karn's rule; timestamps when present).
+    pub rtt_samples: u64,
+    /// Smoothed RTT at the end (µs).
+    pub srtt_us: u64,
+    /// The RTO estimate at the end (ms).
+    pub rto_ms: u64,
+}
+
+impl TcpWireDirection {
+    /// Retransmissions of every kind.
+    pub fn retransmits_total(&self) -> u64 {
+        self.retransmits.iter().sum()
+    }
+}
+
+/// What the TCP wire matcher saw over the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpWireSummary {
+    /// Per connection direction that sent data, busiest first.
+    pub directions: Vec<TcpWireDirection>,
+    /// Connections followed.
+    pub connections: u64,
+    /// Connections forgotten to stay within the bound (least recently active first).
+    pub evicted_connections: u64,
+    /// Sent segments forgotten per direction to stay within the bound (their retransmission
+    /// is then classified without the original's send time).
+    pub evicted_segments: u64,
+    /// Retransmissions whose verdict (spurious or not) was given early to stay within the
+    /// bound.
+    pub evicted_pending: u64,
 }
 
 /// One output record.
@@ -321,6 +498,10 @@ pub enum Record {
     HolIncident(HolIncident),
     /// A copy that came after its message closed.
     LateCopy(LateCopyRecord),
+    /// A TCP retransmission seen on the wire.
+    TcpRetransmit(TcpRetransmitRecord),
+    /// A TCP retransmission timeout seen on the wire.
+    TcpRto(TcpRtoRecord),
 }
 
 impl Record {
@@ -332,6 +513,8 @@ impl Record {
             Record::Outage(_) => "outage",
             Record::HolIncident(_) => "hol_incident",
             Record::LateCopy(_) => "late_copy",
+            Record::TcpRetransmit(_) => "tcp_retransmit",
+            Record::TcpRto(_) => "tcp_rto",
         }
     }
 
@@ -343,6 +526,8 @@ impl Record {
             Record::Outage(o) => o.end_ns.unwrap_or(o.start_ns.saturating_add(o.duration_ns)),
             Record::HolIncident(h) => h.end_ns.unwrap_or(h.start_ns.saturating_add(h.stall_ns)),
             Record::LateCopy(l) => l.seen_ns,
+            Record::TcpRetransmit(r) => r.ts_ns,
+            Record::TcpRto(r) => r.ts_ns,
         }
     }
 }

@@ -246,6 +246,7 @@ pub fn render(s: &Summary) -> String {
             }
         );
     }
+    tcp_wire(&mut o, &s.tcp_wire);
     if !s.health.inferences.is_empty() {
         let _ = writeln!(o);
         let _ = writeln!(o, "Captures (stated or inferred):");
@@ -276,6 +277,79 @@ pub fn render(s: &Summary) -> String {
         );
     }
     o
+}
+
+/// Directions listed in the TCP section.
+const MAX_TCP_LISTED: usize = 20;
+
+/// TCP on the wire: per connection direction, retransmissions by kind and the RTO backoff
+/// ladder (timeouts per level).
+fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
+    if t.directions.is_empty() {
+        return;
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "TCP on the wire: {} connection(s); retransmissions per sender (kinds: rto, fast, loss_probe, loss_recovery, other):",
+        t.connections
+    );
+    for d in t.directions.iter().take(MAX_TCP_LISTED) {
+        let kinds: Vec<String> = crate::record::TcpRetransmitKind::ALL
+            .iter()
+            .zip(d.retransmits)
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{n} {}", k.as_str()))
+            .collect();
+        let ladder = if d.rto_ladder.is_empty() {
+            String::new()
+        } else {
+            let steps: Vec<String> = d
+                .rto_ladder
+                .iter()
+                .enumerate()
+                .map(|(level, n)| format!("L{level}×{n}"))
+                .collect();
+            format!(
+                "; RTO backoff ladder {} (longest timeout {} ms)",
+                steps.join(" "),
+                d.max_rto_ms
+            )
+        };
+        let _ = writeln!(
+            o,
+            "  {} {} → {}: {} segments, {} retransmitted{}{}{}; srtt {}, RTO {} ms ({} RTT samples)",
+            d.path,
+            d.src,
+            d.dst,
+            d.segments,
+            d.retransmits_total(),
+            if kinds.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", kinds.join(", "))
+            },
+            if d.spurious > 0 {
+                format!(", {} spurious", d.spurious)
+            } else {
+                String::new()
+            },
+            ladder,
+            ms(d.srtt_us),
+            d.rto_ms,
+            d.rtt_samples
+        );
+    }
+    if t.directions.len() > MAX_TCP_LISTED {
+        let _ = writeln!(o, "  … {} more", t.directions.len() - MAX_TCP_LISTED);
+    }
+    if t.evicted_connections + t.evicted_segments + t.evicted_pending > 0 {
+        let _ = writeln!(
+            o,
+            "  evicted to stay bounded: {} connections, {} sent segments, {} verdicts given early",
+            t.evicted_connections, t.evicted_segments, t.evicted_pending
+        );
+    }
 }
 
 #[cfg(test)]

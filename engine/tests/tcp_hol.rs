@@ -117,8 +117,9 @@ fn fast_retransmit_with_segments_uses_send_time_and_ack() {
             meta: meta(ts, "eth0", 0, src, dst, 40 + len),
             seq,
             ack,
-            ack_flag: true,
+            flags: tboxscope_engine::TcpFlags(0x10),
             len,
+            ..TcpSegment::default()
         })
     };
     let mut obs = Vec::new();

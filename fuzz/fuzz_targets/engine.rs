@@ -15,7 +15,7 @@ use tboxscope_engine::{
     CapturePoint, Config, CongState, ConnId, Datagram, Engine, FlowSelector, Host, KcpCmd,
     KcpHeader, KcpSegment, MatchMode, ModeOverride, Observation, Overhead, OverheadKind,
     PacketMeta, PathId, PathName, QuicAck, QuicPacket, RetransmitKind, StreamRange, TcpEvent,
-    TcpEventKind, TcpFigures, TcpSegment,
+    TcpEventKind, TcpFigures, TcpFlags, TcpOptions, TcpSegment,
 };
 
 const T0: u64 = 1_796_000_000_000_000_000;
@@ -179,8 +179,20 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
             meta: w.meta(u, ts)?,
             seq: small(u, 20)? * 500,
             ack: small(u, 20)? * 500,
-            ack_flag: u.arbitrary()?,
+            flags: TcpFlags(u.arbitrary()?),
+            window: u.arbitrary()?,
             len: *u.choose(&[0, 500, 1000])?,
+            options: {
+                let mut o = TcpOptions::default();
+                if u.arbitrary()? {
+                    o.timestamps = Some((small(u, 20)?, small(u, 20)?));
+                }
+                o.sack_count = u.int_in_range(0..=2)?;
+                for b in &mut o.sack {
+                    *b = (small(u, 20)? * 500, small(u, 20)? * 500);
+                }
+                o
+            },
         }),
         6 => {
             let kind = match u.int_in_range(0..=5)? {

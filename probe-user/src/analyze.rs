@@ -624,7 +624,8 @@ fn dissect_and_emit<E>(
     failed.map_or(Ok(()), Err)
 }
 
-/// Writes one record as a JSON line (`kcp_segment`, `quic_packet`, `udp_datagram`).
+/// Writes one record as a JSON line (`kcp_segment`, `quic_packet`, `udp_datagram`,
+/// `tcp_segment`).
 pub fn write_record<W: std::io::Write>(
     out: &mut JsonLinesWriter<W>,
     r: &Record<'_>,
@@ -635,6 +636,7 @@ pub fn write_record<W: std::io::Write>(
         Decoded::KcpSegment(f) => out.write(kind, p.ts_ns, &line(r, f)),
         Decoded::QuicPacket(f) => out.write(kind, p.ts_ns, &line(r, f.as_ref())),
         Decoded::UdpDatagram(f) => out.write(kind, p.ts_ns, &line(r, f)),
+        Decoded::TcpSegment(f) => out.write(kind, p.ts_ns, &line(r, f)),
     }
 }
 

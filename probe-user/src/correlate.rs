@@ -6,11 +6,11 @@ use tboxscope_decode::quic::{FrameSummary, PacketSummary};
 use tboxscope_engine::{
     CaptureId, CapturePoint, Config, ConnId, Datagram, Engine, Host, KcpSegment, Observation,
     Overhead, OverheadKind, PacketMeta, PathId, PathName, QuicAck, QuicAcks, QuicPacket,
-    QuicStreams, StreamRange,
+    QuicStreams, StreamRange, TcpSegment,
 };
 
 use crate::analyze::Record;
-use crate::dissect::{Decoded, DecodedPacket, KcpSegmentRecord, StreamHead};
+use crate::dissect::{Decoded, DecodedPacket, KcpSegmentRecord, StreamHead, TcpSegmentRecord};
 
 /// QUIC's default `ack_delay_exponent` (RFC 9000 §18.2): the transport parameter is encrypted
 /// and rarely changed, so ACK delays are decoded with it.
@@ -387,12 +387,26 @@ pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
                 kind: OverheadKind::Other,
             }),
         },
+        Decoded::TcpSegment(t) => Observation::TcpSegment(tcp_segment(meta, t)),
         Decoded::UdpDatagram(d) => Observation::Datagram(Datagram {
             meta,
             payload_hash: d.payload_hash,
             payload_len: u32::try_from(d.len).unwrap_or(u32::MAX),
             app_msg_id: packet.app_msg_id,
         }),
+    }
+}
+
+/// The TCP segment `t`, seen as `meta`.
+pub fn tcp_segment(meta: PacketMeta, t: &TcpSegmentRecord) -> TcpSegment {
+    TcpSegment {
+        meta,
+        seq: t.seq,
+        ack: t.ack,
+        flags: t.flags,
+        window: t.window,
+        len: t.len,
+        options: t.options,
     }
 }
 

@@ -6,11 +6,12 @@ use std::net::SocketAddr;
 
 use serde::Serialize;
 use tboxscope_decode::kcp::{Cmd, Detection, Detector, DetectorConfig, DetectorStats, KcpSegment};
-use tboxscope_decode::net::{FragmentStats, LinkType, NetParser, NetReject};
+use tboxscope_decode::net::{tcp_segment, FragmentStats, LinkType, NetParser, NetReject};
 use tboxscope_decode::quic::{
     DatagramInfo, DecoderConfig, Frame, Keylog, KeylogError, PacketSummary, ParseOptions,
     QuicDecoder, QuicStats, Undecrypted,
 };
+use tboxscope_decode::tcp::{TcpFlags, TcpOptions, TcpReject};
 use tboxscope_engine::{AppIdRule, Delimiter, Framing};
 
 /// What the dissector looks for.
@@ -69,9 +70,28 @@ pub struct UdpRecord {
     pub payload_hash: u64,
 }
 
+/// One TCP segment's header fields (the payload stays in the frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TcpSegmentRecord {
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgment number (meaningful with the ACK flag).
+    pub ack: u32,
+    /// Control bits.
+    pub flags: TcpFlags,
+    /// The window field as sent (unscaled).
+    pub window: u16,
+    /// Payload length.
+    pub len: u32,
+    /// MSS, window scale, SACK permitted and blocks, timestamps.
+    pub options: TcpOptions,
+}
+
 /// What was decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decoded {
+    /// A TCP segment.
+    TcpSegment(TcpSegmentRecord),
     /// A KCP segment.
     KcpSegment(KcpSegmentRecord),
     /// A QUIC packet (one of possibly several coalesced in a datagram).
@@ -87,6 +107,7 @@ impl Decoded {
             Decoded::KcpSegment(_) => "kcp_segment",
             Decoded::QuicPacket(_) => "quic_packet",
             Decoded::UdpDatagram(_) => "udp_datagram",
+            Decoded::TcpSegment(_) => "tcp_segment",
         }
     }
 }
@@ -129,7 +150,8 @@ pub struct StreamHead {
     pub framed: Option<(u64, u64)>,
 }
 
-/// Counters: every frame lands in exactly one of `unsupported_link`, `net_rejected`, or `udp`;
+/// Counters: every frame lands in exactly one of `unsupported_link`, `net_rejected`,
+/// `tcp_rejected`, `tcp` or `udp`;
 /// every UDP datagram in exactly one of `kcp_datagrams`, `kcp_other`, `quic_datagrams` or
 /// `other_udp`.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -138,8 +160,13 @@ pub struct DissectStats {
     pub frames: u64,
     /// Frames on an interface whose link type is not decoded.
     pub unsupported_link: u64,
-    /// Frames without a UDP datagram, by reason (fragments waiting for reassembly included).
+    /// Frames without a UDP datagram or a TCP segment, by reason (fragments waiting for
+    /// reassembly included; `not_udp` counts IP carrying neither UDP nor TCP).
     pub net_rejected: NetRejects,
+    /// TCP segments decoded.
+    pub tcp: u64,
+    /// IP packets of protocol TCP without a usable segment, by reason.
+    pub tcp_rejected: TcpRejects,
     /// UDP datagrams (reassembled ones included).
     pub udp: u64,
     /// UDP datagrams decoded as KCP (raw or kcp-go).
@@ -206,6 +233,35 @@ impl NetRejects {
             + self.not_udp
             + self.fragment
             + self.bad_fragment
+    }
+}
+
+/// TCP packets without a segment, by [`TcpReject`] reason (in [`TcpReject::ALL`]'s order;
+/// `not_tcp` stays 0: such frames are in [`DissectStats::net_rejected`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpRejects(pub [u64; TcpReject::ALL.len()]);
+
+impl TcpRejects {
+    fn count(&mut self, r: TcpReject) {
+        if let Some(i) = TcpReject::ALL.iter().position(|x| *x == r) {
+            self.0[i] += 1;
+        }
+    }
+
+    /// Sum over all reasons.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+impl Serialize for TcpRejects {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(TcpReject::ALL.len()))?;
+        for (r, n) in TcpReject::ALL.iter().zip(self.0) {
+            m.serialize_entry(r.as_str(), &n)?;
+        }
+        m.end()
     }
 }
 
@@ -467,6 +523,7 @@ impl Dissector {
         };
         let udp = match self.net.udp(link, frame, ts_ns) {
             Ok(u) => u,
+            Err(NetReject::NotUdp) => return self.tcp(link, frame, ts_ns, each),
             Err(r) => {
                 self.stats.net_rejected.count(r);
                 return 0;
@@ -623,6 +680,48 @@ impl Dissector {
             return 1;
         }
         0
+    }
+}
+
+impl Dissector {
+    /// A frame [`NetParser::udp`] found no UDP in: its TCP segment, or the reason.
+    fn tcp(
+        &mut self,
+        link: LinkType,
+        frame: &[u8],
+        ts_ns: u64,
+        mut each: impl FnMut(DecodedPacket),
+    ) -> usize {
+        let seg = match tcp_segment(link, frame) {
+            Ok(s) => s,
+            Err(TcpReject::NotTcp) => {
+                self.stats.net_rejected.count(NetReject::NotUdp);
+                return 0;
+            }
+            Err(r) => {
+                self.stats.tcp_rejected.count(r);
+                return 0;
+            }
+        };
+        self.stats.tcp += 1;
+        let t = &seg.tcp;
+        each(DecodedPacket {
+            ts_ns,
+            src: seg.src,
+            dst: seg.dst,
+            decoded: Decoded::TcpSegment(TcpSegmentRecord {
+                seq: t.seq(),
+                ack: t.ack(),
+                flags: t.flags(),
+                window: t.window(),
+                len: u32::try_from(t.payload().len()).unwrap_or(u32::MAX),
+                options: *t.options(),
+            }),
+            app_msg_id: None,
+            content_hash: None,
+            stream_heads: Vec::new(),
+        });
+        1
     }
 }
 

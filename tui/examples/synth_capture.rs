@@ -120,11 +120,13 @@ fn tcp(
     let record = match what {
         Tcp::Cwnd => Record::Cwnd(CwndRecord { ends, sock }),
         Tcp::Rto { timeout } => Record::Rto(RtoRecord {
+            source: tboxscope_engine::TcpSource::Kernel,
             ends,
             timeout,
             sock,
         }),
         Tcp::Retransmit { kind, seq } => Record::Retransmit(RetransmitRecord {
+            source: tboxscope_engine::TcpSource::Kernel,
             ends,
             kind,
             segs: Some(1),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use probe_user::capture::clock::WallClock;
 use probe_user::correlate::Correlator;
-use probe_user::decode::net::TcpSegmentView;
+use probe_user::decode::net::TcpSegment as WireSegment;
 use probe_user::dissect::{DecodedPacket, DissectConfig, Dissector};
 use probe_user::engine::{CaptureId, Config as EngineConfig, Observation};
 use probe_user::source::pcap::live::LivePacket;
@@ -156,7 +156,7 @@ impl EngineFeed {
         capture: CaptureId,
         label: &str,
         p: &LivePacket,
-        seg: &TcpSegmentView<'_>,
+        seg: &WireSegment<'_>,
     ) {
         let segment = TcpSegment {
             meta: PacketMeta {
@@ -167,10 +167,12 @@ impl EngineFeed {
                 dst: seg.dst,
                 wire_len: p.orig_len,
             },
-            seq: seg.seq,
-            ack: seg.ack,
-            ack_flag: seg.ack_flag,
-            len: u32::try_from(seg.payload.len()).unwrap_or(u32::MAX),
+            seq: seg.tcp.seq(),
+            ack: seg.tcp.ack(),
+            flags: seg.tcp.flags(),
+            window: seg.tcp.window(),
+            len: u32::try_from(seg.tcp.payload().len()).unwrap_or(u32::MAX),
+            options: *seg.tcp.options(),
         };
         self.correlator
             .engine_mut()

@@ -1,6 +1,7 @@
 //! Matching copies across paths, one file per duplication mode: identical datagrams
 //! (`datagram`), KCP conv+sn (`kcp`), QUIC STREAM ranges of one connection or content/app id
-//! across separate connections (`quic`), plus TCP sockets (`tcp`, no duplication; HOL only).
+//! across separate connections (`quic`), plus TCP sockets (`tcp`, no duplication; HOL only) and TCP retransmissions on the wire
+//! (`tcpwire`).
 
 pub mod datagram;
 pub mod gaps;
@@ -8,6 +9,7 @@ pub mod kcp;
 pub mod quic;
 pub mod streams;
 pub mod tcp;
+pub mod tcpwire;
 
 use std::net::SocketAddr;
 

@@ -10,6 +10,7 @@ use crate::capture::{is_uplink, Dir};
 use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::push_evidence;
 use crate::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind, TcpFigures, TcpSegment};
+use crate::paths::PathIdx;
 use crate::record::{HolIncident, HolProtocol, Record};
 use crate::shared::Shared;
 use crate::snapshot::{Severity, TcpRetransmission, TcpSample};
@@ -81,10 +82,10 @@ fn seq_after(a: u32, b: u32) -> bool {
 }
 
 impl Shared {
-    pub(crate) fn on_tcp_segment(&mut self, t: &TcpSegment) {
-        let Some(pkt) = self.packet(&t.meta) else {
-            return;
-        };
+    /// Takes a captured segment; returns its time on the reference clock and its path, for
+    /// the wire matcher (`None` when the path table is full).
+    pub(crate) fn on_tcp_segment(&mut self, t: &TcpSegment) -> Option<(u64, PathIdx)> {
+        let pkt = self.packet(&t.meta)?;
         let (key, src_is_client) = socket_key(t.meta.src, t.meta.dst);
         self.remember_tuple(pkt.tuple, &key);
         let label = self.paths.label(pkt.path).to_owned();
@@ -128,7 +129,7 @@ impl Shared {
                     }
                 }
                 // An ACK from the other side beyond the missing seq ends the stall.
-                if t.ack_flag {
+                if t.flags.ack() {
                     if let Some((_, missing, dir, _)) = s.incident {
                         if seq_after(t.ack, missing) && d != dir {
                             close_at = Some(pkt.ts_ns);
@@ -150,6 +151,7 @@ impl Shared {
         if let Some(at) = close_at {
             self.tcp_close_incident(fr, at, "ACK past the missing segment");
         }
+        Some((pkt.ts_ns, pkt.path))
     }
 
     pub(crate) fn on_tcp_event(&mut self, e: &TcpEvent) {

@@ -143,6 +143,8 @@ impl Shared {
             incidents_total: self.incidents.total,
             hol: self.incidents.totals(end),
             health: self.health(),
+            // Filled by the engine from its TCP wire matcher.
+            tcp_wire: Default::default(),
         }
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use tboxscope_engine::input::{self as engine, TcpEvent, TcpEventKind, TcpFigures};
+use tboxscope_engine::record::TcpSource;
 
 use crate::source::ebpf::event::{jiffies_to_ms, CaState, SocketState, TcpSnapshot};
 use crate::source::ebpf::{KernelDrops, RetransmitKind};
@@ -91,6 +92,10 @@ impl SockFields {
 /// `tcp_retransmit`: one retransmission.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetransmitRecord {
+    /// Who saw it: always `kernel` here (`wire` records come from the engine's TCP wire
+    /// matcher); recordings made before the field existed read as `kernel`.
+    #[serde(default)]
+    pub source: TcpSource,
     /// Connection.
     #[serde(flatten)]
     pub ends: Endpoints,
@@ -115,6 +120,10 @@ pub struct RetransmitRecord {
 /// `tcp_rto`: the retransmission timer expired.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RtoRecord {
+    /// Who saw it: always `kernel` here (`wire` records come from the engine's TCP wire
+    /// matcher); recordings made before the field existed read as `kernel`.
+    #[serde(default)]
+    pub source: TcpSource,
     /// Connection.
     #[serde(flatten)]
     pub ends: Endpoints,

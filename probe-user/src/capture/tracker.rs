@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::records::*;
 use crate::source::ebpf::event::{CaState, SocketState, TcpEventKind, TcpObservation, TCP_CLOSE};
 use crate::source::ebpf::RetransmitKind;
+use tboxscope_engine::record::TcpSource;
 
 const CA_LOSS: u8 = probe_common::CA_LOSS;
 
@@ -207,6 +208,7 @@ impl Tracker {
                     c.totals.retransmit_failures += 1;
                 }
                 out.push(Record::Retransmit(RetransmitRecord {
+                    source: TcpSource::Kernel,
                     ends: ends.clone(),
                     kind,
                     segs,
@@ -230,6 +232,7 @@ impl Tracker {
                     ep.max_backoff = ep.max_backoff.max(after);
                     let timeout = ep.timeouts;
                     out.push(Record::Rto(RtoRecord {
+                        source: TcpSource::Kernel,
                         ends,
                         timeout,
                         sock,

@@ -376,6 +376,24 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
         s.quic_packets,
         s.other_udp
     )?;
+    if s.tcp + s.tcp_rejected.total() > 0 {
+        let rejected: Vec<String> = probe_user::decode::tcp::TcpReject::ALL
+            .iter()
+            .zip(s.tcp_rejected.0)
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| format!("{n} {}", r.as_str()))
+            .collect();
+        writeln!(
+            out,
+            "TCP: {} segments{}",
+            s.tcp,
+            if rejected.is_empty() {
+                String::new()
+            } else {
+                format!("; not decoded: {}", rejected.join(", "))
+            }
+        )?;
+    }
     let q = analyzer.dissector().quic_stats();
     if q.packets > 0 {
         let why: Vec<String> = q
@@ -420,7 +438,7 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
     }
     writeln!(
         out,
-        "not decoded: {} not IP, {} not UDP, {} truncated, {} malformed, {} fragments, {} bad fragments, {} unsupported link",
+        "not decoded: {} not IP, {} neither UDP nor TCP, {} truncated, {} malformed, {} fragments, {} bad fragments, {} unsupported link",
         r.not_ip, r.not_udp, r.truncated, r.malformed, r.fragment, r.bad_fragment, s.unsupported_link
     )?;
     Ok(())

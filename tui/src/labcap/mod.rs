@@ -370,7 +370,7 @@ fn feed_frame<'a>(
 ) -> &'a [DecodedPacket] {
     let label = labels.get(p.path).map_or("?", String::as_str);
     let capture = u16::try_from(p.path).unwrap_or(u16::MAX);
-    if let Some(seg) = tcp_segment(p.link, &p.data) {
+    if let Ok(seg) = tcp_segment(p.link, &p.data) {
         messages.segment(end_of(plan, p.path), p.ts_ns, &seg);
         engine.tcp_segment(capture, label, p, &seg);
         return &[];
@@ -675,7 +675,7 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
     // The lab's own TCP sockets: what the T-Box's capture saw connect.
     for f in &collected.frames {
         if end_of(plan, f.path) == End::Tbox {
-            if let Some(seg) = tcp_segment(f.link, &f.data) {
+            if let Ok(seg) = tcp_segment(f.link, &f.data) {
                 messages.segment(End::Tbox, f.ts_ns, &seg);
             }
         }
@@ -784,7 +784,7 @@ fn remember_flow(ports: &mut HashMap<String, u16>, d: &DecodedPacket) {
             Some(n) => FlowKey::Quic { conn: ConnId(n) },
             None => return,
         },
-        Decoded::UdpDatagram(_) => return,
+        Decoded::UdpDatagram(_) | Decoded::TcpSegment(_) => return,
     };
     if ports.len() < 4096 {
         ports.entry(key.name()).or_insert(port);

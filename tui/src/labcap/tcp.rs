@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use probe_user::decode::net::TcpSegmentView;
+use probe_user::decode::net::TcpSegment;
 use probe_user::engine::snapshot::Percentiles;
 use probe_user::engine::LatencyHist;
 
@@ -52,6 +52,15 @@ struct Conn {
     retransmitted: u64,
     /// Bytes past [`MAX_STREAM`] or before the stream start.
     out_of_range: u64,
+}
+
+/// The fields of a captured segment the message rebuild reads.
+struct Seg<'a> {
+    src: SocketAddr,
+    dst: SocketAddr,
+    seq: u32,
+    syn: bool,
+    payload: &'a [u8],
 }
 
 /// Follows the lab's TCP connections to one server port.
@@ -99,7 +108,21 @@ impl TcpMessages {
     }
 
     /// Takes one captured segment (client → server data only; the rest is ignored).
-    pub fn segment(&mut self, end: End, ts_ns: u64, seg: &TcpSegmentView<'_>) {
+    pub fn segment(&mut self, end: End, ts_ns: u64, seg: &TcpSegment<'_>) {
+        self.data(
+            end,
+            ts_ns,
+            &Seg {
+                src: seg.src,
+                dst: seg.dst,
+                seq: seg.tcp.seq(),
+                syn: seg.tcp.flags().syn(),
+                payload: seg.tcp.payload(),
+            },
+        );
+    }
+
+    fn data(&mut self, end: End, ts_ns: u64, seg: &Seg<'_>) {
         if seg.dst.port() != self.port {
             return;
         }
@@ -286,16 +309,12 @@ mod tests {
         m
     }
 
-    fn seg<'a>(seq: u32, syn: bool, payload: &'a [u8]) -> TcpSegmentView<'a> {
-        TcpSegmentView {
+    fn seg<'a>(seq: u32, syn: bool, payload: &'a [u8]) -> Seg<'a> {
+        Seg {
             src: "10.40.0.2:40000".parse().unwrap(),
             dst: "10.40.0.1:7001".parse().unwrap(),
             seq,
-            ack: 0,
             syn,
-            fin: false,
-            rst: false,
-            ack_flag: !syn,
             payload,
         }
     }
@@ -304,14 +323,14 @@ mod tests {
     fn a_lost_segment_delays_its_message_until_the_retransmission_arrives() {
         let mut t = TcpMessages::new(7001);
         let (a, b) = (message(0, 100), message(1, 100));
-        t.segment(End::Tbox, 0, &seg(999, true, &[]));
+        t.data(End::Tbox, 0, &seg(999, true, &[]));
         // Message 0 leaves at 1 ms and is lost; message 1 leaves at 2 ms and arrives at 42 ms;
         // message 0's retransmission leaves at 200 ms and arrives at 240 ms.
-        t.segment(End::Tbox, 1_000_000, &seg(1000, false, &a));
-        t.segment(End::Tbox, 2_000_000, &seg(1100, false, &b));
-        t.segment(End::Gateway, 42_000_000, &seg(1100, false, &b));
-        t.segment(End::Tbox, 200_000_000, &seg(1000, false, &a));
-        t.segment(End::Gateway, 240_000_000, &seg(1000, false, &a));
+        t.data(End::Tbox, 1_000_000, &seg(1000, false, &a));
+        t.data(End::Tbox, 2_000_000, &seg(1100, false, &b));
+        t.data(End::Gateway, 42_000_000, &seg(1100, false, &b));
+        t.data(End::Tbox, 200_000_000, &seg(1000, false, &a));
+        t.data(End::Gateway, 240_000_000, &seg(1000, false, &a));
         let f = t.figures();
         assert_eq!((f.messages, f.delivered), (2, 2));
         assert_eq!(f.retransmitted_segments, 1);
@@ -329,12 +348,12 @@ mod tests {
     fn a_message_split_over_segments_arrives_with_its_last_byte() {
         let mut t = TcpMessages::new(7001);
         let m = message(7, 600);
-        t.segment(End::Tbox, 0, &seg(0, true, &[]));
-        t.segment(End::Tbox, 1_000, &seg(1, false, &m[..300]));
-        t.segment(End::Tbox, 2_000, &seg(301, false, &m[300..]));
-        t.segment(End::Gateway, 5_000_000, &seg(301, false, &m[300..]));
+        t.data(End::Tbox, 0, &seg(0, true, &[]));
+        t.data(End::Tbox, 1_000, &seg(1, false, &m[..300]));
+        t.data(End::Tbox, 2_000, &seg(301, false, &m[300..]));
+        t.data(End::Gateway, 5_000_000, &seg(301, false, &m[300..]));
         assert_eq!(t.figures().delivered, 0);
-        t.segment(End::Gateway, 9_000_000, &seg(1, false, &m[..300]));
+        t.data(End::Gateway, 9_000_000, &seg(1, false, &m[..300]));
         let f = t.figures();
         assert_eq!((f.messages, f.delivered), (1, 1));
         assert_eq!(f.latency.max_us, 8_999);
@@ -345,10 +364,10 @@ mod tests {
         let mut t = TcpMessages::new(7001);
         let mut other = seg(0, false, b"TBXM");
         other.dst = "10.40.0.1:22".parse().unwrap();
-        t.segment(End::Tbox, 0, &other);
+        t.data(End::Tbox, 0, &other);
         assert_eq!(t.connections().count(), 0);
-        t.segment(End::Tbox, 0, &seg(0, true, &[]));
-        t.segment(End::Tbox, 1, &seg(1, false, &[0u8; 64]));
+        t.data(End::Tbox, 0, &seg(0, true, &[]));
+        t.data(End::Tbox, 1, &seg(1, false, &[0u8; 64]));
         let f = t.figures();
         assert_eq!(f.messages, 0);
         assert!(f.framing_problem.unwrap().contains("no lab message header"));

@@ -197,6 +197,11 @@ fn parse_line(line: &str, recording: &mut Recording) -> Result<Option<Timed>, St
                 format!("{}: captured again after {gap:.1} s", text("path"))
             })
         }
+        // TCP retransmissions seen on the wire are in the summary's `tcp_wire` figures; the
+        // TCP screen shows the kernel's (the wire's are not on it yet).
+        k if k.starts_with("tcp_") && map.get("source").and_then(Value::as_str) == Some("wire") => {
+            return Ok(None)
+        }
         k if k.starts_with("tcp_") => Item::Tcp(Box::new(tcp::event(k, ts_ns, &map).map_err(bad)?)),
         other => return Err(format!("not replayed: {other}")),
     };

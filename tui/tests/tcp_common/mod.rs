@@ -312,9 +312,10 @@ impl Drop for Capture {
     }
 }
 
-/// Records of `type` for the socket whose local endpoint is `endpoint`.
+/// The kernel's records of `type` for the socket whose local endpoint is `endpoint` (not the
+/// wire matcher's records of the same type).
 pub fn records<'a>(all: &'a [Value], ty: &str, endpoint: &str) -> Vec<&'a Value> {
     all.iter()
-        .filter(|r| r["type"] == ty && r["src"] == endpoint)
+        .filter(|r| r["type"] == ty && r["src"] == endpoint && r["source"] != "wire")
         .collect()
 }

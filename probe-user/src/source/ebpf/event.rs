@@ -48,21 +48,9 @@ impl DecodeStats {
     }
 }
 
-/// How the kernel came to retransmit (see `docs/tcp-probes.md` for how it is told apart).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RetransmitKind {
-    /// The retransmission timer expired (RTO).
-    Rto,
-    /// Fast retransmit / RACK while in Recovery (or Disorder/CWR).
-    Fast,
-    /// Tail loss probe.
-    LossProbe,
-    /// ACK-driven resend of the window after an RTO (still in Loss).
-    LossRecovery,
-    /// Not classified.
-    Other,
-}
+/// How the kernel came to retransmit (see `docs/tcp-probes.md` for how it is told apart): the
+/// engine's type, shared with the retransmissions seen on the wire.
+pub use tboxscope_engine::record::TcpRetransmitKind as RetransmitKind;
 
 /// TCP congestion-avoidance state (`icsk_ca_state`), named as the records write it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -1,0 +1,578 @@
+//! TCP from the wire: per connection seen by one capture, both directions, every
+//! retransmission found and classified (fast, RTO with its backoff level, tail loss probe,
+//! loss recovery; spurious by D-SACK, by an earlier acknowledgment or by timestamps), RTT
+//! samples (Karn's rule; the timestamps option when present) and the RTO estimate of RFC 6298
+//! with Linux's 200 ms floor. Emits `tcp_retransmit` and `tcp_rto` records with
+//! `"source": "wire"`, the same types the kernel's probes write.
+//!
+//! Sequence numbers are unwrapped to 64 bits per direction. Memory is bounded: at most
+//! [`MAX_CONNECTIONS`] connections (the least recently active evicted in batches), and per
+//! direction [`MAX_SEGMENTS`] sent segments and [`MAX_PENDING`] retransmissions awaiting their
+//! verdict; every eviction is counted in [`TcpWireSummary`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+
+use tboxscope_decode::tcp::TcpOptions;
+
+use crate::input::TcpSegment;
+use crate::paths::PathIdx;
+use crate::record::{
+    Record, Spurious, TcpRetransmitKind, TcpRetransmitRecord, TcpRtoRecord, TcpSource,
+    TcpWireDirection, TcpWireSummary,
+};
+use crate::shared::Shared;
+use crate::FastMap;
+
+/// Connections followed at once.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// Sent segments remembered per direction.
+pub const MAX_SEGMENTS: usize = 4096;
+/// Retransmissions awaiting their verdict per direction.
+pub const MAX_PENDING: usize = 256;
+/// Timestamps (TSval → first send) remembered per direction for RTT samples.
+const MAX_TSVALS: usize = 64;
+/// Linux's minimum RTO (`TCP_RTO_MIN`).
+pub const RTO_MIN_NS: u64 = 200_000_000;
+/// Linux's maximum RTO (`TCP_RTO_MAX`).
+const RTO_MAX_NS: u64 = 120_000_000_000;
+/// The RTO before any RTT sample (RFC 6298 2.1).
+const RTO_INITIAL_NS: u64 = 1_000_000_000;
+/// Backoff levels counted in the ladder.
+const MAX_LEVEL: u8 = 15;
+
+/// One connection at one capture: (capture, path, lower endpoint, higher endpoint).
+type ConnKey = (u16, PathIdx, SocketAddr, SocketAddr);
+
+/// A segment sent: its end, when it was first and last sent, and how often.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    end: u64,
+    first_ns: u64,
+    last_ns: u64,
+    retransmitted: bool,
+}
+
+/// A retransmission waiting for the ACK that says whether it was needed.
+#[derive(Debug, Clone)]
+struct Pending {
+    record: TcpRetransmitRecord,
+    start: u64,
+    end: u64,
+    /// TSval the retransmission carried (Eifel detection).
+    tsval: Option<u32>,
+}
+
+/// The timeouts of one backoff episode on the same data.
+#[derive(Debug, Clone, Copy)]
+struct RtoChain {
+    last_ns: u64,
+    last_gap_ns: u64,
+    level: u8,
+    timeouts: u32,
+}
+
+/// One direction: the data one end sends, and what the other end acknowledges of it.
+#[derive(Debug, Default)]
+struct Half {
+    /// The last 32-bit sequence number seen and its unwrapped value.
+    anchor: Option<(u32, u64)>,
+    /// Highest sequence end sent.
+    nxt: u64,
+    /// Highest cumulative ACK from the peer.
+    una: u64,
+    /// When `una` last advanced.
+    una_ns: u64,
+    /// Duplicate ACKs since `una` last advanced.
+    dupacks: u32,
+    /// Highest SACKed sequence end above `una`.
+    sacked: u64,
+    /// Sent segments by start.
+    sent: BTreeMap<u64, Sent>,
+    /// Last retransmission time.
+    last_retx_ns: u64,
+    /// Loss recovery after an RTO, until `una` reaches this.
+    loss_until: Option<u64>,
+    /// Fast recovery, until `una` reaches this.
+    recovery_until: Option<u64>,
+    /// The current backoff episode.
+    rto: Option<RtoChain>,
+    /// TSvals sent and when first.
+    tsvals: VecDeque<(u32, u64)>,
+    /// RFC 6298 state (ns).
+    srtt: Option<u64>,
+    rttvar: u64,
+    pending: VecDeque<Pending>,
+    stats: TcpWireDirection,
+}
+
+impl Half {
+    /// The unwrapped value of `seq`, near the last one seen.
+    fn unwrap(&mut self, seq: u32) -> u64 {
+        let v = match self.anchor {
+            None => (1u64 << 32) + u64::from(seq),
+            Some((s, u)) => u.saturating_add_signed(i64::from(seq.wrapping_sub(s) as i32)),
+        };
+        if self.anchor.is_none_or(|(_, u)| v > u) {
+            self.anchor = Some((seq, v));
+        }
+        v
+    }
+
+    /// The unwrapped value of `seq` without moving the anchor (ACK and SACK numbers).
+    fn peek(&self, seq: u32) -> Option<u64> {
+        self.anchor
+            .map(|(s, u)| u.saturating_add_signed(i64::from(seq.wrapping_sub(s) as i32)))
+    }
+
+    fn rto_ns(&self) -> u64 {
+        match self.srtt {
+            None => RTO_INITIAL_NS,
+            Some(srtt) => srtt
+                .saturating_add((4 * self.rttvar).max(RTO_MIN_NS))
+                .min(RTO_MAX_NS),
+        }
+    }
+
+    /// One RTT sample (RFC 6298 2.2–2.3).
+    fn sample(&mut self, r: u64) {
+        self.stats.rtt_samples += 1;
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(srtt) => {
+                self.rttvar = (3 * self.rttvar + srtt.abs_diff(r)) / 4;
+                self.srtt = Some((7 * srtt + r) / 8);
+            }
+        }
+    }
+}
+
+/// One connection at one capture.
+#[derive(Debug, Default)]
+struct Conn {
+    /// [0]: data from the lower endpoint; [1]: from the higher.
+    halves: [Half; 2],
+    last_ns: u64,
+}
+
+/// The TCP wire matcher's state.
+#[derive(Debug, Default)]
+pub struct TcpWireMatcher {
+    conns: FastMap<ConnKey, Conn>,
+    seen: u64,
+    evicted_connections: u64,
+    evicted_segments: u64,
+    evicted_pending: u64,
+    /// Directions of evicted connections, kept for the summary (bounded like the table).
+    retired: Vec<TcpWireDirection>,
+}
+
+impl TcpWireMatcher {
+    /// Feeds one segment seen at `ts_ns` (reference clock) on path `path`.
+    pub(crate) fn on_segment(
+        &mut self,
+        shared: &mut Shared,
+        t: &TcpSegment,
+        ts_ns: u64,
+        path: PathIdx,
+    ) {
+        let (src, dst) = (t.meta.src, t.meta.dst);
+        let from_low = src <= dst;
+        let key = if from_low {
+            (t.meta.capture, path, src, dst)
+        } else {
+            (t.meta.capture, path, dst, src)
+        };
+        if !self.conns.contains_key(&key) {
+            if self.conns.len() >= MAX_CONNECTIONS {
+                self.evict();
+            }
+            self.seen += 1;
+        }
+        let conn = self.conns.entry(key).or_default();
+        conn.last_ns = ts_ns;
+        let [low, high] = &mut conn.halves;
+        let (data, peer) = if from_low { (low, high) } else { (high, low) };
+        let mut out = Vec::new();
+        if t.flags.ack() {
+            ack(peer, t, ts_ns, &mut out);
+        }
+        let seq_len = t
+            .len
+            .wrapping_add(u32::from(t.flags.syn()))
+            .wrapping_add(u32::from(t.flags.fin()));
+        if seq_len > 0 && !t.flags.rst() {
+            let label = || shared_label(shared, path);
+            let (segments, pending) = send(data, t, seq_len, ts_ns, (src, dst), &label, &mut out);
+            self.evicted_segments += segments;
+            self.evicted_pending += pending;
+        }
+        for r in out {
+            shared.push_record(r);
+        }
+    }
+
+    /// Forgets the least recently active eighth of the connections.
+    fn evict(&mut self) {
+        let mut times: Vec<u64> = self.conns.values().map(|c| c.last_ns).collect();
+        let cut = times.len() / 8;
+        let (_, horizon, _) = times.select_nth_unstable(cut);
+        let horizon = *horizon;
+        let before = self.conns.len();
+        let retired = &mut self.retired;
+        self.conns.retain(|_, c| {
+            if c.last_ns > horizon {
+                return true;
+            }
+            for h in &mut c.halves {
+                if h.stats.retransmits_total() > 0 && retired.len() < MAX_CONNECTIONS {
+                    retired.push(std::mem::take(&mut h.stats));
+                }
+            }
+            false
+        });
+        self.evicted_connections += (before - self.conns.len()) as u64;
+    }
+
+    /// Ends the run: every retransmission still awaiting its verdict is written as it
+    /// stands.
+    pub(crate) fn finish(&mut self, shared: &mut Shared) {
+        for c in self.conns.values_mut() {
+            for h in &mut c.halves {
+                for p in h.pending.drain(..) {
+                    shared.push_record(Record::TcpRetransmit(p.record));
+                }
+            }
+        }
+    }
+
+    /// The run's figures: per direction that sent data, busiest (most retransmissions) first.
+    pub(crate) fn summary(&self) -> TcpWireSummary {
+        let mut directions: Vec<TcpWireDirection> = self
+            .conns
+            .values()
+            .flat_map(|c| c.halves.iter())
+            .filter(|h| h.stats.segments > 0)
+            .map(|h| {
+                let mut s = h.stats.clone();
+                s.srtt_us = h.srtt.unwrap_or(0) / 1000;
+                s.rto_ms = h.rto_ns() / 1_000_000;
+                s
+            })
+            .chain(self.retired.iter().cloned())
+            .collect();
+        directions.sort_by(|a, b| {
+            b.retransmits_total()
+                .cmp(&a.retransmits_total())
+                .then(b.segments.cmp(&a.segments))
+                .then_with(|| (&a.path, &a.src, &a.dst).cmp(&(&b.path, &b.src, &b.dst)))
+        });
+        TcpWireSummary {
+            directions,
+            connections: self.seen,
+            evicted_connections: self.evicted_connections,
+            evicted_segments: self.evicted_segments,
+            evicted_pending: self.evicted_pending,
+        }
+    }
+}
+
+fn shared_label(shared: &Shared, path: PathIdx) -> String {
+    shared.paths.label(path).to_owned()
+}
+
+/// An ACK (with its SACK blocks and timestamps) from the receiver of `h`'s data.
+fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) {
+    let Some(ack) = h.peek(t.ack) else {
+        return;
+    };
+    let opts: &TcpOptions = &t.options;
+    // D-SACK (RFC 2883): a first block below the cumulative ACK, or inside the second.
+    if let Some(&(l, r)) = opts.sack_blocks().first() {
+        if let (Some(l), Some(r)) = (h.peek(l), h.peek(r)) {
+            let inside_second = opts
+                .sack_blocks()
+                .get(1)
+                .and_then(|&(l2, r2)| Some((h.peek(l2)?, h.peek(r2)?)))
+                .is_some_and(|(l2, r2)| l >= l2 && r <= r2);
+            if r <= ack || inside_second {
+                for p in &mut h.pending {
+                    if p.start < r && p.end > l {
+                        p.record.spurious = Some(Spurious::Dsack);
+                    }
+                }
+            }
+        }
+    }
+    for &(_, r) in opts.sack_blocks() {
+        if let Some(r) = h.peek(r) {
+            if r > ack && r <= h.nxt.max(ack) {
+                h.sacked = h.sacked.max(r);
+            }
+        }
+    }
+    if ack > h.una {
+        // RTT: the timestamps option when present, else Karn's rule on the newest segment
+        // acknowledged (not from retransmitted data).
+        let mut rtt = None;
+        if let Some((_, ecr)) = opts.timestamps {
+            rtt = h
+                .tsvals
+                .iter()
+                .find(|(v, _)| *v == ecr)
+                .map(|(_, at)| ts_ns.saturating_sub(*at));
+        }
+        if rtt.is_none() {
+            rtt = h
+                .sent
+                .range(..ack)
+                .next_back()
+                .filter(|(_, s)| s.end <= ack && !s.retransmitted)
+                .filter(|(start, _)| **start >= h.una)
+                .map(|(_, s)| ts_ns.saturating_sub(s.first_ns));
+        }
+        if let Some(r) = rtt {
+            h.sample(r);
+        }
+        h.una = ack;
+        h.una_ns = ts_ns;
+        h.nxt = h.nxt.max(ack);
+        h.dupacks = 0;
+        h.rto = None;
+        if h.loss_until.is_some_and(|u| ack >= u) {
+            h.loss_until = None;
+        }
+        if h.recovery_until.is_some_and(|u| ack >= u) {
+            h.recovery_until = None;
+        }
+        // Forget what is acknowledged.
+        while let Some((&start, s)) = h.sent.first_key_value() {
+            if s.end > ack {
+                break;
+            }
+            h.sent.remove(&start);
+        }
+        if h.sacked <= ack {
+            h.sacked = 0;
+        }
+        // Verdicts of the retransmissions now acknowledged.
+        while h.pending.front().is_some_and(|p| p.end <= ack) {
+            let Some(mut p) = h.pending.pop_front() else {
+                break;
+            };
+            if p.record.spurious.is_none() {
+                if let (Some((_, ecr)), Some(tsval)) = (opts.timestamps, p.tsval) {
+                    if (ecr.wrapping_sub(tsval) as i32) < 0 {
+                        p.record.spurious = Some(Spurious::Timestamp);
+                    }
+                }
+            }
+            if p.record.spurious.is_some() {
+                h.stats.spurious += 1;
+            }
+            out.push(Record::TcpRetransmit(p.record));
+        }
+    } else if ack == h.una && t.len == 0 && !t.flags.syn() && !t.flags.fin() && h.nxt > h.una {
+        h.dupacks += 1;
+    }
+}
+
+/// A segment carrying `seq_len` of sequence space from `ends.0` (path label from `label`);
+/// returns the sent segments and pending verdicts forgotten to stay within the bounds.
+fn send(
+    h: &mut Half,
+    t: &TcpSegment,
+    seq_len: u32,
+    ts_ns: u64,
+    ends: (SocketAddr, SocketAddr),
+    label: &dyn Fn() -> String,
+    out: &mut Vec<Record>,
+) -> (u64, u64) {
+    let start = h.unwrap(t.seq);
+    let end = start + u64::from(seq_len);
+    h.stats.segments += 1;
+    if h.stats.segments == 1 {
+        h.una = start;
+        h.una_ns = ts_ns;
+        h.stats.path = label();
+        h.stats.src = ends.0.to_string();
+        h.stats.dst = ends.1.to_string();
+    }
+    if let Some((tsval, _)) = t.options.timestamps {
+        if !h.tsvals.iter().any(|(v, _)| *v == tsval) {
+            if h.tsvals.len() >= MAX_TSVALS {
+                h.tsvals.pop_front();
+            }
+            h.tsvals.push_back((tsval, ts_ns));
+        }
+    }
+    let first_in_direction = h.stats.segments == 1;
+    if first_in_direction || start >= h.nxt {
+        h.nxt = h.nxt.max(end);
+        h.sent.insert(
+            start,
+            Sent {
+                end,
+                first_ns: ts_ns,
+                last_ns: ts_ns,
+                retransmitted: false,
+            },
+        );
+        let mut evicted = 0;
+        while h.sent.len() > MAX_SEGMENTS {
+            h.sent.pop_first();
+            evicted += 1;
+        }
+        return (evicted, 0);
+    }
+    // Sequence space sent before: a retransmission.
+    let mut first_ns = ts_ns;
+    let mut head_sent_ns = 0;
+    if let Some((_, s)) = h
+        .sent
+        .range_mut(..end)
+        .next_back()
+        .filter(|(_, s)| s.end > start)
+    {
+        first_ns = s.first_ns;
+        s.retransmitted = true;
+        s.last_ns = ts_ns;
+    }
+    if let Some((_, s)) = h.sent.first_key_value() {
+        head_sent_ns = s.first_ns;
+    }
+    if end > h.nxt {
+        h.nxt = end;
+    }
+    let rto_est = h.rto_ns();
+    let timer_start = h.una_ns.max(h.last_retx_ns).max(head_sent_ns);
+    let silence = ts_ns.saturating_sub(timer_start);
+    let already_acked = end <= h.una;
+    let kind = if silence >= rto_est - rto_est / 4 && !already_acked {
+        TcpRetransmitKind::Rto
+    } else if h.loss_until.is_some() {
+        TcpRetransmitKind::LossRecovery
+    } else if h.dupacks >= 3 || h.sacked > start || h.recovery_until.is_some() {
+        h.recovery_until.get_or_insert(h.nxt);
+        TcpRetransmitKind::Fast
+    } else if end == h.nxt && h.last_retx_ns <= h.una_ns {
+        TcpRetransmitKind::LossProbe
+    } else if h.dupacks > 0 {
+        h.recovery_until.get_or_insert(h.nxt);
+        TcpRetransmitKind::Fast
+    } else {
+        TcpRetransmitKind::Other
+    };
+    let label = label();
+    let mut backoff = h.rto.map_or(0, |c| c.level);
+    if kind == TcpRetransmitKind::Rto {
+        let chain = match h.rto {
+            Some(c) => {
+                let gap = ts_ns.saturating_sub(c.last_ns);
+                // Each timeout doubles the last: after timeouts not captured the gap is the
+                // sum of m doublings, last_gap × (2^(m+1) − 2).
+                let step = if c.last_gap_ns > 0 {
+                    ((gap as f64 / c.last_gap_ns as f64 + 2.0).log2() - 1.0).round()
+                } else {
+                    1.0
+                };
+                let step = if step.is_finite() && step >= 1.0 {
+                    step.min(f64::from(MAX_LEVEL)) as u8
+                } else {
+                    1
+                };
+                RtoChain {
+                    last_ns: ts_ns,
+                    last_gap_ns: if c.last_gap_ns > 0 {
+                        c.last_gap_ns.saturating_mul(1 << step.min(20))
+                    } else {
+                        gap
+                    },
+                    level: c.level.saturating_add(step).min(MAX_LEVEL),
+                    timeouts: c.timeouts + 1,
+                }
+            }
+            _ => {
+                // The first timeout seen: level 0 unless the silence says the capture began
+                // inside an episode (a timeout twice the estimate or more).
+                let level = if h.srtt.is_some() && silence > rto_est {
+                    let l = (silence as f64 / rto_est as f64).log2().round();
+                    if l.is_finite() && l >= 1.0 {
+                        l.min(f64::from(MAX_LEVEL)) as u8
+                    } else {
+                        0
+                    }
+                } else {
+                    0
+                };
+                RtoChain {
+                    last_ns: ts_ns,
+                    last_gap_ns: silence,
+                    level,
+                    timeouts: 1,
+                }
+            }
+        };
+        h.rto = Some(chain);
+        h.loss_until = Some(h.nxt);
+        h.recovery_until = None;
+        backoff = chain.level;
+        let level = usize::from(chain.level);
+        if h.stats.rto_ladder.len() <= level {
+            h.stats.rto_ladder.resize(level + 1, 0);
+        }
+        h.stats.rto_ladder[level] += 1;
+        let gap_ms = chain.last_gap_ns / 1_000_000;
+        h.stats.max_rto_ms = h.stats.max_rto_ms.max(gap_ms);
+        out.push(Record::TcpRto(TcpRtoRecord {
+            source: TcpSource::Wire,
+            path: label.clone(),
+            src: ends.0.to_string(),
+            dst: ends.1.to_string(),
+            timeout: chain.timeouts,
+            rto_ms: gap_ms,
+            backoff,
+            seq: t.seq,
+            ts_ns,
+        }));
+    }
+    h.last_retx_ns = ts_ns;
+    if let Some(i) = TcpRetransmitKind::ALL.iter().position(|k| *k == kind) {
+        h.stats.retransmits[i] += 1;
+    }
+    let record = TcpRetransmitRecord {
+        source: TcpSource::Wire,
+        path: label,
+        src: ends.0.to_string(),
+        dst: ends.1.to_string(),
+        kind,
+        seq: t.seq,
+        len: seq_len,
+        backoff,
+        rto_ms: rto_est / 1_000_000,
+        since_first_ms: ts_ns.saturating_sub(first_ns) / 1_000_000,
+        spurious: already_acked.then_some(Spurious::AckedBefore),
+        ts_ns,
+    };
+    if already_acked {
+        h.stats.spurious += 1;
+        out.push(Record::TcpRetransmit(record));
+        return (0, 0);
+    }
+    h.pending.push_back(Pending {
+        record,
+        start,
+        end,
+        tsval: t.options.timestamps.map(|(v, _)| v),
+    });
+    if h.pending.len() > MAX_PENDING {
+        if let Some(p) = h.pending.pop_front() {
+            out.push(Record::TcpRetransmit(p.record));
+        }
+        return (0, 1);
+    }
+    (0, 0)
+}

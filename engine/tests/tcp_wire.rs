@@ -1,0 +1,263 @@
+//! The TCP wire matcher on hand-built segment sequences: each retransmission kind, the RTO
+//! backoff ladder from the spacing of timeouts, spurious retransmissions, sequence wrap and
+//! the connection bound.
+
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
+mod common;
+
+use common::*;
+use tboxscope_engine::{
+    Config, Engine, Observation, Record, Spurious, TcpFlags, TcpOptions, TcpRetransmitKind,
+    TcpRetransmitRecord, TcpRtoRecord, TcpSegment, TcpSource,
+};
+
+const MS: u64 = 1_000_000;
+const ACK: u8 = 0x10;
+const SYN: u8 = 0x02;
+
+struct Conn {
+    e: Engine,
+    cli: std::net::SocketAddr,
+    srv: std::net::SocketAddr,
+}
+
+impl Conn {
+    fn new() -> Self {
+        Self {
+            e: Engine::new(Config::default()),
+            cli: addr("10.0.0.2:41000"),
+            srv: addr("192.0.2.1:8883"),
+        }
+    }
+
+    fn seg(
+        &mut self,
+        ms: u64,
+        up: bool,
+        (seq, ack): (u32, u32),
+        flags: u8,
+        len: u32,
+        sack: &[(u32, u32)],
+    ) {
+        let (src, dst) = if up {
+            (self.cli, self.srv)
+        } else {
+            (self.srv, self.cli)
+        };
+        let mut options = TcpOptions::default();
+        for (i, b) in sack.iter().enumerate() {
+            options.sack[i] = *b;
+        }
+        options.sack_count = sack.len() as u8;
+        self.e.handle(Observation::TcpSegment(TcpSegment {
+            meta: meta(T0 + ms * MS, "eth0", 0, src, dst, 40 + len),
+            seq,
+            ack,
+            flags: TcpFlags(flags),
+            window: 1000,
+            len,
+            options,
+        }));
+    }
+
+    /// Data from the client.
+    fn data(&mut self, ms: u64, seq: u32, len: u32) {
+        self.seg(ms, true, (seq, 5001), ACK, len, &[]);
+    }
+
+    /// An ACK from the server.
+    fn ack(&mut self, ms: u64, ack: u32, sack: &[(u32, u32)]) {
+        self.seg(ms, false, (5001, ack), ACK, 0, sack);
+    }
+
+    /// Handshake with a 40 ms RTT at time 0 (client ISN 999, server 5000), then 100 bytes
+    /// acknowledged after 40 ms: RTT samples of 40 ms, RTO 240 ms.
+    fn established(isn: u32) -> Self {
+        let mut c = Self::new();
+        c.seg(0, true, (isn, 0), SYN, 0, &[]);
+        c.seg(40, false, (5000, isn.wrapping_add(1)), SYN | ACK, 0, &[]);
+        c.seg(40, true, (isn.wrapping_add(1), 5001), ACK, 0, &[]);
+        c.data(50, isn.wrapping_add(1), 100);
+        c.ack(90, isn.wrapping_add(101), &[]);
+        c
+    }
+
+    fn records(&mut self) -> (Vec<TcpRetransmitRecord>, Vec<TcpRtoRecord>) {
+        let _ = self.e.finish(T0 + 60_000 * MS);
+        let (mut r, mut t) = (Vec::new(), Vec::new());
+        for rec in self.e.drain_records() {
+            match rec {
+                Record::TcpRetransmit(x) => r.push(x),
+                Record::TcpRto(x) => t.push(x),
+                _ => {}
+            }
+        }
+        (r, t)
+    }
+}
+
+#[test]
+fn duplicate_acks_and_sack_make_a_fast_retransmit() {
+    let mut c = Conn::established(999);
+    for k in 0..5u32 {
+        c.data(100 + u64::from(k), 1100 + 100 * k, 100);
+    }
+    // The first is lost: the next four are SACKed, each ACK a duplicate.
+    for k in 1..5u32 {
+        c.ack(140 + u64::from(k), 1100, &[(1200, 1200 + 100 * k)]);
+    }
+    c.data(146, 1100, 100);
+    c.ack(186, 1600, &[]);
+    let (r, t) = c.records();
+    assert!(t.is_empty(), "{t:?}");
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].kind, TcpRetransmitKind::Fast);
+    assert_eq!((r[0].seq, r[0].len, r[0].spurious), (1100, 100, None));
+    assert_eq!(r[0].source, TcpSource::Wire);
+    assert_eq!(r[0].rto_ms, 240);
+    assert_eq!(
+        (r[0].src.as_str(), r[0].dst.as_str()),
+        ("10.0.0.2:41000", "192.0.2.1:8883")
+    );
+    let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
+    assert_eq!(s.directions[0].retransmits, [0, 1, 0, 0, 0]);
+}
+
+#[test]
+fn repeated_timeouts_climb_the_backoff_ladder() {
+    let mut c = Conn::established(999);
+    // A blackout: one segment, resent after 240, 480 and 960 ms of silence.
+    c.data(1000, 1100, 50);
+    c.data(1240, 1100, 50);
+    c.data(1720, 1100, 50);
+    c.data(2680, 1100, 50);
+    c.ack(2720, 1150, &[]);
+    let (r, t) = c.records();
+    assert_eq!(
+        t.iter()
+            .map(|x| (x.timeout, x.backoff, x.rto_ms))
+            .collect::<Vec<_>>(),
+        [(1, 0, 240), (2, 1, 480), (3, 2, 960)]
+    );
+    assert!(r
+        .iter()
+        .all(|x| x.kind == TcpRetransmitKind::Rto && x.spurious.is_none()));
+    assert_eq!(r.iter().map(|x| x.backoff).collect::<Vec<_>>(), [0, 1, 2]);
+    let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
+    assert_eq!(s.directions[0].rto_ladder, [1, 1, 1]);
+    assert_eq!(s.directions[0].max_rto_ms, 960);
+}
+
+#[test]
+fn a_timeout_missing_from_the_capture_shows_in_the_spacing() {
+    let mut c = Conn::established(999);
+    c.data(1000, 1100, 50);
+    c.data(1240, 1100, 50);
+    // The 480 ms timeout's retransmission was not captured: the next comes 480 + 960 later.
+    c.data(2680, 1100, 50);
+    let (_, t) = c.records();
+    assert_eq!(t.iter().map(|x| x.backoff).collect::<Vec<_>>(), [0, 2]);
+}
+
+#[test]
+fn the_tail_resent_before_the_timeout_is_a_loss_probe() {
+    let mut c = Conn::established(999);
+    c.data(1000, 1100, 100);
+    c.data(1001, 1200, 100);
+    c.data(1002, 1300, 100);
+    // 2 × SRTT later, the last segment again.
+    c.data(1082, 1300, 100);
+    c.ack(1122, 1400, &[]);
+    let (r, _) = c.records();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].kind, TcpRetransmitKind::LossProbe);
+}
+
+#[test]
+fn after_a_timeout_the_rest_is_loss_recovery() {
+    let mut c = Conn::established(999);
+    c.data(1000, 1100, 100);
+    c.data(1001, 1200, 100);
+    c.data(1240, 1100, 100);
+    c.ack(1280, 1200, &[]);
+    c.data(1281, 1200, 100);
+    c.ack(1321, 1300, &[]);
+    let (r, t) = c.records();
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        r.iter().map(|x| x.kind).collect::<Vec<_>>(),
+        [TcpRetransmitKind::Rto, TcpRetransmitKind::LossRecovery]
+    );
+}
+
+#[test]
+fn dsack_and_an_earlier_ack_mark_spurious_retransmissions() {
+    let mut c = Conn::established(999);
+    // Delayed, not lost: the RTO fires, then the receiver reports the data twice (D-SACK).
+    c.data(1000, 1100, 100);
+    c.data(1240, 1100, 100);
+    c.ack(1280, 1200, &[(1100, 1200)]);
+    // Acknowledged, then sent again anyway.
+    c.data(2000, 1200, 100);
+    c.ack(2040, 1300, &[]);
+    c.data(2041, 1200, 100);
+    let (r, _) = c.records();
+    assert_eq!(
+        r.iter().map(|x| (x.seq, x.spurious)).collect::<Vec<_>>(),
+        [
+            (1100, Some(Spurious::Dsack)),
+            (1200, Some(Spurious::AckedBefore))
+        ]
+    );
+    let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
+    assert_eq!(s.directions[0].spurious, 2);
+}
+
+#[test]
+fn sequence_numbers_wrap() {
+    let isn = u32::MAX - 150;
+    let mut c = Conn::established(isn);
+    // Data across the wrap, all new: no retransmission.
+    let mut seq = isn.wrapping_add(101);
+    for k in 0..4u64 {
+        c.data(100 + k, seq, 100);
+        seq = seq.wrapping_add(100);
+    }
+    c.ack(150, seq, &[]);
+    // One segment after the wrap resent after a timeout.
+    c.data(1000, seq, 100);
+    c.data(1240, seq, 100);
+    let (r, t) = c.records();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].seq, r[0].kind), (seq, TcpRetransmitKind::Rto));
+    assert_eq!(t.len(), 1);
+}
+
+#[test]
+fn a_resent_syn_is_a_timeout() {
+    let mut c = Conn::new();
+    c.seg(0, true, (999, 0), SYN, 0, &[]);
+    c.seg(1000, true, (999, 0), SYN, 0, &[]);
+    c.seg(3000, true, (999, 0), SYN, 0, &[]);
+    let (r, t) = c.records();
+    assert_eq!(r.len(), 2);
+    assert_eq!(t.iter().map(|x| x.backoff).collect::<Vec<_>>(), [0, 1]);
+}
+
+#[test]
+fn connections_are_bounded_and_evictions_counted() {
+    let mut c = Conn::new();
+    for i in 0..5000u32 {
+        let src = std::net::SocketAddr::new(c.cli.ip(), 1024 + (i % 60_000) as u16);
+        c.e.handle(Observation::TcpSegment(TcpSegment {
+            meta: meta(T0 + u64::from(i) * MS, "eth0", 0, src, c.srv, 60),
+            seq: i,
+            flags: TcpFlags(SYN),
+            ..TcpSegment::default()
+        }));
+    }
+    let s = c.e.finish(T0 + 60_000 * MS).tcp_wire;
+    assert_eq!(s.connections, 5000);
+    assert!(s.evicted_connections > 0);
+    assert!(s.directions.len() <= 4096);
+}

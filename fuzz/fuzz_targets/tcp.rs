@@ -1,0 +1,31 @@
+//! TCP: the header view and the frame-level lookup on every link type must never panic; what
+//! validates must account for every byte (header + payload) and read its options consistently.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tboxscope_decode::net::{tcp_segment, LinkType};
+use tboxscope_decode::tcp::{TcpOptions, TcpView, MAX_SACK_BLOCKS, MIN_HEADER_LEN};
+
+const LINKS: [u32; 12] = [1, 113, 276, 101, 228, 229, 0, 108, 9, 50, 51, 239];
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(v) = TcpView::new(data) {
+        assert!(v.header_len() >= MIN_HEADER_LEN);
+        assert_eq!(v.header_len() + v.payload().len(), data.len());
+        assert!(v.options().sack_blocks().len() <= MAX_SACK_BLOCKS);
+        assert_eq!(*v.options(), TcpOptions::parse(v.option_bytes()));
+    }
+    let Some((&pick, frame)) = data.split_first() else {
+        return;
+    };
+    let Some(link) = LinkType::from_linktype(LINKS[usize::from(pick) % LINKS.len()]) else {
+        return;
+    };
+    if let Ok(seg) = tcp_segment(link, frame) {
+        assert_eq!(seg.src.port(), seg.tcp.src_port());
+        assert_eq!(seg.dst.port(), seg.tcp.dst_port());
+        let (start, end) = (frame.as_ptr() as usize, frame.as_ptr() as usize + frame.len());
+        let p = seg.tcp.payload().as_ptr() as usize;
+        assert!(p >= start && p + seg.tcp.payload().len() <= end);
+    }
+});
