@@ -87,8 +87,13 @@ struct Half {
     dupacks: u32,
     /// Highest SACKed sequence end above `una`.
     sacked: u64,
-    /// Sent segments by start.
+    /// Sent segments by start (not overlapping: resends are not inserted).
     sent: BTreeMap<u64, Sent>,
+    /// Below this, sequence space counts as seen (the end of the segments evicted from
+    /// `sent`).
+    seen_floor: u64,
+    /// The newest TSval on a data segment.
+    max_tsval: Option<u32>,
     /// Last retransmission time.
     last_retx_ns: u64,
     /// Loss recovery after an RTO, until `una` reaches this.
@@ -380,6 +385,30 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) {
     }
 }
 
+/// Whether `[start, end)`, below the highest sequence seen, fills a hole rather than resends:
+/// no byte of it was seen before (nor acknowledged), so this is its first copy at this
+/// capture — an original that arrived after a later segment (reordered), or, at a capture
+/// after the sender, one whose earlier copy the capture missed. With timestamps, a TSval
+/// newer than every one seen says the sender sent it after all the data seen so far: a
+/// resend of a segment lost before the capture point (a receiver-side capture), not a fill.
+fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
+    if start < h.una.max(h.seen_floor) {
+        return false;
+    }
+    let overlaps = h
+        .sent
+        .range(..end)
+        .next_back()
+        .is_some_and(|(_, s)| s.end > start);
+    if overlaps {
+        return false;
+    }
+    match (t.options.timestamps, h.max_tsval) {
+        (Some((tsval, _)), Some(m)) => (tsval.wrapping_sub(m) as i32) <= 0,
+        _ => true,
+    }
+}
+
 /// A segment carrying `seq_len` of sequence space from `ends.0` (path label from `label`);
 /// returns the sent segments and pending verdicts forgotten to stay within the bounds.
 fn send(
@@ -410,7 +439,18 @@ fn send(
         }
     }
     let first_in_direction = h.stats.segments == 1;
-    if first_in_direction || start >= h.nxt {
+    let fill = !first_in_direction && start < h.nxt && is_fill(h, start, end, t);
+    if let Some((tsval, _)) = t.options.timestamps {
+        if h.max_tsval
+            .is_none_or(|m| (tsval.wrapping_sub(m) as i32) > 0)
+        {
+            h.max_tsval = Some(tsval);
+        }
+    }
+    if first_in_direction || start >= h.nxt || fill {
+        if fill {
+            h.stats.out_of_order += 1;
+        }
         h.nxt = h.nxt.max(end);
         h.sent.insert(
             start,
@@ -423,7 +463,9 @@ fn send(
         );
         let mut evicted = 0;
         while h.sent.len() > MAX_SEGMENTS {
-            h.sent.pop_first();
+            if let Some((_, s)) = h.sent.pop_first() {
+                h.seen_floor = h.seen_floor.max(s.end);
+            }
             evicted += 1;
         }
         return (evicted, 0);
