@@ -325,3 +325,17 @@ fn timestamps_tell_a_reordered_original_from_a_resend_after_an_upstream_loss() {
     let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
     assert_eq!(s.directions[0].out_of_order, 1);
 }
+
+#[test]
+fn the_new_part_of_a_resend_counts_as_seen() {
+    let mut c = Conn::established(999);
+    c.data(100, 1100, 100);
+    // Resent with 100 new bytes behind it, then the new part alone again: both resends.
+    c.data(400, 1100, 200);
+    c.data(700, 1200, 100);
+    c.ack(740, 1300, &[]);
+    let (r, _) = c.records();
+    assert_eq!(r.iter().map(|x| x.seq).collect::<Vec<_>>(), [1100, 1200]);
+    let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
+    assert_eq!(s.directions[0].out_of_order, 0);
+}

@@ -139,6 +139,28 @@ impl Half {
         }
     }
 
+    /// Remembers `[start, end)` as first seen at `ts_ns`; returns the segments forgotten to
+    /// stay within [`MAX_SEGMENTS`] (their space stays seen below `seen_floor`).
+    fn remember(&mut self, start: u64, end: u64, ts_ns: u64) -> u64 {
+        self.sent.insert(
+            start,
+            Sent {
+                end,
+                first_ns: ts_ns,
+                last_ns: ts_ns,
+                retransmitted: false,
+            },
+        );
+        let mut evicted = 0;
+        while self.sent.len() > MAX_SEGMENTS {
+            if let Some((_, s)) = self.sent.pop_first() {
+                self.seen_floor = self.seen_floor.max(s.end);
+            }
+            evicted += 1;
+        }
+        evicted
+    }
+
     /// One RTT sample (RFC 6298 2.2–2.3).
     fn sample(&mut self, r: u64) {
         self.stats.rtt_samples += 1;
@@ -452,23 +474,7 @@ fn send(
             h.stats.out_of_order += 1;
         }
         h.nxt = h.nxt.max(end);
-        h.sent.insert(
-            start,
-            Sent {
-                end,
-                first_ns: ts_ns,
-                last_ns: ts_ns,
-                retransmitted: false,
-            },
-        );
-        let mut evicted = 0;
-        while h.sent.len() > MAX_SEGMENTS {
-            if let Some((_, s)) = h.sent.pop_first() {
-                h.seen_floor = h.seen_floor.max(s.end);
-            }
-            evicted += 1;
-        }
-        return (evicted, 0);
+        return (h.remember(start, end, ts_ns), 0);
     }
     // Sequence space sent before: a retransmission.
     let mut first_ns = ts_ns;
@@ -486,7 +492,10 @@ fn send(
     if let Some((_, s)) = h.sent.first_key_value() {
         head_sent_ns = s.first_ns;
     }
+    let mut evicted = 0;
     if end > h.nxt {
+        // Its part above the highest sequence seen is new: remembered as seen.
+        evicted = h.remember(h.nxt, end, ts_ns);
         h.nxt = end;
     }
     let rto_est = h.rto_ns();
@@ -602,7 +611,7 @@ fn send(
     if already_acked {
         h.stats.spurious += 1;
         out.push(Record::TcpRetransmit(record));
-        return (0, 0);
+        return (evicted, 0);
     }
     h.pending.push_back(Pending {
         record,
@@ -614,7 +623,7 @@ fn send(
         if let Some(p) = h.pending.pop_front() {
             out.push(Record::TcpRetransmit(p.record));
         }
-        return (0, 1);
+        return (evicted, 1);
     }
-    (0, 0)
+    (evicted, 0)
 }
