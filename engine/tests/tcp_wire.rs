@@ -339,3 +339,29 @@ fn the_new_part_of_a_resend_counts_as_seen() {
     let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
     assert_eq!(s.directions[0].out_of_order, 0);
 }
+
+#[test]
+fn go_back_n_after_a_timeout_counts_every_resend() {
+    let mut c = Conn::established(999);
+    // Five originals (one a GSO burst of two), then a timeout: the head alone, and after its
+    // ACK the rest resent in bursts that span originals.
+    c.data(100, 1100, 100);
+    c.data(101, 1200, 200);
+    c.data(102, 1400, 100);
+    c.data(103, 1500, 100);
+    c.data(400, 1100, 100);
+    c.ack(440, 1200, &[]);
+    c.data(441, 1200, 300);
+    c.data(442, 1500, 100);
+    c.ack(482, 1600, &[]);
+    let (r, t) = c.records();
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        r.iter().map(|x| (x.seq, x.len, x.kind)).collect::<Vec<_>>(),
+        [
+            (1100, 100, TcpRetransmitKind::Rto),
+            (1200, 300, TcpRetransmitKind::LossRecovery),
+            (1500, 100, TcpRetransmitKind::LossRecovery)
+        ]
+    );
+}
