@@ -448,6 +448,11 @@ pub struct TcpWireDirection {
     pub retransmits: [u64; 5],
     /// Of those, spurious.
     pub spurious: u64,
+    /// Segments below the highest sequence seen that no earlier copy at this capture
+    /// covered: reordered on the way (or, without timestamps, resent after a loss before a
+    /// receiver-side capture point). Not retransmissions.
+    #[serde(default)]
+    pub out_of_order: u64,
     /// Timeouts per backoff level (index = level, up to 15).
     pub rto_ladder: Vec<u64>,
     /// The longest timeout seen (ms).

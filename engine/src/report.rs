@@ -318,7 +318,7 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
         };
         let _ = writeln!(
             o,
-            "  {} {} → {}: {} segments, {} retransmitted{}{}{}; srtt {}, RTO {} ms ({} RTT samples)",
+            "  {} {} → {}: {} segments, {} retransmitted{}{}{}{}; srtt {}, RTO {} ms ({} RTT samples)",
             d.path,
             d.src,
             d.dst,
@@ -331,6 +331,11 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
             },
             if d.spurious > 0 {
                 format!(", {} spurious", d.spurious)
+            } else {
+                String::new()
+            },
+            if d.out_of_order > 0 {
+                format!(", {} out of order (not retransmissions)", d.out_of_order)
             } else {
                 String::new()
             },

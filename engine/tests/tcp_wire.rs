@@ -65,6 +65,22 @@ impl Conn {
         self.seg(ms, true, (seq, 5001), ACK, len, &[]);
     }
 
+    /// Data from the client carrying the timestamps option with `tsval`.
+    fn data_ts(&mut self, ms: u64, seq: u32, len: u32, tsval: u32) {
+        self.e.handle(Observation::TcpSegment(TcpSegment {
+            meta: meta(T0 + ms * MS, "eth0", 0, self.cli, self.srv, 52 + len),
+            seq,
+            ack: 5001,
+            flags: TcpFlags(ACK),
+            window: 1000,
+            len,
+            options: TcpOptions {
+                timestamps: Some((tsval, 0)),
+                ..TcpOptions::default()
+            },
+        }));
+    }
+
     /// An ACK from the server.
     fn ack(&mut self, ms: u64, ack: u32, sack: &[(u32, u32)]) {
         self.seg(ms, false, (5001, ack), ACK, 0, sack);
@@ -260,4 +276,92 @@ fn connections_are_bounded_and_evictions_counted() {
     assert_eq!(s.connections, 5000);
     assert!(s.evicted_connections > 0);
     assert!(s.directions.len() <= 4096);
+}
+
+#[test]
+fn a_reordered_original_is_not_a_retransmission() {
+    let mut c = Conn::established(999);
+    // 1200..1300 arrives after 1300..1500 (reordered on the way, as a receiver-side capture
+    // sees it): its first copy here, filling a hole, not a resend.
+    c.data(100, 1100, 100);
+    c.data(101, 1300, 100);
+    c.data(102, 1400, 100);
+    c.data(103, 1200, 100);
+    c.ack(143, 1500, &[]);
+    // A resend of something seen is still one.
+    c.data(150, 1500, 100);
+    c.data(151, 1600, 100);
+    c.data(152, 1500, 100);
+    c.ack(192, 1700, &[]);
+    let (r, _) = c.records();
+    assert_eq!(r.iter().map(|x| x.seq).collect::<Vec<_>>(), [1500], "{r:?}");
+    let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
+    assert_eq!(s.directions[0].out_of_order, 1);
+    assert_eq!(s.directions[0].retransmits_total(), 1);
+}
+
+#[test]
+fn timestamps_tell_a_reordered_original_from_a_resend_after_an_upstream_loss() {
+    let mut c = Conn::established(999);
+    // Reordered: 1200 carries the TSval of its neighbours (sent before 1300).
+    c.data_ts(100, 1100, 100, 7000);
+    c.data_ts(101, 1300, 100, 7001);
+    c.data_ts(102, 1200, 100, 7000);
+    c.ack(142, 1400, &[]);
+    // 1500 lost before this (receiver-side) capture: its first copy here is the sender's
+    // resend, with a TSval newer than everything seen.
+    c.data_ts(200, 1400, 100, 7100);
+    c.data_ts(201, 1600, 100, 7101);
+    c.data_ts(202, 1700, 100, 7102);
+    c.ack(203, 1500, &[(1600, 1800)]);
+    c.data_ts(260, 1500, 100, 7160);
+    c.ack(300, 1800, &[]);
+    let (r, _) = c.records();
+    assert_eq!(
+        r.iter().map(|x| (x.seq, x.kind)).collect::<Vec<_>>(),
+        [(1500, TcpRetransmitKind::Fast)],
+        "{r:?}"
+    );
+    let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
+    assert_eq!(s.directions[0].out_of_order, 1);
+}
+
+#[test]
+fn the_new_part_of_a_resend_counts_as_seen() {
+    let mut c = Conn::established(999);
+    c.data(100, 1100, 100);
+    // Resent with 100 new bytes behind it, then the new part alone again: both resends.
+    c.data(400, 1100, 200);
+    c.data(700, 1200, 100);
+    c.ack(740, 1300, &[]);
+    let (r, _) = c.records();
+    assert_eq!(r.iter().map(|x| x.seq).collect::<Vec<_>>(), [1100, 1200]);
+    let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
+    assert_eq!(s.directions[0].out_of_order, 0);
+}
+
+#[test]
+fn go_back_n_after_a_timeout_counts_every_resend() {
+    let mut c = Conn::established(999);
+    // Five originals (one a GSO burst of two), then a timeout: the head alone, and after its
+    // ACK the rest resent in bursts that span originals.
+    c.data(100, 1100, 100);
+    c.data(101, 1200, 200);
+    c.data(102, 1400, 100);
+    c.data(103, 1500, 100);
+    c.data(400, 1100, 100);
+    c.ack(440, 1200, &[]);
+    c.data(441, 1200, 300);
+    c.data(442, 1500, 100);
+    c.ack(482, 1600, &[]);
+    let (r, t) = c.records();
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        r.iter().map(|x| (x.seq, x.len, x.kind)).collect::<Vec<_>>(),
+        [
+            (1100, 100, TcpRetransmitKind::Rto),
+            (1200, 300, TcpRetransmitKind::LossRecovery),
+            (1500, 100, TcpRetransmitKind::LossRecovery)
+        ]
+    );
 }

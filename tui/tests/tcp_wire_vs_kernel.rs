@@ -1,12 +1,16 @@
 //! As root: real kernel TCP between two namespaces, loss forced by nftables on the receiver's
-//! input, tcpdump on the sender's veth; `tboxscope analyze` of that capture must find as many
+//! input, tcpdump on both veth ends; `tboxscope analyze` of each capture must find as many
 //! retransmitted segments as the kernel counted (`nstat` TcpRetransSegs, `ss` retrans), and
-//! under a blackout the RTO backoff levels 0, 1, 2 from the spacing of the timeouts.
+//! under a blackout the RTO backoff levels 0, 1, 2 from the spacing of the timeouts. One
+//! namespace pair runs the matrix: IPv4, IPv6, SACK off, timestamps off; tshark's
+//! `tcp.analysis` flags are a second oracle on every capture.
 #![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
 
 use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,7 +26,10 @@ impl Tcpdump {
             .args([
                 "netns", "exec", ns, "tcpdump", "-i", dev, "-s", "0", "-B", "131072",
             ])
-            .args(["-U", "-w"])
+            // Immediate mode: without it libpcap's TPACKET_V3 ring hands packets over in
+            // blocks retired up to a second later, and a SIGINT loses the block still open
+            // (the capture's last packets, not counted as drops).
+            .args(["--immediate-mode", "-U", "-w"])
             .arg(file)
             .args(["-c", "2000000", "tcp", "port", &port.to_string()])
             .stdout(Stdio::null())
@@ -59,80 +66,88 @@ impl Drop for Tcpdump {
     }
 }
 
-fn unacked(net: &NetnsPair) -> Option<u64> {
+/// `ss -tinH` in the sender's namespace for the connection to `port`, and its `unacked:`.
+fn ss_of(net: &NetnsPair, port: u16) -> Option<(SsInfo, u64)> {
     let out = Command::new("ip")
         .args(["netns", "exec", &net.a, "ss", "-tinH", "dport", "="])
-        .arg(net.port.to_string())
+        .arg(port.to_string())
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if text.trim().is_empty() {
-        return None;
-    }
-    Some(
-        text.split_whitespace()
-            .find_map(|t| t.strip_prefix("unacked:"))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-    )
+    let info = SsInfo::parse(&text)?;
+    let unacked = text
+        .split_whitespace()
+        .find_map(|t| t.strip_prefix("unacked:"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Some((info, unacked))
 }
 
-fn wait_acked(net: &NetnsPair, limit: Duration) {
+fn wait_acked(net: &NetnsPair, port: u16, limit: Duration) {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
-        if net.ss().is_some_and(|i| i.backoff == 0) && unacked(net) == Some(0) {
+        if ss_of(net, port).is_some_and(|(i, unacked)| i.backoff == 0 && unacked == 0) {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
-#[test]
-#[ignore = "needs root"]
-fn wire_retransmissions_and_backoff_match_the_kernel() {
-    let net = NetnsPair::new();
-    let dir = tempfile::tempdir().unwrap();
-    let pcap = dir.path().join("sender.pcap");
-    let dump = Tcpdump::start(&net.a, &net.dev_a, net.port, &pcap);
+/// One run of the matrix.
+struct Case {
+    name: &'static str,
+    v6: bool,
+    sack: bool,
+    timestamps: bool,
+}
 
-    let receiver = spawn_receiver(&net.b, net.server());
-    let mut s = connect_from(&net.a, net.server());
-    let local = s.local_addr().unwrap().to_string();
-    // 2% loss on the receiver's input: fast retransmits and loss probes.
-    net.set_receiver_rule(&format!(
-        "tcp dport {} numgen random mod 1000 < 20 drop",
-        net.port
-    ));
-    let chunk = vec![0x5au8; 64 * 1024];
-    for _ in 0..64 {
-        s.write_all(&chunk).unwrap();
-    }
-    wait_acked(&net, Duration::from_secs(10));
-    // A blackout: one message, the RTO backing off 200 → 400 → 800 ms, then through.
-    net.set_receiver_rule(&format!("tcp dport {} drop", net.port));
-    s.write_all(b"control message during the outage!").unwrap();
-    std::thread::sleep(Duration::from_millis(1700));
-    net.set_receiver_rule("");
-    wait_acked(&net, Duration::from_secs(8));
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut k = [0u8; 1];
-    s.read_exact(&mut k).unwrap();
-    let ss = net.ss().expect("ss sees the connection");
-    let nstat = net.nstat_retrans_segs();
-    drop(s);
-    receiver.join().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    drop(dump);
-    let log = std::fs::read_to_string(pcap.with_extension("log")).unwrap_or_default();
-    assert!(
-        log.lines()
-            .any(|l| l.trim() == "0 packets dropped by kernel"),
-        "tcpdump lost packets: {log}"
-    );
+const CASES: [Case; 4] = [
+    Case {
+        name: "ipv4",
+        v6: false,
+        sack: true,
+        timestamps: true,
+    },
+    Case {
+        name: "ipv6",
+        v6: true,
+        sack: true,
+        timestamps: true,
+    },
+    Case {
+        name: "sack-off",
+        v6: false,
+        sack: false,
+        timestamps: true,
+    },
+    Case {
+        name: "timestamps-off",
+        v6: false,
+        sack: true,
+        timestamps: false,
+    },
+];
 
+/// What one capture says about the sender's data.
+struct WireView {
+    /// Retransmitted segments (the capture sees GSO bursts before the NIC splits them: each
+    /// counted as its MSS-sized segments, as the kernel counts them).
+    segs: u64,
+    kinds: Vec<String>,
+    levels: Vec<u64>,
+    spacing: Vec<u64>,
+    out_of_order: u64,
+}
+
+fn mss_segments(len: u64, mss: u64) -> u64 {
+    len.div_ceil(mss).max(1)
+}
+
+/// `tboxscope analyze --json` of `pcap`: the wire records of the data sent from `local`.
+fn analyze(pcap: &Path, local: &str, mss: u64) -> WireView {
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
         .arg("analyze")
-        .arg(&pcap)
+        .arg(pcap)
         .args(["--json", "-"])
         .output()
         .unwrap();
@@ -148,42 +163,263 @@ fn wire_retransmissions_and_backoff_match_the_kernel() {
     let of = |ty: &str| -> Vec<&Value> {
         lines
             .iter()
-            .filter(|r| r["type"] == ty && r["source"] == "wire" && r["src"] == local.as_str())
+            .filter(|r| r["type"] == ty && r["source"] == "wire" && r["src"] == local)
             .collect()
     };
     let rtx = of("tcp_retransmit");
-    // The sender's capture sees segments before the NIC splits them (veth offloads): the
-    // kernel counts MSS-sized segments.
-    let mss = 1448;
-    let segs: u64 = rtx
-        .iter()
-        .map(|r| r["len"].as_u64().unwrap().div_ceil(mss).max(1))
-        .sum();
-    let kinds: Vec<&str> = rtx.iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    eprintln!(
-        "wire: {} retransmissions ({segs} segments) {kinds:?}; kernel: nstat {nstat}, ss {}",
-        rtx.len(),
-        ss.retrans_total
-    );
-    if let (Ok(keep), true) = (std::env::var("TBX_KEEP_PCAP"), segs != nstat) {
-        std::fs::copy(&pcap, keep).unwrap();
-    }
-    // Equal in most runs; in about one run in five the wire has one segment fewer than the
-    // kernel after a lossy phase with an RTO and go-back-N resends of GSO bursts (not yet
-    // explained: set TBX_KEEP_PCAP=FILE to keep such a capture).
-    assert!(
-        segs.abs_diff(nstat) <= 1,
-        "wire retransmitted segments {segs} vs nstat TcpRetransSegs {nstat}"
-    );
-    assert_eq!(nstat, ss.retrans_total, "nstat vs ss retrans total");
     let rtos = of("tcp_rto");
-    let levels: Vec<u64> = rtos
+    let out_of_order = lines
         .iter()
-        .map(|r| r["backoff"].as_u64().unwrap())
-        .collect();
-    let spacing: Vec<u64> = rtos.iter().map(|r| r["rto_ms"].as_u64().unwrap()).collect();
-    eprintln!("wire RTO backoff levels {levels:?}, timeouts {spacing:?} ms");
-    for level in [0, 1, 2] {
-        assert!(levels.contains(&level), "backoff levels {levels:?}");
+        .filter(|r| r["type"] == "summary")
+        .flat_map(|r| {
+            r["engine"]["tcp_wire"]["directions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|d| d["src"] == local)
+        .map(|d| d["out_of_order"].as_u64().unwrap_or(0))
+        .sum();
+    WireView {
+        segs: rtx
+            .iter()
+            .map(|r| mss_segments(r["len"].as_u64().unwrap(), mss))
+            .sum(),
+        kinds: rtx
+            .iter()
+            .map(|r| r["kind"].as_str().unwrap().to_owned())
+            .collect(),
+        levels: rtos
+            .iter()
+            .map(|r| r["backoff"].as_u64().unwrap())
+            .collect(),
+        spacing: rtos.iter().map(|r| r["rto_ms"].as_u64().unwrap()).collect(),
+        out_of_order,
     }
+}
+
+/// tshark's retransmission flags on the data sent to `port`, in MSS-sized segments. tshark
+/// calls a segment below the highest sequence sent "out of order" rather than a
+/// retransmission when it comes within the first RTT of the newest segment (tens of µs on a
+/// veth, where a bulk sender resends between new segments); nothing is reordered here, so
+/// those are resends too.
+fn tshark_segments(pcap: &Path, port: u16, mss: u64) -> u64 {
+    let filter = format!(
+        "tcp.dstport == {port} && (tcp.analysis.retransmission || \
+         tcp.analysis.fast_retransmission || tcp.analysis.spurious_retransmission || \
+         tcp.analysis.out_of_order)"
+    );
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-Y", &filter, "-T", "fields", "-e", "tcp.len"])
+        .args(["-e", "tcp.flags.syn", "-e", "tcp.flags.fin"])
+        .output()
+        .expect("tshark runs (cargo xtask setup installs it)");
+    assert!(
+        out.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<u64> = l
+                .split('\t')
+                .map(|x| match x {
+                    "True" | "1" => 1,
+                    _ => x.parse().unwrap_or(0),
+                })
+                .collect();
+            mss_segments(f.iter().sum(), mss)
+        })
+        .sum()
+}
+
+/// Frames of `pcap` matching the display filter `filter`.
+fn tshark_count(pcap: &Path, filter: &str) -> usize {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-Y", filter, "-T", "fields", "-e", "frame.number"])
+        .output()
+        .expect("tshark runs (cargo xtask setup installs it)");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// `nstat -azs NAME` in the sender's namespace.
+fn nstat(net: &NetnsPair, name: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &net.a, "nstat", "-azs", name])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next()? == name).then(|| f.next()?.parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+fn assert_no_capture_drops(pcap: &Path) {
+    let log = std::fs::read_to_string(pcap.with_extension("log")).unwrap_or_default();
+    assert!(
+        log.lines()
+            .any(|l| l.trim() == "0 packets dropped by kernel"),
+        "tcpdump lost packets: {log}"
+    );
+}
+
+/// Runs one case on connection port `port`: returns a line of figures for the log.
+fn run_case(net: &NetnsPair, case: &Case, port: u16, dir: &Path) -> String {
+    net.sysctl("net.ipv4.tcp_sack", if case.sack { "1" } else { "0" });
+    net.sysctl(
+        "net.ipv4.tcp_timestamps",
+        if case.timestamps { "1" } else { "0" },
+    );
+    let server_ip: IpAddr = if case.v6 {
+        NetnsPair::V6_B.into()
+    } else {
+        net.addr_b.into()
+    };
+    let server = SocketAddr::new(server_ip, port);
+    let sender_pcap = dir.join(format!("{}-sender.pcap", case.name));
+    let receiver_pcap = dir.join(format!("{}-receiver.pcap", case.name));
+    let nstat_before = net.nstat_retrans_segs();
+    let fail_before = nstat(net, "TcpExtTCPRetransFail");
+    let sender_dump = Tcpdump::start(&net.a, &net.dev_a, port, &sender_pcap);
+    let receiver_dump = Tcpdump::start(&net.b, &net.dev_b, port, &receiver_pcap);
+
+    let receiver = spawn_receiver(&net.b, server);
+    let mut s = connect_from(&net.a, server);
+    let local = s.local_addr().unwrap().to_string();
+    // 2% loss on the receiver's input: fast retransmits and loss probes.
+    net.set_receiver_rule(&format!(
+        "tcp dport {port} numgen random mod 1000 < 20 drop"
+    ));
+    let chunk = vec![0x5au8; 64 * 1024];
+    for _ in 0..64 {
+        s.write_all(&chunk).unwrap();
+    }
+    wait_acked(net, port, Duration::from_secs(10));
+    // A blackout: one message, the RTO backing off 200 → 400 → 800 ms, then through.
+    net.set_receiver_rule(&format!("tcp dport {port} drop"));
+    s.write_all(b"control message during the outage!").unwrap();
+    std::thread::sleep(Duration::from_millis(1700));
+    net.set_receiver_rule("");
+    wait_acked(net, port, Duration::from_secs(8));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut k = [0u8; 1];
+    s.read_exact(&mut k).unwrap();
+    let (ss, _) = ss_of(net, port).expect("ss sees the connection");
+    let kernel = net.nstat_retrans_segs() - nstat_before;
+    let failed = nstat(net, "TcpExtTCPRetransFail") - fail_before;
+    drop(s);
+    receiver.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(sender_dump);
+    drop(receiver_dump);
+    for pcap in [&sender_pcap, &receiver_pcap] {
+        assert_no_capture_drops(pcap);
+        // The capture holds the connection to its end.
+        assert!(
+            tshark_count(
+                pcap,
+                &format!("tcp.dstport == {port} && tcp.flags.fin == 1")
+            ) > 0,
+            "{}: no FIN in {}",
+            case.name,
+            pcap.display()
+        );
+    }
+    assert_eq!(
+        kernel, ss.retrans_total,
+        "{}: nstat vs ss retrans total",
+        case.name
+    );
+    let mss = ss.mss;
+    assert!(mss > 1000, "{}: ss mss {mss}", case.name);
+
+    let sender = analyze(&sender_pcap, &local, mss);
+    let receiver = analyze(&receiver_pcap, &local, mss);
+    let tshark_sender = tshark_segments(&sender_pcap, port, mss);
+    let tshark_receiver = tshark_segments(&receiver_pcap, port, mss);
+    let line = format!(
+        "{}: kernel {kernel} ({failed} failed); wire sender {} (out of order {}), receiver {} (out of order {}); \
+         tshark sender {tshark_sender}, receiver {tshark_receiver}; mss {mss}; kinds {:?}; \
+         RTO levels {:?} timeouts {:?} ms",
+        case.name,
+        sender.segs,
+        sender.out_of_order,
+        receiver.segs,
+        receiver.out_of_order,
+        sender.kinds,
+        sender.levels,
+        sender.spacing
+    );
+    eprintln!("{line}");
+    if let Ok(keep) = std::env::var("TBX_KEEP_PCAP") {
+        if sender.segs != kernel || receiver.segs != kernel || tshark_receiver != receiver.segs {
+            std::fs::copy(&sender_pcap, format!("{keep}.{}-sender.pcap", case.name)).unwrap();
+            std::fs::copy(
+                &receiver_pcap,
+                format!("{keep}.{}-receiver.pcap", case.name),
+            )
+            .unwrap();
+        }
+    }
+    // The sender's capture sees every segment the kernel sent (to the end: see Tcpdump).
+    assert_eq!(
+        sender.segs, kernel,
+        "{}: wire (sender) retransmitted segments vs nstat TcpRetransSegs",
+        case.name
+    );
+    // The receiver's capture (tcpdump on its veth) sees packets before the nftables input
+    // hook drops them: every copy the sender sent reached it, in the order sent (a veth does
+    // not reorder), so it counts the same retransmissions and nothing fills a hole. A capture
+    // behind a lossy link would instead see the resend of a segment lost before it as the
+    // first copy: a retransmission by its newer TSval, or out of order without timestamps.
+    assert_eq!(
+        receiver.segs, sender.segs,
+        "{}: receiver-side vs sender-side capture",
+        case.name
+    );
+    assert_eq!(
+        (sender.out_of_order, receiver.out_of_order),
+        (0, 0),
+        "{}",
+        case.name
+    );
+    // tshark, the second oracle, flags the same segments at the sender's capture. At the
+    // receiver's it sometimes also flags an original GSO burst "out of order" (one run: a
+    // 65160-byte burst, first copy of its sequence at both captures, flagged only at the
+    // receiver's; 187 vs 97 segments; not yet explained), so there it is only reported.
+    assert_eq!(
+        tshark_sender, sender.segs,
+        "{}: tshark's tcp.analysis flags vs tboxscope (sender's capture)",
+        case.name
+    );
+    for level in [0, 1, 2] {
+        assert!(
+            sender.levels.contains(&level),
+            "{}: backoff levels {:?}",
+            case.name,
+            sender.levels
+        );
+    }
+    line
+}
+
+#[test]
+#[ignore = "needs root"]
+fn wire_retransmissions_and_backoff_match_the_kernel() {
+    let net = NetnsPair::new();
+    net.add_ipv6();
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = Vec::new();
+    for (i, case) in CASES.iter().enumerate() {
+        lines.push(run_case(&net, case, net.port + i as u16, dir.path()));
+    }
+    eprintln!("{}", lines.join("\n"));
 }

@@ -87,8 +87,13 @@ struct Half {
     dupacks: u32,
     /// Highest SACKed sequence end above `una`.
     sacked: u64,
-    /// Sent segments by start.
+    /// Sent segments by start (not overlapping: resends are not inserted).
     sent: BTreeMap<u64, Sent>,
+    /// Below this, sequence space counts as seen (the end of the segments evicted from
+    /// `sent`).
+    seen_floor: u64,
+    /// The newest TSval on a data segment.
+    max_tsval: Option<u32>,
     /// Last retransmission time.
     last_retx_ns: u64,
     /// Loss recovery after an RTO, until `una` reaches this.
@@ -132,6 +137,28 @@ impl Half {
                 .saturating_add((4 * self.rttvar).max(RTO_MIN_NS))
                 .min(RTO_MAX_NS),
         }
+    }
+
+    /// Remembers `[start, end)` as first seen at `ts_ns`; returns the segments forgotten to
+    /// stay within [`MAX_SEGMENTS`] (their space stays seen below `seen_floor`).
+    fn remember(&mut self, start: u64, end: u64, ts_ns: u64) -> u64 {
+        self.sent.insert(
+            start,
+            Sent {
+                end,
+                first_ns: ts_ns,
+                last_ns: ts_ns,
+                retransmitted: false,
+            },
+        );
+        let mut evicted = 0;
+        while self.sent.len() > MAX_SEGMENTS {
+            if let Some((_, s)) = self.sent.pop_first() {
+                self.seen_floor = self.seen_floor.max(s.end);
+            }
+            evicted += 1;
+        }
+        evicted
     }
 
     /// One RTT sample (RFC 6298 2.2–2.3).
@@ -380,6 +407,30 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) {
     }
 }
 
+/// Whether `[start, end)`, below the highest sequence seen, fills a hole rather than resends:
+/// no byte of it was seen before (nor acknowledged), so this is its first copy at this
+/// capture — an original that arrived after a later segment (reordered), or, at a capture
+/// after the sender, one whose earlier copy the capture missed. With timestamps, a TSval
+/// newer than every one seen says the sender sent it after all the data seen so far: a
+/// resend of a segment lost before the capture point (a receiver-side capture), not a fill.
+fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
+    if start < h.una.max(h.seen_floor) {
+        return false;
+    }
+    let overlaps = h
+        .sent
+        .range(..end)
+        .next_back()
+        .is_some_and(|(_, s)| s.end > start);
+    if overlaps {
+        return false;
+    }
+    match (t.options.timestamps, h.max_tsval) {
+        (Some((tsval, _)), Some(m)) => (tsval.wrapping_sub(m) as i32) <= 0,
+        _ => true,
+    }
+}
+
 /// A segment carrying `seq_len` of sequence space from `ends.0` (path label from `label`);
 /// returns the sent segments and pending verdicts forgotten to stay within the bounds.
 fn send(
@@ -410,23 +461,20 @@ fn send(
         }
     }
     let first_in_direction = h.stats.segments == 1;
-    if first_in_direction || start >= h.nxt {
-        h.nxt = h.nxt.max(end);
-        h.sent.insert(
-            start,
-            Sent {
-                end,
-                first_ns: ts_ns,
-                last_ns: ts_ns,
-                retransmitted: false,
-            },
-        );
-        let mut evicted = 0;
-        while h.sent.len() > MAX_SEGMENTS {
-            h.sent.pop_first();
-            evicted += 1;
+    let fill = !first_in_direction && start < h.nxt && is_fill(h, start, end, t);
+    if let Some((tsval, _)) = t.options.timestamps {
+        if h.max_tsval
+            .is_none_or(|m| (tsval.wrapping_sub(m) as i32) > 0)
+        {
+            h.max_tsval = Some(tsval);
         }
-        return (evicted, 0);
+    }
+    if first_in_direction || start >= h.nxt || fill {
+        if fill {
+            h.stats.out_of_order += 1;
+        }
+        h.nxt = h.nxt.max(end);
+        return (h.remember(start, end, ts_ns), 0);
     }
     // Sequence space sent before: a retransmission.
     let mut first_ns = ts_ns;
@@ -444,7 +492,10 @@ fn send(
     if let Some((_, s)) = h.sent.first_key_value() {
         head_sent_ns = s.first_ns;
     }
+    let mut evicted = 0;
     if end > h.nxt {
+        // Its part above the highest sequence seen is new: remembered as seen.
+        evicted = h.remember(h.nxt, end, ts_ns);
         h.nxt = end;
     }
     let rto_est = h.rto_ns();
@@ -560,7 +611,7 @@ fn send(
     if already_acked {
         h.stats.spurious += 1;
         out.push(Record::TcpRetransmit(record));
-        return (0, 0);
+        return (evicted, 0);
     }
     h.pending.push_back(Pending {
         record,
@@ -572,7 +623,7 @@ fn send(
         if let Some(p) = h.pending.pop_front() {
             out.push(Record::TcpRetransmit(p.record));
         }
-        return (0, 1);
+        return (evicted, 1);
     }
-    (0, 0)
+    (evicted, 0)
 }

@@ -39,6 +39,8 @@ pub struct NetnsPair {
     pub port: u16,
     /// The sender's veth interface (inside `a`).
     pub dev_a: String,
+    /// The receiver's veth interface (inside `b`).
+    pub dev_b: String,
 }
 
 impl NetnsPair {
@@ -58,6 +60,7 @@ impl NetnsPair {
             addr_b: Ipv4Addr::new(10, 201, (n % 250) as u8, 2),
             port: 20_000 + (pid % 20_000) as u16 + (n as u16) * 7,
             dev_a: va.clone(),
+            dev_b: vb.clone(),
         };
         run(Command::new("ip").args(["netns", "add", &a]));
         run(Command::new("ip").args(["netns", "add", &b]));
@@ -78,6 +81,45 @@ impl NetnsPair {
             run(Command::new("ip").args(["-n", ns, "link", "set", "lo", "up"]));
         }
         pair
+    }
+
+    /// Adds IPv6 addresses ([`NetnsPair::V6_A`], [`NetnsPair::V6_B`], no duplicate address
+    /// detection) to the veth pair.
+    pub fn add_ipv6(&self) {
+        for (ns, dev, addr) in [
+            (&self.a, &self.dev_a, Self::V6_A),
+            (&self.b, &self.dev_b, Self::V6_B),
+        ] {
+            run(Command::new("ip").args([
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{addr}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ]));
+        }
+    }
+
+    /// The sender's IPv6 address (after [`NetnsPair::add_ipv6`]).
+    pub const V6_A: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0xfd42, 0, 0, 0, 0, 0, 0, 1);
+    /// The receiver's IPv6 address (after [`NetnsPair::add_ipv6`]).
+    pub const V6_B: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0xfd42, 0, 0, 0, 0, 0, 0, 2);
+
+    /// Sets `key=value` with sysctl(8) in both namespaces (per-namespace TCP settings).
+    pub fn sysctl(&self, key: &str, value: &str) {
+        for ns in [&self.a, &self.b] {
+            run(Command::new("ip").args([
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                &format!("{key}={value}"),
+            ]));
+        }
     }
 
     /// Replaces the receiver's nftables table with one `input` chain holding `rule`.
@@ -220,6 +262,8 @@ pub struct SsInfo {
     pub ssthresh: Option<u64>,
     /// srtt in µs from `rtt:srtt/var` (ms).
     pub srtt_us: f64,
+    /// `mss:` (the sender's current MSS).
+    pub mss: u64,
 }
 
 impl SsInfo {
@@ -241,6 +285,7 @@ impl SsInfo {
                     info.retrans_total = v.split('/').nth(1)?.parse().ok()?;
                 }
                 "cwnd" => info.cwnd = v.parse().ok()?,
+                "mss" => info.mss = v.parse().ok()?,
                 "ssthresh" => info.ssthresh = v.parse().ok(),
                 "rtt" => info.srtt_us = v.split('/').next()?.parse::<f64>().ok()? * 1000.0,
                 _ => {}
