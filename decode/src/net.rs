@@ -195,13 +195,19 @@ impl NetParser {
         frame: &'a [u8],
         ts_ns: u64,
     ) -> Result<UdpDatagram<'a>, NetReject> {
-        if let Some((src_ip, dst_ip, udp)) = udp_direct(link, frame) {
-            return Ok(UdpDatagram {
-                src: SocketAddr::new(src_ip, udp.source_port()),
-                dst: SocketAddr::new(dst_ip, udp.destination_port()),
-                payload: udp.payload(),
-                reassembled: false,
-            });
+        if let Some((src_ip, dst_ip, ip)) = ip_direct(link, frame) {
+            if let Some(udp) = unfragmented_udp(&ip) {
+                return Ok(UdpDatagram {
+                    src: SocketAddr::new(src_ip, udp.source_port()),
+                    dst: SocketAddr::new(dst_ip, udp.destination_port()),
+                    payload: udp.payload(),
+                    reassembled: false,
+                });
+            }
+            // A well-formed TCP segment, which `slice` would also find: not UDP.
+            if unfragmented_tcp(&ip).is_some() {
+                return Err(NetReject::NotUdp);
+            }
         }
         let sliced = slice(link, frame)?;
         let Some(net) = &sliced.net else {
@@ -277,6 +283,80 @@ pub struct TcpSegment<'a> {
     pub dst: SocketAddr,
     /// The header, its options and the payload (cut to the IP length: no Ethernet padding).
     pub tcp: TcpView<'a>,
+    /// Payload bytes the IP header says the segment carries: more than the captured payload
+    /// when the capture's snap length cut the frame (the captured bytes when the IP header
+    /// gives no length, as for the giant segments of TCP segmentation offload).
+    pub payload_len: u32,
+}
+
+impl TcpSegment<'_> {
+    /// Whether the capture cut the frame short of the payload the IP header declares.
+    pub fn cut(&self) -> bool {
+        self.payload_len as usize > self.tcp.payload().len()
+    }
+}
+
+/// The TCP segment of a frame cut short of its IP packet (Ethernet or raw IP), sliced laxly:
+/// the headers whole, the payload as far as captured, its length the IP header's.
+fn cut_tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpReject> {
+    let lax = match link {
+        LinkType::Ethernet => {
+            etherparse::LaxSlicedPacket::from_ethernet(frame).map_err(|_| TcpReject::Truncated)?
+        }
+        LinkType::RawIp | LinkType::Ipv4 | LinkType::Ipv6 => {
+            etherparse::LaxSlicedPacket::from_ip(frame).map_err(|_| TcpReject::Truncated)?
+        }
+        _ => return Err(TcpReject::Truncated),
+    };
+    let (src_ip, dst_ip, declared, fragmented) = match &lax.net {
+        Some(etherparse::LaxNetSlice::Ipv4(v4)) => {
+            let h = v4.header();
+            (
+                IpAddr::V4(h.source_addr()),
+                IpAddr::V4(h.destination_addr()),
+                usize::from(h.total_len()).checked_sub(usize::from(h.ihl()) * 4),
+                v4.payload().fragmented,
+            )
+        }
+        Some(etherparse::LaxNetSlice::Ipv6(v6)) => (
+            IpAddr::V6(v6.header().source_addr()),
+            IpAddr::V6(v6.header().destination_addr()),
+            usize::from(v6.header().payload_length()).checked_sub(v6.extensions().slice().len()),
+            v6.payload().fragmented,
+        ),
+        _ => return Err(TcpReject::NotTcp),
+    };
+    if fragmented {
+        return Err(TcpReject::Fragment);
+    }
+    let Some(TransportSlice::Tcp(tcp)) = &lax.transport else {
+        return Err(TcpReject::Truncated);
+    };
+    let view = TcpView::new(tcp.slice()).map_err(TcpError::reject)?;
+    let captured = view.payload().len();
+    let declared = declared
+        .and_then(|ip| ip.checked_sub(view.header_len()))
+        .unwrap_or(captured);
+    Ok(TcpSegment {
+        src: SocketAddr::new(src_ip, view.src_port()),
+        dst: SocketAddr::new(dst_ip, view.dst_port()),
+        tcp: view,
+        payload_len: u32::try_from(declared.max(captured)).unwrap_or(u32::MAX),
+    })
+}
+
+/// Bytes after the IP header(s) that the IP header declares (`None` when it gives none).
+fn ip_declared_payload(net: &NetSlice<'_>) -> Option<usize> {
+    match net {
+        NetSlice::Ipv4(v4) => {
+            let h = v4.header();
+            usize::from(h.total_len()).checked_sub(usize::from(h.ihl()) * 4)
+        }
+        NetSlice::Ipv6(v6) => usize::from(v6.header().payload_length())
+            .checked_sub(v6.extensions().slice().len())
+            .filter(|n| *n > 0),
+        NetSlice::Arp(_) => None,
+    }
 }
 
 /// Source and destination addresses of an IP layer, and its payload; `None` for ARP.
@@ -300,6 +380,15 @@ fn ip_ends<'a>(net: &'a NetSlice<'_>) -> Option<(IpAddr, IpAddr, &'a IpPayloadSl
 /// frames [`NetParser::udp`] already counted under another [`NetReject`]), a TCP header cut
 /// short or with an impossible data offset, or a segment in an IP fragment.
 pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpReject> {
+    if let Some((src_ip, dst_ip, view)) = tcp_direct(link, frame) {
+        return Ok(TcpSegment {
+            src: SocketAddr::new(src_ip, view.src_port()),
+            dst: SocketAddr::new(dst_ip, view.dst_port()),
+            // Whole: the IP slice holds as many bytes as its header declares.
+            payload_len: u32::try_from(view.payload().len()).unwrap_or(u32::MAX),
+            tcp: view,
+        });
+    }
     let sliced = match slice_raw(link, frame) {
         Ok(s) => s,
         Err(Sliced::Etherparse(err::packet::SliceError::Tcp(_))) => {
@@ -310,6 +399,12 @@ pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
         {
             return Err(TcpReject::Truncated)
         }
+        // The IP packet is longer than the frame: cut by the capture's snap length.
+        Err(Sliced::Etherparse(err::packet::SliceError::Len(l)))
+            if matches!(l.layer, err::Layer::Ipv4Packet | err::Layer::Ipv6Packet) =>
+        {
+            return cut_tcp_segment(link, frame)
+        }
         Err(_) => return Err(TcpReject::NotTcp),
     };
     let Some((src_ip, dst_ip, ip_payload)) = sliced.net.as_ref().and_then(ip_ends) else {
@@ -318,10 +413,18 @@ pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
     match &sliced.transport {
         Some(TransportSlice::Tcp(tcp)) => {
             let view = TcpView::new(tcp.slice()).map_err(TcpError::reject)?;
+            let captured = view.payload().len();
+            let declared = sliced
+                .net
+                .as_ref()
+                .and_then(ip_declared_payload)
+                .and_then(|ip| ip.checked_sub(view.header_len()))
+                .unwrap_or(captured);
             Ok(TcpSegment {
                 src: SocketAddr::new(src_ip, view.src_port()),
                 dst: SocketAddr::new(dst_ip, view.dst_port()),
                 tcp: view,
+                payload_len: u32::try_from(declared.max(captured)).unwrap_or(u32::MAX),
             })
         }
         _ if ip_payload.ip_number != IpNumber::TCP => Err(TcpReject::NotTcp),
@@ -330,36 +433,52 @@ pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
     }
 }
 
-/// The UDP datagram of an unfragmented IP packet, found with etherparse's per-layer slices
-/// without building a [`SlicedPacket`] (the common frame, at a fraction of the cost). `None`
-/// for anything else (other protocols, fragments, errors, MACsec, PPPoE, link types other than
-/// Ethernet, Linux cooked and raw IP), which [`slice`] then classifies; where this finds a
-/// datagram, [`slice`] finds the same one (same slices, same checks, same order).
+/// The UDP datagram of an unfragmented IP packet, found without building a [`SlicedPacket`]
+/// (see [`ip_direct`]); where this finds a datagram, [`slice`] finds the same one.
+#[cfg(test)]
 fn udp_direct(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, UdpSlice<'_>)> {
+    let (src, dst, ip) = ip_direct(link, frame)?;
+    Some((src, dst, unfragmented_udp(&ip)?))
+}
+
+/// The TCP segment of an unfragmented IP packet, found without building a [`SlicedPacket`]
+/// (see [`ip_direct`]); where this finds a segment, [`slice_raw`] finds the same one.
+fn tcp_direct(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, TcpView<'_>)> {
+    let (src, dst, ip) = ip_direct(link, frame)?;
+    Some((src, dst, unfragmented_tcp(&ip)?))
+}
+
+/// The addresses and payload of an IP packet, found with etherparse's per-layer slices
+/// without building a [`SlicedPacket`] (the common frame, at a fraction of the cost). `None`
+/// for anything else (errors, MACsec, PPPoE, link types other than Ethernet, Linux cooked and
+/// raw IP), which [`slice`] then classifies.
+fn ip_direct(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
     match link {
-        LinkType::Ethernet => udp_in_ether_payload(
+        LinkType::Ethernet => ip_in_ether_payload(
             Ethernet2Slice::from_slice_without_fcs(frame)
                 .ok()?
                 .payload(),
         ),
         LinkType::LinuxSll | LinkType::LinuxSll2 => {
             let (ether_type, rest) = cooked(link, frame).ok()?;
-            udp_in_ether_payload(EtherPayloadSlice {
+            ip_in_ether_payload(EtherPayloadSlice {
                 ether_type,
                 len_source: LenSource::Slice,
                 payload: rest,
             })
         }
-        LinkType::RawIp => udp_in_ip(frame),
-        LinkType::Ipv4 if frame.first().is_some_and(|b| b >> 4 == 4) => udp_in_ip(frame),
-        LinkType::Ipv6 if frame.first().is_some_and(|b| b >> 4 == 6) => udp_in_ip(frame),
+        LinkType::RawIp => ip_in_ip(frame),
+        LinkType::Ipv4 if frame.first().is_some_and(|b| b >> 4 == 4) => ip_in_ip(frame),
+        LinkType::Ipv6 if frame.first().is_some_and(|b| b >> 4 == 6) => ip_in_ip(frame),
         _ => None,
     }
 }
 
-/// [`udp_direct`] after the link header: up to three VLAN tags (where `SlicedPacket` stops
-/// looking), then IPv4 or IPv6, then UDP.
-fn udp_in_ether_payload(mut p: EtherPayloadSlice<'_>) -> Option<(IpAddr, IpAddr, UdpSlice<'_>)> {
+/// [`ip_direct`] after the link header: up to three VLAN tags (where `SlicedPacket` stops
+/// looking), then IPv4 or IPv6.
+fn ip_in_ether_payload(
+    mut p: EtherPayloadSlice<'_>,
+) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
     let mut tags = 0;
     loop {
         match p.ether_type {
@@ -374,22 +493,20 @@ fn udp_in_ether_payload(mut p: EtherPayloadSlice<'_>) -> Option<(IpAddr, IpAddr,
             }
             EtherType::IPV4 => {
                 let v4 = Ipv4Slice::from_slice(p.payload).ok()?;
-                let udp = unfragmented_udp(v4.payload())?;
                 let h = v4.header();
                 return Some((
                     IpAddr::V4(h.source_addr()),
                     IpAddr::V4(h.destination_addr()),
-                    udp,
+                    v4.payload().clone(),
                 ));
             }
             EtherType::IPV6 => {
                 let v6 = Ipv6Slice::from_slice(p.payload).ok()?;
-                let udp = unfragmented_udp(v6.payload())?;
                 let h = v6.header();
                 return Some((
                     IpAddr::V6(h.source_addr()),
                     IpAddr::V6(h.destination_addr()),
-                    udp,
+                    v6.payload().clone(),
                 ));
             }
             _ => return None,
@@ -397,19 +514,31 @@ fn udp_in_ether_payload(mut p: EtherPayloadSlice<'_>) -> Option<(IpAddr, IpAddr,
     }
 }
 
-/// [`udp_direct`] for a frame that starts with the IP header (as `SlicedPacket::from_ip`).
-fn udp_in_ip(frame: &[u8]) -> Option<(IpAddr, IpAddr, UdpSlice<'_>)> {
+/// [`ip_direct`] for a frame that starts with the IP header (as `SlicedPacket::from_ip`).
+fn ip_in_ip(frame: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
     let ip = IpSlice::from_slice(frame).ok()?;
-    let udp = unfragmented_udp(ip.payload())?;
-    Some((ip.source_addr(), ip.destination_addr(), udp))
+    Some((
+        ip.source_addr(),
+        ip.destination_addr(),
+        ip.payload().clone(),
+    ))
 }
 
 /// The UDP header and payload of an IP payload that is neither a fragment nor another protocol.
-fn unfragmented_udp<'a>(payload: &etherparse::IpPayloadSlice<'a>) -> Option<UdpSlice<'a>> {
+fn unfragmented_udp<'a>(payload: &IpPayloadSlice<'a>) -> Option<UdpSlice<'a>> {
     if payload.fragmented || payload.ip_number != IpNumber::UDP {
         return None;
     }
     UdpSlice::from_slice(payload.payload).ok()
+}
+
+/// The TCP segment of an IP payload that is neither a fragment nor another protocol, when its
+/// header is whole (etherparse's `TcpSlice` then accepts it too).
+fn unfragmented_tcp<'a>(payload: &IpPayloadSlice<'a>) -> Option<TcpView<'a>> {
+    if payload.fragmented || payload.ip_number != IpNumber::TCP {
+        return None;
+    }
+    TcpView::new(payload.payload).ok()
 }
 
 /// Slices `frame` per its link type down to the transport layer.
@@ -665,8 +794,15 @@ mod tests {
         // A cut frame never panics; it yields a named reason or a shorter payload.
         let header_end = frame.len() - 12;
         for n in 0..frame.len() {
-            match tcp_segment(LinkType::Ethernet, &frame[..n]) {
-                Ok(s) => assert!(n >= header_end && s.tcp.payload().len() < 12),
+            let cut = tcp_segment(LinkType::Ethernet, &frame[..n]);
+            // Cut inside the payload (the capture's snap length): still decoded.
+            assert_eq!(cut.is_ok(), n >= header_end, "{n}: {cut:?}");
+            match cut {
+                Ok(s) => {
+                    assert!(n >= header_end && s.tcp.payload().len() < 12);
+                    // The IP header still says how long the payload was.
+                    assert_eq!((s.payload_len, s.cut()), (12, true), "{n}");
+                }
                 Err(r) => assert!(
                     matches!(r, TcpReject::NotTcp | TcpReject::Truncated),
                     "{n}: {r:?}"
@@ -837,6 +973,31 @@ mod tests {
         f
     }
 
+    /// Runs `check` on every cut of each frame and on each frame with one byte changed to each
+    /// of `values` (and two bit flips of its own); returns the mutations checked.
+    fn every_cut_and_mutation(
+        frames: Vec<(LinkType, Vec<u8>)>,
+        values: &[u8],
+        check: fn(LinkType, &[u8]),
+    ) -> u32 {
+        let mut checked = 0u32;
+        for (link, frame) in frames {
+            for n in 0..=frame.len() {
+                check(link, &frame[..n]);
+            }
+            let mut mutated = frame.clone();
+            for at in 0..frame.len() {
+                for &v in values.iter().chain(&[frame[at] ^ 0x01, frame[at] ^ 0x20]) {
+                    mutated[at] = v;
+                    check(link, &mutated);
+                    checked += 1;
+                }
+                mutated[at] = frame[at];
+            }
+        }
+        checked
+    }
+
     #[test]
     fn direct_udp_path_agrees_with_sliced_packet() {
         let payload = b"0123456789abcdefghijklmnopqrstuvwxyz";
@@ -886,29 +1047,106 @@ mod tests {
         let values = [
             0x00, 0xff, 0x01, 0x06, 0x11, 0x2c, 0x33, 0x45, 0x81, 0x86, 0x88, 0xdd,
         ];
-        let mut checked = 0u32;
-        for (link, frame) in common {
+        for (link, frame) in &common {
             assert!(
-                udp_direct(link, &frame).is_some(),
+                udp_direct(*link, frame).is_some(),
                 "{link:?} takes the direct path"
             );
-            for n in 0..=frame.len() {
-                assert_direct_agrees(link, &frame[..n]);
-            }
-            let mut mutated = frame.clone();
-            for at in 0..frame.len() {
-                for v in values
-                    .into_iter()
-                    .chain([frame[at] ^ 0x01, frame[at] ^ 0x20])
-                {
-                    mutated[at] = v;
-                    assert_direct_agrees(link, &mutated);
-                    checked += 1;
-                }
-                mutated[at] = frame[at];
-            }
         }
+        let checked = every_cut_and_mutation(common.to_vec(), &values, assert_direct_agrees);
         assert!(checked > 10_000);
+    }
+
+    /// A segment's addresses, ports, and where its payload lies in `frame`.
+    fn tcp_place(
+        src: IpAddr,
+        dst: IpAddr,
+        v: &TcpView<'_>,
+        frame: &[u8],
+    ) -> (IpAddr, IpAddr, u16, u16, usize, usize) {
+        (
+            src,
+            dst,
+            v.src_port(),
+            v.dst_port(),
+            v.payload().as_ptr() as usize - frame.as_ptr() as usize,
+            v.payload().len(),
+        )
+    }
+
+    /// The TCP segment `slice_raw` finds (the path every frame took before [`tcp_direct`]):
+    /// addresses, ports and where the payload lies.
+    fn tcp_sliced(
+        link: LinkType,
+        frame: &[u8],
+    ) -> Option<(IpAddr, IpAddr, u16, u16, usize, usize)> {
+        let sliced = slice_raw(link, frame).ok()?;
+        let (src, dst, payload) = ip_ends(sliced.net.as_ref()?)?;
+        match (&sliced.transport, payload.fragmented) {
+            (Some(TransportSlice::Tcp(t)), false) => {
+                Some(tcp_place(src, dst, &TcpView::new(t.slice()).ok()?, frame))
+            }
+            _ => None,
+        }
+    }
+
+    /// Where `tcp_direct` finds a segment, `slice_raw` finds the same one (so `udp` may say
+    /// "not UDP" without slicing, as it did after slicing).
+    fn assert_tcp_direct_agrees(link: LinkType, frame: &[u8]) {
+        if let Some((src, dst, v)) = tcp_direct(link, frame) {
+            assert_eq!(
+                Some(tcp_place(src, dst, &v, frame)),
+                tcp_sliced(link, frame),
+                "{link:?} {frame:02x?}"
+            );
+            assert_eq!(
+                NetParser::new().udp(link, frame, 0).err(),
+                Some(NetReject::NotUdp)
+            );
+        }
+    }
+
+    #[test]
+    fn direct_tcp_path_agrees_with_sliced_packet() {
+        let payload = b"TBXM 0123456789";
+        let ip_tcp = |v6: bool| {
+            let builder = if v6 {
+                PacketBuilder::ipv6([0x20; 16], [0x21; 16], 64)
+            } else {
+                PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            }
+            .tcp(40_000, 443, 7, 512)
+            .ack(9)
+            .options(&[
+                etherparse::TcpOptionElement::Noop,
+                etherparse::TcpOptionElement::Noop,
+                etherparse::TcpOptionElement::Timestamp(1, 2),
+            ])
+            .unwrap();
+            let mut out = Vec::new();
+            builder.write(&mut out, payload).unwrap();
+            out
+        };
+        let (v4, v6) = (ip_tcp(false), ip_tcp(true));
+        let mut sll1 = vec![0, 4, 0x03, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x86, 0xdd];
+        sll1.extend_from_slice(&v6);
+        let common = [
+            (LinkType::LinuxSll, sll1),
+            (LinkType::Ethernet, ethernet(&[], &v4)),
+            (LinkType::Ethernet, ethernet(&[], &v6)),
+            (LinkType::Ethernet, ethernet(&[0x88a8, 0x8100], &v4)),
+            (LinkType::RawIp, v4.clone()),
+            (LinkType::Ipv6, v6.clone()),
+        ];
+        let values = [0x00, 0xff, 0x01, 0x06, 0x11, 0x45, 0x50, 0x86, 0xdd];
+        for (link, frame) in &common {
+            assert!(
+                tcp_direct(*link, frame).is_some(),
+                "{link:?} takes the direct path"
+            );
+        }
+        let checked = every_cut_and_mutation(common.to_vec(), &values, assert_tcp_direct_agrees);
+        assert!(checked > 4_000);
     }
 
     #[test]

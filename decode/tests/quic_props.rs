@@ -252,9 +252,11 @@ fn every_truncation_of_every_frame_is_a_truncation_error() {
         unhex("3e0105000000"),         // PATH_ACK
         unhex("7e750102"),             // PATH_ABANDON
         unhex("7e78010200041122334400112233445566778899aabbccddeeff"), // PATH_NEW_CONNECTION_ID
-        unhex("80baba000105000000"),   // ACK_MP (draft-05)
-        unhex("80baba0501020474697265"), // PATH_ABANDON (draft-05) with reason
-        unhex("80baba06010202"),       // PATH_STATUS (draft-05)
+        unhex("80baba000105000000"),   // ACK_MP (draft-04)
+        unhex("80baba0501020474697265"), // PATH_ABANDON (draft-04) with reason
+        unhex("80baba06010202"),       // PATH_STATUS (draft-04)
+        unhex("95228c06010202"),       // PATH_STATUS (draft-05, tquic)
+        unhex("95228c000105000000"),   // ACK_MP (drafts -05/-06) = PATH_ACK (-07 to -19)
         unhex("7e76010a"),             // PATH_STATUS_BACKUP
         unhex("7e7a04"),               // MAX_PATH_ID
         unhex("7e7c0103"),             // PATH_CIDS_BLOCKED
@@ -274,6 +276,32 @@ fn every_truncation_of_every_frame_is_a_truncation_error() {
             );
         }
     }
+}
+
+/// Draft-05's PATH_STATUS (0x15228c06, as tquic 1.6 reads it; drafts -06 on split it in two)
+/// is decoded, so the frames after it in the packet are not lost; its ACK_MP (0x15228c00)
+/// names the DCID sequence number in the field a PATH_ACK of drafts -07 to -19 names the path.
+#[test]
+fn draft05_path_status_and_ack_mp_keep_the_frames_after_them() {
+    let packet = unhex("95228c0601070295228c000105000000080401ff");
+    let got: Vec<_> = Frames::new(&packet).collect::<Result<_, _>>().unwrap();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(
+        got[0],
+        Frame::PathStatus {
+            path_id: 1,
+            seq: 7,
+            available: true
+        }
+    );
+    let Frame::Ack(a) = &got[1] else {
+        panic!("{got:?}")
+    };
+    assert_eq!(
+        (a.path_id, a.largest, a.kind()),
+        (Some(1), 5, "path_ack_old")
+    );
+    assert_eq!(got[2].name(), "stream");
 }
 
 #[test]

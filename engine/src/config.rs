@@ -96,6 +96,9 @@ pub struct Config {
     pub max_pending_records: usize,
     /// Emit one `message` record per closed message.
     pub emit_messages: bool,
+    /// Collect what `advise` is made from (each path's copies, bounded), for
+    /// [`crate::Engine::evidence`].
+    pub collect_evidence: bool,
     /// Where the application message id sits, for [`MatchMode::AppId`] (used by the glue with
     /// [`AppIdRule::extract`]).
     pub app_id: Option<AppIdRule>,
@@ -127,6 +130,7 @@ impl Default for Config {
             max_events: 200,
             max_pending_records: 100_000,
             emit_messages: true,
+            collect_evidence: false,
             app_id: None,
             mode_overrides: Vec::new(),
             shared_cause_ratio: 10.0,

@@ -6,6 +6,7 @@ use crate::config::Config;
 use crate::input::Observation;
 use crate::matcher::kcp::KcpMatcher;
 use crate::matcher::quic::QuicMatcher;
+use crate::matcher::tcpjoin::TcpJoin;
 use crate::matcher::tcpwire::TcpWireMatcher;
 use crate::record::{Record, Summary};
 use crate::shared::Shared;
@@ -21,6 +22,10 @@ pub struct Engine {
     quic: QuicMatcher,
     /// TCP connections seen on the wire: retransmissions, RTT, RTO.
     tcp_wire: TcpWireMatcher,
+    /// The kernel's TCP retransmissions joined with the wire's.
+    tcp_join: TcpJoin,
+    /// The last advice made for a snapshot, and when (engine time).
+    advice: Option<(u64, Box<crate::advice::Advice>)>,
 }
 
 impl Engine {
@@ -30,6 +35,8 @@ impl Engine {
             kcp: KcpMatcher::default(),
             quic: QuicMatcher::new(&cfg),
             tcp_wire: TcpWireMatcher::default(),
+            tcp_join: TcpJoin::default(),
+            advice: None,
             shared: Shared::new(cfg),
         }
     }
@@ -66,11 +73,21 @@ impl Engine {
             Observation::Kcp(k) => self.kcp.on_segment(shared, k),
             Observation::Quic(q) => self.quic.on_packet(shared, q),
             Observation::TcpSegment(t) => {
-                if let Some((ts_ns, path)) = shared.on_tcp_segment(t) {
-                    self.tcp_wire.on_segment(shared, t, ts_ns, path);
+                if let Some((pkt, fr)) = shared.on_tcp_segment(t) {
+                    let sent = self.tcp_wire.on_segment(shared, t, &pkt, fr);
+                    if let Some((seq_len, kind)) = sent {
+                        let ends = (t.meta.src, t.meta.dst);
+                        let (capture, seq, ts_ns, path) =
+                            (t.meta.capture, t.seq, pkt.ts_ns, pkt.path);
+                        self.tcp_join
+                            .on_wire(shared, ends, capture, path, seq, seq_len, ts_ns, kind);
+                    }
                 }
             }
-            Observation::Tcp(t) => shared.on_tcp_event(t),
+            Observation::Tcp(t) => {
+                shared.on_tcp_event(t);
+                self.tcp_join.on_kernel(shared, t);
+            }
             Observation::Overhead(o) => shared.on_overhead(o),
         }
     }
@@ -92,6 +109,13 @@ impl Engine {
     /// if a packet had arrived then. Never moves engine time backwards.
     pub fn tick(&mut self, ts_ns: u64) {
         self.shared.tick(ts_ns);
+        self.tcp_join.tick(&mut self.shared, ts_ns);
+    }
+
+    /// The kernel's TCP events end at `ts_ns` (a recording read to its end): retransmissions
+    /// seen on the wire after that are not held against the kernel.
+    pub fn kernel_ended(&mut self, ts_ns: u64) {
+        self.tcp_join.kernel_ended(ts_ns);
     }
 
     /// Starts the sliding windows afresh at the current time (the UI's `r`): per-path and
@@ -103,7 +127,35 @@ impl Engine {
 
     /// The current state for the UI.
     pub fn snapshot(&self) -> Snapshot {
-        self.shared.snapshot()
+        let mut snapshot = self.shared.snapshot();
+        snapshot.tcp_wire = self.tcp_wire.summary();
+        snapshot.tcp_join = self.tcp_join.summary();
+        snapshot.advice = self.advice.as_ref().map(|a| a.1.clone());
+        snapshot
+    }
+
+    /// [`Engine::snapshot`] with the advice remade from the evidence so far when the last one
+    /// is [`crate::advice::ADVICE_EVERY_NS`] old (engine time), for live views.
+    pub fn snapshot_advised(&mut self) -> Snapshot {
+        let mut snapshot = self.snapshot();
+        let now = snapshot.ts_ns;
+        let due = self
+            .advice
+            .as_ref()
+            .is_none_or(|a| now >= a.0.saturating_add(crate::advice::ADVICE_EVERY_NS));
+        if due {
+            if let Some(ev) = self.shared.evidence.as_deref() {
+                let evidence = ev.finish_with(
+                    (&snapshot.paths, &snapshot.outages),
+                    snapshot.started_ns,
+                    &snapshot.latency.tail,
+                );
+                self.advice = crate::advice::advise(evidence, crate::advice::Limits::default())
+                    .map(|a| (now, Box::new(a)));
+                snapshot.advice = self.advice.as_ref().map(|a| a.1.clone());
+            }
+        }
+        snapshot
     }
 
     /// The capture of the path labelled `label` ended at `last_ns` (its last frame; call before
@@ -113,12 +165,20 @@ impl Engine {
         self.shared.capture_ended(label, last_ns);
     }
 
+    /// What `advise` is made from, with the run's `summary` (its paths and outages); `None`
+    /// unless [`Config::collect_evidence`].
+    pub fn evidence(&self, summary: &Summary) -> Option<crate::advice::Evidence> {
+        Some(self.shared.evidence.as_deref()?.finish(summary))
+    }
+
     /// Ends the run at `ts_ns`: closes every open message, outage and incident (their records
     /// become available from `drain_records`) and returns the whole-run figures.
     pub fn finish(&mut self, ts_ns: u64) -> Summary {
         self.tcp_wire.finish(&mut self.shared);
+        self.tcp_join.finish(&mut self.shared);
         let mut summary = self.shared.finish(ts_ns);
         summary.tcp_wire = self.tcp_wire.summary();
+        summary.tcp_join = self.tcp_join.summary();
         summary
     }
 }

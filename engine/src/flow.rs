@@ -42,7 +42,8 @@ pub enum FlowKey {
         /// Server port.
         server_port: u16,
     },
-    /// A TCP connection (client = higher port side).
+    /// A TCP connection (client: the side that sent the SYN; without one seen, the higher
+    /// port's side).
     Tcp {
         /// Client address.
         client: SocketAddr,
@@ -478,6 +479,22 @@ impl FlowTable {
             Some(Some(f)) if f.uid == r.uid => Some(f),
             _ => None,
         }
+    }
+
+    /// Gives flow `r` the key `key` (its name made anew), unless another flow has it; whether
+    /// it did.
+    pub fn rekey(&mut self, r: FlowRef, key: FlowKey) -> bool {
+        if self.index.contains_key(&key) {
+            return false;
+        }
+        let Some(f) = self.get_mut(r) else {
+            return false;
+        };
+        let old = std::mem::replace(&mut f.key, key.clone());
+        f.name = None;
+        self.index.remove(&old);
+        self.index.insert(key, r.slot);
+        true
     }
 
     /// Looks up by key.

@@ -156,6 +156,11 @@ pub struct GapTracker {
     /// Which transmission the next delivered piece is, when known (set just before
     /// [`GapTracker::deliver`], which takes it).
     pub arriving: Option<Transmission>,
+    /// Messages the next delivered piece releases behind itself, when the caller knows them
+    /// (a TCP byte stream cut by its framing: the messages complete once the hole is
+    /// filled); added to those held when it narrows or fills the gap, and taken like
+    /// `arriving`.
+    pub behind: u64,
 }
 
 impl GapTracker {
@@ -254,12 +259,14 @@ impl GapTracker {
         };
         if end <= start || end <= next {
             self.arriving = None;
+            self.behind = 0;
             return true;
         }
         if start > next || self.gap.is_some() || !self.buffered.is_empty() {
             return false;
         }
         self.arriving = None;
+        self.behind = 0;
         self.next = Some(end);
         self.forget_pending_below(end);
         true
@@ -282,6 +289,7 @@ impl GapTracker {
         open: impl FnOnce(u64) -> u64,
     ) -> Delivery {
         let arriving = self.arriving.take();
+        let behind = std::mem::take(&mut self.behind);
         if end <= start {
             return Delivery::Duplicate;
         }
@@ -292,6 +300,9 @@ impl GapTracker {
         if start <= next {
             let mut n = end;
             let (mut messages, mut released) = (0u64, 0u64);
+            if self.gap.is_some() {
+                messages += behind;
+            }
             while let Some((&s, h)) = self.buffered.first_key_value() {
                 if s > n {
                     break;

@@ -276,6 +276,11 @@ pub struct TcpSegment {
     pub len: u32,
     /// Options: MSS, window scale, SACK permitted and blocks, timestamps.
     pub options: TcpOptions,
+    /// The messages this segment completes at its capture, each as (first sequence number,
+    /// sequence number past its end), when the capture cuts the byte stream into messages
+    /// (`--framing`).
+    #[serde(default, skip_serializing_if = "SmallVec::is_empty")]
+    pub messages: SmallVec<[(u32, u32); 1]>,
 }
 
 /// Why the kernel retransmitted.

@@ -38,6 +38,7 @@
 //! [`snapshot::CaptureHealth`]. With the defaults, one million distinct flows grow the
 //! process by about 46 MiB (see `tests/adversarial.rs`).
 
+pub mod advice;
 mod capture;
 mod config;
 mod engine;
@@ -84,8 +85,9 @@ pub use input::{
 };
 pub use latency::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 pub use record::{
-    CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, LateCopyRecord, MessageRecord,
-    NotSent, NotSentCause, OutageRecord, Record, Recovery, Spurious, Summary, TcpRetransmitKind,
+    CopyRecord, Evidence, FlowSummary, HolIncident, HolProtocol, HolStallFrom, LateCopyRecord,
+    MessageRecord, NotSent, NotSentCause, OutageRecord, Record, Recovery, Spurious, Summary,
+    TcpDisagreement, TcpDisagreementRecord, TcpJoinDirection, TcpJoinSummary, TcpRetransmitKind,
     TcpRetransmitRecord, TcpRtoRecord, TcpSource, TcpWireDirection, TcpWireSummary, WindowRecord,
 };
 pub use shared::view::{add_late_copies, redundancy_verdict};

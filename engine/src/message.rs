@@ -36,6 +36,15 @@ pub enum MsgId {
     },
     /// Application message id.
     App(u64),
+    /// A TCP byte range (a message the capture cut from the byte stream by its framing).
+    Tcp {
+        /// Client → server.
+        up: bool,
+        /// Sequence number of its first byte.
+        seq: u32,
+        /// Its length.
+        len: u32,
+    },
 }
 
 impl std::fmt::Display for MsgId {
@@ -58,6 +67,9 @@ impl std::fmt::Display for MsgId {
                 end,
             } => write!(f, "{} stream {stream} @ {start}..{end}", d(*up)),
             MsgId::App(id) => write!(f, "app id {id}"),
+            MsgId::Tcp { up, seq, len } => {
+                write!(f, "{} seq {seq}..{}", d(*up), seq.wrapping_add(*len))
+            }
         }
     }
 }

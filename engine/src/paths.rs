@@ -150,6 +150,8 @@ pub struct PathTable {
     pub refused: u64,
     /// Paths that are not aliases.
     live: usize,
+    /// Paths added or made aliases so far.
+    changes: u64,
 }
 
 impl PathTable {
@@ -196,6 +198,7 @@ impl PathTable {
                 self.paths
                     .push(PathState::new(label, self.max_latency_us, self.history));
                 self.live += 1;
+                self.changes += 1;
                 self.by_label.insert(label.to_owned(), i);
                 i
             }
@@ -259,6 +262,14 @@ impl PathTable {
         if self.paths[alias].alias_of.replace(target).is_none() {
             self.live -= 1;
         }
+        self.changes += 1;
+    }
+
+    /// Paths added or made aliases so far: what [`Self::canonical`] and
+    /// [`Self::several_live`] answer stays the same while this does.
+    #[inline]
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Whether more than one path is not an alias.

@@ -48,6 +48,9 @@ pub struct MessageRecord {
     /// Sent on some of its flow's paths only: why each other path had no copy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_sent_on: Vec<NotSent>,
+    /// For TCP: `wire` (a message cut from the byte stream a capture saw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<TcpSource>,
 }
 
 /// A path of a message's flow that had no copy of it while another path did.
@@ -250,6 +253,25 @@ pub struct HolIncident {
     pub streams_not_held: Vec<u64>,
     /// Timeline, oldest first (bounded).
     pub evidence: Vec<Evidence>,
+    /// For TCP: `kernel` (the eBPF probes' events) or `wire` (a capture's segments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<TcpSource>,
+    /// For TCP from the wire: what the stall is measured between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_from: Option<HolStallFrom>,
+}
+
+/// What a TCP stall seen on the wire is measured between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HolStallFrom {
+    /// Arrivals at the receiver's capture: from the first segment held behind the hole to
+    /// the one that filled it (the receiver's own stall, as far as its capture point).
+    ReceiverArrivals,
+    /// The sender's capture alone: from the hole's bytes' first transmission to the
+    /// cumulative ACK passing their retransmission (an estimate: longer than the receiver's
+    /// stall by about one round trip).
+    SentToAcked,
 }
 
 /// Whole-run figures per flow for the headline table.
@@ -309,6 +331,9 @@ pub struct Summary {
     /// connection and direction.
     #[serde(default)]
     pub tcp_wire: TcpWireSummary,
+    /// The kernel's TCP retransmissions joined with the captures': where they disagree.
+    #[serde(default)]
+    pub tcp_join: TcpJoinSummary,
 }
 
 /// Who saw a TCP retransmission or timeout: the kernel's probes or a packet capture.
@@ -453,6 +478,16 @@ pub struct TcpWireDirection {
     /// receiver-side capture point). Not retransmissions.
     #[serde(default)]
     pub out_of_order: u64,
+    /// Of the retransmissions, those of data sent before the capture began (below the first
+    /// sequence number it saw): their originals were not seen, so whether they were needed
+    /// is unknown (never called spurious for want of an ACK seen before).
+    #[serde(default)]
+    pub unknown_history: u64,
+    /// Window probes: a zero-length segment just below the acknowledged sequence (Linux) or
+    /// one byte resent while the receiver's window is zero (persist timer). Not
+    /// retransmissions: the kernel does not count them in TcpRetransSegs.
+    #[serde(default)]
+    pub window_probes: u64,
     /// Timeouts per backoff level (index = level, up to 15).
     pub rto_ladder: Vec<u64>,
     /// The longest timeout seen (ms).
@@ -489,6 +524,108 @@ pub struct TcpWireSummary {
     pub evicted_pending: u64,
 }
 
+/// Where the kernel's and the wire's views of one TCP retransmission disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TcpDisagreement {
+    /// The kernel resent the segment; no copy of it reached the capture around that time
+    /// (lost before the capture point, not sent after a local error, or dropped by the
+    /// capture).
+    NotOnWire,
+    /// The kernel resent the segment; the capture saw that copy as the first one: the
+    /// original never reached the capture (lost before the capture point).
+    OriginalNotCaptured,
+    /// Seen resent on the wire by a sender whose socket the kernel's probes followed; the
+    /// probes did not report it (events lost, or a resend outside the probed call sites).
+    NotInKernel,
+}
+
+impl TcpDisagreement {
+    /// The name as written in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotOnWire => "not_on_wire",
+            Self::OriginalNotCaptured => "original_not_captured",
+            Self::NotInKernel => "not_in_kernel",
+        }
+    }
+}
+
+/// `tcp_disagreement`: one retransmission the kernel and a capture do not tell alike.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TcpDisagreementRecord {
+    /// How they disagree.
+    pub disagreement: TcpDisagreement,
+    /// Path label of the capture compared with the kernel.
+    pub path: String,
+    /// Sender of the data `addr:port`.
+    pub src: String,
+    /// Receiver `addr:port`.
+    pub dst: String,
+    /// First sequence number resent.
+    pub seq: u32,
+    /// Sequence space resent (0 when the kernel did not say).
+    pub len: u32,
+    /// The kernel's kind, when the kernel reported the retransmission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_kind: Option<crate::input::RetransmitKind>,
+    /// The wire's kind, when the capture saw it as a retransmission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_kind: Option<TcpRetransmitKind>,
+    /// When (the kernel's time, else the capture's; reference clock, ns).
+    #[serde(skip)]
+    pub ts_ns: u64,
+}
+
+/// The kernel's and one capture's retransmissions of one connection direction, joined.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpJoinDirection {
+    /// Path label of the capture.
+    pub path: String,
+    /// Sender `addr:port` (the kernel socket's local end).
+    pub src: String,
+    /// Receiver `addr:port`.
+    pub dst: String,
+    /// Kernel retransmissions judged against this capture.
+    pub kernel: u64,
+    /// Retransmissions the capture saw from this sender, judged against the kernel.
+    pub wire: u64,
+    /// Seen by both.
+    pub matched: u64,
+    /// Of those, classified differently (e.g. the kernel's `rto`, the wire's `fast`).
+    pub kinds_differ: u64,
+    /// Kernel retransmissions no copy of which reached the capture.
+    pub not_on_wire: u64,
+    /// Kernel retransmissions the capture saw as first copies (original lost before it).
+    pub original_not_captured: u64,
+    /// Retransmissions on the wire the kernel did not report.
+    pub not_in_kernel: u64,
+}
+
+impl TcpJoinDirection {
+    /// Disagreements of every kind.
+    pub fn disagreements(&self) -> u64 {
+        self.not_on_wire + self.original_not_captured + self.not_in_kernel
+    }
+}
+
+/// The kernel's TCP retransmissions joined with the captures' (connection by connection).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpJoinSummary {
+    /// Per connection direction and capture, most disagreements first.
+    pub directions: Vec<TcpJoinDirection>,
+    /// Sums over `directions` (path, src and dst empty).
+    pub totals: TcpJoinDirection,
+    /// Kernel retransmissions no capture covered (a connection or a time the captures did not
+    /// see): not judged.
+    pub kernel_outside_captures: u64,
+    /// Retransmissions on the wire whose sender the kernel's probes never reported, or outside
+    /// the time they ran (another host's sockets): not judged.
+    pub wire_not_probed: u64,
+    /// Retransmissions forgotten unjudged to stay within the bounds.
+    pub evicted: u64,
+}
+
 /// One output record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -507,6 +644,8 @@ pub enum Record {
     TcpRetransmit(TcpRetransmitRecord),
     /// A TCP retransmission timeout seen on the wire.
     TcpRto(TcpRtoRecord),
+    /// A TCP retransmission the kernel and a capture disagree about.
+    TcpDisagreement(TcpDisagreementRecord),
 }
 
 impl Record {
@@ -520,6 +659,7 @@ impl Record {
             Record::LateCopy(_) => "late_copy",
             Record::TcpRetransmit(_) => "tcp_retransmit",
             Record::TcpRto(_) => "tcp_rto",
+            Record::TcpDisagreement(_) => "tcp_disagreement",
         }
     }
 
@@ -533,6 +673,7 @@ impl Record {
             Record::LateCopy(l) => l.seen_ns,
             Record::TcpRetransmit(r) => r.ts_ns,
             Record::TcpRto(r) => r.ts_ns,
+            Record::TcpDisagreement(r) => r.ts_ns,
         }
     }
 }

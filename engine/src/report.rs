@@ -247,6 +247,7 @@ pub fn render(s: &Summary) -> String {
         );
     }
     tcp_wire(&mut o, &s.tcp_wire);
+    tcp_join(&mut o, &s.tcp_join);
     if !s.health.inferences.is_empty() {
         let _ = writeln!(o);
         let _ = writeln!(o, "Captures (stated or inferred):");
@@ -318,7 +319,7 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
         };
         let _ = writeln!(
             o,
-            "  {} {} → {}: {} segments, {} retransmitted{}{}{}{}; srtt {}, RTO {} ms ({} RTT samples)",
+            "  {} {} → {}: {} segments, {} retransmitted{}{}{}{}{}; srtt {}, RTO {} ms ({} RTT samples)",
             d.path,
             d.src,
             d.dst,
@@ -339,6 +340,14 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
             } else {
                 String::new()
             },
+            if d.unknown_history + d.window_probes > 0 {
+                format!(
+                    ", {} of data sent before the capture began (needed or not: unknown), {} window probes (not retransmissions)",
+                    d.unknown_history, d.window_probes
+                )
+            } else {
+                String::new()
+            },
             ladder,
             ms(d.srtt_us),
             d.rto_ms,
@@ -353,6 +362,57 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
             o,
             "  evicted to stay bounded: {} connections, {} sent segments, {} verdicts given early",
             t.evicted_connections, t.evicted_segments, t.evicted_pending
+        );
+    }
+}
+
+/// The kernel's TCP retransmissions joined with the captures': per connection direction and
+/// capture, how many each side saw, how many both, and where they disagree.
+fn tcp_join(o: &mut String, j: &crate::record::TcpJoinSummary) {
+    if j.directions.is_empty() && j.kernel_outside_captures == 0 {
+        return;
+    }
+    let t = &j.totals;
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "TCP, kernel and wire together: {} kernel retransmissions, {} on the wire, {} seen by both ({} classified differently); disagreements: {} not on the wire, {} original not captured, {} not reported by the kernel",
+        t.kernel,
+        t.wire,
+        t.matched,
+        t.kinds_differ,
+        t.not_on_wire,
+        t.original_not_captured,
+        t.not_in_kernel
+    );
+    for d in j.directions.iter().take(MAX_TCP_LISTED) {
+        let _ = writeln!(
+            o,
+            "  {} {} → {}: kernel {}, wire {}, both {}{}; {} not on the wire, {} original not captured, {} not reported by the kernel",
+            d.path,
+            d.src,
+            d.dst,
+            d.kernel,
+            d.wire,
+            d.matched,
+            if d.kinds_differ > 0 {
+                format!(" ({} classified differently)", d.kinds_differ)
+            } else {
+                String::new()
+            },
+            d.not_on_wire,
+            d.original_not_captured,
+            d.not_in_kernel
+        );
+    }
+    if j.directions.len() > MAX_TCP_LISTED {
+        let _ = writeln!(o, "  … {} more", j.directions.len() - MAX_TCP_LISTED);
+    }
+    if j.kernel_outside_captures + j.wire_not_probed + j.evicted > 0 {
+        let _ = writeln!(
+            o,
+            "  not judged: {} kernel retransmissions outside the captures, {} wire retransmissions of sockets the probes did not follow; {} forgotten to stay bounded",
+            j.kernel_outside_captures, j.wire_not_probed, j.evicted
         );
     }
 }

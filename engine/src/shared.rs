@@ -58,6 +58,8 @@ pub(crate) struct Pkt {
     pub wire: u64,
     /// Count these wire bytes (not the receiving end's view of a packet already counted).
     pub count_wire: bool,
+    /// The capture is paired with the one at the path's other end.
+    pub paired: bool,
     pub tuple: u64,
     pub up: Option<bool>,
 }
@@ -137,6 +139,11 @@ pub(crate) struct Shared {
     /// Packets that carry no message (ACKs) seen at one end of a paired path, by identity:
     /// (capture, capture-clock time), to time them at the other end (bounded).
     echoes: HashMap<u64, (CaptureId, u64)>,
+    /// TCP connections whose SYN showed the client on the lower port (the port guess turned
+    /// round), by the guessed key; pruned to the flows still tracked.
+    pub(crate) tcp_turned: crate::FastSet<FlowKey>,
+    /// What `advise` is made from, when collected ([`Config::collect_evidence`]).
+    pub(crate) evidence: Option<Box<crate::advice::EvidenceBuilder>>,
 }
 
 impl Shared {
@@ -175,6 +182,8 @@ impl Shared {
             resolved: Vec::new(),
             pairs: AddressPairs::new(side_map_max(&cfg)),
             echoes: HashMap::default(),
+            tcp_turned: crate::FastSet::default(),
+            evidence: cfg.collect_evidence.then(Box::default),
             cfg,
         }
     }
@@ -382,9 +391,17 @@ impl Shared {
     /// (Inlined in each handler, its result stays in registers.)
     #[inline(always)]
     pub(crate) fn packet(&mut self, meta: &PacketMeta) -> Option<Pkt> {
+        self.packet_turned(meta, false)
+    }
+
+    /// [`Shared::packet`] of a packet whose client is known to hold the lower port when
+    /// `turned` (the port guess of its direction turned round).
+    #[inline(always)]
+    pub(crate) fn packet_turned(&mut self, meta: &PacketMeta, turned: bool) -> Option<Pkt> {
         // The capture's facts, in one lookup: a known capture whose own label the packet's
         // path carries (compared once per path id).
         let (up, tuple) = crate::matcher::pair_facts(&meta.src, &meta.dst);
+        let up = if turned { up.map(|u| !u) } else { up };
         let facts = |c: &crate::capture::CaptureState| {
             let dir = c.dir_of_pair(&meta.src, &meta.dst, up);
             (c.path, dir, c.offset_ns, c.paired.is_some())
@@ -447,6 +464,7 @@ impl Shared {
             ts_ns: ts,
             wire,
             count_wire,
+            paired,
             tuple,
             up,
         })
@@ -885,14 +903,33 @@ impl Shared {
         if spacing.n >= 2 {
             flow.record_spacing(spacing.spread() / 1000, max_us);
         }
+        // (A TCP flow counts its unique payload per segment, messages or not.)
+        let tcp = matches!(flow.proto, crate::flow::Proto::Tcp(_));
         if delivered || !observable {
-            flow.amp.unique += m.bytes;
+            if !tcp {
+                flow.amp.unique += m.bytes;
+            }
             self.win.unique += m.bytes;
         }
         if delivered {
             flow.delivered_any = true;
         }
         let flow_name = self.cfg.emit_messages.then(|| flow.name().to_owned());
+        if let Some(ev) = self.evidence.as_deref_mut() {
+            let paths = &self.paths;
+            let uid = flow.uid;
+            ev.take(
+                (uid, || flow.name().to_owned()),
+                (m.first_ns, m.bytes),
+                (kind, latency_us),
+                copies.iter().map(|c| crate::advice::CopySeen {
+                    path: paths.label(c.path),
+                    sent: c.sent,
+                    arrived: c.arrived.is_some(),
+                    latency_us: c.latency_us(),
+                }),
+            );
+        }
         // Per path: latency samples, expected/missing, outage attribution.
         let mut paths_left = mask;
         while paths_left != 0 {
@@ -1007,6 +1044,7 @@ impl Shared {
                         }
                     })
                     .collect(),
+                source: tcp.then_some(crate::record::TcpSource::Wire),
             };
             self.push_record(Record::Message(rec));
         }

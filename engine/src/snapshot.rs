@@ -543,4 +543,14 @@ pub struct Snapshot {
     /// Totals: HOL stalls and their time, per protocol.
     #[serde(default)]
     pub hol: Vec<(HolProtocol, HolTotals)>,
+    /// TCP seen on the wire: retransmissions by kind and the backoff ladder per direction.
+    #[serde(default)]
+    pub tcp_wire: crate::record::TcpWireSummary,
+    /// The kernel's TCP retransmissions joined with the captures': where they disagree.
+    #[serde(default)]
+    pub tcp_join: crate::record::TcpJoinSummary,
+    /// The transport decision from what was measured so far (`advise`), when evidence is
+    /// collected; remade at most every [`crate::advice::ADVICE_EVERY_NS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advice: Option<Box<crate::advice::Advice>>,
 }

@@ -57,6 +57,7 @@ impl Conn {
             window: 1000,
             len,
             options,
+            ..TcpSegment::default()
         }));
     }
 
@@ -78,6 +79,7 @@ impl Conn {
                 timestamps: Some((tsval, 0)),
                 ..TcpOptions::default()
             },
+            ..TcpSegment::default()
         }));
     }
 
@@ -324,6 +326,25 @@ fn timestamps_tell_a_reordered_original_from_a_resend_after_an_upstream_loss() {
     );
     let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
     assert_eq!(s.directions[0].out_of_order, 1);
+}
+
+#[test]
+fn a_resend_sent_in_the_same_tick_as_new_data_is_still_a_resend() {
+    let mut c = Conn::established(999);
+    // 1100 lost before this (receiver-side) capture; 1200..1400 arrive (TSval 7000).
+    c.data_ts(100, 1200, 100, 7000);
+    c.data_ts(101, 1300, 100, 7000);
+    c.ack(102, 1100, &[(1200, 1400)]);
+    // A round trip later the sender sends new data and, in the same millisecond, the resend:
+    // its TSval equals the newest seen, but is newer than 1200's, the first segment above it
+    // (a reordered original never is).
+    c.data_ts(140, 1400, 100, 7040);
+    c.data_ts(141, 1100, 100, 7040);
+    c.ack(142, 1500, &[]);
+    let (r, _) = c.records();
+    assert_eq!(r.iter().map(|x| x.seq).collect::<Vec<_>>(), [1100], "{r:?}");
+    let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
+    assert_eq!(s.directions[0].out_of_order, 0);
 }
 
 #[test]

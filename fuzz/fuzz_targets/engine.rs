@@ -193,6 +193,10 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
                 }
                 o
             },
+            // Messages the framing would cut from the stream: ranges on the same grid.
+            messages: (0..u.int_in_range(0..=2)?)
+                .map(|_| Ok((small(u, 20)? * 500, small(u, 20)? * 500)))
+                .collect::<arbitrary::Result<_>>()?,
         }),
         6 => {
             let kind = match u.int_in_range(0..=5)? {

@@ -2,6 +2,8 @@
 //! packet, unrecognised UDP datagram) becomes one engine [`Observation`], stamped with the
 //! packet's own capture time and its path. Paths are announced to the engine as capture points
 //! and named (a small id each) the first time they appear.
+use std::net::SocketAddr;
+
 use tboxscope_decode::quic::{FrameSummary, PacketSummary};
 use tboxscope_engine::{
     CaptureId, CapturePoint, Config, ConnId, Datagram, Engine, Host, KcpSegment, Observation,
@@ -302,15 +304,72 @@ impl<S: ObservationSink> Correlator<S> {
 
 /// Hands [`Record`]s of [`crate::analyze::Analyzer`] to a [`Correlator`]: the frame's wire
 /// length goes to its first decoded unit, and the newest packet time is kept (to end the run).
+/// Kernel TCP events recorded beside the captures go in between, in time order.
 #[derive(Debug, Default)]
 pub struct FrameFeed {
     last_frame: Option<(usize, u64)>,
     last_ts: u64,
     /// Path labels of the analyzer already announced to the correlator.
     paths_known: usize,
+    /// Kernel events not fed yet, oldest first.
+    kernel: std::collections::VecDeque<tboxscope_engine::TcpEvent>,
+    /// With kernel events: the path label each address pair was last captured on (bounded),
+    /// given to the events of a socket whose recording names no capture's path.
+    sockets: std::collections::HashMap<(SocketAddr, SocketAddr), usize>,
 }
 
+/// Address pairs remembered to name kernel events' paths.
+const MAX_SOCKETS: usize = 4096;
+
 impl FrameFeed {
+    /// A feed that puts `kernel` (the kernel's TCP events of a recording, in time order)
+    /// before the first packet captured after each.
+    pub fn with_kernel(kernel: Vec<tboxscope_engine::TcpEvent>) -> Self {
+        Self {
+            kernel: kernel.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Feeds the kernel events up to record `r`'s time. An event whose path is none of the
+    /// captures' (a recording of other interfaces, or none) takes the path its socket was
+    /// captured on, or the only capture's.
+    fn feed_kernel<S: ObservationSink>(&mut self, correlator: &mut Correlator<S>, r: &Record<'_>) {
+        if self.sockets.len() >= MAX_SOCKETS {
+            self.sockets.clear();
+        }
+        self.sockets
+            .insert((r.packet.src, r.packet.dst), r.path_index);
+        while self
+            .kernel
+            .front()
+            .is_some_and(|e| e.ts_ns <= r.packet.ts_ns)
+        {
+            let Some(mut e) = self.kernel.pop_front() else {
+                break;
+            };
+            if !r.paths.contains(&e.path) {
+                let seen = self
+                    .sockets
+                    .get(&(e.local, e.remote))
+                    .or_else(|| self.sockets.get(&(e.remote, e.local)))
+                    .copied()
+                    .or((r.paths.len() == 1).then_some(0));
+                if let Some(label) = seen.and_then(|i| r.paths.get(i)) {
+                    label.clone_into(&mut e.path);
+                }
+            }
+            correlator.sink_mut().handle(Observation::Tcp(e));
+        }
+    }
+
+    /// Feeds the kernel events left (those after the last packet).
+    pub fn flush_kernel<S: ObservationSink>(&mut self, correlator: &mut Correlator<S>) {
+        for e in self.kernel.drain(..) {
+            correlator.sink_mut().handle(Observation::Tcp(e));
+        }
+    }
+
     /// Feeds one record.
     pub fn observe<S: ObservationSink>(&mut self, correlator: &mut Correlator<S>, r: &Record<'_>) {
         let (frame_len, first) = self.note(correlator, r);
@@ -336,6 +395,9 @@ impl FrameFeed {
         r: &Record<'_>,
     ) -> (u32, bool) {
         // Records of one frame come together; the file name's address tells files apart.
+        if !self.kernel.is_empty() {
+            self.feed_kernel(correlator, r);
+        }
         let key = (r.file.as_ptr() as usize, r.frame);
         let first = self.last_frame != Some(key);
         self.last_frame = Some(key);
@@ -387,7 +449,11 @@ pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
                 kind: OverheadKind::Other,
             }),
         },
-        Decoded::TcpSegment(t) => Observation::TcpSegment(tcp_segment(meta, t)),
+        Decoded::TcpSegment(t) => {
+            let mut seg = tcp_segment(meta, t);
+            seg.messages = packet.tcp_messages.iter().copied().collect();
+            Observation::TcpSegment(seg)
+        }
         Decoded::UdpDatagram(d) => Observation::Datagram(Datagram {
             meta,
             payload_hash: d.payload_hash,
@@ -407,6 +473,7 @@ pub fn tcp_segment(meta: PacketMeta, t: &TcpSegmentRecord) -> TcpSegment {
         window: t.window,
         len: t.len,
         options: t.options,
+        messages: Default::default(),
     }
 }
 

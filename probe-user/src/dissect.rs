@@ -130,6 +130,10 @@ pub struct DecodedPacket {
     pub content_hash: Option<u64>,
     /// For a decrypted QUIC packet: what names the messages its STREAM frames start.
     pub stream_heads: Vec<StreamHead>,
+    /// For a TCP segment of a byte stream cut into messages ([`DissectConfig::framing`]): the
+    /// messages it completes at its capture, each as (first sequence number, sequence number
+    /// past its end).
+    pub tcp_messages: Vec<(u32, u32)>,
 }
 
 /// How a QUIC STREAM frame at a stream's start names its message, for matching copies sent on
@@ -165,6 +169,9 @@ pub struct DissectStats {
     pub net_rejected: NetRejects,
     /// TCP segments decoded.
     pub tcp: u64,
+    /// Of those, segments whose frame the capture cut short (its snap length): their payload
+    /// length is the IP header's, not the bytes captured.
+    pub tcp_cut: u64,
     /// IP packets of protocol TCP without a usable segment, by reason.
     pub tcp_rejected: TcpRejects,
     /// UDP datagrams (reassembled ones included).
@@ -276,6 +283,8 @@ pub struct Dissector {
     starts: StreamStarts,
     /// Application message ids read (see [`Dissector::app_ids_read`]).
     app_ids: u64,
+    /// TCP byte streams cut into messages.
+    tcp_cuts: TcpCuts,
 }
 
 /// Streams whose start is being gathered or was named, at most this many each.
@@ -442,6 +451,7 @@ impl Dissector {
             stats: DissectStats::default(),
             starts: StreamStarts::default(),
             app_ids: 0,
+            tcp_cuts: TcpCuts::default(),
         }
     }
 
@@ -523,7 +533,11 @@ impl Dissector {
         };
         let udp = match self.net.udp(link, frame, ts_ns) {
             Ok(u) => u,
-            Err(NetReject::NotUdp) => return self.tcp(link, frame, ts_ns, each),
+            Err(NetReject::NotUdp) => return self.tcp(link, capture, frame, ts_ns, each),
+            // A TCP segment whose frame the snap length cut: its headers are whole.
+            Err(NetReject::Truncated) if tcp_segment(link, frame).is_ok() => {
+                return self.tcp(link, capture, frame, ts_ns, each)
+            }
             Err(r) => {
                 self.stats.net_rejected.count(r);
                 return 0;
@@ -566,6 +580,7 @@ impl Dissector {
                     content_hash: (seg.cmd() == Cmd::Push && !seg.payload().is_empty())
                         .then(|| tboxscope_engine::content_hash(seg.payload())),
                     stream_heads: Vec::new(),
+                    tcp_messages: Vec::new(),
                     decoded: Decoded::KcpSegment(KcpSegmentRecord {
                         framing,
                         index: u16::try_from(i).unwrap_or(u16::MAX),
@@ -648,6 +663,7 @@ impl Dissector {
                     app_msg_id: None,
                     content_hash: None,
                     stream_heads,
+                    tcp_messages: Vec::new(),
                     decoded: Decoded::QuicPacket(Box::new(summary)),
                 });
             });
@@ -672,6 +688,7 @@ impl Dissector {
                 app_msg_id,
                 content_hash: None,
                 stream_heads: Vec::new(),
+                tcp_messages: Vec::new(),
                 decoded: Decoded::UdpDatagram(UdpRecord {
                     len: udp.payload.len(),
                     payload_hash: tboxscope_engine::payload_hash(udp.payload),
@@ -688,6 +705,7 @@ impl Dissector {
     fn tcp(
         &mut self,
         link: LinkType,
+        capture: &str,
         frame: &[u8],
         ts_ns: u64,
         mut each: impl FnMut(DecodedPacket),
@@ -704,6 +722,10 @@ impl Dissector {
             }
         };
         self.stats.tcp += 1;
+        if seg.cut() {
+            self.stats.tcp_cut += 1;
+        }
+        let tcp_messages = self.tcp_messages(capture, &seg);
         let t = &seg.tcp;
         each(DecodedPacket {
             ts_ns,
@@ -714,15 +736,128 @@ impl Dissector {
                 ack: t.ack(),
                 flags: t.flags(),
                 window: t.window(),
-                len: u32::try_from(t.payload().len()).unwrap_or(u32::MAX),
+                len: seg.payload_len,
                 options: *t.options(),
             }),
             app_msg_id: None,
             content_hash: None,
             stream_heads: Vec::new(),
+            tcp_messages,
         });
         1
     }
+
+    /// The messages TCP segment `seg`, seen by `capture` (its label), completes in its
+    /// direction's byte stream cut by [`DissectConfig::framing`] (none without one).
+    ///
+    /// Stream offsets count from the SYN when the capture saw it. A capture that began in the
+    /// middle of the connection joins at the first data segment it sees, taken to start a
+    /// message (counted in [`Dissector::tcp_framing`]): right where the sender writes whole
+    /// messages with pauses between them; otherwise the first messages are cut wrong
+    /// (length-prefixed: until a hole is given up on; `fixed:N`: throughout).
+    pub fn tcp_messages(
+        &mut self,
+        capture: &str,
+        seg: &tboxscope_decode::net::TcpSegment<'_>,
+    ) -> Vec<(u32, u32)> {
+        let t = &seg.tcp;
+        let key = (
+            tboxscope_engine::payload_hash(capture.as_bytes()),
+            seg.src,
+            seg.dst,
+        );
+        self.tcp_cut(key, t.seq(), t.flags().syn(), t.payload())
+    }
+
+    /// [`Dissector::tcp_messages`] of a segment of stream `key` starting at `seq`.
+    fn tcp_cut(
+        &mut self,
+        key: (u64, SocketAddr, SocketAddr),
+        seq: u32,
+        syn: bool,
+        payload: &[u8],
+    ) -> Vec<(u32, u32)> {
+        let Some(framing) = self.config.framing else {
+            return Vec::new();
+        };
+        if !syn && payload.is_empty() {
+            return Vec::new();
+        }
+        let cuts = &mut self.tcp_cuts;
+        if cuts.streams.len() >= MAX_DELIMITED_STREAMS && !cuts.streams.contains_key(&key) {
+            cuts.forgotten += cuts.streams.len() as u64;
+            cuts.holes_given_up += cuts
+                .streams
+                .values()
+                .map(|c| c.delimiter.holes_given_up)
+                .sum::<u64>();
+            cuts.streams.clear();
+        }
+        let mut joined = false;
+        let cut = cuts.streams.entry(key).or_insert_with(|| TcpCut {
+            delimiter: Delimiter::new(framing),
+            ..TcpCut::default()
+        });
+        if syn && cut.anchor.is_none() {
+            cut.anchor = Some((seq.wrapping_add(1), 0));
+        }
+        let data_seq = seq.wrapping_add(u32::from(syn));
+        let (seq0, off0) = *cut.anchor.get_or_insert_with(|| {
+            joined = true;
+            (data_seq, 0)
+        });
+        let mut out = Vec::new();
+        // Unwrapped near the newest offset seen; bytes before the stream's start are skipped.
+        let offset =
+            i64::try_from(off0).unwrap_or(i64::MAX) + i64::from(data_seq.wrapping_sub(seq0) as i32);
+        let skip = usize::try_from(offset.min(0).unsigned_abs()).unwrap_or(usize::MAX);
+        if let (Ok(offset), Some(data)) = (u64::try_from(offset.max(0)), payload.get(skip..)) {
+            if offset >= off0 {
+                cut.anchor = Some((data_seq.wrapping_add(skip as u32), offset));
+            }
+            let base = data_seq
+                .wrapping_add(skip as u32)
+                .wrapping_sub(offset as u32);
+            cut.delimiter.push(offset, data, |m, _| {
+                out.push((
+                    base.wrapping_add(m.start as u32),
+                    base.wrapping_add(m.end as u32),
+                ));
+            });
+        }
+        cuts.joined_mid_stream += u64::from(joined);
+        out
+    }
+
+    /// Cutting TCP byte streams into messages: (streams joined mid-connection at their first
+    /// data segment, holes given up on, streams forgotten to keep the bound).
+    pub fn tcp_framing(&self) -> (u64, u64, u64) {
+        let c = &self.tcp_cuts;
+        let live: u64 = c.streams.values().map(|s| s.delimiter.holes_given_up).sum();
+        (c.joined_mid_stream, c.holes_given_up + live, c.forgotten)
+    }
+}
+
+/// One direction of a TCP connection at one capture, cut into messages.
+#[derive(Debug, Default)]
+struct TcpCut {
+    /// A sequence number and its stream offset (the SYN's next, offset 0; or, joined
+    /// mid-connection, the first data byte seen), moved to the newest data to unwrap.
+    anchor: Option<(u32, u64)>,
+    delimiter: Delimiter,
+}
+
+/// The TCP byte streams being cut into messages.
+#[derive(Debug, Default)]
+struct TcpCuts {
+    /// By (capture label's hash, sender, receiver).
+    streams: tboxscope_engine::FastMap<(u64, SocketAddr, SocketAddr), TcpCut>,
+    /// Streams whose capture began after their SYN.
+    joined_mid_stream: u64,
+    /// Holes given up on by the streams forgotten so far.
+    holes_given_up: u64,
+    /// Streams forgotten to stay within [`MAX_DELIMITED_STREAMS`].
+    forgotten: u64,
 }
 
 /// The message heads the STREAM frames of a decrypted QUIC packet sent from `port` and seen by
@@ -844,6 +979,76 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    fn tcp_dissector(framing: &str) -> Dissector {
+        Dissector::new(DissectConfig {
+            framing: framing.parse().ok(),
+            ..DissectConfig::default()
+        })
+    }
+
+    /// A TCP stream cut by its framing: offsets from the SYN (fixed-size messages at their
+    /// multiples across the sequence number's wrap), a segment past a hole completing nothing
+    /// until the hole is filled, a resend completing nothing again.
+    #[test]
+    fn tcp_streams_are_cut_from_the_syn_across_holes_and_the_wrap() {
+        let key = (
+            1,
+            "10.0.0.2:4000".parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        );
+        let mut d = tcp_dissector("fixed:100");
+        let isn = u32::MAX - 120;
+        assert!(d.tcp_cut(key, isn, true, &[]).is_empty());
+        let s0 = isn.wrapping_add(1);
+        // 150 bytes, a hole of 100, then 100 past it: one message, then none until the hole
+        // is filled (then two; the next waits for its last 50 bytes).
+        assert_eq!(
+            d.tcp_cut(key, s0, false, &[0; 150]),
+            [(s0, s0.wrapping_add(100))]
+        );
+        assert!(d
+            .tcp_cut(key, s0.wrapping_add(250), false, &[0; 100])
+            .is_empty());
+        assert_eq!(
+            d.tcp_cut(key, s0.wrapping_add(150), false, &[0; 100]),
+            [
+                (s0.wrapping_add(100), s0.wrapping_add(200)),
+                (s0.wrapping_add(200), s0.wrapping_add(300)),
+            ]
+        );
+        assert!(d.tcp_cut(key, s0, false, &[0; 150]).is_empty());
+        assert_eq!(d.tcp_framing(), (0, 0, 0));
+    }
+
+    /// Joined mid-connection (no SYN): the first data segment starts a message; length
+    /// prefixes are read from there on; the join is counted.
+    #[test]
+    fn a_tcp_stream_joined_mid_connection_starts_at_its_first_data_segment() {
+        let key = (
+            1,
+            "10.0.0.2:4000".parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        );
+        let mut d = tcp_dissector("len:u16be@0");
+        let mut stream = Vec::new();
+        for n in [3u16, 5, 1] {
+            stream.extend_from_slice(&n.to_be_bytes());
+            stream.extend(std::iter::repeat_n(7u8, usize::from(n)));
+        }
+        let s = 7_000u32;
+        // An earlier byte resent after the join is before the stream's start: skipped.
+        assert_eq!(d.tcp_cut(key, s, false, &stream[..7]), [(s, s + 5)]);
+        assert!(d.tcp_cut(key, s - 10, false, &[0; 10]).is_empty());
+        assert_eq!(
+            d.tcp_cut(key, s + 7, false, &stream[7..]),
+            [(s + 5, s + 12), (s + 12, s + 15)]
+        );
+        assert_eq!(d.tcp_framing(), (1, 0, 0));
+        // No framing: no messages.
+        let mut plain = Dissector::new(DissectConfig::default());
+        assert!(plain.tcp_cut(key, s, false, &stream).is_empty());
     }
 
     /// A piece past a hole waits for the hole; a short message ends at its FIN; without an id

@@ -199,7 +199,29 @@ where
     T: Send + 'static,
     E: From<std::io::Error> + Send + 'static,
 {
-    let mut feed = FrameFeed::default();
+    let feed = FrameFeed::default();
+    decode_and_match_fed(
+        analyzer, files, statements, engine, state, after, own_thread, feed,
+    )
+}
+
+/// [`decode_and_match`] through `feed` (e.g. one holding the kernel's TCP events recorded
+/// beside the captures, [`FrameFeed::with_kernel`]).
+#[expect(clippy::too_many_arguments, reason = "decode_and_match's and the feed")]
+pub fn decode_and_match_fed<T, E>(
+    analyzer: &mut Analyzer,
+    files: &[PathBuf],
+    statements: &[(String, CaptureHint)],
+    engine: Engine,
+    state: T,
+    after: AfterObservation<T, E>,
+    own_thread: bool,
+    mut feed: FrameFeed,
+) -> Result<Matched<T>, E>
+where
+    T: Send + 'static,
+    E: From<std::io::Error> + Send + 'static,
+{
     if !own_thread {
         let mut correlator = Correlator::with_sink(engine);
         correlator.state_all(statements);
@@ -208,6 +230,8 @@ where
             feed.observe(&mut correlator, &r);
             after(correlator.engine_mut(), &mut state)
         })?;
+        feed.flush_kernel(&mut correlator);
+        after(correlator.engine_mut(), &mut state)?;
         return Ok(Matched {
             engine: correlator.into_sink(),
             state,
@@ -228,6 +252,7 @@ where
             false => Ok(()),
         }
     });
+    feed.flush_kernel(&mut correlator);
     let (engine, state, waits) = correlator.into_sink().finish()?;
     let file_errors = decoded
         .map_err(|()| std::io::Error::other("the engine's thread stopped without saying why"))?;

@@ -8,6 +8,7 @@ pub mod netns;
 pub mod pcap;
 pub mod peers;
 pub mod quic;
+pub mod tcpflow;
 
 /// The public capture `name` in the shared fixtures beside the repository
 /// (`../shared/fixtures`, see its README).

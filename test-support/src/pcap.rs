@@ -43,6 +43,56 @@ pub fn pcap(linktype: u32, nano: bool, big: bool, packets: &[(u64, u32, Vec<u8>)
     out
 }
 
+/// A classic pcap file (µs, Ethernet, little-endian) written frame by frame, for captures too
+/// large to build in memory.
+pub struct PcapFile {
+    w: std::io::BufWriter<std::fs::File>,
+    written: u64,
+}
+
+impl PcapFile {
+    /// Creates `path` and writes the file header.
+    pub fn create(path: &std::path::Path) -> Self {
+        use std::io::Write;
+        let mut w =
+            std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path).unwrap());
+        let mut hdr = Vec::with_capacity(24);
+        hdr.extend(0xa1b2_c3d4u32.to_le_bytes());
+        hdr.extend(2u16.to_le_bytes());
+        hdr.extend(4u16.to_le_bytes());
+        hdr.extend([0u8; 8]);
+        hdr.extend(65535u32.to_le_bytes());
+        hdr.extend(1u32.to_le_bytes());
+        w.write_all(&hdr).unwrap();
+        Self {
+            w,
+            written: hdr.len() as u64,
+        }
+    }
+
+    /// Appends one frame captured whole at `ts_us`.
+    pub fn packet(&mut self, ts_us: u64, frame: &[u8]) {
+        use std::io::Write;
+        let mut rec = [0u8; 16];
+        rec[0..4].copy_from_slice(&((ts_us / 1_000_000) as u32).to_le_bytes());
+        rec[4..8].copy_from_slice(&((ts_us % 1_000_000) as u32).to_le_bytes());
+        rec[8..12].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+        rec[12..16].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+        self.w.write_all(&rec).unwrap();
+        self.w.write_all(frame).unwrap();
+        self.written += (rec.len() + frame.len()) as u64;
+    }
+
+    /// Flushes and syncs (so that the kernel's write-back does not compete with timed reads
+    /// that follow); returns the file size.
+    pub fn finish(mut self) -> u64 {
+        use std::io::Write;
+        self.w.flush().unwrap();
+        self.w.get_ref().sync_all().unwrap();
+        self.written
+    }
+}
+
 /// pcapng writer in either byte order.
 pub struct Ng {
     pub big: bool,

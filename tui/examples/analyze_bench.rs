@@ -6,6 +6,7 @@
 //! cargo build --release -p tboxscope --example analyze_bench
 //! target/release/examples/analyze_bench offline [--packets N] [--tboxscope target/release/tboxscope]
 //! target/release/examples/analyze_bench offline-quic [--packets N] [--capture PATH]
+//! target/release/examples/analyze_bench offline-tcp [--packets N] [--capture PATH]
 //! target/release/examples/analyze_bench engine [--rounds R (5)] [--dir D]
 //! target/release/examples/analyze_bench live [--seconds S] [--rate PPS_PER_PATH] [--compare] [--stop-early]   (root)
 //! ```
@@ -31,7 +32,14 @@
 //!
 //! `offline-quic` writes a QUIC capture of N packets (default 1,000,000) with its key log and
 //! times the in-process decode with 1-RTT decryption, the binary with `--keylog`, and
-//! `tshark -o tls.keylog_file:` on the same file. `write-kcp`/`write-quic PATH` only write the
+//! `tshark -o tls.keylog_file:` on the same file.
+//!
+//! `offline-tcp` writes a TCP capture of N frames (default 1,000,000: 16 bulk connections as
+//! the sender's capture shows them, 1 % of data segments lost and repaired by fast retransmit,
+//! tail loss probe or RTO, some timing out twice) and times on it: the in-process decode
+//! alone, decode + the wire TCP matcher as `analyze` runs it, the `tboxscope analyze` binary,
+//! and tshark's TCP analysis (`-z expert`, and the retransmission fields), each side's
+//! retransmissions counted against the generator's truth. `write-kcp`/`write-quic`/`write-tcp PATH` only write the
 //! captures and `decode FILE [--keylog K]` only decodes (for `perf record`); `decode FILE
 //! --engine [--rounds R]` measures the correlation engine on top of decoding in the same run
 //! (the ≤ 30 % goal), `decode FILE --engine-only [--messages]` runs decode + engine alone (for
@@ -40,7 +48,7 @@
 //! thread alone, and `decode FILE --observations` decodes and builds the observations only.
 #![expect(clippy::unwrap_used)]
 
-use std::io::{BufWriter, Read, Write};
+use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -58,7 +66,9 @@ use probe_user::source::pcap::{
 };
 use tboxscope_decode::quic::Keylog;
 use tboxscope_test_support::netns;
+use tboxscope_test_support::pcap::PcapFile;
 use tboxscope_test_support::quic::{rfc9001_keylog, unhex, OneRttMix};
+use tboxscope_test_support::tcpflow::{write_tcp_capture, TcpTraffic};
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter()
@@ -73,6 +83,7 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("offline") => offline(&args),
         Some("offline-quic") => offline_quic(&args),
+        Some("offline-tcp") => offline_tcp(&args),
         Some("decode") => decode_only(&args),
         Some("engine") => engine_goal(&args),
         // `write-kcp PATH [--packets N]`, `write-quic PATH [--packets N]` (key log at PATH.keys).
@@ -83,9 +94,14 @@ fn main() {
             let path = Path::new(&args[2]);
             write_quic_capture(path, &path.with_extension("keys"), arg(&args, "--packets", 1_000_000));
         }
+        // `write-tcp PATH [--packets N]`: the capture of `offline-tcp`.
+        Some("write-tcp") => {
+            let (_, truth) = write_tcp_capture(Path::new(&args[2]), &tcp_traffic(arg(&args, "--packets", 1_000_000)));
+            println!("{truth:?}");
+        }
         Some("live") => live(&args),
         _ => eprintln!(
-            "usage: analyze_bench offline|offline-quic|decode|live [options] (see the source header)"
+            "usage: analyze_bench offline|offline-quic|offline-tcp|decode|live [options] (see the source header)"
         ),
     }
 }
@@ -109,49 +125,6 @@ fn frame(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
     f
 }
 
-/// A classic pcap (µs, Ethernet) being written.
-struct PcapWriter {
-    w: BufWriter<std::fs::File>,
-    written: u64,
-}
-
-impl PcapWriter {
-    fn create(path: &Path) -> Self {
-        let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).unwrap());
-        let mut hdr = Vec::new();
-        hdr.extend(0xa1b2_c3d4u32.to_le_bytes());
-        hdr.extend(2u16.to_le_bytes());
-        hdr.extend(4u16.to_le_bytes());
-        hdr.extend([0u8; 8]);
-        hdr.extend(65535u32.to_le_bytes());
-        hdr.extend(1u32.to_le_bytes());
-        w.write_all(&hdr).unwrap();
-        Self {
-            w,
-            written: hdr.len() as u64,
-        }
-    }
-
-    fn packet(&mut self, ts_us: u64, frame: &[u8]) {
-        let mut rec = Vec::with_capacity(16);
-        rec.extend(((ts_us / 1_000_000) as u32).to_le_bytes());
-        rec.extend(((ts_us % 1_000_000) as u32).to_le_bytes());
-        rec.extend((frame.len() as u32).to_le_bytes());
-        rec.extend((frame.len() as u32).to_le_bytes());
-        self.w.write_all(&rec).unwrap();
-        self.w.write_all(frame).unwrap();
-        self.written += (rec.len() + frame.len()) as u64;
-    }
-
-    /// Flushes and syncs (so that the kernel's write-back does not compete with the timed
-    /// reads that follow); returns the file size.
-    fn finish(mut self) -> u64 {
-        self.w.flush().unwrap();
-        self.w.get_ref().sync_all().unwrap();
-        self.written
-    }
-}
-
 fn kcp(conv: u32, cmd: u8, frg: u8, ts: u32, sn: u32, una: u32, payload_len: usize) -> Vec<u8> {
     let mut v = Vec::with_capacity(24 + payload_len);
     v.extend(conv.to_le_bytes());
@@ -172,7 +145,7 @@ fn kcp(conv: u32, cmd: u8, frg: u8, ts: u32, sn: u32, una: u32, payload_len: usi
 /// ikcp batches them: for each conversation in turn, its two newest segments (sn and ts
 /// echoed) with una past them, which also acknowledges the one before.
 fn write_kcp_capture(path: &Path, n: u64) -> u64 {
-    let mut w = PcapWriter::create(path);
+    let mut w = PcapFile::create(path);
     let sizes = [512usize, 1024, 1376, 1376, 700];
     // Per conversation: the next sn to send.
     let mut next_sn = [0u32; 4];
@@ -207,25 +180,7 @@ fn write_kcp_capture(path: &Path, n: u64) -> u64 {
 
 /// Runs `cmd` with stdout discarded; returns (wall seconds, peak RSS in KiB) from `time -v`.
 fn timed(cmd: &mut Command) -> Option<(f64, u64)> {
-    let mut full = Command::new("/usr/bin/time");
-    full.arg("-v").arg(cmd.get_program()).args(cmd.get_args());
-    let start = Instant::now();
-    let out = full.stdout(std::process::Stdio::null()).output().ok()?;
-    let wall = start.elapsed().as_secs_f64();
-    if !out.status.success() {
-        eprintln!("{:?} failed: {}", cmd, String::from_utf8_lossy(&out.stderr));
-        return None;
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    let rss = err
-        .lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("Maximum resident set size (kbytes): ")
-        })
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    Some((wall, rss))
+    timed_output(cmd).map(|(wall, rss, _)| (wall, rss))
 }
 
 fn vm_hwm_kib() -> u64 {
@@ -239,12 +194,19 @@ fn vm_hwm_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn offline(args: &[String]) {
-    let n: u64 = arg(args, "--packets", 1_050_000);
+/// The binary (`--tboxscope`, else the release build), a temporary directory and the capture
+/// to write (`--capture`, else `name` in that directory).
+fn bench_file(args: &[String], name: &str) -> (PathBuf, tempfile::TempDir, PathBuf) {
     let default_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/tboxscope");
     let bin: PathBuf = arg(args, "--tboxscope", default_bin);
     let dir = tempfile::tempdir().unwrap();
-    let file = arg(args, "--capture", dir.path().join("kcp-bench.pcap"));
+    let file = arg(args, "--capture", dir.path().join(name));
+    (bin, dir, file)
+}
+
+fn offline(args: &[String]) {
+    let n: u64 = arg(args, "--packets", 1_050_000);
+    let (bin, _dir, file) = bench_file(args, "kcp-bench.pcap");
     let t = Instant::now();
     let size = write_kcp_capture(&file, n);
     println!(
@@ -377,7 +339,7 @@ fn write_quic_capture(path: &Path, keylog: &Path, n: u64) -> u64 {
     std::fs::write(keylog, rfc9001_keylog()).unwrap();
     let client = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 50000);
     let server = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 443);
-    let mut w = PcapWriter::create(path);
+    let mut w = PcapFile::create(path);
     let t0 = 1_700_000_000_000_000u64;
     w.packet(
         t0,
@@ -824,6 +786,146 @@ fn decode_only(args: &[String]) {
         run.stats.frames as f64 / run.cpu / 1e6,
         run.records
     );
+}
+
+/// The traffic of `offline-tcp` and `write-tcp`.
+fn tcp_traffic(frames: u64) -> TcpTraffic {
+    TcpTraffic {
+        connections: 16,
+        frames,
+        loss_per_mille: 10,
+        seed: 1,
+    }
+}
+
+/// Runs `cmd` with its standard output kept: (wall seconds, peak RSS in KiB, stdout).
+fn timed_output(cmd: &mut Command) -> Option<(f64, u64, String)> {
+    let out_file = tempfile::NamedTempFile::new().ok()?;
+    let mut full = Command::new("/usr/bin/time");
+    full.arg("-v").arg(cmd.get_program()).args(cmd.get_args());
+    full.stdout(out_file.reopen().ok()?);
+    let start = Instant::now();
+    let out = full.stderr(std::process::Stdio::piped()).output().ok()?;
+    let wall = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        eprintln!("{:?} failed: {}", cmd, String::from_utf8_lossy(&out.stderr));
+        return None;
+    }
+    let rss = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Maximum resident set size (kbytes): ")
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Some((wall, rss, std::fs::read_to_string(out_file.path()).ok()?))
+}
+
+fn offline_tcp(args: &[String]) {
+    let n: u64 = arg(args, "--packets", 1_000_000);
+    let (bin, _dir, file) = bench_file(args, "tcp-bench.pcap");
+    let t = Instant::now();
+    let (size, truth) = write_tcp_capture(&file, &tcp_traffic(n));
+    println!(
+        "capture: {} TCP frames, {:.0} MB, written in {:.2} s; truth: {} retransmissions (fast {}, loss probe {}, RTO level 0 {}, level 1 {})",
+        truth.frames,
+        size as f64 / 1e6,
+        t.elapsed().as_secs_f64(),
+        truth.retransmissions(),
+        truth.fast,
+        truth.loss_probe,
+        truth.rto_level0,
+        truth.rto_level1
+    );
+    warm_page_cache(&file);
+    let config = DissectConfig::default();
+    let run = decode_in_process(&file, &config, 3);
+    assert_eq!(run.stats.tcp, truth.frames);
+    let best = run.wall;
+    println!(
+        "analyze decode (in process, best of 3): {best:.3} s, {:.2} M frames/s",
+        truth.frames as f64 / best / 1e6
+    );
+    let mut matched = f64::MAX;
+    for _ in 0..3 {
+        let (wall, _, _) = decode_and_match_timed(&file, &config, false, true);
+        matched = matched.min(wall);
+    }
+    println!(
+        "analyze decode + engine with the wire TCP matcher (own thread, best of 3): {matched:.3} s, {:.2} M frames/s, +{:.0} % on decoding",
+        truth.frames as f64 / matched / 1e6,
+        (matched / best - 1.0) * 100.0
+    );
+    let file_s = file.to_str().unwrap();
+    let tbox = if bin.exists() {
+        timed_output(Command::new(&bin).args(["analyze", file_s, "--json", "-"]))
+    } else {
+        println!(
+            "(no {} — build it with cargo build --release -p tboxscope)",
+            bin.display()
+        );
+        None
+    };
+    if let Some((s, rss, out)) = &tbox {
+        let kinds = ["rto", "fast", "loss_probe", "loss_recovery", "other"].map(|k| {
+            let needle = format!("\"kind\":\"{k}\"");
+            out.lines()
+                .filter(|l| l.contains("\"type\":\"tcp_retransmit\"") && l.contains(&needle))
+                .count()
+        });
+        println!(
+            "tboxscope analyze --json - (binary, end to end): {s:.3} s, {:.2} M frames/s, peak RSS {} MiB; retransmissions rto {} fast {} loss_probe {} loss_recovery {} other {}",
+            truth.frames as f64 / s / 1e6,
+            rss / 1024,
+            kinds[0], kinds[1], kinds[2], kinds[3], kinds[4]
+        );
+    }
+    let expert = timed_output(Command::new("tshark").args(["-r", file_s, "-q", "-z", "expert"]));
+    if let Some((s, rss, _)) = &expert {
+        println!(
+            "tshark -q -z expert: {s:.3} s, {:.0} k frames/s, peak RSS {} MiB",
+            truth.frames as f64 / s / 1e3,
+            rss / 1024
+        );
+    }
+    let fields = timed_output(Command::new("tshark").args([
+        "-r",
+        file_s,
+        "-T",
+        "fields",
+        "-e",
+        "frame.number",
+        "-e",
+        "tcp.analysis.retransmission",
+        "-e",
+        "tcp.analysis.fast_retransmission",
+    ]));
+    if let Some((s, rss, out)) = &fields {
+        let flagged = |col: usize| {
+            out.lines()
+                .filter(|l| l.split('\t').nth(col).is_some_and(|v| !v.is_empty()))
+                .count()
+        };
+        println!(
+            "tshark -T fields (tcp.analysis.retransmission, fast_retransmission): {s:.3} s, {:.0} k frames/s, peak RSS {} MiB; flagged {} retransmissions, {} fast",
+            truth.frames as f64 / s / 1e3,
+            rss / 1024,
+            flagged(1),
+            flagged(2)
+        );
+    }
+    for (name, base) in [
+        ("tshark -z expert", &expert),
+        ("tshark tcp.analysis fields", &fields),
+    ] {
+        if let Some((s, _, _)) = base {
+            println!("ratio decode + matcher vs {name}: {:.1}x", s / matched);
+            if let Some((t, _, _)) = &tbox {
+                println!("ratio tboxscope binary vs {name}: {:.1}x", s / t);
+            }
+        }
+    }
 }
 
 fn offline_quic(args: &[String]) {

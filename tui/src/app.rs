@@ -16,16 +16,19 @@ pub enum Screen {
     Incidents,
     /// The scrolling log of everything the JSON output carries.
     Events,
+    /// The transport this link wants, from what was measured so far (`advise`).
+    Advice,
 }
 
 impl Screen {
     /// Every screen in tab order.
-    pub const ALL: [Screen; 5] = [
+    pub const ALL: [Screen; 6] = [
         Screen::Overview,
         Screen::Flows,
         Screen::Tcp,
         Screen::Incidents,
         Screen::Events,
+        Screen::Advice,
     ];
 
     /// Position in the tab bar (0-based).
@@ -36,6 +39,7 @@ impl Screen {
             Screen::Tcp => 2,
             Screen::Incidents => 3,
             Screen::Events => 4,
+            Screen::Advice => 5,
         }
     }
 
@@ -47,6 +51,7 @@ impl Screen {
             Screen::Tcp => "TCP",
             Screen::Incidents => "Incidents",
             Screen::Events => "Events",
+            Screen::Advice => "Advice",
         }
     }
 
@@ -63,6 +68,7 @@ impl Screen {
             Screen::Tcp => &[SortKey::Retransmits, SortKey::Backoff, SortKey::Name],
             Screen::Incidents => &[SortKey::Newest, SortKey::Duration, SortKey::Held],
             Screen::Events => &[SortKey::Newest, SortKey::Oldest],
+            Screen::Advice => &[],
         }
     }
 }
@@ -209,7 +215,7 @@ pub struct App {
     /// The visible screen.
     pub screen: Screen,
     /// One list state per screen, indexed by [`Screen::index`].
-    pub lists: [ListState; 5],
+    pub lists: [ListState; 6],
     /// Help overlay shown.
     pub help: bool,
     /// Display frozen: the driver keeps showing the snapshot taken when freezing.
@@ -369,7 +375,7 @@ mod tests {
     fn tab_wraps_both_ways() {
         let mut app = App::new(false);
         app.apply(Action::PrevScreen);
-        assert_eq!(app.screen, Screen::Events);
+        assert_eq!(app.screen, Screen::Advice);
         app.apply(Action::NextScreen);
         assert_eq!(app.screen, Screen::Overview);
     }

@@ -108,6 +108,10 @@ pub enum Command {
     /// The terminal UI over a recorded capture (JSON Lines from `capture`/`analyze --json`, or
     /// .pcap/.pcapng files decoded as they play): p play/pause, +/- speed, ←/→ seek.
     Replay(ReplayArgs),
+    /// Which transport this link wants — KCP, QUIC or redundant sending on both paths — from
+    /// what captures of it measured: each option's latency and bandwidth predicted, the
+    /// choice with its reasons.
+    Advise(AdviseArgs),
 }
 
 impl Command {
@@ -119,6 +123,7 @@ impl Command {
             Command::Analyze(_) => "analyze",
             Command::Lab(_) => "lab",
             Command::Replay(_) => "replay",
+            Command::Advise(_) => "advise",
         }
     }
 }
@@ -410,7 +415,10 @@ pub struct MessageIdArgs {
     /// field; also u16le, u32be), `line` (each message ends with a newline). Messages may
     /// then span STREAM frames or share one. Without it, each STREAM frame of a bidirectional
     /// stream is a message, and a unidirectional stream is one message. Copies sent on
-    /// separate connections per path are matched by stream, offset range and content.
+    /// separate connections per path are matched by stream, offset range and content. A TCP
+    /// byte stream is cut by it too (its messages timed one way with both ends captured, to
+    /// the cumulative ACK with the sender's alone); a capture that began after the SYN joins
+    /// at the first data segment it sees, taken to start a message.
     #[arg(long = "framing", value_name = "FRAMING", value_parser = parse_framing)]
     pub framing: Option<probe_user::engine::Framing>,
 }
@@ -420,7 +428,10 @@ pub struct MessageIdArgs {
 pub struct AnalyzeArgs {
     /// Capture files (.pcap or .pcapng), merged in time order: each file (each pcapng
     /// interface) is a capture labelled by its name, a path of its own unless two captures
-    /// turn out to show the two ends of one path (`t-eth0.pcap gw-g0.pcap …`).
+    /// turn out to show the two ends of one path (`t-eth0.pcap gw-g0.pcap …`). A `capture
+    /// --json` recording among them (`t-eth0.pcap kernel.jsonl`) adds the kernel's TCP events,
+    /// joined with the captures per connection: what the kernel resent that never reached a
+    /// capture, and what a capture saw resent that the kernel did not report.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     #[command(flatten)]
@@ -449,6 +460,44 @@ pub struct AnalyzeArgs {
     pub metrics: Option<PathBuf>,
     #[command(flatten)]
     pub otlp: OtlpArgs,
+}
+
+/// `tboxscope advise`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+How it decides: each path's delay (copies that went through at their first transmission; \
+one-way with both ends captured, half the ACK round trip with one), its loss and its outages \
+are replayed through each option's recovery rules — KCP as the seed runs it (nodelay, 10 ms \
+interval, fast resend after 2, in order), QUIC per RFC 9002 (a stream per message, PTO \
+doubling), redundant sending as QUIC on both paths with the first copy winning — at the \
+capture's message rate and size. Then the seed's table: handovers → redundant; random loss \
+under 0.5 % → KCP; 0.5–5 % → redundant where the uplink allows it, else KCP; 5–10 % → KCP \
+(QUIC on a tight uplink); above 10 % or congestion loss → QUIC. An option that misses \
+--sla-p99 or does not fit --uplink-kbps is never recommended.
+
+Example: tboxscope advise t-eth0.pcap t-eth1.pcap gw-g0.pcap gw-g1.pcap --keylog keys.log \
+--sla-p99 200 --uplink-kbps 500")]
+pub struct AdviseArgs {
+    /// Capture files (.pcap or .pcapng) of the link, as for `analyze`: both ends of both paths
+    /// give one-way delays, the T-Box's alone ACK round trips.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+    #[command(flatten)]
+    pub timeout: TimeoutArgs,
+    #[command(flatten)]
+    pub stated: StatedArgs,
+    /// The largest acceptable P99 message latency, in milliseconds.
+    #[arg(long = "sla-p99", value_name = "MS")]
+    pub sla_p99_ms: Option<f64>,
+    /// The uplink's capacity in kbit/s: an option whose copies would not fit is ruled out.
+    #[arg(long = "uplink-kbps", value_name = "N")]
+    pub uplink_kbps: Option<f64>,
+    /// Write the `advice` record as a JSON line here (a path, or `-` for standard output)
+    /// instead of the report.
+    #[arg(long, value_name = "PATH|-")]
+    pub json: Option<String>,
 }
 
 /// How long messages wait for their copies (`analyze`, `replay`).

@@ -171,8 +171,13 @@ impl EngineFeed {
             ack: seg.tcp.ack(),
             flags: seg.tcp.flags(),
             window: seg.tcp.window(),
-            len: u32::try_from(seg.tcp.payload().len()).unwrap_or(u32::MAX),
+            len: seg.payload_len,
             options: *seg.tcp.options(),
+            messages: self
+                .dissector
+                .tcp_messages(label, seg)
+                .into_iter()
+                .collect(),
         };
         self.correlator
             .engine_mut()
@@ -230,7 +235,7 @@ impl EngineFeed {
         self.advance();
         let engine = self.correlator.engine_mut();
         engine.drain_records().for_each(drop);
-        let mut snapshot = engine.snapshot();
+        let mut snapshot = engine.snapshot_advised();
         self.fill_health(&mut snapshot.health);
         feed.publish(snapshot);
     }
@@ -301,18 +306,29 @@ impl EngineFeed {
     }
 }
 
-/// The health line of cutting QUIC streams into messages (`--framing`), when it gave up on
-/// anything: holes given up on and streams forgotten.
+/// The health line of cutting QUIC streams and TCP byte streams into messages (`--framing`),
+/// when it gave up on anything or joined a TCP stream mid-connection.
 pub fn framing_line(dissector: &Dissector) -> Option<String> {
     let (holes, forgotten) = dissector.framing_evictions();
-    (holes + forgotten > 0).then(|| {
+    let quic = (holes + forgotten > 0).then(|| {
         format!(
             "QUIC streams cut into messages: {holes} holes given up on (bytes past them waited \
              beyond {} KiB), {forgotten} streams forgotten (over {} at once)",
             probe_user::engine::framing::MAX_AHEAD >> 10,
             probe_user::dissect::MAX_DELIMITED_STREAMS
         )
-    })
+    });
+    let (joined, holes, forgotten) = dissector.tcp_framing();
+    let tcp = (joined + holes + forgotten > 0).then(|| {
+        format!(
+            "TCP streams cut into messages: {joined} joined mid-connection (cut from their first \
+             data segment seen), {holes} holes given up on, {forgotten} streams forgotten"
+        )
+    });
+    match (quic, tcp) {
+        (Some(q), Some(t)) => Some(format!("{q}; {t}")),
+        (q, t) => q.or(t),
+    }
 }
 
 /// The health line of the search for QUIC connections whose handshake was not captured: how

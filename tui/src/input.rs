@@ -81,6 +81,7 @@ pub const BINDINGS: &[Binding] = &[
         "Incidents screen",
     ),
     bind(&[k('5')], Action::GoTo(Screen::Events), "Events screen"),
+    bind(&[k('6')], Action::GoTo(Screen::Advice), "Advice screen"),
     bind(&[code(KeyCode::Up), k('k')], Action::Up, "move up"),
     bind(&[code(KeyCode::Down), k('j')], Action::Down, "move down"),
     bind(&[code(KeyCode::PageUp)], Action::PageUp, "page up"),

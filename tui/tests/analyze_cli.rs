@@ -176,7 +176,8 @@ fn two_files_are_two_paths_and_the_report_is_readable() {
         summary["path_labels"],
         serde_json::json!(["ndpi-kcp", "ndpi-kcp.pcapng:ndpi-kcp"])
     );
-    // Without --packets no per-packet lines: the header, the engine's records, the summary.
+    // Without --packets no per-packet lines: the header, the engine's records, the advice,
+    // the summary.
     assert_eq!(recs[0]["type"], "header");
     assert!(recs.iter().all(|r| [
         "header",
@@ -184,6 +185,7 @@ fn two_files_are_two_paths_and_the_report_is_readable() {
         "window",
         "outage",
         "hol_incident",
+        "advice",
         "summary"
     ]
     .contains(&r["type"].as_str().unwrap())));

@@ -220,12 +220,13 @@ fn tboxscope_measures_the_tcp_baseline() {
     assert_eq!(r.flows.len(), 1, "{ctx}");
     // Latency on the wire: never above the application's (which adds the backlog queued in
     // the socket during the outage), and the messages held behind the outage make the tail.
-    // tboxscope's percentiles are histogram bucket edges (at most 0.1 % above the sample).
+    // tboxscope's percentiles are the engine's per-flow histogram's bucket edges, as for the
+    // other transports' rows (2 significant digits: at most 1 % above the sample).
     let (p50, p999) = (r.p50_ms.unwrap(), r.p999_ms.unwrap());
-    assert!(p50 > 5.0 && p50 <= t.p50_ms * 1.001 + 1.0, "{ctx}");
+    assert!(p50 > 5.0 && p50 <= t.p50_ms * 1.01 + 1.0, "{ctx}");
     let outage = injected_outage_s(report);
     assert!(p999 >= (outage - 1.0) * 1000.0, "{ctx}");
-    assert!(p999 <= t.p999_ms * 1.001 + 1.0, "{ctx}");
+    assert!(p999 <= t.p999_ms * 1.01 + 1.0, "{ctx}");
     // The kernel's view (eBPF): path A down for 5 s makes the RTO back off at least twice
     // (200 → 400 → 800 ms …), with timeout retransmissions the T-Box's capture also shows.
     assert!(k.probes.contains("hooks attached"), "{ctx}");
@@ -236,10 +237,12 @@ fn tboxscope_measures_the_tcp_baseline() {
     // The head-of-line stall of the outage: the first segment sent into it holds the stream
     // from its first transmission until a copy reaches the gateway after the path is back.
     // No hold is longer than the message carrying the segment took from application to
-    // application (the held message's wire time is inside it).
+    // application (the held message's wire time is inside it), but for the ACK that ends it:
+    // the gateway's kernel may send it after handing the data to the application (delayed
+    // ACK, 40–200 ms on Linux; seen once 7 ms after the truth's largest latency).
     let stall = k.longest_hol_stall_ms.unwrap();
     assert!(stall >= (outage - 0.5) * 1000.0, "{ctx}");
-    assert!(stall <= t.max_ms + 1.0, "{ctx}");
+    assert!(stall <= t.max_ms + 200.0, "{ctx}");
     assert!(k.total_hol_stall_ms >= stall, "{ctx}");
     // Amplification: the same bytes counted two ways (frames vs IP bytes).
     let amp = r.amplification.unwrap();

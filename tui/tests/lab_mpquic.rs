@@ -293,7 +293,13 @@ fn tquic_redundant_connection_figures_agree_with_its_truth() {
     );
     let labels = s["paths"].as_array().unwrap();
     assert_eq!(labels.len(), 2, "{labels:?}");
-    assert!(labels
-        .iter()
-        .all(|p| p["packets"].as_u64().unwrap_or(0) > 100));
+    // Both paths decoded: the cut is 2–3 s in and path A goes down at 3.5 s, so it carried at
+    // least half a second of messages after the cut (25); after the outage tquic may keep to
+    // path B for the rest of the run (seen in CI: path A unused for the last 3.4 s).
+    assert!(
+        labels
+            .iter()
+            .all(|p| p["packets"].as_u64().unwrap_or(0) >= 20),
+        "{labels:?}"
+    );
 }

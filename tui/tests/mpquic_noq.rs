@@ -14,8 +14,8 @@
 //! packet, and count the PATH_ACK frames it read (the decoder's `ack_frames`), as many as
 //! noq's own path statistics say were sent. A second run drops 10 % of path 1's data packets
 //! at the gateway (nftables, counted): each drop must show as a retransmission on path 1 (or a
-//! copy never acknowledged there whose bytes went again on path 0), every message still
-//! delivered. Each message is a unidirectional stream: noq may cut one over two STREAM frames
+//! copy never acknowledged there whose bytes went again on path 0), and no more retransmissions
+//! than the STREAM frames noq sent beyond one per message, every message still delivered. Each message is a unidirectional stream: noq may cut one over two STREAM frames
 //! (under load), and tboxscope must still show it as one message.
 //!
 //! Needs root (namespaces, tcpdump): `#[ignore]`d (by hand: `flock /tmp/tbx-root.lock cargo
@@ -648,7 +648,8 @@ fn noq_path_acks_attribute_each_path() {
 /// Loss on path 1 only (10 % of its data packets dropped at the gateway, after the capture
 /// point): from the T-Box side alone, every message still carried, each drop seen as a
 /// retransmission of that path's copy (or a copy never acknowledged there whose message went
-/// again on path 0), as many as nftables dropped; path 0 without any.
+/// again on path 0): at least as many as nftables dropped, at most as many STREAM frames as
+/// noq sent beyond one per message; path 0 without any.
 #[test]
 #[ignore = "needs root"]
 fn noq_loss_on_one_path_is_that_paths() {
@@ -671,8 +672,19 @@ fn noq_loss_on_one_path_is_that_paths() {
             }
         }
     }
-    println!("tbox-eth1: {again} retransmissions, {never} copies never acknowledged");
-    assert_eq!(again + never, run.dropped, "{}", path(&s, "tbox-eth1"));
+    // Each drop cost at least one more STREAM frame; noq may also resend data that was not
+    // lost (a probe after a probe timeout), so its own count of STREAM frames beyond one per
+    // message (more if it cut a message in two) bounds the figure from above.
+    let resent = t.paths.iter().map(|p| p.stream_frames).sum::<u64>() - N;
+    println!(
+        "tbox-eth1: {again} retransmissions, {never} copies never acknowledged; \
+         noq sent {resent} STREAM frames beyond one per message"
+    );
+    assert!(
+        (run.dropped..=resent).contains(&(again + never)),
+        "{}",
+        path(&s, "tbox-eth1")
+    );
     assert_eq!(path(&s, "tbox-eth0")["retransmission_rate"], 0.0);
     assert!(
         path(&s, "tbox-eth1")["retransmission_rate"]

@@ -179,6 +179,7 @@ fn empty_states_say_what_to_do() {
     check("tcp_empty", &on(Screen::Tcp), &snap);
     check("incidents_empty", &on(Screen::Incidents), &snap);
     check("events_empty", &on(Screen::Events), &snap);
+    check("advice_empty", &on(Screen::Advice), &snap);
     let pcap = SourceStatus {
         source: "replay tbox-eth0.pcap + tbox-eth1.pcap".to_owned(),
         position: Some("⏸ 1x 0.00s/27.1s".to_owned()),
@@ -193,7 +194,7 @@ fn empty_states_say_what_to_do() {
         Theme { color: false },
     ));
     assert!(
-        screen.contains("a pcap replay has no kernel events"),
+        screen.contains("no TCP in these captures so far"),
         "{screen}"
     );
     assert!(screen.contains("capture --json"), "{screen}");
@@ -213,6 +214,84 @@ fn empty_states_say_what_to_do() {
         "{screen}"
     );
     assert!(screen.contains("tboxscope doctor"), "{screen}");
+}
+
+/// A replay of packet captures has no kernel events: the TCP screen shows TCP as the captures
+/// saw it (retransmissions by kind, the backoff ladder inferred from the wire) and, where a
+/// kernel recording was joined, where the two disagree.
+#[test]
+fn tcp_screen_shows_the_wire_in_a_pcap_replay() {
+    use tboxscope_engine::record::{TcpJoinDirection, TcpWireDirection};
+    let mut snap = Snapshot::default();
+    snap.tcp_wire.connections = 2;
+    snap.tcp_wire.directions = vec![
+        TcpWireDirection {
+            path: "tbox-eth0".to_owned(),
+            src: "10.0.0.2:41000".to_owned(),
+            dst: "198.51.100.1:443".to_owned(),
+            segments: 1480,
+            retransmits: [4, 7, 2, 3, 0],
+            spurious: 1,
+            out_of_order: 2,
+            unknown_history: 1,
+            window_probes: 3,
+            rto_ladder: vec![1, 1, 1, 1],
+            max_rto_ms: 1632,
+            rtt_samples: 700,
+            srtt_us: 41_500,
+            rto_ms: 204,
+        },
+        TcpWireDirection {
+            path: "tbox-eth0".to_owned(),
+            src: "198.51.100.1:443".to_owned(),
+            dst: "10.0.0.2:41000".to_owned(),
+            segments: 310,
+            retransmits: [0, 1, 0, 0, 0],
+            rtt_samples: 120,
+            srtt_us: 40_900,
+            rto_ms: 201,
+            ..TcpWireDirection::default()
+        },
+    ];
+    snap.tcp_join.directions = vec![TcpJoinDirection {
+        path: "tbox-eth0".to_owned(),
+        src: "10.0.0.2:41000".to_owned(),
+        dst: "198.51.100.1:443".to_owned(),
+        kernel: 17,
+        wire: 16,
+        matched: 15,
+        not_on_wire: 1,
+        original_not_captured: 1,
+        not_in_kernel: 1,
+        ..TcpJoinDirection::default()
+    }];
+    snap.tcp_join.totals = snap.tcp_join.directions[0].clone();
+    let pcap = SourceStatus {
+        source: "replay tbox-eth0.pcap".to_owned(),
+        position: Some("⏸ 1x 0.00s/27.1s".to_owned()),
+        problem: None,
+    };
+    check_from(&pcap, "tcp_wire_pcap_replay", &on(Screen::Tcp), &snap);
+    let screen = text(&draw_from(
+        &pcap,
+        &on(Screen::Tcp),
+        &snap,
+        (140, 45),
+        Theme { color: false },
+    ));
+    for needle in [
+        "TCP on the wire: 2 connections, 2 senders",
+        "10.0.0.2:41000 → 198.51.100.1:443",
+        "#3",
+        "longest timeout 1.63s",
+        "loss_probe",
+        "kernel 17, both 15: 1 not on the wire",
+        "1 original not captured",
+        "window probes",
+    ] {
+        assert!(screen.contains(needle), "{needle}:\n{screen}");
+    }
+    assert!(!screen.contains("no kernel events: record"), "{screen}");
 }
 
 /// A filter that hides every row says so, on every list screen.
@@ -354,4 +433,29 @@ fn path_back_is_good_news() {
         .position(|c| c == 'p')
         .unwrap();
     assert_eq!(buffer[(col as u16, row as u16)].fg, Color::Green);
+}
+
+/// The Advice screen with the advice `tboxscope advise --json` made from a lab run of S1
+/// (tests/data/advice-s1.json): the recommendation, its reasons, the evidence and the options.
+#[test]
+fn advice_of_a_lab_run() {
+    let mut snap = snapshot_at(1.0);
+    let json = include_str!("data/advice-s1.json");
+    snap.advice = Some(Box::new(serde_json::from_str(json).unwrap()));
+    check("advice_s1", &on(Screen::Advice), &snap);
+    let screen = text(&draw(
+        &on(Screen::Advice),
+        &snap,
+        (140, 45),
+        Theme { color: false },
+    ));
+    assert!(screen.contains("advice: kcp (tbox-eth1)"), "{screen}");
+    assert!(screen.contains("redundant tbox-eth0+tbox-eth1"), "{screen}");
+    // ↓ scrolls: at 80×24 the options table comes into view.
+    let mut app = on(Screen::Advice);
+    for _ in 0..20 {
+        app.apply(Action::Down);
+    }
+    let screen = text(&draw(&app, &snap, (80, 24), Theme { color: false }));
+    assert!(screen.contains("options on this link"), "{screen}");
 }

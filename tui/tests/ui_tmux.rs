@@ -60,6 +60,15 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The screen with everything scrolled above it.
+    fn history(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-S", "-", "-t", &self.name])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     fn format(&self, format: &str) -> String {
         let out = Command::new("tmux")
             .args(["display", "-p", "-t", &self.name, format])
@@ -431,9 +440,13 @@ fn lab_run_tui_watches_the_run_live_and_q_tears_the_lab_down() {
     // The run stops early, is captured and torn down, and prints the comparison table.
     let screen = tmux.wait_for(|s| s.contains("LAB-EXIT-42-"), "the end of the run");
     assert!(screen.contains("LAB-EXIT-42-0"), "{screen}");
+    // (The tables and the advice after them scroll past one screen.)
+    let all = tmux.history();
     assert!(
-        screen.contains("run ended early") && screen.contains("kernel (eBPF)"),
-        "{screen}"
+        all.contains("run ended early")
+            && all.contains("kernel (eBPF)")
+            && all.contains("advice: "),
+        "{all}"
     );
     tmux.assert_restored();
     let left = tboxscope_lab::names::existing_namespaces(&prefix).unwrap();

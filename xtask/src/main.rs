@@ -182,20 +182,35 @@ fn main() -> Result<()> {
             setup::install_missing()?;
             require_root("the benchmarks load eBPF programs and build network namespaces")?;
             cargo(&root, &["bench", "--workspace"])?;
-            // The engine's cost on top of decoding, on the decoder bench captures.
+            // The engine's cost on top of decoding, on the decoder bench captures; then TCP
+            // analysis of ~1 M segments against tshark's on the same file.
             cargo(
                 &root,
                 &[
-                    "run",
+                    "build",
                     "--release",
                     "-p",
                     "tboxscope",
-                    "--example",
-                    "analyze_bench",
-                    "--",
-                    "engine",
+                    "--bin",
+                    "tboxscope",
                 ],
-            )
+            )?;
+            for mode in ["engine", "offline-tcp"] {
+                cargo(
+                    &root,
+                    &[
+                        "run",
+                        "--release",
+                        "-p",
+                        "tboxscope",
+                        "--example",
+                        "analyze_bench",
+                        "--",
+                        mode,
+                    ],
+                )?;
+            }
+            Ok(())
         }
     }
 }

@@ -21,7 +21,7 @@ pub struct EcnCounts {
 pub struct Ack<'a> {
     /// The frame type on the wire (0x02/0x03, or a multipath code point).
     pub frame_type: u64,
-    /// Path ID (PATH_ACK) or destination CID sequence number (draft-05 ACK_MP).
+    /// Path ID (PATH_ACK) or destination CID sequence number (ACK_MP of drafts -04 to -06).
     pub path_id: Option<u64>,
     /// Largest acknowledged packet number.
     pub largest: u64,
@@ -38,12 +38,13 @@ pub struct Ack<'a> {
 
 impl<'a> Ack<'a> {
     /// The kind of ACK frame: `ack`, `path_ack` (current multipath draft), `path_ack_old`
-    /// (drafts -07 to -19) or `ack_mp` (draft-05).
+    /// (0x15228c00: PATH_ACK of drafts -07 to -19, or ACK_MP of -05/-06) or `ack_mp`
+    /// (draft-04, 0xbaba00).
     pub fn kind(&self) -> &'static str {
         match self.frame_type {
             mp::PATH_ACK | mp::PATH_ACK_ECN => "path_ack",
             mp::PATH_ACK_OLD | mp::PATH_ACK_ECN_OLD => "path_ack_old",
-            mp::ACK_MP_05 | mp::ACK_MP_ECN_05 => "ack_mp",
+            mp::ACK_MP_04 | mp::ACK_MP_ECN_04 => "ack_mp",
             _ => "ack",
         }
     }
@@ -121,7 +122,7 @@ pub enum Frame<'a> {
     },
     /// PING.
     Ping,
-    /// ACK / ACK_ECN, PATH_ACK / PATH_ACK_ECN, or draft-05 ACK_MP.
+    /// ACK / ACK_ECN, PATH_ACK / PATH_ACK_ECN, or ACK_MP (drafts -04 to -06).
     Ack(Ack<'a>),
     /// RESET_STREAM.
     ResetStream {
@@ -240,16 +241,16 @@ pub enum Frame<'a> {
         /// Payload.
         data: &'a [u8],
     },
-    /// PATH_ABANDON (current draft, or draft-05 with a reason phrase).
+    /// PATH_ABANDON (current draft, or draft-04 with a reason phrase).
     PathAbandon {
-        /// Path ID (or DCID sequence number in draft-05).
+        /// Path ID (or DCID sequence number in drafts -04 to -06).
         path_id: u64,
         /// Error code.
         error_code: u64,
     },
-    /// PATH_STATUS_BACKUP / PATH_STATUS_AVAILABLE (or draft-05 PATH_STATUS).
+    /// PATH_STATUS_BACKUP / PATH_STATUS_AVAILABLE (or PATH_STATUS of drafts -04/-05).
     PathStatus {
-        /// Path ID (or DCID sequence number in draft-05).
+        /// Path ID (or DCID sequence number in drafts -04/-05).
         path_id: u64,
         /// Path status sequence number.
         seq: u64,
@@ -463,12 +464,12 @@ fn parse_frame<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
         | mp::PATH_ACK_ECN
         | mp::PATH_ACK_OLD
         | mp::PATH_ACK_ECN_OLD
-        | mp::ACK_MP_05
-        | mp::ACK_MP_ECN_05 => {
+        | mp::ACK_MP_04
+        | mp::ACK_MP_ECN_04 => {
             let path_id = r.varint("path id").map_err(t)?;
             let ecn = matches!(
                 ty,
-                mp::PATH_ACK_ECN | mp::PATH_ACK_ECN_OLD | mp::ACK_MP_ECN_05
+                mp::PATH_ACK_ECN | mp::PATH_ACK_ECN_OLD | mp::ACK_MP_ECN_04
             );
             Frame::Ack(parse_ack(r, ty, Some(path_id), ecn).map_err(|e| e.at(ty, offset))?)
         }
@@ -621,7 +622,7 @@ fn parse_frame<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
             path_id: r.varint("path id").map_err(t)?,
             error_code: r.varint("error code").map_err(t)?,
         },
-        mp::PATH_ABANDON_05 => {
+        mp::PATH_ABANDON_04 => {
             let path_id = r.varint("dcid sequence number").map_err(t)?;
             let error_code = r.varint("error code").map_err(t)?;
             let len = r.varint("reason phrase length").map_err(t)?;
@@ -642,7 +643,7 @@ fn parse_frame<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
                 mp::PATH_STATUS_AVAILABLE | mp::PATH_STATUS_AVAILABLE_OLD
             ),
         },
-        mp::PATH_STATUS_05 => {
+        mp::PATH_STATUS_04 | mp::PATH_STATUS_05 => {
             let path_id = r.varint("dcid sequence number").map_err(t)?;
             let seq = r.varint("path status sequence number").map_err(t)?;
             let status = r.varint("path status").map_err(t)?;

@@ -4,8 +4,12 @@
 //! - the current IETF draft (draft-ietf-quic-multipath-21 code points, `0x3e…`);
 //! - the earlier IETF drafts (-07 to -19) that used the provisional `0x15228c…` code points with
 //!   the same frame layouts;
-//! - draft-05 as implemented by tquic (`0xbaba…`), where paths are named by the sequence number
-//!   of their destination connection ID.
+//! - drafts -04 to -06, where paths are named by the sequence number of their destination
+//!   connection ID: -04 with the `0xbaba…` code points (xquic's `MULTIPATH_04`), -05 and -06
+//!   (tquic, xquic's `MULTIPATH_05`) with the `0x15228c…` ones that later drafts kept for
+//!   PATH_ACK and PATH_ABANDON. An ACK_MP of -05/-06 (0x15228c00) is laid out as a PATH_ACK
+//!   of -07 to -19, its first field the DCID sequence number: which one it names is the
+//!   connection's [`MultipathMode`], which the AEAD nonce proves.
 //!
 //! In every dialect the nonce of a 1-RTT packet is the IV xor a 96-bit value made of a 32-bit
 //! path identifier (the Path ID, or in draft-05 the DCID sequence number) in network byte order,
@@ -32,11 +36,12 @@ pub const PATHS_BLOCKED: u64 = 0x3e7b;
 /// PATH_CIDS_BLOCKED (current draft).
 pub const PATH_CIDS_BLOCKED: u64 = 0x3e7c;
 
-/// PATH_ACK (drafts -07 to -19).
+/// PATH_ACK (drafts -07 to -19); ACK_MP in drafts -05/-06 (first field the DCID sequence
+/// number).
 pub const PATH_ACK_OLD: u64 = 0x1522_8c00;
 /// PATH_ACK_ECN (drafts -07 to -19).
 pub const PATH_ACK_ECN_OLD: u64 = 0x1522_8c01;
-/// PATH_ABANDON (drafts -07 to -19).
+/// PATH_ABANDON (drafts -05 to -19; read without the reason phrase that -05/-06 add).
 pub const PATH_ABANDON_OLD: u64 = 0x1522_8c05;
 /// PATH_STATUS_BACKUP (drafts -07 to -19).
 pub const PATH_STATUS_BACKUP_OLD: u64 = 0x1522_8c07;
@@ -53,15 +58,18 @@ pub const PATHS_BLOCKED_OLD: u64 = 0x1522_8c0d;
 /// PATH_CIDS_BLOCKED (drafts -07 to -19).
 pub const PATH_CIDS_BLOCKED_OLD: u64 = 0x1522_8c0e;
 
-/// ACK_MP (draft-05 / tquic): ACK fields preceded by the DCID sequence number.
-pub const ACK_MP_05: u64 = 0xbaba00;
-/// ACK_MP with ECN counts (draft-05).
-pub const ACK_MP_ECN_05: u64 = 0xbaba01;
-/// PATH_ABANDON (draft-05): DCID sequence number, error code, reason phrase.
-pub const PATH_ABANDON_05: u64 = 0xbaba05;
-/// PATH_STATUS (draft-05): DCID sequence number, status sequence number, status (1 standby,
+/// ACK_MP (draft-04): ACK fields preceded by the DCID sequence number.
+pub const ACK_MP_04: u64 = 0xbaba00;
+/// ACK_MP with ECN counts (draft-04).
+pub const ACK_MP_ECN_04: u64 = 0xbaba01;
+/// PATH_ABANDON (draft-04): DCID sequence number, error code, reason phrase.
+pub const PATH_ABANDON_04: u64 = 0xbaba05;
+/// PATH_STATUS (draft-04): DCID sequence number, status sequence number, status (1 standby,
 /// 2 available).
-pub const PATH_STATUS_05: u64 = 0xbaba06;
+pub const PATH_STATUS_04: u64 = 0xbaba06;
+/// PATH_STATUS (draft-05, as tquic 1.6 reads it): the layout of [`PATH_STATUS_04`]. Drafts
+/// -06 on split it into PATH_STANDBY/PATH_AVAILABLE (0x15228c07/08) and never reused it.
+pub const PATH_STATUS_05: u64 = 0x1522_8c06;
 
 /// Which multipath rules a connection follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
@@ -72,7 +80,7 @@ pub enum MultipathMode {
     None,
     /// Current IETF draft: Path IDs from PATH_NEW_CONNECTION_ID, a PN space per path.
     PathId,
-    /// draft-05 / tquic: a PN space per destination connection ID sequence number.
+    /// Drafts -04 to -06 (tquic): a PN space per destination connection ID sequence number.
     CidSequence,
 }
 

@@ -300,7 +300,8 @@ pub struct QuicStats {
     /// offload (GSO) cut it: several short-header packets back to back in one UDP payload.
     pub gso_segments: u64,
     /// ACK frames read in decrypted packets, by kind: `ack` (0x02/0x03), `path_ack` (current
-    /// multipath draft, 0x3e/0x3f), `path_ack_old` (drafts -07 to -19), `ack_mp` (draft-05).
+    /// multipath draft, 0x3e/0x3f), `path_ack_old` (0x15228c00/01: drafts -07 to -19, and ACK_MP of
+    /// drafts -05/-06), `ack_mp` (draft-04, 0xbaba00/01).
     pub ack_frames: BTreeMap<&'static str, u64>,
     /// Trailing zero bytes after coalesced packets (datagram padding).
     pub padding_bytes: u64,

@@ -7,7 +7,7 @@
 use crate::flow::{FlowRef, Proto};
 use crate::hol::{filled_by, push_evidence, Delivery, GapTracker, OpenGap, PendingResends, Resend};
 use crate::paths::{PathIdx, PathTable};
-use crate::record::{HolIncident, HolProtocol, Recovery};
+use crate::record::{HolIncident, HolProtocol, HolStallFrom, Recovery, TcpSource};
 use crate::shared::Shared;
 use crate::snapshot::Severity;
 
@@ -26,6 +26,15 @@ pub enum GapSel {
         /// Stream id.
         stream: u64,
     },
+    /// TCP byte stream seen on the wire, per direction (units: sequence numbers unwrapped
+    /// to 64 bits).
+    Tcp {
+        /// Client → server data.
+        up: bool,
+        /// Deliveries inferred from the receiver's ACKs at the sender's capture (the
+        /// receiver not captured), not arrivals seen at the receiver.
+        from_acks: bool,
+    },
 }
 
 impl GapSel {
@@ -33,6 +42,15 @@ impl GapSel {
         match self {
             GapSel::Kcp { .. } => "sn",
             GapSel::Quic { .. } => "offset",
+            GapSel::Tcp { .. } => "seq",
+        }
+    }
+
+    /// A unit as the user reads it: TCP sequence numbers as on the wire (32 bits).
+    fn shown(self, unit: u64) -> u64 {
+        match self {
+            GapSel::Tcp { .. } => u64::from(unit as u32),
+            _ => unit,
         }
     }
 }
@@ -43,6 +61,7 @@ fn tracker(proto: &mut Proto, sel: GapSel, delivered_at: Option<u64>) -> Option<
     match (proto, sel) {
         (Proto::Kcp(k), GapSel::Kcp { up }) => k.rx.get_mut(usize::from(up)),
         (Proto::Quic(q), GapSel::Quic { up, stream }) => q.stream_rx(up, stream, delivered_at),
+        (Proto::Tcp(t), GapSel::Tcp { up, .. }) => t.rx.get_mut(usize::from(up)),
         _ => None,
     }
 }
@@ -54,7 +73,7 @@ fn missing_name(sel: GapSel, from: u64, to: u64) -> String {
         GapSel::Kcp { .. } if to > from.saturating_add(1) => {
             format!("sn {from}–{}", to - 1)
         }
-        _ => format!("{} {from}", sel.unit()),
+        _ => format!("{} {}", sel.unit(), sel.shown(from)),
     }
 }
 
@@ -81,6 +100,16 @@ fn count_resend(
         Resend::Timeout => inc.timeout_retransmits += 1,
         Resend::Unknown => *unknown += 1,
     }
+    // TCP sequence numbers are shown as on the wire (32 bits).
+    let tcp = GapSel::Tcp {
+        up: false,
+        from_acks: false,
+    };
+    let unit = if unit_name == tcp.unit() {
+        unit & u64::from(u32::MAX)
+    } else {
+        unit
+    };
     push_evidence(
         inc,
         ts,
@@ -249,8 +278,22 @@ impl Shared {
         let (protocol, stream) = match sel {
             GapSel::Kcp { .. } => (HolProtocol::Kcp, None),
             GapSel::Quic { stream, .. } => (HolProtocol::Quic, Some(stream)),
+            GapSel::Tcp { .. } => (HolProtocol::Tcp, None),
+        };
+        // TCP from the wire says so, and what its stall is measured between.
+        let (source, stall_from) = match sel {
+            GapSel::Tcp { from_acks, .. } => (
+                Some(TcpSource::Wire),
+                Some(if from_acks {
+                    HolStallFrom::SentToAcked
+                } else {
+                    HolStallFrom::ReceiverArrivals
+                }),
+            ),
+            _ => (None, None),
         };
         let unit = sel.unit();
+        let show = |u: u64| sel.shown(u);
         let gap_before = t.gap;
         // The first unit this piece brings that was not delivered yet.
         let first_new = t.next().map_or(start, |n| start.max(n));
@@ -270,14 +313,30 @@ impl Shared {
                     stream,
                     missing: missing_name(sel, missing, start),
                     start_ns: ts,
+                    source,
+                    stall_from,
                     ..HolIncident::default()
                 };
-                push_evidence(
-                    &mut inc,
-                    ts,
-                    label,
-                    format!("{unit} {start} arrived while {unit} {missing} was missing"),
-                );
+                let what = if matches!(
+                    sel,
+                    GapSel::Tcp {
+                        from_acks: true,
+                        ..
+                    }
+                ) {
+                    format!(
+                        "{unit} {} first sent; {unit} {} behind it acknowledged only with it",
+                        show(missing),
+                        show(start)
+                    )
+                } else {
+                    format!(
+                        "{unit} {} arrived while {unit} {} was missing",
+                        show(start),
+                        show(missing)
+                    )
+                };
+                push_evidence(&mut inc, ts, label, what);
                 incidents.open(inc)
             },
         );
@@ -312,7 +371,9 @@ impl Shared {
                         ts,
                         label,
                         format!(
-                            "{unit} {first_new} arrived{released}; {unit} {next} still missing"
+                            "{unit} {} arrived{released}; {unit} {} still missing",
+                            show(first_new),
+                            show(next)
                         ),
                     );
                 }
@@ -343,7 +404,8 @@ impl Shared {
                         ts,
                         label,
                         format!(
-                            "{unit} {first_new} arrived, gap filled; {messages} message(s), {held_bytes} bytes were held"
+                            "{unit} {} arrived, gap filled; {messages} message(s), {held_bytes} bytes were held",
+                            show(first_new)
                         ),
                     );
                 }
@@ -355,13 +417,15 @@ impl Shared {
                         stream,
                         missing: missing_name(sel, next, end),
                         start_ns: since,
+                        source,
+                        stall_from,
                         ..HolIncident::default()
                     };
                     push_evidence(
                         &mut inc,
                         since,
                         label,
-                        format!("{unit} {next} still missing"),
+                        format!("{unit} {} still missing", show(next)),
                     );
                     incidents.open(inc)
                 });

@@ -36,44 +36,87 @@ const ACK_HISTORY: usize = 128;
 /// Latest retransmissions remembered per segment (to name the copy that reaches the receiver).
 const RESENDS_KEPT: usize = 3;
 
-/// A data segment sent and not yet acknowledged, seen at the sender.
+/// The name of a KCP message kept with its unacknowledged segments: the [`MsgId`] kinds KCP
+/// uses, in 16 bytes instead of 32 (one entry per segment in flight).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KcpMsgName {
+    /// Direction and sn of the message's last fragment ([`MsgId::Kcp`]).
+    Sn {
+        /// Client → server.
+        up: bool,
+        /// sn of the last fragment.
+        sn: u32,
+    },
+    /// Application message id ([`MsgId::App`]).
+    App(u64),
+    /// Content hash ([`MsgId::Hash`]).
+    Hash(u64),
+}
+
+impl From<KcpMsgName> for MsgId {
+    fn from(n: KcpMsgName) -> Self {
+        match n {
+            KcpMsgName::Sn { up, sn } => Self::Kcp { up, sn },
+            KcpMsgName::App(a) => Self::App(a),
+            KcpMsgName::Hash(h) => Self::Hash(h),
+        }
+    }
+}
+
+/// A data segment sent and not yet acknowledged, seen at the sender (64 bytes: one per
+/// segment in flight, touched on every send and acknowledgment).
 #[derive(Clone, Copy, Debug)]
 pub struct Unacked {
     /// Message key.
     pub mkey: u64,
-    /// Message id (for the record of a late copy).
-    pub id: MsgId,
-    /// The message's slot when sent.
-    pub slot: u32,
     /// Latest transmission.
     pub last_ns: u64,
+    /// Message name (for the record of a late copy).
+    pub id: KcpMsgName,
+    /// The message's slot when sent.
+    pub slot: u32,
     /// Transmissions so far.
     pub sends: u32,
     /// KCP `ts` of the first transmission.
     pub first_ts: u32,
-    /// KCP `ts` and kind of the latest retransmissions (the newest at `(sends - 2) % 3`).
-    pub resends: [(u32, Resend); RESENDS_KEPT],
+    /// KCP `ts` of the latest retransmissions (the newest at `(sends - 2) % 3`).
+    resend_ts: [u32; RESENDS_KEPT],
+    /// Their kinds, at the same places.
+    resend_kind: [Resend; RESENDS_KEPT],
 }
 
 impl Unacked {
+    /// A segment first sent at `at` (KCP `ts` `first_ts`), of message `mkey` named `id` in
+    /// slot `slot`.
+    fn first(mkey: u64, id: KcpMsgName, slot: u32, at: u64, first_ts: u32) -> Self {
+        Self {
+            mkey,
+            last_ns: at,
+            id,
+            slot,
+            sends: 1,
+            first_ts,
+            resend_ts: [0; RESENDS_KEPT],
+            resend_kind: [Resend::Unknown; RESENDS_KEPT],
+        }
+    }
+
     /// Which transmission a copy stamped `ts` is, if it is one seen at the sender.
     pub fn transmission(&self, ts: u32) -> Option<Transmission> {
         let kept = (self.sends.saturating_sub(1) as usize).min(RESENDS_KEPT);
         // Newest first: a later retransmission in the same millisecond counts as that one.
         (0..kept)
-            .map(|back| {
-                let i = (self.sends as usize + 2 * RESENDS_KEPT - 2 - back) % RESENDS_KEPT;
-                self.resends[i]
-            })
-            .find(|r| r.0 == ts)
-            .map(|r| Transmission::Retransmission(r.1))
+            .map(|back| (self.sends as usize + 2 * RESENDS_KEPT - 2 - back) % RESENDS_KEPT)
+            .find(|&i| self.resend_ts[i] == ts)
+            .map(|i| Transmission::Retransmission(self.resend_kind[i]))
             .or((ts == self.first_ts).then_some(Transmission::Original))
     }
 
     /// Records a retransmission stamped `ts`.
     fn resent(&mut self, ts: u32, kind: Resend, at: u64) {
         let i = (self.sends as usize + RESENDS_KEPT - 1) % RESENDS_KEPT;
-        self.resends[i] = (ts, kind);
+        self.resend_ts[i] = ts;
+        self.resend_kind[i] = kind;
         self.sends = self.sends.saturating_add(1);
         self.last_ns = at;
     }
@@ -191,6 +234,21 @@ pub struct KcpState {
     /// In a group matched by content: (conv, up, message sn) → the message's key, so that
     /// every fragment of a message and every retransmission is the same message.
     pub content_msgs: crate::FastMap<(u32, bool, u32), u64>,
+    /// When the conversation was last found alone (no session to its server port on another
+    /// path), remembered on its path: the answer stands while neither the sessions seen nor
+    /// the path table changed, and the per-segment look-up is skipped.
+    alone: Option<Alone>,
+}
+
+/// What [`KcpState::alone`] was found under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Alone {
+    server: u16,
+    path: PathIdx,
+    /// [`Sessions::changes`] then.
+    sessions: u64,
+    /// [`crate::paths::PathTable::changes`] then.
+    paths: u64,
 }
 
 /// Messages remembered per group matched by content.
@@ -236,8 +294,8 @@ const MAX_SESSIONS_PER_PORT: usize = 64;
 /// ([`KcpState`] in [`Proto::Kcp`]).
 #[derive(Debug, Default)]
 pub(crate) struct KcpMatcher {
-    /// Server port → KCP sessions seen (conv, path), to detect per-path sessions.
-    sessions: crate::FastMap<u16, Vec<(u32, PathIdx)>>,
+    /// KCP sessions seen per server port, to detect per-path sessions.
+    sessions: Sessions,
     /// Scratch for segments acknowledged by una (sn, segment).
     una_done: Vec<(u64, Unacked)>,
 }
@@ -284,12 +342,16 @@ impl KcpMatcher {
         let mut past = PastClosure::Unknown;
         let own = match shared.flows.get_mut(fr) {
             Some(f) => {
-                group = match &f.proto {
-                    Proto::Kcp(s) => s.group,
-                    _ => None,
+                let mut no_note = None;
+                let alone = match &mut f.proto {
+                    Proto::Kcp(s) => {
+                        group = s.group;
+                        &mut s.alone
+                    }
+                    _ => &mut no_note,
                 };
                 if group.is_none() {
-                    joins = Some(joins_group(forced, k, paths, sessions, pkt.path));
+                    joins = Some(joins_group(forced, k, paths, sessions, pkt.path, alone));
                 }
                 let own = matches!(joins, Some(None));
                 if own {
@@ -308,7 +370,7 @@ impl KcpMatcher {
                 (None, Some(j)) => j,
                 (None, None) => {
                     let (sessions, paths) = (&mut self.sessions, &shared.paths);
-                    joins_group(forced, k, paths, sessions, pkt.path)
+                    joins_group(forced, k, paths, sessions, pkt.path, &mut None)
                 }
             };
             let (group, mode) = match (known_group, joins) {
@@ -449,7 +511,7 @@ impl KcpMatcher {
         };
         let (mkey, id) = match (content, k.app_msg_id) {
             (Some(named), _) => named,
-            (None, Some(app)) if mfr != fr => (mix(&[6, u64::from(up), app]), MsgId::App(app)),
+            (None, Some(app)) if mfr != fr => (mix(&[6, u64::from(up), app]), KcpMsgName::App(app)),
             // In a group, a segment without the id (a later fragment) stays within its session.
             _ if mfr != fr => (
                 mix(&[
@@ -458,13 +520,13 @@ impl KcpMatcher {
                     u64::from(up),
                     u64::from(msg_sn),
                 ]),
-                MsgId::Kcp { up, sn: msg_sn },
+                KcpMsgName::Sn { up, sn: msg_sn },
             ),
             // On its own, the conversation's keys are all of this form: direction and sn are
             // the key as they are (the message store hashes it with the flow).
             _ => (
                 (u64::from(up) << 32) | u64::from(msg_sn),
-                MsgId::Kcp { up, sn: msg_sn },
+                KcpMsgName::Sn { up, sn: msg_sn },
             ),
         };
         // On its own, the message keeps its content, in case the session turns out to be one
@@ -481,7 +543,7 @@ impl KcpMatcher {
             frg: k.header.frg,
             past,
             content: named,
-            ..pkt.sighting(mfr, mkey, id, u64::from(k.header.len))
+            ..pkt.sighting(mfr, mkey, id.into(), u64::from(k.header.len))
         });
         let max_unacked = shared.cfg.max_unacked_per_flow;
         let mut evicted = 0u64;
@@ -507,15 +569,7 @@ impl KcpMatcher {
                     if pkt.path < 64 {
                         s.rx[usize::from(up)].sender_paths |= 1 << pkt.path;
                     }
-                    let first_send = |slot| Unacked {
-                        mkey,
-                        id,
-                        slot,
-                        last_ns: pkt.ts_ns,
-                        sends: 1,
-                        first_ts: k.header.ts,
-                        resends: [(0, Resend::Unknown); RESENDS_KEPT],
-                    };
+                    let first_send = |slot| Unacked::first(mkey, id, slot, pkt.ts_ns, k.header.ts);
                     if !r.repeat && !r.late {
                         let u = first_send(r.slot.unwrap_or(u32::MAX));
                         evicted += s.track_unacked((up, pkt.path), k.header.sn, u, max_unacked);
@@ -638,7 +692,7 @@ impl KcpMatcher {
         k: &KcpSegment,
         up: bool,
         content: u64,
-    ) -> Option<(u64, MsgId)> {
+    ) -> Option<(u64, KcpMsgName)> {
         let Some(Proto::Kcp(g)) = shared.flows.get_mut(mfr).map(|f| &mut f.proto) else {
             return None;
         };
@@ -649,7 +703,7 @@ impl KcpMatcher {
             sn: k.header.sn,
         };
         let key = g.content_message(k.header.conv, up, msg_sn, name);
-        Some((key, MsgId::Hash(content)))
+        Some((key, KcpMsgName::Hash(content)))
     }
 
     /// The group `g` of per-path sessions to server port `server` formed (matched by
@@ -660,6 +714,7 @@ impl KcpMatcher {
     fn regroup(&mut self, shared: &mut Shared, server: u16, fr: FlowRef, g: FlowRef) {
         let convs: Vec<u32> = self
             .sessions
+            .by_port
             .get(&server)
             .map(|v| v.iter().map(|(c, _)| *c).collect())
             .unwrap_or_default();
@@ -701,7 +756,7 @@ impl KcpMatcher {
             return;
         }
         // Old key → (new key, slot).
-        let mut moved: crate::FastMap<u64, (u64, u32, MsgId)> = crate::FastMap::default();
+        let mut moved: crate::FastMap<u64, (u64, u32, KcpMsgName)> = crate::FastMap::default();
         for (slot, _, id, name) in open {
             let MsgId::Kcp { up, sn: msg_sn } = id else {
                 continue;
@@ -714,7 +769,7 @@ impl KcpMatcher {
                 shared.regrouped += 1;
                 moved.insert(
                     (u64::from(up) << 32) | u64::from(msg_sn),
-                    (key, at, MsgId::Hash(name.hash)),
+                    (key, at, KcpMsgName::Hash(name.hash)),
                 );
             }
         }
@@ -786,52 +841,83 @@ impl KcpMatcher {
                 .msgs
                 .acked_after_close(msg_flow.uid, u.mkey, path, ts)
         {
-            shared.late_copy(msg_flow, path, &u.id, ts, closed_ns);
+            shared.late_copy(msg_flow, path, &u.id.into(), ts, closed_ns);
         }
     }
 }
 
-/// Whether sessions to `server` other than `conv` were seen on another path than `path`
-/// (remembering `conv` on `path` in `sessions`): separate sessions, one per path.
-fn sessions_per_path(
-    sessions: &mut crate::FastMap<u16, Vec<(u32, PathIdx)>>,
-    paths: &crate::paths::PathTable,
-    server: u16,
-    conv: u32,
-    path: PathIdx,
-) -> bool {
-    let sessions = sessions.entry(server).or_default();
-    if !sessions.contains(&(conv, path)) && sessions.len() < MAX_SESSIONS_PER_PORT {
-        sessions.push((conv, path));
+/// KCP sessions seen per server port (conv, path), to detect per-path sessions.
+#[derive(Debug, Default)]
+struct Sessions {
+    by_port: crate::FastMap<u16, Vec<(u32, PathIdx)>>,
+    /// Sessions remembered so far (never forgotten): an answer of [`Self::per_path`] stands
+    /// while this and the path table stay the same.
+    changes: u64,
+}
+
+impl Sessions {
+    /// Whether sessions to `server` other than `conv` were seen on another path than `path`
+    /// (remembering `conv` on `path`): separate sessions, one per path.
+    fn per_path(
+        &mut self,
+        paths: &crate::paths::PathTable,
+        server: u16,
+        conv: u32,
+        path: PathIdx,
+    ) -> bool {
+        let sessions = self.by_port.entry(server).or_default();
+        if !sessions.contains(&(conv, path)) && sessions.len() < MAX_SESSIONS_PER_PORT {
+            sessions.push((conv, path));
+            self.changes += 1;
+        }
+        sessions
+            .iter()
+            .any(|(c, p)| *c != conv && paths.canonical(*p) != paths.canonical(path))
     }
-    sessions
-        .iter()
-        .any(|(c, p)| *c != conv && paths.canonical(*p) != paths.canonical(path))
 }
 
 /// The mode in which a session not (or no longer) in a group joins the group of its server
 /// port, if it does: by application id (forced, or the segment carries one), or by content
-/// (forced, or sessions to the port were seen on two paths, remembering this one).
+/// (forced, or sessions to the port were seen on two paths, remembering this one; `alone`
+/// keeps the conversation's last "no" while nothing it depends on changed).
 #[inline]
 fn joins_group(
     forced: Option<MatchMode>,
     k: &KcpSegment,
     paths: &crate::paths::PathTable,
-    sessions: &mut crate::FastMap<u16, Vec<(u32, PathIdx)>>,
+    sessions: &mut Sessions,
     path: PathIdx,
+    alone: &mut Option<Alone>,
 ) -> Option<MatchMode> {
-    let server = || server_port(&k.meta.src, &k.meta.dst);
     match forced {
         Some(m @ (MatchMode::AppId | MatchMode::Content)) => Some(m),
         Some(_) => None,
         None if k.app_msg_id.is_some() => Some(MatchMode::AppId),
         // (Every session with content is remembered, so that one seen before the other
         // path's joins the group with it.)
-        None if k.content_hash.is_some()
-            && sessions_per_path(sessions, paths, server(), k.header.conv, path)
-            && paths.several_live() =>
-        {
-            Some(MatchMode::Content)
+        None if k.content_hash.is_some() => {
+            let server = server_port(&k.meta.src, &k.meta.dst);
+            let now = Alone {
+                server,
+                path,
+                sessions: sessions.changes,
+                paths: paths.changes(),
+            };
+            if *alone == Some(now) {
+                return None;
+            }
+            let per_path = sessions.per_path(paths, server, k.header.conv, path);
+            if per_path {
+                *alone = None;
+                paths.several_live().then_some(MatchMode::Content)
+            } else {
+                // (Remembering this session may have changed the sessions.)
+                *alone = Some(Alone {
+                    sessions: sessions.changes,
+                    ..now
+                });
+                None
+            }
         }
         None => None,
     }
@@ -900,5 +986,45 @@ fn count_wire(f: &mut Flow, cmd: KcpCmd, pkt: &Pkt) {
             KcpCmd::Ack => f.amp.ack += pkt.wire,
             KcpCmd::Wask | KcpCmd::Wins => f.amp.overhead += pkt.wire,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One unacknowledged segment's entry in its ring (sn and [`Unacked`]) fills one 64-byte
+    /// cache line at most.
+    #[test]
+    fn unacked_entry_fits_a_cache_line() {
+        assert!(std::mem::size_of::<(u64, Unacked)>() <= 72);
+        assert!(std::mem::size_of::<Unacked>() <= 64);
+    }
+
+    /// The newest of the kept retransmissions names a copy first; the original by its ts.
+    #[test]
+    fn transmissions_named_by_ts() {
+        let mut u = Unacked::first(1, KcpMsgName::Sn { up: true, sn: 7 }, 0, 10, 100);
+        assert_eq!(u.transmission(100), Some(Transmission::Original));
+        for (ts, kind) in [
+            (200, Resend::Fast),
+            (300, Resend::Timeout),
+            (300, Resend::Fast),
+        ] {
+            u.resent(ts, kind, ts.into());
+        }
+        assert_eq!(u.sends, 4);
+        assert_eq!(
+            u.transmission(300),
+            Some(Transmission::Retransmission(Resend::Fast))
+        );
+        assert_eq!(
+            u.transmission(200),
+            Some(Transmission::Retransmission(Resend::Fast))
+        );
+        u.resent(400, Resend::Timeout, 400);
+        // Three kept: the one stamped 200 is forgotten.
+        assert_eq!(u.transmission(200), None);
+        assert_eq!(MsgId::from(u.id), MsgId::Kcp { up: true, sn: 7 });
     }
 }

@@ -1,7 +1,7 @@
 //! Matching copies across paths, one file per duplication mode: identical datagrams
 //! (`datagram`), KCP conv+sn (`kcp`), QUIC STREAM ranges of one connection or content/app id
 //! across separate connections (`quic`), plus TCP sockets (`tcp`, no duplication; HOL only) and TCP retransmissions on the wire
-//! (`tcpwire`).
+//! (`tcpwire`) and their join with the kernel's (`tcpjoin`).
 
 pub mod datagram;
 pub mod gaps;
@@ -9,6 +9,8 @@ pub mod kcp;
 pub mod quic;
 pub mod streams;
 pub mod tcp;
+pub mod tcpjoin;
+pub mod tcpmsg;
 pub mod tcpwire;
 
 use std::net::SocketAddr;

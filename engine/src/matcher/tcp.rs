@@ -10,9 +10,8 @@ use crate::capture::{is_uplink, Dir};
 use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::push_evidence;
 use crate::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind, TcpFigures, TcpSegment};
-use crate::paths::PathIdx;
 use crate::record::{HolIncident, HolProtocol, Record};
-use crate::shared::Shared;
+use crate::shared::{Pkt, Shared};
 use crate::snapshot::{Severity, TcpRetransmission, TcpSample};
 
 /// Original send times remembered per socket.
@@ -52,9 +51,30 @@ pub struct TcpState {
     pub snd_end: [Option<u32>; 2],
     /// First send time of each data segment seq (captured), per direction.
     pub sent: [BTreeMap<u32, u64>; 2],
+    /// The receiver's view of each direction's byte stream from the wire (index 1:
+    /// client → server): holes and the data held behind them.
+    pub rx: [crate::hol::GapTracker; 2],
+    /// Data of each direction was seen arriving at the receiver's capture (its stalls are
+    /// then seen there, not inferred from ACKs at the sender's).
+    pub rx_arrivals: [bool; 2],
 }
 
-/// Flow key with the client (higher port) first.
+impl TcpState {
+    /// Exchanges what is kept per direction (client → server and reverse): the connection's
+    /// client turned out to be the other side.
+    fn turn_round(&mut self) {
+        self.snd_end.swap(0, 1);
+        self.sent.swap(0, 1);
+        self.rx.swap(0, 1);
+        self.rx_arrivals.swap(0, 1);
+        if let Some(inc) = &mut self.incident {
+            inc.2 = 1 - inc.2.min(1);
+        }
+    }
+}
+
+/// Flow key with the client guessed from the ports (the higher one) first; whether `a` is
+/// that client.
 fn socket_key(a: SocketAddr, b: SocketAddr) -> (FlowKey, bool) {
     let a_is_client = is_uplink(&a, &b).unwrap_or(true);
     if a_is_client {
@@ -77,16 +97,39 @@ fn socket_key(a: SocketAddr, b: SocketAddr) -> (FlowKey, bool) {
 }
 
 /// `a` is after `b` in sequence space.
+/// The key turned round: client and server exchanged.
+fn turned_key(key: &FlowKey) -> FlowKey {
+    match key {
+        FlowKey::Tcp { client, server } => FlowKey::Tcp {
+            client: *server,
+            server: *client,
+        },
+        k => k.clone(),
+    }
+}
+
 fn seq_after(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
 impl Shared {
-    /// Takes a captured segment; returns its time on the reference clock and its path, for
-    /// the wire matcher (`None` when the path table is full).
-    pub(crate) fn on_tcp_segment(&mut self, t: &TcpSegment) -> Option<(u64, PathIdx)> {
-        let pkt = self.packet(&t.meta)?;
-        let (key, src_is_client) = socket_key(t.meta.src, t.meta.dst);
+    /// Takes a captured segment; returns the packet's facts (its time on the reference clock,
+    /// its path, its direction at the capture) and its flow, for the wire matcher (`None`
+    /// when the path table is full).
+    pub(crate) fn on_tcp_segment(&mut self, t: &TcpSegment) -> Option<(Pkt, FlowRef)> {
+        let (guess, src_high) = socket_key(t.meta.src, t.meta.dst);
+        // A SYN names the client: its sender, or the receiver of a SYN-ACK.
+        let syn_from_client = t.flags.syn().then(|| !t.flags.ack());
+        let turned = match syn_from_client {
+            Some(from_client) => self.tcp_roles(&guess, from_client != src_high),
+            None => self.is_turned(&guess),
+        };
+        let pkt = self.packet_turned(&t.meta, turned)?;
+        let (key, src_is_client) = if turned {
+            (turned_key(&guess), !src_high)
+        } else {
+            (guess, src_high)
+        };
         self.remember_tuple(pkt.tuple, &key);
         let label = self.paths.label(pkt.path).to_owned();
         let fr = self.flows.get_or_insert(&key, pkt.ts_ns, || {
@@ -151,7 +194,7 @@ impl Shared {
         if let Some(at) = close_at {
             self.tcp_close_incident(fr, at, "ACK past the missing segment");
         }
-        Some((pkt.ts_ns, pkt.path))
+        Some((pkt, fr))
     }
 
     pub(crate) fn on_tcp_event(&mut self, e: &TcpEvent) {
@@ -160,7 +203,12 @@ impl Shared {
             return;
         };
         let path = self.paths.canonical(path);
-        let (key, _) = socket_key(e.local, e.remote);
+        let (guess, _) = socket_key(e.local, e.remote);
+        let key = if self.is_turned(&guess) {
+            turned_key(&guess)
+        } else {
+            guess
+        };
         let label = self.paths.label(path).to_owned();
         let fr = self.flows.get_or_insert(&key, e.ts_ns, || {
             Proto::Tcp(Box::new(TcpState {
@@ -276,6 +324,45 @@ impl Shared {
         }
     }
 
+    /// Whether the connection of guessed key `guess` was seen turned round by its SYN.
+    #[inline]
+    fn is_turned(&self, guess: &FlowKey) -> bool {
+        !self.tcp_turned.is_empty() && self.tcp_turned.contains(guess)
+    }
+
+    /// A SYN of the connection of guessed key `guess` showed whether its client holds the
+    /// lower port (`turned`): remembered, and a flow already made the other way round (by the
+    /// kernel's events, or segments before the SYN) is turned to match. Returns `turned`.
+    fn tcp_roles(&mut self, guess: &FlowKey, turned: bool) -> bool {
+        if turned == self.is_turned(guess) {
+            return turned;
+        }
+        let (from, to) = if turned {
+            (guess.clone(), turned_key(guess))
+        } else {
+            (turned_key(guess), guess.clone())
+        };
+        if let Some(fr) = self.flows.find(&from) {
+            if self.flows.rekey(fr, to) {
+                if let Some(Proto::Tcp(s)) = self.flows.get_mut(fr).map(|f| &mut f.proto) {
+                    s.turn_round();
+                }
+            }
+        }
+        if turned {
+            if self.tcp_turned.len() >= self.cfg.max_flows {
+                // Only connections still tracked keep their place (at most the flow table's).
+                let flows = &self.flows;
+                self.tcp_turned
+                    .retain(|k| flows.find(&turned_key(k)).is_some());
+            }
+            self.tcp_turned.insert(guess.clone());
+        } else {
+            self.tcp_turned.remove(guess);
+        }
+        turned
+    }
+
     fn tcp_incident(&mut self, fr: FlowRef) -> Option<(u64, u32, usize, u32)> {
         match self.flows.get_mut(fr).map(|f| &f.proto) {
             Some(Proto::Tcp(s)) => s.incident,
@@ -313,6 +400,7 @@ impl Shared {
             backoff: e.figures.backoff,
             fast_retransmits: u32::from(fast),
             timeout_retransmits: u32::from(!fast),
+            source: Some(crate::record::TcpSource::Kernel),
             ..HolIncident::default()
         };
         if let Some(t) = sent_at {

@@ -15,13 +15,15 @@ use std::net::SocketAddr;
 
 use tboxscope_decode::tcp::TcpOptions;
 
+use crate::flow::FlowRef;
 use crate::input::TcpSegment;
+use crate::matcher::tcpmsg::{self, Acked, Facts, Outstanding};
 use crate::paths::PathIdx;
 use crate::record::{
     Record, Spurious, TcpRetransmitKind, TcpRetransmitRecord, TcpRtoRecord, TcpSource,
     TcpWireDirection, TcpWireSummary,
 };
-use crate::shared::Shared;
+use crate::shared::{Pkt, Shared};
 use crate::FastMap;
 
 /// Connections followed at once.
@@ -50,6 +52,8 @@ struct Sent {
     end: u64,
     first_ns: u64,
     last_ns: u64,
+    /// TSval of its first copy, when it carried timestamps.
+    tsval: Option<u32>,
     retransmitted: bool,
 }
 
@@ -90,8 +94,13 @@ struct Half {
     /// Sent segments by start (not overlapping: resends are not inserted).
     sent: BTreeMap<u64, Sent>,
     /// Below this, sequence space counts as seen (the end of the segments evicted from
-    /// `sent`).
+    /// `sent`, or the first sequence seen: what was sent before the capture began).
     seen_floor: u64,
+    /// The first sequence seen: below it, the history is unknown (capture begun
+    /// mid-connection).
+    history_from: u64,
+    /// The receiver's last ACK advertised a zero window.
+    zero_window: bool,
     /// The newest TSval on a data segment.
     max_tsval: Option<u32>,
     /// Last retransmission time.
@@ -109,6 +118,8 @@ struct Half {
     rttvar: u64,
     pending: VecDeque<Pending>,
     stats: TcpWireDirection,
+    /// Messages sent and not yet acknowledged ([`tcpmsg`]).
+    msgs: Outstanding,
 }
 
 impl Half {
@@ -141,13 +152,14 @@ impl Half {
 
     /// Remembers `[start, end)` as first seen at `ts_ns`; returns the segments forgotten to
     /// stay within [`MAX_SEGMENTS`] (their space stays seen below `seen_floor`).
-    fn remember(&mut self, start: u64, end: u64, ts_ns: u64) -> u64 {
+    fn remember(&mut self, start: u64, end: u64, ts_ns: u64, tsval: Option<u32>) -> u64 {
         self.sent.insert(
             start,
             Sent {
                 end,
                 first_ns: ts_ns,
                 last_ns: ts_ns,
+                tsval,
                 retransmitted: false,
             },
         );
@@ -198,14 +210,17 @@ pub struct TcpWireMatcher {
 }
 
 impl TcpWireMatcher {
-    /// Feeds one segment seen at `ts_ns` (reference clock) on path `path`.
+    /// Feeds one segment of flow `fr`, seen as `pkt` (its time on the reference clock, its
+    /// path, its direction at the capture); for a segment carrying sequence space, returns its
+    /// length and, when it was sent before, the kind of retransmission.
     pub(crate) fn on_segment(
         &mut self,
         shared: &mut Shared,
         t: &TcpSegment,
-        ts_ns: u64,
-        path: PathIdx,
-    ) {
+        pkt: &Pkt,
+        fr: FlowRef,
+    ) -> Option<(u32, Option<TcpRetransmitKind>)> {
+        let (ts_ns, path) = (pkt.ts_ns, pkt.path);
         let (src, dst) = (t.meta.src, t.meta.dst);
         let from_low = src <= dst;
         let key = if from_low {
@@ -224,22 +239,56 @@ impl TcpWireMatcher {
         let [low, high] = &mut conn.halves;
         let (data, peer) = if from_low { (low, high) } else { (high, low) };
         let mut out = Vec::new();
+        let mut facts = Facts::default();
         if t.flags.ack() {
-            ack(peer, t, ts_ns, &mut out);
+            facts.acked = ack(peer, t, ts_ns, &mut out);
         }
         let seq_len = t
             .len
             .wrapping_add(u32::from(t.flags.syn()))
             .wrapping_add(u32::from(t.flags.fin()));
+        let mut sent = None;
+        if seq_len == 0
+            && !t.flags.rst()
+            && data.zero_window
+            && data.una > 0
+            && data.peek(t.seq) == Some(data.una - 1)
+        {
+            // Linux's zero-window probe: no data, the sequence number just below the
+            // acknowledged one.
+            data.stats.window_probes += 1;
+        }
         if seq_len > 0 && !t.flags.rst() {
             let label = || shared_label(shared, path);
-            let (segments, pending) = send(data, t, seq_len, ts_ns, (src, dst), &label, &mut out);
+            let before = data.stats.retransmits;
+            let (segments, pending) = send(
+                data,
+                t,
+                seq_len,
+                ts_ns,
+                (src, dst),
+                &label,
+                &mut out,
+                &mut facts,
+            );
             self.evicted_segments += segments;
             self.evicted_pending += pending;
+            facts.messages = t
+                .messages
+                .iter()
+                .filter_map(|&(a, b)| Some((data.peek(a)?, data.peek(b)?)))
+                .filter(|(a, b)| a < b)
+                .collect();
+            let kind = (0..before.len())
+                .find(|&i| data.stats.retransmits[i] != before[i])
+                .and_then(|i| TcpRetransmitKind::ALL.get(i).copied());
+            sent = Some((seq_len, kind));
         }
         for r in out {
             shared.push_record(r);
         }
+        tcpmsg::follow(shared, fr, pkt, t, &facts, &mut data.msgs, &mut peer.msgs);
+        sent
     }
 
     /// Forgets the least recently active eighth of the connections.
@@ -311,11 +360,11 @@ fn shared_label(shared: &Shared, path: PathIdx) -> String {
     shared.paths.label(path).to_owned()
 }
 
-/// An ACK (with its SACK blocks and timestamps) from the receiver of `h`'s data.
-fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) {
-    let Some(ack) = h.peek(t.ack) else {
-        return;
-    };
+/// An ACK (with its SACK blocks and timestamps) from the receiver of `h`'s data; what it
+/// acknowledged, when it moved the cumulative ACK.
+fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) -> Option<Acked> {
+    let ack = h.peek(t.ack)?;
+    h.zero_window = t.window == 0 && !t.flags.syn() && !t.flags.rst();
     let opts: &TcpOptions = &t.options;
     // D-SACK (RFC 2883): a first block below the cumulative ACK, or inside the second.
     if let Some(&(l, r)) = opts.sack_blocks().first() {
@@ -346,9 +395,11 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) {
         // acknowledged (not from retransmitted data).
         let mut rtt = None;
         if let Some((_, ecr)) = opts.timestamps {
+            // Most echoes are of a recent TSval: look from the newest.
             rtt = h
                 .tsvals
                 .iter()
+                .rev()
                 .find(|(v, _)| *v == ecr)
                 .map(|(_, at)| ts_ns.saturating_sub(*at));
         }
@@ -364,6 +415,17 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) {
         if let Some(r) = rtt {
             h.sample(r);
         }
+        let mut acked = Acked {
+            from: h.una,
+            to: ack,
+            first_sent_ns: h
+                .sent
+                .range(..=h.una)
+                .next_back()
+                .filter(|(_, s)| s.end > h.una)
+                .map(|(_, s)| s.first_ns),
+            resends: smallvec::SmallVec::new(),
+        };
         h.una = ack;
         h.una_ns = ts_ns;
         h.nxt = h.nxt.max(ack);
@@ -399,20 +461,27 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) {
             }
             if p.record.spurious.is_some() {
                 h.stats.spurious += 1;
+            } else if acked.resends.len() < tcpmsg::MAX_RESENDS_PER_ACK {
+                acked.resends.push((p.start, p.end, p.record.kind));
             }
             out.push(Record::TcpRetransmit(p.record));
         }
+        return Some(acked);
     } else if ack == h.una && t.len == 0 && !t.flags.syn() && !t.flags.fin() && h.nxt > h.una {
         h.dupacks += 1;
     }
+    None
 }
 
 /// Whether `[start, end)`, below the highest sequence seen, fills a hole rather than resends:
 /// no byte of it was seen before (nor acknowledged), so this is its first copy at this
 /// capture — an original that arrived after a later segment (reordered), or, at a capture
-/// after the sender, one whose earlier copy the capture missed. With timestamps, a TSval
-/// newer than every one seen says the sender sent it after all the data seen so far: a
-/// resend of a segment lost before the capture point (a receiver-side capture), not a fill.
+/// after the sender, one whose earlier copy the capture missed. With timestamps the sender's
+/// clock tells: originals leave in sequence order with TSvals that never go back, so a
+/// reordered original is never newer than the first segment seen above it, while the resend
+/// of a segment lost before the capture point (a receiver-side capture) left a round trip of
+/// duplicate ACKs or a timeout after it: newer (unless the round trip is under the TSval's
+/// tick, when the two cannot be told apart and it counts as a fill).
 fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
     if start < h.una.max(h.seen_floor) {
         return false;
@@ -425,14 +494,24 @@ fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
     if overlaps {
         return false;
     }
-    match (t.options.timestamps, h.max_tsval) {
-        (Some((tsval, _)), Some(m)) => (tsval.wrapping_sub(m) as i32) <= 0,
-        _ => true,
+    let Some((tsval, _)) = t.options.timestamps else {
+        return true;
+    };
+    let newer = |than: u32| (tsval.wrapping_sub(than) as i32) > 0;
+    if h.max_tsval.is_some_and(newer) {
+        return false;
     }
+    let above = h.sent.range(end..).next().and_then(|(_, s)| s.tsval);
+    !above.is_some_and(newer)
 }
 
 /// A segment carrying `seq_len` of sequence space from `ends.0` (path label from `label`);
-/// returns the sent segments and pending verdicts forgotten to stay within the bounds.
+/// returns the sent segments and pending verdicts forgotten to stay within the bounds, and
+/// notes its payload's range and its retransmission kind in `facts`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one segment's figures and outputs"
+)]
 fn send(
     h: &mut Half,
     t: &TcpSegment,
@@ -441,25 +520,37 @@ fn send(
     ends: (SocketAddr, SocketAddr),
     label: &dyn Fn() -> String,
     out: &mut Vec<Record>,
+    facts: &mut Facts,
 ) -> (u64, u64) {
     let start = h.unwrap(t.seq);
     let end = start + u64::from(seq_len);
+    if t.len > 0 {
+        let from = start + u64::from(t.flags.syn());
+        facts.data = Some((from, from + u64::from(t.len)));
+    }
     h.stats.segments += 1;
     if h.stats.segments == 1 {
-        h.una = start;
+        // What was acknowledged is not known until the receiver's first ACK; what was sent
+        // before this segment (a capture begun mid-connection) counts as seen.
+        h.history_from = start;
+        h.seen_floor = start;
         h.una_ns = ts_ns;
         h.stats.path = label();
         h.stats.src = ends.0.to_string();
         h.stats.dst = ends.1.to_string();
     }
     if let Some((tsval, _)) = t.options.timestamps {
-        if !h.tsvals.iter().any(|(v, _)| *v == tsval) {
+        // Segments sent within a tick share the newest TSval: checked first.
+        let known = h.tsvals.back().is_some_and(|(v, _)| *v == tsval)
+            || h.tsvals.iter().any(|(v, _)| *v == tsval);
+        if !known {
             if h.tsvals.len() >= MAX_TSVALS {
                 h.tsvals.pop_front();
             }
             h.tsvals.push_back((tsval, ts_ns));
         }
     }
+    let tsval = t.options.timestamps.map(|(v, _)| v);
     let first_in_direction = h.stats.segments == 1;
     let fill = !first_in_direction && start < h.nxt && is_fill(h, start, end, t);
     if let Some((tsval, _)) = t.options.timestamps {
@@ -474,7 +565,16 @@ fn send(
             h.stats.out_of_order += 1;
         }
         h.nxt = h.nxt.max(end);
-        return (h.remember(start, end, ts_ns), 0);
+        return (h.remember(start, end, ts_ns, tsval), 0);
+    }
+    // One byte resent into a zero window: a window probe (persist timer), not a
+    // retransmission (as the kernel counts it).
+    if h.zero_window && seq_len == 1 && start >= h.una && end <= h.una.saturating_add(1) {
+        h.stats.window_probes += 1;
+        return (0, 0);
+    }
+    if start < h.history_from {
+        h.stats.unknown_history += 1;
     }
     // Sequence space sent before: a retransmission.
     let mut first_ns = ts_ns;
@@ -495,7 +595,7 @@ fn send(
     let mut evicted = 0;
     if end > h.nxt {
         // Its part above the highest sequence seen is new: remembered as seen.
-        evicted = h.remember(h.nxt, end, ts_ns);
+        evicted = h.remember(h.nxt, end, ts_ns, tsval);
         h.nxt = end;
     }
     let rto_est = h.rto_ns();
@@ -594,6 +694,7 @@ fn send(
     if let Some(i) = TcpRetransmitKind::ALL.iter().position(|k| *k == kind) {
         h.stats.retransmits[i] += 1;
     }
+    facts.resent = Some(kind);
     let record = TcpRetransmitRecord {
         source: TcpSource::Wire,
         path: label,

@@ -71,6 +71,10 @@ impl Shared {
             outages_total: self.outages.total,
             incidents_total: self.incidents.total,
             hol: self.incidents.totals(now),
+            // Filled by the engine from its TCP wire matcher and kernel/wire join.
+            tcp_wire: Default::default(),
+            tcp_join: Default::default(),
+            advice: None,
         }
     }
 
@@ -143,8 +147,9 @@ impl Shared {
             incidents_total: self.incidents.total,
             hol: self.incidents.totals(end),
             health: self.health(),
-            // Filled by the engine from its TCP wire matcher.
+            // Filled by the engine from its TCP wire matcher and kernel/wire join.
             tcp_wire: Default::default(),
+            tcp_join: Default::default(),
         }
     }
 

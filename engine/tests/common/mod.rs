@@ -145,3 +145,24 @@ pub fn run(obs: Vec<Observation>, cfg: Config) -> Summary {
     }
     e.finish(end + 1)
 }
+
+/// Feeds `engine` a TCP segment from `src` to `dst` on eth0 at `T0 + ms` (ACK flag, no options).
+pub fn feed_segment(
+    engine: &mut Engine,
+    ms: u64,
+    (src, dst): (SocketAddr, SocketAddr),
+    (seq, ack): (u32, u32),
+    window: u16,
+    len: u32,
+) {
+    engine.handle(Observation::TcpSegment(tboxscope_engine::TcpSegment {
+        meta: meta(T0 + ms * 1_000_000, "eth0", 0, src, dst, 40 + len),
+        seq,
+        ack,
+        flags: tboxscope_engine::TcpFlags(0x10),
+        window,
+        len,
+        options: tboxscope_engine::TcpOptions::default(),
+        messages: Default::default(),
+    }));
+}

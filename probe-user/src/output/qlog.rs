@@ -892,6 +892,7 @@ mod tests {
             app_msg_id: None,
             content_hash: None,
             stream_heads: Vec::new(),
+            tcp_messages: Vec::new(),
         }
     }
 

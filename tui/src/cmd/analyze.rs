@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -13,18 +13,28 @@ use probe_user::correlate::{
     unmet_statements, write_engine_records, CaptureHint, Correlator, FrameFeed,
 };
 use probe_user::dissect::DissectStats;
-use probe_user::engine::{self as tboxscope_engine, report, Config as EngineConfig, Engine, Host};
+use probe_user::engine::{
+    self as tboxscope_engine, advice, report, Config as EngineConfig, Engine, Host,
+};
 use probe_user::output::qlog::QlogExport;
 use probe_user::output::JsonLinesWriter;
-use probe_user::pipeline::{decode_and_match, worth_a_thread, Matched};
+use probe_user::pipeline::{decode_and_match_fed, worth_a_thread, Matched};
 use serde::Serialize;
 
 use crate::cli::{files_engine_config, refuse_repeated_files, AnalyzeArgs};
 use tboxscope::options::changed_nothing;
 
 /// Runs `tboxscope analyze`.
-pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     refuse_repeated_files(&args.files)?;
+    let (captures, kernel) = kernel_recordings(&args.files)?;
+    args.files = captures;
+    if args.files.is_empty() {
+        anyhow::bail!(
+            "no packet capture given: a capture --json recording is analysed beside the \
+             captures of its time (tboxscope analyze t-eth0.pcap kernel.jsonl)"
+        );
+    }
     if let Some(dir) = &args.qlog {
         // Before the files are read, not after.
         std::fs::create_dir_all(dir)
@@ -42,6 +52,8 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     let config = EngineConfig {
         // The text report shows only the summary: per-message records would be dropped.
         emit_messages: json_target.is_some(),
+        // The advice after the report (and its record).
+        collect_evidence: true,
         ..files_engine_config(&args.decode, &args.timeout, &args.stated)?
     };
     let statements = args.stated.captures();
@@ -60,6 +72,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                 &args,
                 &mut analyzer,
                 config,
+                kernel,
                 &statements,
                 out,
                 &mut ineffective,
@@ -67,17 +80,18 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             )?
         }
         None => {
-            let matched = decode_and_match(
+            let matched = decode_and_match_fed(
                 &mut analyzer,
                 &args.files,
                 &statements,
-                Engine::new(config.clone()),
+                kernel.engine(&config),
                 (),
                 |engine, ()| {
                     engine.drain_records().for_each(drop);
                     Ok::<(), io::Error>(())
                 },
                 worth_a_thread(),
+                kernel.feed(),
             )?;
             print_report(&analyzer)?;
             let mut engine = matched.engine;
@@ -87,6 +101,13 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             let summary = engine.finish(matched.last_ts);
             writeln!(std::io::stdout())?;
             write!(std::io::stdout(), "{}", report::render(&summary))?;
+            if let Some(a) = advice_of(&engine, &summary) {
+                write!(
+                    std::io::stdout(),
+                    "\nthe transport this link wants (as `tboxscope advise`, without limits):\n{}",
+                    advice::render(&a)
+                )?;
+            }
             export_metrics(&args, &analyzer, &summary)?;
             ineffective = changed_nothing(&config, analyzer.dissector().app_ids_read(), &summary);
             hosts = capture_hosts(&summary);
@@ -116,6 +137,88 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The kernel's TCP events of the `capture --json` recordings given beside the captures.
+#[derive(Debug, Default)]
+struct KernelRecording {
+    /// In time order.
+    events: Vec<probe_user::engine::TcpEvent>,
+    /// The last line of the recordings (the probes ran until then).
+    end_ns: Option<u64>,
+}
+
+impl KernelRecording {
+    /// An engine that joins these events with the captures'.
+    fn engine(&self, config: &EngineConfig) -> Engine {
+        let mut engine = Engine::new(config.clone());
+        if let Some(end) = self.end_ns {
+            engine.kernel_ended(end);
+        }
+        engine
+    }
+
+    /// A feed putting the events between the packets, in time order.
+    fn feed(&self) -> FrameFeed {
+        FrameFeed::with_kernel(self.events.clone())
+    }
+}
+
+/// Whether `path` holds JSON Lines (a `capture --json` recording) rather than a packet
+/// capture: its first byte that is not white space opens a JSON object.
+fn is_json_lines(path: &Path) -> bool {
+    use std::io::Read;
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    let mut head = Vec::with_capacity(64);
+    if file.take(64).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    head.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// Splits `files` into packet captures and `capture --json` recordings, and reads the kernel's
+/// TCP events of the latter (lines that cannot be used are named on standard error).
+fn kernel_recordings(files: &[PathBuf]) -> anyhow::Result<(Vec<PathBuf>, KernelRecording)> {
+    let mut captures = Vec::new();
+    let mut kernel = KernelRecording::default();
+    for path in files {
+        if !is_json_lines(path) {
+            captures.push(path.clone());
+            continue;
+        }
+        let recording = tboxscope::replay::load::load(path)?;
+        let before = kernel.events.len();
+        for timed in &recording.items {
+            if let tboxscope::replay::load::Item::Tcp(e) = &timed.item {
+                kernel.events.push((**e).clone());
+            }
+        }
+        let bad: Vec<String> = recording
+            .skipped
+            .iter()
+            .filter(|(reason, _)| reason.starts_with("bad tcp_"))
+            .map(|(reason, n)| format!("{reason}: {n}"))
+            .collect();
+        if !bad.is_empty() {
+            eprintln!(
+                "tboxscope: {}: kernel TCP lines not used: {}",
+                path.display(),
+                bad.join(", ")
+            );
+        }
+        if kernel.events.len() == before {
+            eprintln!(
+                "tboxscope: {}: no kernel TCP event (tcp_* lines of capture --json with its probes)",
+                path.display()
+            );
+        }
+        let end = recording.end_ns();
+        kernel.end_ns = Some(kernel.end_ns.map_or(end, |e| e.max(end)));
+    }
+    kernel.events.sort_by_key(|e| e.ts_ns);
+    Ok((captures, kernel))
 }
 
 /// The final `summary` record.
@@ -169,10 +272,15 @@ pub(crate) fn kcp_counts(dissector: &probe_user::dissect::Dissector) -> KcpSumma
     }
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the run's inputs and what it reports back"
+)]
 fn run_json(
     args: &AnalyzeArgs,
     analyzer: &mut Analyzer,
     config: EngineConfig,
+    kernel: KernelRecording,
     statements: &[(String, CaptureHint)],
     out: Box<dyn Write + Send>,
     ineffective: &mut Vec<String>,
@@ -190,18 +298,20 @@ fn run_json(
         packets: args.packets,
     };
     let writer = JsonLinesWriter::new(out, WallClock::unix_now(), &header)?;
-    let engine = Engine::new(config.clone());
+    let engine = kernel.engine(&config);
     let matched = if args.packets {
         // Each packet's line is followed by the records it completed: one thread.
         let mut correlator = Correlator::with_sink(engine);
         correlator.state_all(statements);
         let mut writer = writer;
-        let mut feed = FrameFeed::default();
+        let mut feed = kernel.feed();
         let file_errors = analyzer.run_files(&args.files, &mut |r| {
             feed.observe(&mut correlator, &r);
             write_record(&mut writer, &r)?;
             write_engine_records(&mut writer, correlator.engine_mut())
         })?;
+        feed.flush_kernel(&mut correlator);
+        write_engine_records(&mut writer, correlator.engine_mut())?;
         Matched {
             engine: correlator.into_sink(),
             state: writer,
@@ -210,7 +320,7 @@ fn run_json(
             waits: None,
         }
     } else {
-        decode_and_match(
+        decode_and_match_fed(
             analyzer,
             &args.files,
             statements,
@@ -218,6 +328,7 @@ fn run_json(
             writer,
             |engine, writer| write_engine_records(writer, engine),
             worth_a_thread(),
+            kernel.feed(),
         )?
     };
     let Matched {
@@ -252,6 +363,9 @@ fn run_json(
         warnings: analyzer.warnings(),
         engine: &engine_summary,
     };
+    if let Some(a) = advice_of(&engine, &engine_summary) {
+        writer.write("advice", last_ts, &a)?;
+    }
     writer.write("summary", last_ts, &summary)?;
     writer.flush()?;
     export_metrics(args, analyzer, &engine_summary)?;
@@ -259,6 +373,12 @@ fn run_json(
         eprintln!("tboxscope: {e}");
     }
     Ok(errors.is_empty())
+}
+
+/// The advice on the run's evidence, without limits (`advise` takes them), when the captures
+/// measured some path's delay.
+fn advice_of(engine: &Engine, summary: &tboxscope_engine::Summary) -> Option<advice::Advice> {
+    advice::advise(engine.evidence(summary)?, advice::Limits::default())
 }
 
 /// The host of each capture, as stated or inferred by the engine.
@@ -385,8 +505,16 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
             .collect();
         writeln!(
             out,
-            "TCP: {} segments{}",
+            "TCP: {} segments{}{}",
             s.tcp,
+            if s.tcp_cut > 0 {
+                format!(
+                    " ({} cut short by the capture's snap length: lengths from the IP header)",
+                    s.tcp_cut
+                )
+            } else {
+                String::new()
+            },
             if rejected.is_empty() {
                 String::new()
             } else {

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
+use probe_user::engine::advice::{advise, Limits};
 use tboxscope::app::Request;
 use tboxscope::source::{snapshot_channel, ChannelSource, SnapshotSource};
 use tboxscope::view::SourceStatus;
@@ -213,6 +214,21 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
             labcap::render_comparison(&report, m)
         )?;
     }
+    let advice = measured
+        .as_ref()
+        .and_then(|m| advise(m.evidence.clone(), Limits::default()));
+    if let Some(a) = &advice {
+        writeln!(
+            std::io::stdout(),
+            "\nthe transport this link wants, from tboxscope's capture of it \
+             (as `tboxscope advise` of the captures):"
+        )?;
+        write!(
+            std::io::stdout(),
+            "{}",
+            probe_user::engine::advice::render(a)
+        )?;
+    }
     writeln!(std::io::stdout(), "QUIC key log: {}", opts.keylog.display())?;
     if let Some(dir) = &a.pcap {
         writeln!(
@@ -222,7 +238,7 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     if let Some(path) = a.json {
-        write_json(&path, &report, measured.as_ref())?;
+        write_json(&path, &report, measured.as_ref(), advice.as_ref())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -319,6 +335,7 @@ fn write_json(
     path: &str,
     report: &tboxscope_lab::run::RunReport,
     measured: Option<&Measured>,
+    advice: Option<&probe_user::engine::advice::Advice>,
 ) -> anyhow::Result<()> {
     use probe_user::output::JsonLinesWriter;
     #[derive(serde::Serialize)]
@@ -349,6 +366,9 @@ fn write_json(
     w.write("lab_run", ts, report)?;
     if let Some(m) = measured {
         w.write("lab_measured", ts, m)?;
+    }
+    if let Some(a) = advice {
+        w.write("advice", ts, a)?;
     }
     w.flush()?;
     Ok(())

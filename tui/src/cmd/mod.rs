@@ -3,6 +3,7 @@ use std::process::ExitCode;
 
 use crate::cli::{Cli, Command, LabAction, LiveMetricsArgs, WatchArgs};
 
+mod advise;
 mod analyze;
 mod capture;
 mod doctor;
@@ -22,6 +23,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Analyze(args)) => analyze::run(args),
         Some(Command::Replay(args)) => replay::run(args),
         Some(Command::Lab(args)) => lab::run(args),
+        Some(Command::Advise(args)) => advise::run(args),
         None => watch::run(cli.watch),
     }
 }
@@ -86,6 +88,7 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
     match command {
         Command::Analyze(a) => take_keylog(&mut a.decode.keylog)?,
         Command::Replay(r) => take_keylog(&mut r.decode.keylog)?,
+        Command::Advise(a) => take_keylog(&mut a.decode.keylog)?,
         Command::Capture(c) => take_keylog(&mut c.keylog)?,
         _ if had_keylog => refused.push("--keylog"),
         _ => {}
@@ -107,6 +110,7 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
     match command {
         Command::Analyze(a) => ids.take_into(&mut a.decode.ids, name)?,
         Command::Replay(r) => ids.take_into(&mut r.decode.ids, name)?,
+        Command::Advise(a) => ids.take_into(&mut a.decode.ids, name)?,
         Command::Capture(c) => ids.take_into(&mut c.ids, name)?,
         _ => {
             if ids.app_id.is_some() {
@@ -120,6 +124,7 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
     match command {
         Command::Analyze(a) => a.decode.kcp_ports.extend(kcp_ports),
         Command::Replay(r) => r.decode.kcp_ports.extend(kcp_ports),
+        Command::Advise(a) => a.decode.kcp_ports.extend(kcp_ports),
         Command::Capture(c) => c.kcp_ports.extend(kcp_ports),
         _ if !kcp_ports.is_empty() => refused.push("--kcp-port"),
         _ => {}
@@ -178,7 +183,7 @@ fn leading_options(cli: &mut Cli) -> anyhow::Result<()> {
     }
     if !refused.is_empty() {
         let why = match command {
-            Command::Analyze(_) | Command::Replay(_) => {
+            Command::Analyze(_) | Command::Replay(_) | Command::Advise(_) => {
                 "it reads capture files, it captures nothing live"
             }
             // Not reached: capture takes every live UI option.

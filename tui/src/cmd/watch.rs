@@ -175,6 +175,8 @@ fn feed_configs(
         EngineConfig {
             app_id: ids.app_id,
             emit_messages: false,
+            // The Advice screen.
+            collect_evidence: true,
             max_flows,
             ..EngineConfig::default()
         },

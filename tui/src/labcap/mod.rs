@@ -10,8 +10,8 @@
 //! log as the peers append to it. The four captures are declared to the engine as what they
 //! are (host, path, the capture at the path's other end, local addresses); all namespaces
 //! share one kernel clock, so the clock offset between the ends is stated as 0 rather than
-//! estimated. The TCP baseline's messages are rebuilt from its byte stream ([`tcp`]).
-pub mod tcp;
+//! estimated. The TCP baseline's messages are cut from its byte stream by the engine, as
+//! `analyze`, `replay` and the live UI cut them (the lab's framing: `fixed:` its message size).
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -25,6 +25,7 @@ use probe_user::correlate::Correlator;
 use probe_user::decode::net::tcp_segment;
 use probe_user::decode::quic::Keylog;
 use probe_user::dissect::{Decoded, DecodedPacket, DissectConfig};
+use probe_user::engine::advice::Evidence;
 use probe_user::engine::input::{RetransmitKind, TcpEvent, TcpEventKind};
 use probe_user::engine::{units, AppIdRule, CapturePoint, Config, Framing, Host, Summary};
 use probe_user::engine::{ConnId, FlowKey};
@@ -40,7 +41,9 @@ use tboxscope_lab::PathId;
 use crate::feed::EngineFeed;
 use crate::kerneltcp::{KernelTcp, TcpDrops, TcpMessage};
 use crate::source::SnapshotFeed;
-use tcp::{End, TcpMessages};
+
+/// The TCP baseline's sockets (client, server) the T-Box's captures saw.
+type LabSockets = HashSet<(SocketAddr, SocketAddr)>;
 
 /// Where the lab's messages carry their id: bytes 8..16, little-endian (see
 /// `tboxscope_lab::peers::message`). Copies of one message sent on separate sessions (one per
@@ -78,8 +81,8 @@ struct Collected {
 pub struct MeasuredTransport {
     /// Transport name.
     pub transport: &'static str,
-    /// Messages the engine counted (closed messages of the transport's flows; for TCP, the
-    /// messages framed in the stream the T-Box sent).
+    /// Messages the engine counted (closed messages of the transport's flows; for TCP, those
+    /// cut from the byte stream of the baseline's socket).
     pub messages: u64,
     /// Per-message latency (first send → first arrival), ms.
     pub p50_ms: Option<f64>,
@@ -105,7 +108,7 @@ pub struct MeasuredTransport {
 pub struct MeasuredTcp {
     /// The socket (client → server).
     pub connection: Option<String>,
-    /// Messages whose every byte reached the gateway.
+    /// Messages seen sent at the T-Box and complete at the gateway (timed one way).
     pub delivered: u64,
     /// The probes' state (`TCP probes: 4/4 hooks attached`, or why not).
     pub probes: String,
@@ -126,13 +129,13 @@ pub struct MeasuredTcp {
     pub max_rto_ms: f64,
     /// Data segments the T-Box's capture shows carrying only bytes sent before.
     pub wire_retransmits: u64,
-    /// Head-of-line stall periods: a segment sent again holds the bytes behind it at the
-    /// receiver from its first transmission until a copy reaches the gateway (overlapping
-    /// holds are one period).
+    /// Head-of-line stall periods of the flow: the engine's incidents, the kernel's (a
+    /// retransmitted segment from its first send to the ACK past it) and the wire's (a hole at
+    /// the gateway's capture), overlapping ones merged.
     pub hol_stalls: u64,
-    /// The longest hold of one segment, ms.
+    /// The longest stall, ms.
     pub longest_hol_stall_ms: Option<f64>,
-    /// Time during which some segment held the stream, ms.
+    /// Time during which some stall held the stream, ms.
     pub total_hol_stall_ms: f64,
 }
 
@@ -171,6 +174,9 @@ pub struct Measured {
     /// The engine's whole-run summary.
     #[serde(skip)]
     pub summary: Summary,
+    /// What the capture measured of the paths, for `advise`.
+    #[serde(skip)]
+    pub evidence: Evidence,
 }
 
 /// The [`RunObserver`] that captures a lab run with tboxscope itself.
@@ -240,12 +246,14 @@ pub fn message_timeout_s(duration_s: f64, drain_s: f64) -> f64 {
     duration_s + drain_s + 1.0
 }
 
-/// How the lab's messages are cut from a QUIC stream: `quic-stream` writes them back to back
-/// on one stream, each `message_size` bytes (the other transports' messages, one per stream
-/// or datagram, are that size too, so the same framing cuts them as they are).
+/// How the lab's messages are cut from a byte stream: `quic-stream` writes them back to back
+/// on one stream, `tcp` on its socket, each `message_size` bytes (the other transports'
+/// messages, one per stream or datagram, are that size too, so the same framing cuts them as
+/// they are).
 pub fn lab_framing(transports: &[Transport], message_size: usize) -> Option<Framing> {
     transports
-        .contains(&Transport::QuicStream)
+        .iter()
+        .any(|t| matches!(t, Transport::QuicStream | Transport::Tcp))
         .then(|| u32::try_from(message_size).ok())
         .flatten()
         .map(Framing::Fixed)
@@ -306,6 +314,8 @@ fn engine_feed(plan: &CapturePlan, keylog: Option<Keylog>, follow: Option<PathBu
     let config = Config {
         app_id: Some(LAB_APP_ID),
         emit_messages: false,
+        // What the advice after the tables is made from.
+        collect_evidence: true,
         message_timeout_ns: (message_timeout_s(plan.duration_s, plan.drain_s) * 1e9) as u64,
         ..Config::default()
     };
@@ -351,19 +361,34 @@ fn declare_points(correlator: &mut Correlator, plan: &CapturePlan, labels: &[Str
     }
 }
 
-/// Which end captured at point `i`.
-fn end_of(plan: &CapturePlan, i: usize) -> End {
-    match plan.points.get(i) {
-        Some(p) if p.side == "tbox" => End::Tbox,
-        _ => End::Gateway,
+/// Whether point `i` is at the T-Box.
+fn at_tbox(plan: &CapturePlan, i: usize) -> bool {
+    plan.points.get(i).is_some_and(|p| p.side == "tbox")
+}
+
+/// Notes the TCP baseline's socket of a segment the T-Box's capture saw going to its port.
+fn note_socket(
+    sockets: &mut LabSockets,
+    plan: &CapturePlan,
+    p: &LivePacket,
+    seg: &probe_user::decode::net::TcpSegment<'_>,
+) {
+    if at_tbox(plan, p.path)
+        && tcp_port(plan) == Some(seg.dst.port())
+        && sockets.len() < MAX_LAB_SOCKETS
+    {
+        sockets.insert((seg.src, seg.dst));
     }
 }
 
-/// Feeds one frame: a TCP segment of the baseline to the engine and the message rebuild,
+/// The baseline's sockets followed (the lab opens one; a reconnection makes another).
+const MAX_LAB_SOCKETS: usize = 64;
+
+/// Feeds one frame: a TCP segment to the engine (its messages cut by the feed's dissector),
 /// anything else through the dissector. Returns the decoded UDP units.
 fn feed_frame<'a>(
     engine: &'a mut EngineFeed,
-    messages: &mut TcpMessages,
+    sockets: &mut LabSockets,
     plan: &CapturePlan,
     labels: &[String],
     p: &LivePacket,
@@ -371,7 +396,7 @@ fn feed_frame<'a>(
     let label = labels.get(p.path).map_or("?", String::as_str);
     let capture = u16::try_from(p.path).unwrap_or(u16::MAX);
     if let Ok(seg) = tcp_segment(p.link, &p.data) {
-        messages.segment(end_of(plan, p.path), p.ts_ns, &seg);
+        note_socket(sockets, plan, p, &seg);
         engine.tcp_segment(capture, label, p, &seg);
         return &[];
     }
@@ -391,7 +416,7 @@ struct LiveSide {
     labels: Vec<String>,
     feed: SnapshotFeed,
     engine: EngineFeed,
-    messages: TcpMessages,
+    sockets: LabSockets,
     pending: Vec<TcpEvent>,
     started: Instant,
     next_publish: Instant,
@@ -407,7 +432,7 @@ impl LiveSide {
             labels: labels.to_vec(),
             feed,
             engine,
-            messages: TcpMessages::new(tcp_port(plan).unwrap_or(0)),
+            sockets: LabSockets::new(),
             pending: Vec::new(),
             started: Instant::now(),
             next_publish: Instant::now(),
@@ -418,21 +443,20 @@ impl LiveSide {
     fn packets(&mut self, batch: &[LivePacket]) {
         // The QUIC peers write a connection's secrets just before its first packets.
         self.engine.follow_keylog();
-        let before = self.messages.connections().count();
+        let before = self.sockets.len();
         for p in batch {
             feed_frame(
                 &mut self.engine,
-                &mut self.messages,
+                &mut self.sockets,
                 &self.plan,
                 &self.labels,
                 p,
             );
         }
-        if self.messages.connections().count() != before && !self.pending.is_empty() {
-            let known: HashSet<_> = self.messages.connections().copied().collect();
+        if self.sockets.len() != before && !self.pending.is_empty() {
             let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
                 .into_iter()
-                .partition(|e| is_lab_socket(&known, e));
+                .partition(|e| is_lab_socket(&self.sockets, e));
             self.pending = rest;
             for e in mine {
                 self.engine.tcp(TcpMessage::Event(Box::new(e)));
@@ -443,8 +467,7 @@ impl LiveSide {
     fn tcp(&mut self, message: &TcpMessage) {
         match message {
             TcpMessage::Event(e) => {
-                let known: HashSet<_> = self.messages.connections().copied().collect();
-                if is_lab_socket(&known, e) {
+                if is_lab_socket(&self.sockets, e) {
                     self.engine.tcp(TcpMessage::Event(e.clone()));
                 } else if self.pending.len() < MAX_PENDING {
                     self.pending.push((**e).clone());
@@ -671,17 +694,14 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
     };
     let mut engine = engine_feed(plan, keylog, None);
     declare_points(engine.correlator_mut(), plan, labels);
-    let mut messages = TcpMessages::new(tcp_port(plan).unwrap_or(0));
     // The lab's own TCP sockets: what the T-Box's capture saw connect.
+    let mut known = LabSockets::new();
     for f in &collected.frames {
-        if end_of(plan, f.path) == End::Tbox {
-            if let Ok(seg) = tcp_segment(f.link, &f.data) {
-                messages.segment(End::Tbox, f.ts_ns, &seg);
-            }
+        if let Ok(seg) = tcp_segment(f.link, &f.data) {
+            note_socket(&mut known, plan, f, &seg);
         }
     }
-    let known: HashSet<_> = messages.connections().copied().collect();
-    let mut messages = TcpMessages::new(tcp_port(plan).unwrap_or(0));
+    let mut sockets = LabSockets::new();
     let kernel: Vec<&TcpEvent> = collected
         .tcp_events
         .iter()
@@ -712,7 +732,7 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
                 if let Some(n) = frames_per_point.get_mut(f.path) {
                     *n += 1;
                 }
-                for d in feed_frame(&mut engine, &mut messages, plan, labels, f) {
+                for d in feed_frame(&mut engine, &mut sockets, plan, labels, f) {
                     remember_flow(&mut flow_ports, d);
                 }
             }
@@ -725,8 +745,13 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
             .for_each(drop);
     }
     let summary = engine.correlator_mut().engine_mut().finish(last_ts);
+    let evidence = engine
+        .correlator_mut()
+        .engine_mut()
+        .evidence(&summary)
+        .unwrap_or_default();
     let tcp = TcpSide {
-        messages: &messages,
+        sockets: &known,
         kernel: &kernel,
         status: collected.tcp_status.clone().unwrap_or_else(|| {
             if tcp_port(plan).is_some() {
@@ -762,12 +787,13 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
         inferences: summary.health.inferences.clone(),
         problems,
         summary,
+        evidence,
     }
 }
 
 /// What the analysis knows of the TCP baseline besides the engine's summary.
 struct TcpSide<'a> {
-    messages: &'a TcpMessages,
+    sockets: &'a LabSockets,
     kernel: &'a [&'a TcpEvent],
     status: String,
     dropped: u64,
@@ -856,30 +882,48 @@ fn measured_transport(
     row
 }
 
-/// The TCP baseline's row: messages and latency from its byte stream at both ends,
-/// amplification and head-of-line incidents from the engine's flow of the socket, and the
-/// kernel's retransmissions and RTO backoff from the eBPF probes.
+/// The TCP baseline's row, all from the engine: messages and latency of the socket's flow
+/// (cut from its byte stream at both ends), amplification, head-of-line stalls (the kernel's
+/// and the wire's incidents of the flow), retransmissions on the wire at the T-Box's capture,
+/// and the kernel's retransmissions and RTO backoff from the eBPF probes.
 fn measured_tcp(summary: &Summary, tcp: &TcpSide<'_>) -> MeasuredTransport {
-    let stream = tcp.messages.figures();
-    let flow_name = stream
-        .connection
-        .map(|(client, server)| FlowKey::Tcp { client, server }.name());
-    let flow = flow_name
-        .as_ref()
-        .and_then(|n| summary.flows.iter().find(|f| &f.flow == n));
+    // The socket whose flow carried the most messages.
+    let best = tcp
+        .sockets
+        .iter()
+        .filter_map(|&(client, server)| {
+            let name = FlowKey::Tcp { client, server }.name();
+            let f = summary.flows.iter().find(|f| f.flow == name)?;
+            Some(((client, server), f))
+        })
+        .max_by_key(|(_, f)| f.messages);
+    let connection = best.map(|(c, _)| c);
+    let flow = best.map(|(_, f)| f);
     let mine: Vec<&TcpEvent> = tcp
         .kernel
         .iter()
         .copied()
-        .filter(|e| stream.connection == Some((e.local, e.remote)))
+        .filter(|e| connection == Some((e.local, e.remote)))
         .collect();
+    // Each capture of the path counts the client's data (both under the path's label once
+    // paired): the T-Box's, at the sender, sees every retransmission; the gateway's fewer.
+    let wire_retransmits = connection.map_or(0, |(client, _)| {
+        summary
+            .tcp_wire
+            .directions
+            .iter()
+            .filter(|d| d.src == client.to_string())
+            .map(probe_user::engine::TcpWireDirection::retransmits_total)
+            .max()
+            .unwrap_or(0)
+    });
     let mut k = MeasuredTcp {
-        connection: stream.connection.map(|(c, s)| format!("{c} → {s}")),
-        delivered: stream.delivered,
+        connection: connection.map(|(c, s)| format!("{c} → {s}")),
+        delivered: flow.map_or(0, |f| f.latency.count),
         probes: tcp.status.clone(),
         kernel_events: mine.len() as u64,
         kernel_dropped: tcp.dropped,
-        wire_retransmits: stream.retransmitted_segments,
+        wire_retransmits,
         ..MeasuredTcp::default()
     };
     for e in &mine {
@@ -894,31 +938,59 @@ fn measured_tcp(summary: &Summary, tcp: &TcpSide<'_>) -> MeasuredTransport {
             }
         }
     }
-    k.hol_stalls = stream.hol_stalls;
-    k.longest_hol_stall_ms =
-        (stream.hol_stalls > 0).then(|| stream.longest_hol_stall_ns as f64 / 1e6);
-    k.total_hol_stall_ms = stream.total_hol_stall_ns as f64 / 1e6;
+    // Stalls of the flow, overlapping ones (the kernel's and the wire's view of one hole, an
+    // outage's backed-off retransmissions) merged into one period.
+    let stalls: Vec<(u64, u64)> = flow.map_or_else(Vec::new, |f| {
+        summary
+            .hol_incidents
+            .iter()
+            .filter(|i| i.flow == f.flow)
+            .map(|i| (i.start_ns, i.start_ns.saturating_add(i.stall_ns)))
+            .collect()
+    });
+    let periods = merge(stalls.clone());
+    k.hol_stalls = periods.len() as u64;
+    k.longest_hol_stall_ms = stalls
+        .iter()
+        .map(|s| s.1 - s.0)
+        .max()
+        .map(|ns| ns as f64 / 1e6);
+    k.total_hol_stall_ms = periods.iter().map(|s| s.1 - s.0).sum::<u64>() as f64 / 1e6;
     let mut row = MeasuredTransport {
         transport: Transport::Tcp.name(),
-        messages: stream.messages,
+        messages: flow.map_or(0, |f| f.messages),
         p50_ms: None,
         p99_ms: None,
         p999_ms: None,
         duplication_pct: None,
         amplification: flow.map(|f| f.amplification).filter(|a| *a > 0.0),
-        flows: flow_name.into_iter().collect(),
+        flows: flow.map(|f| f.flow.clone()).into_iter().collect(),
         tcp: None,
-        note: stream.framing_problem.clone(),
+        note: None,
     };
-    if stream.latency.count > 0 {
-        row.p50_ms = Some(ms(stream.latency.p50_us));
-        row.p99_ms = Some(ms(stream.latency.p99_us));
-        row.p999_ms = Some(ms(stream.latency.p999_us));
-    } else if row.note.is_none() {
-        row.note = Some("no TCP message of the baseline was captured at both ends".into());
+    match flow {
+        Some(f) if f.latency.count > 0 => {
+            row.p50_ms = Some(ms(f.latency.p50_us));
+            row.p99_ms = Some(ms(f.latency.p99_us));
+            row.p999_ms = Some(ms(f.latency.p999_us));
+        }
+        _ => row.note = Some("no TCP message of the baseline was captured at both ends".into()),
     }
     row.tcp = Some(k);
     row
+}
+
+/// Intervals (start, end) merged where they overlap, in time order.
+fn merge(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    spans.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in spans {
+        match merged.last_mut() {
+            Some(m) if a <= m.1 => m.1 = m.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
 }
 
 /// Writes one classic pcap (nanosecond) file per capture point, and the key log beside them.

@@ -197,6 +197,8 @@ fn parse_line(line: &str, recording: &mut Recording) -> Result<Option<Timed>, St
                 format!("{}: captured again after {gap:.1} s", text("path"))
             })
         }
+        // The join of the kernel's retransmissions with the wire's is in the summary.
+        "tcp_disagreement" => return Ok(None),
         // TCP retransmissions seen on the wire are in the summary's `tcp_wire` figures; the
         // TCP screen shows the kernel's (the wire's are not on it yet).
         k if k.starts_with("tcp_") && map.get("source").and_then(Value::as_str) == Some("wire") => {

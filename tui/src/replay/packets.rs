@@ -36,6 +36,8 @@ impl PacketSettings {
     fn correlator(&self) -> Correlator {
         let mut correlator = Correlator::new(EngineConfig {
             emit_messages: false,
+            // The Advice screen.
+            collect_evidence: true,
             // Files may come from both ends of a path, as in `analyze`.
             await_pairing: true,
             ..self.engine.clone()
@@ -244,8 +246,8 @@ impl Pacer<'_> {
         }
     }
 
-    fn publish(&self, correlator: &Correlator, done: bool) {
-        let mut snapshot = correlator.engine().snapshot();
+    fn publish(&self, correlator: &mut Correlator, done: bool) {
+        let mut snapshot = correlator.engine_mut().snapshot_advised();
         snapshot
             .health
             .inferences

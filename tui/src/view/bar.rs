@@ -12,7 +12,8 @@ use crate::app::{App, Screen};
 pub fn render_top(frame: &mut Frame, area: Rect, app: &App, status: &SourceStatus, theme: &Theme) {
     let mut spans = Vec::new();
     for screen in Screen::ALL {
-        let text = format!(" {} {} ", screen.index() + 1, screen.title());
+        // One space between tabs: six tabs and a replay's source fit in 80 columns.
+        let text = format!(" {} {}", screen.index() + 1, screen.title());
         let style = if screen == app.screen {
             theme.tab()
         } else {

@@ -5,11 +5,11 @@
 //!
 //! ```text
 //! ┌──────────────────────────────────────────────────────────────────────┐
-//! │ 1 Overview  2 Flows  3 TCP  4 Incidents  5 Events   ⏸FROZEN  source │  bar.rs (1 line)
+//! │ 1 Overview  2 Flows  3 TCP  4 Incidents  5 Events  6 Advice  source │  bar.rs (1 line)
 //! ├──────────────────────────────────────────────────────────────────────┤
 //! │                                                                      │
 //! │   the current screen: overview.rs / flows.rs / tcp.rs /              │
-//! │   incidents.rs / events.rs  (detail pop-ups drawn on top)            │
+//! │   incidents.rs / events.rs / advice.rs  (detail pop-ups on top)      │
 //! │                                                                      │
 //! ├──────────────────────────────────────────────────────────────────────┤
 //! │ capture health warnings (only when non-zero)                         │  health.rs
@@ -25,6 +25,7 @@ use tboxscope_engine::snapshot::Snapshot;
 
 use crate::app::{App, Screen};
 
+pub mod advice;
 pub mod bar;
 pub mod columns;
 pub mod events;
@@ -89,6 +90,10 @@ pub fn render(
             incidents::IncidentsModel::build(snap, app).render(frame, body, app, theme)
         }
         Screen::Events => events::EventsModel::build(snap, app).render(frame, body, app, theme),
+        Screen::Advice => {
+            advice::render(frame, body, snap, app, theme);
+            0
+        }
     };
     health::render_footer(frame, warn, &health_lines, theme);
     bar::render_bottom(frame, bottom, app, status, theme);
@@ -101,7 +106,7 @@ pub fn render(
 /// The key of the selected row of the current screen (what Enter opens), if any.
 pub fn selected_key(app: &App, snap: &Snapshot) -> Option<u64> {
     match app.screen {
-        Screen::Overview | Screen::Events => None,
+        Screen::Overview | Screen::Events | Screen::Advice => None,
         Screen::Flows => flows::FlowsModel::build(snap, app).selected_key(app),
         Screen::Tcp => None,
         Screen::Incidents => incidents::IncidentsModel::build(snap, app).selected_key(app),

@@ -1,6 +1,9 @@
 //! The TCP screen: sockets with live retransmissions; for the selected socket the RTO backoff
 //! ladder (200 → 400 → 800 ms … one bar per timeout of the current or last episode), cwnd and
-//! ssthresh over time, and the congestion-state changes.
+//! ssthresh over time, and the congestion-state changes. Without the kernel's events (a replay
+//! of packet captures, or no probes), TCP as the captures saw it: per connection direction the
+//! retransmissions by kind and the backoff ladder inferred from the wire; with both, the title
+//! says where the kernel and the wire disagree.
 //!
 //! ```text
 //! ┌ Sockets ─────────────────────────────────────────────┐
@@ -16,6 +19,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 use tboxscope_engine::input::RetransmitKind;
+use tboxscope_engine::record::{TcpJoinSummary, TcpRetransmitKind, TcpWireDirection};
 use tboxscope_engine::snapshot::{Snapshot, TcpSocketView};
 
 use super::columns::{self, Column, Keep};
@@ -44,6 +48,12 @@ pub struct TcpModel {
     pub total: usize,
     /// What the source is (the empty state differs).
     pub source: super::SourceKind,
+    /// TCP seen on the wire, per connection direction, after the filter (busiest first).
+    pub wire: Vec<TcpWireDirection>,
+    /// Connections the wire matcher followed.
+    pub wire_connections: u64,
+    /// The kernel's retransmissions joined with the wire's.
+    pub join: TcpJoinSummary,
 }
 
 /// The ladder of the latest RTO episode: consecutive timeout retransmissions whose backoff level
@@ -92,10 +102,23 @@ impl TcpModel {
         if list.reversed {
             sockets.reverse();
         }
+        let mut wire: Vec<TcpWireDirection> = snap
+            .tcp_wire
+            .directions
+            .iter()
+            .filter(|d| matches_filter(&format!("{} {} {}", d.src, d.dst, d.path), &list.filter))
+            .cloned()
+            .collect();
+        if list.reversed {
+            wire.reverse();
+        }
         Self {
             sockets,
             total: snap.flows.tcp.len(),
             source: super::SourceKind::Live,
+            wire,
+            wire_connections: snap.tcp_wire.connections,
+            join: snap.tcp_join.clone(),
         }
     }
 
@@ -107,6 +130,9 @@ impl TcpModel {
 
     /// Draws the screen; returns the socket count.
     pub fn render(&self, frame: &mut Frame, area: Rect, app: &App, theme: &Theme) -> usize {
+        if self.sockets.is_empty() && !self.wire.is_empty() {
+            return self.render_wire(frame, area, app, theme);
+        }
         let list_height = (self.sockets.len() as u16 + 3)
             .max(4)
             .min(area.height / 3 + 1);
@@ -120,8 +146,9 @@ impl TcpModel {
         let Some(socket) = self.sockets.get(selected) else {
             let nothing = match self.source {
                 super::SourceKind::PacketReplay => {
-                    "a pcap replay has no kernel events: record them with `sudo tboxscope \
-                     capture --json FILE` (or live with `sudo tboxscope`) and replay that file"
+                    "no TCP in these captures so far; the kernel's own view (cwnd, RTO as the \
+                     socket had it) needs its events: record them with `sudo tboxscope capture \
+                     --json FILE` (or live with `sudo tboxscope`)"
                 }
                 super::SourceKind::RecordingReplay => {
                     "no TCP socket in this recording so far: it was recorded without the \
@@ -227,11 +254,14 @@ impl TcpModel {
             .into_iter()
             .map(|(cells, style)| Row::new(shown.cells(cells)).style(style))
             .collect();
-        let title = if self.sockets.len() == self.total {
+        let mut title = if self.sockets.len() == self.total {
             format!(" TCP sockets ({}) ", self.total)
         } else {
             format!(" TCP sockets ({} of {}) ", self.sockets.len(), self.total)
         };
+        if let Some(join) = join_text(&self.join) {
+            title.push_str(&format!("· {join} "));
+        }
         let table = Table::new(rows, shown.widths)
             .column_spacing(2)
             .header(Row::new(shown.header).style(theme.title()))
@@ -399,4 +429,197 @@ fn render_cwnd(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Th
             .style(theme.dim()),
     );
     frame.render_widget(chart, area);
+}
+
+/// The kernel's retransmissions against the wire's, in a few words (`None` before either
+/// side has any).
+fn join_text(j: &TcpJoinSummary) -> Option<String> {
+    let t = &j.totals;
+    (t.kernel + t.wire > 0).then(|| {
+        format!(
+            "kernel vs wire: {} seen by both, {} not on the wire, {} original not captured, {} \
+             not reported by the kernel",
+            t.matched, t.not_on_wire, t.original_not_captured, t.not_in_kernel
+        )
+    })
+}
+
+impl TcpModel {
+    /// TCP as the captures saw it: the directions, and for the selected one its backoff
+    /// ladder and retransmissions by kind.
+    fn render_wire(&self, frame: &mut Frame, area: Rect, app: &App, theme: &Theme) -> usize {
+        let list_height = (self.wire.len() as u16 + 3).max(4).min(area.height / 2 + 1);
+        let [top, bottom] =
+            Layout::vertical([Constraint::Length(list_height), Constraint::Min(0)]).areas(area);
+        let selected = app
+            .list_of(Screen::Tcp)
+            .selected
+            .min(self.wire.len().saturating_sub(1));
+        self.render_wire_list(frame, top, selected, theme);
+        let Some(d) = self.wire.get(selected) else {
+            return 0;
+        };
+        let [left, right] =
+            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                .areas(bottom);
+        render_wire_ladder(frame, left, d, theme);
+        render_wire_kinds(frame, right, d, &self.join, theme);
+        self.wire.len()
+    }
+
+    fn render_wire_list(&self, frame: &mut Frame, area: Rect, selected: usize, theme: &Theme) {
+        let rows: Vec<_> = self
+            .wire
+            .iter()
+            .map(|d| {
+                let style = if d.rto_ladder.len() > 1 {
+                    theme.alert()
+                } else if d.retransmits_total() > 0 {
+                    theme.warn()
+                } else {
+                    ratatui::style::Style::new()
+                };
+                let n = |k: TcpRetransmitKind| {
+                    TcpRetransmitKind::ALL
+                        .iter()
+                        .position(|x| *x == k)
+                        .and_then(|i| d.retransmits.get(i))
+                        .copied()
+                        .unwrap_or(0)
+                        .to_string()
+                };
+                (
+                    [
+                        format!("{} → {}", d.src, d.dst),
+                        d.path.clone(),
+                        d.segments.to_string(),
+                        d.retransmits_total().to_string(),
+                        n(TcpRetransmitKind::Rto),
+                        n(TcpRetransmitKind::Fast),
+                        n(TcpRetransmitKind::LossProbe),
+                        d.spurious.to_string(),
+                        d.rto_ladder.len().saturating_sub(1).to_string(),
+                        format::micros(d.srtt_us),
+                        format::micros(d.rto_ms.saturating_mul(1000)),
+                    ],
+                    style,
+                )
+            })
+            .collect();
+        let specs = [
+            ("Sender → receiver", Keep::Always),
+            ("Path", Keep::Always),
+            ("Segs", Keep::Rank(4)),
+            ("Retx", Keep::Rank(9)),
+            ("RTO", Keep::Rank(8)),
+            ("Fast", Keep::Rank(7)),
+            ("TLP", Keep::Rank(6)),
+            ("Spur", Keep::Rank(3)),
+            ("Boff", Keep::Rank(8)),
+            ("SRTT", Keep::Rank(5)),
+            ("RTO est", Keep::Rank(2)),
+        ];
+        let columns: Vec<Column> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, (h, keep))| {
+                Column::new(
+                    (*h).to_owned(),
+                    rows.iter().map(|(r, _)| r[i].as_str()),
+                    *keep,
+                )
+            })
+            .collect();
+        let shown = columns::Shown::of(&columns, area.width.saturating_sub(2), 2);
+        let rows: Vec<Row> = rows
+            .into_iter()
+            .map(|(cells, style)| Row::new(shown.cells(cells)).style(style))
+            .collect();
+        let title = format!(
+            " TCP on the wire: {} connections, {} senders (no kernel events: inferred from the \
+             packets) ",
+            self.wire_connections,
+            self.wire.len()
+        );
+        let table = Table::new(rows, shown.widths)
+            .column_spacing(2)
+            .header(Row::new(shown.header).style(theme.title()))
+            .row_highlight_style(theme.selected())
+            .block(panel(title, theme));
+        let mut state = TableState::default();
+        state.select(Some(selected));
+        frame.render_stateful_widget(table, area, &mut state);
+    }
+}
+
+/// The backoff ladder inferred from the wire: timeouts per level, the longest timeout.
+fn render_wire_ladder(frame: &mut Frame, area: Rect, d: &TcpWireDirection, theme: &Theme) {
+    let bar_room = u64::from(area.width.saturating_sub(20).max(1));
+    let most = d.rto_ladder.iter().copied().max().unwrap_or(1).max(1);
+    let mut lines: Vec<Line> = d
+        .rto_ladder
+        .iter()
+        .enumerate()
+        .map(|(level, &n)| {
+            let len = (n * bar_room).div_ceil(most) as usize;
+            Line::from(vec![
+                Span::raw(format!("#{level:<2} ×{n:<4} ")),
+                Span::styled("█".repeat(len), theme.alert()),
+            ])
+        })
+        .collect();
+    if lines.is_empty() {
+        lines.push(Line::styled("no RTO timeouts on the wire", theme.dim()));
+    }
+    let title = if d.max_rto_ms > 0 {
+        format!(
+            " RTO backoff ladder (wire): longest timeout {} ",
+            format::micros(d.max_rto_ms.saturating_mul(1000))
+        )
+    } else {
+        " RTO backoff ladder (wire) ".to_owned()
+    };
+    frame.render_widget(Paragraph::new(lines).block(panel(title, theme)), area);
+}
+
+/// Retransmissions by kind, what is not one, and where the kernel disagrees.
+fn render_wire_kinds(
+    frame: &mut Frame,
+    area: Rect,
+    d: &TcpWireDirection,
+    join: &TcpJoinSummary,
+    theme: &Theme,
+) {
+    let mut lines: Vec<Line> = TcpRetransmitKind::ALL
+        .iter()
+        .zip(d.retransmits)
+        .map(|(k, n)| Line::raw(format!("{:<14}{n:>6}", k.as_str())))
+        .collect();
+    lines.push(Line::raw(format!("{:<14}{:>6}", "spurious", d.spurious)));
+    lines.push(Line::styled(
+        format!(
+            "not retransmissions: {} out of order, {} window probes; {} of data sent before \
+             the capture began",
+            d.out_of_order, d.window_probes, d.unknown_history
+        ),
+        theme.dim(),
+    ));
+    let joined = join
+        .directions
+        .iter()
+        .find(|j| j.src == d.src && j.dst == d.dst && j.path == d.path);
+    if let Some(j) = joined {
+        lines.push(Line::raw(format!(
+            "kernel {}, both {}: {} not on the wire, {} original not captured, {} not reported \
+             by the kernel",
+            j.kernel, j.matched, j.not_on_wire, j.original_not_captured, j.not_in_kernel
+        )));
+    }
+    let title = format!(" Retransmissions ({} total) ", d.retransmits_total());
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(ratatui::widgets::Wrap { trim: true })
+            .block(panel(title, theme)),
+        area,
+    );
 }

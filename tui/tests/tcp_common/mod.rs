@@ -306,9 +306,23 @@ impl Capture {
     /// Starts `tboxscope capture --json FILE <args>` and waits until the probes are attached
     /// (the header line is written).
     pub fn start(name: &str, args: &[&str]) -> Self {
+        Self::start_in(None, name, args)
+    }
+
+    /// [`Capture::start`] inside network namespace `ns` (`ip netns exec` execs the binary:
+    /// the child is tboxscope itself), to capture that namespace's interfaces.
+    pub fn start_in(ns: Option<&str>, name: &str, args: &[&str]) -> Self {
         let path = std::env::temp_dir().join(format!("tbx-{name}-{}.jsonl", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let child = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        let mut command = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_tboxscope")]);
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_tboxscope")),
+        };
+        let child = command
             .arg("capture")
             .arg("--json")
             .arg(&path)
@@ -331,13 +345,28 @@ impl Capture {
         panic!("tboxscope capture did not start");
     }
 
+    /// [`Capture::stop`], keeping a copy of the file at `keep`.
+    pub fn stop_keeping(mut self, keep: &std::path::Path) -> Vec<Value> {
+        self.interrupt();
+        std::fs::copy(&self.path, keep).expect("copy the recording");
+        self.lines()
+    }
+
     /// SIGINT, wait, and parse every line.
     pub fn stop(mut self) -> Vec<Value> {
+        self.interrupt();
+        self.lines()
+    }
+
+    fn interrupt(&mut self) {
         let mut child = self.child.take().expect("child");
         // SAFETY: signalling our own child by pid.
         unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
         let status = child.wait().expect("wait");
         assert!(status.success(), "capture exited with {status}");
+    }
+
+    fn lines(&self) -> Vec<Value> {
         let f = File::open(&self.path).expect("output");
         BufReader::new(f)
             .lines()
@@ -363,4 +392,292 @@ pub fn records<'a>(all: &'a [Value], ty: &str, endpoint: &str) -> Vec<&'a Value>
     all.iter()
         .filter(|r| r["type"] == ty && r["src"] == endpoint && r["source"] != "wire")
         .collect()
+}
+
+/// tcpdump in a namespace, stopped with SIGINT (its file then ends whole) on drop.
+pub struct Tcpdump(Child);
+
+impl Tcpdump {
+    /// Captures TCP port `port` on `dev` in `ns` into `file` (its log beside it).
+    pub fn start(ns: &str, dev: &str, port: u16, file: &std::path::Path) -> Self {
+        Self::start_on(ns, dev, &format!("tcp port {port}"), file)
+    }
+
+    /// Captures what `filter` selects on `dev` (`nflog:N` too) in `ns` into `file`.
+    pub fn start_on(ns: &str, dev: &str, filter: &str, file: &std::path::Path) -> Self {
+        Self::start_cut(ns, dev, filter, file, 0)
+    }
+
+    /// [`Tcpdump::start_on`] keeping `snaplen` bytes of each frame (0: all).
+    pub fn start_cut(
+        ns: &str,
+        dev: &str,
+        filter: &str,
+        file: &std::path::Path,
+        snaplen: u32,
+    ) -> Self {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, "tcpdump", "-i", dev, "-s"])
+            .arg(snaplen.to_string())
+            .args(["-B", "131072"])
+            // Immediate mode: without it libpcap's TPACKET_V3 ring hands packets over in
+            // blocks retired up to a second later, and a SIGINT loses the block still open
+            // (the capture's last packets, not counted as drops).
+            .args(["--immediate-mode", "-U", "-w"])
+            .arg(file)
+            .args(["-c", "2000000"])
+            .args(filter.split_whitespace())
+            .stdout(Stdio::null())
+            .stderr(File::create(file.with_extension("log")).expect("tcpdump log"))
+            .spawn()
+            .expect("tcpdump runs (cargo xtask setup installs it)");
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5)
+            && std::fs::metadata(file).map_or(0, |m| m.len()) == 0
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The file header is written before the capture starts: let it settle.
+        std::thread::sleep(Duration::from_millis(500));
+        Self(child)
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0.id()) {
+            // SAFETY: signalling our own child process.
+            unsafe { libc::kill(pid, libc::SIGINT) };
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `tboxscope analyze <args> --json -`: every line (the run must succeed).
+pub fn analyze_json<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .arg("analyze")
+        .args(args)
+        .args(["--json", "-"])
+        .output()
+        .expect("tboxscope runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+        .collect()
+}
+
+/// Runs `args` (program first); panics with its standard error when it fails.
+pub fn sh(args: &[&str]) {
+    run(Command::new(args[0]).args(&args[1..]));
+}
+
+/// `nstat -azs NAME` in namespace `ns` (absolute, history untouched).
+pub fn nstat(ns: &str, name: &str) -> u64 {
+    run(Command::new("ip").args(["netns", "exec", ns, "nstat", "-azs", name]))
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next()? == name).then(|| f.next()?.parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+/// The summary's wire figures (`tcp_wire.directions[]`) for the data sent from `src`.
+pub fn wire_direction(lines: &[Value], src: &str) -> Option<Value> {
+    lines
+        .iter()
+        .filter(|r| r["type"] == "summary")
+        .flat_map(|r| {
+            r["tcp_wire"]["directions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|d| d["src"] == src)
+}
+
+/// Sender `a` — router `r` — receiver `b` (three namespaces, veth between), the router
+/// dropping a share of the data segments towards `b` in its forward hook (counted); removed
+/// on drop, also when a test fails.
+pub struct Routed {
+    /// Sender namespace.
+    pub a: String,
+    /// Router namespace.
+    pub r: String,
+    /// Receiver namespace.
+    pub b: String,
+    /// The sender's interface (inside `a`).
+    pub dev_a: String,
+    /// The receiver's interface (inside `b`).
+    pub dev_b: String,
+    /// The router's interface towards the receiver (inside `r`).
+    pub dev_rb: String,
+    /// The receiver's listening address (a port unique to this test).
+    pub server: SocketAddr,
+}
+
+impl Routed {
+    /// Builds the chain; the router drops `per_mille` of the data segments (IP length over
+    /// 80 bytes: not bare ACKs, SYNs or FINs) on their way to the receiver.
+    pub fn new(per_mille: u32) -> Self {
+        let pid = std::process::id();
+        let k = SEQ.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}{k}", pid % 100_000);
+        let n = ((pid + k * 37) % 200) as u8 + 20;
+        let (a, r, b) = (
+            format!("tbxra{tag}"),
+            format!("tbxrr{tag}"),
+            format!("tbxrb{tag}"),
+        );
+        let (ra, rb) = (format!("trra{tag}"), format!("trrb{tag}"));
+        let net = Self {
+            a: a.clone(),
+            r: r.clone(),
+            b: b.clone(),
+            dev_a: format!("tra{tag}"),
+            dev_b: format!("trb{tag}"),
+            dev_rb: rb.clone(),
+            server: SocketAddr::new(
+                Ipv4Addr::new(10, 205, n, 1).into(),
+                30_000 + (pid % 20_000) as u16 + (k as u16) * 7,
+            ),
+        };
+        for ns in [&a, &r, &b] {
+            sh(&["ip", "netns", "add", ns]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        for (dev, peer, ns, subnet) in [(&net.dev_a, &ra, &a, 204), (&net.dev_b, &rb, &b, 205)] {
+            let (addr, raddr) = (format!("10.{subnet}.{n}.1"), format!("10.{subnet}.{n}.2"));
+            sh(&[
+                "ip", "link", "add", dev, "type", "veth", "peer", "name", peer,
+            ]);
+            sh(&["ip", "link", "set", dev, "netns", ns]);
+            sh(&["ip", "link", "set", peer, "netns", &r]);
+            sh(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                dev,
+            ]);
+            sh(&[
+                "ip",
+                "-n",
+                &r,
+                "addr",
+                "add",
+                &format!("{raddr}/24"),
+                "dev",
+                peer,
+            ]);
+            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+            sh(&["ip", "-n", &r, "link", "set", peer, "up"]);
+            sh(&["ip", "-n", ns, "route", "add", "default", "via", &raddr]);
+        }
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &r,
+            "sysctl",
+            "-qw",
+            "net.ipv4.ip_forward=1",
+        ]);
+        let rule = format!(
+            "table inet tbx {{ chain c {{ type filter hook forward priority 0; \
+             ip daddr 10.205.{n}.1 ip length > 80 numgen random mod 1000 < {per_mille} \
+             counter drop; }}; }}"
+        );
+        sh(&["ip", "netns", "exec", &r, "nft", &rule]);
+        net
+    }
+
+    /// Data segments the router dropped.
+    pub fn dropped(&self) -> u64 {
+        let text = run(Command::new("ip").args([
+            "netns", "exec", &self.r, "nft", "list", "table", "inet", "tbx",
+        ]));
+        text.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// A token bucket of `rate` (tc syntax, e.g. `20mbit`) on the way to the receiver: a bulk
+    /// sender fills its queue (round trips of milliseconds, as on a cellular link) and
+    /// overflows it (more loss).
+    pub fn bottleneck(&self, rate: &str) {
+        sh(&[
+            "tc",
+            "-n",
+            &self.r,
+            "qdisc",
+            "add",
+            "dev",
+            &self.dev_rb,
+            "root",
+            "tbf",
+            "rate",
+            rate,
+            "burst",
+            "16kb",
+            "latency",
+            "40ms",
+        ]);
+    }
+
+    /// One MSS per packet from the sender (no GSO bursts): the loss falls on segments.
+    pub fn one_segment_per_packet(&self) {
+        sh(&[
+            "ip",
+            "-n",
+            &self.a,
+            "link",
+            "set",
+            &self.dev_a,
+            "gso_max_segs",
+            "1",
+        ]);
+    }
+
+    /// Sets `key=value` with sysctl(8) in the sender's and the receiver's namespaces.
+    pub fn sysctl(&self, key: &str, value: &str) {
+        for ns in [&self.a, &self.b] {
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                &format!("{key}={value}"),
+            ]);
+        }
+    }
+}
+
+impl Drop for Routed {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.r, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
 }

@@ -1,0 +1,292 @@
+//! TCP from the wire, at the receiver: holes in each direction's byte stream and the data held
+//! behind them (HOL incidents, through the engine's one gap tracker, [`crate::hol`]), and the
+//! messages a capture cut from the byte stream by its framing (`--framing`).
+//!
+//! - Receiver captured: each data segment arriving there is a delivery; a segment past a hole
+//!   opens a stall that the segment filling the hole ends (`stall_from: receiver_arrivals`).
+//! - Sender captured alone: the receiver's stall is inferred from the ACKs. When a cumulative
+//!   ACK passes a retransmission and data sent behind it, that data was held at the receiver
+//!   from (at the latest) the hole's first transmission until the retransmission arrived
+//!   (`stall_from: sent_to_acked`: first send → that ACK, about a round trip longer).
+//! - Either way, the retransmissions the sender's capture classified are counted on the stall
+//!   they were sent for, and say how it was filled.
+//! - Messages: sighted where the capture completed them (at the sender: its last byte first
+//!   sent; at the receiver: its last missing byte arrived); with both ends captured the copy's
+//!   latency is one way, with the sender alone it ends at the cumulative ACK passing it.
+
+use std::collections::VecDeque;
+
+use smallvec::SmallVec;
+
+use crate::capture::Dir;
+use crate::flow::{FlowRef, Proto};
+use crate::hol::{GapTracker, Resend, Transmission};
+use crate::input::TcpSegment;
+use crate::matcher::gaps::GapSel;
+use crate::matcher::mix;
+use crate::message::MsgId;
+use crate::record::TcpRetransmitKind;
+use crate::shared::{Pkt, Shared};
+
+/// Messages awaiting their cumulative ACK, per direction at one capture.
+pub const MAX_OUTSTANDING: usize = 4096;
+/// Retransmissions whose acknowledgment one ACK passes on (more are still classified and
+/// counted by the wire matcher; only their part in a stall is not).
+pub(crate) const MAX_RESENDS_PER_ACK: usize = 16;
+
+/// What the wire matcher made of one segment.
+#[derive(Debug, Default)]
+pub(crate) struct Facts {
+    /// Its payload, as unwrapped sequence numbers `[start, end)`.
+    pub data: Option<(u64, u64)>,
+    /// It resent data, of this kind.
+    pub resent: Option<TcpRetransmitKind>,
+    /// It moved the cumulative ACK of the other direction's data.
+    pub acked: Option<Acked>,
+    /// The messages it completes at its capture, unwrapped.
+    pub messages: SmallVec<[(u64, u64); 1]>,
+}
+
+/// A cumulative ACK that moved.
+#[derive(Debug)]
+pub(crate) struct Acked {
+    /// The cumulative ACK before.
+    pub from: u64,
+    /// And now.
+    pub to: u64,
+    /// When the segment holding `from` was first sent, if remembered.
+    pub first_sent_ns: Option<u64>,
+    /// The (not spurious) retransmissions it acknowledged: range and kind, oldest first.
+    pub resends: SmallVec<[(u64, u64, TcpRetransmitKind); 2]>,
+}
+
+/// Messages sent and not yet acknowledged (one direction, one capture): end, key, slot.
+#[derive(Debug, Default)]
+pub(crate) struct Outstanding {
+    queue: VecDeque<(u64, u64, u32)>,
+}
+
+/// The engine's name of a retransmission kind in a stall.
+fn resend_of(kind: TcpRetransmitKind) -> Resend {
+    match kind {
+        TcpRetransmitKind::Rto | TcpRetransmitKind::LossRecovery => Resend::Timeout,
+        TcpRetransmitKind::Fast | TcpRetransmitKind::LossProbe => Resend::Fast,
+        TcpRetransmitKind::Other => Resend::Unknown,
+    }
+}
+
+/// The receive tracker of flow `fr`'s data in direction `up`.
+fn tracker(shared: &mut Shared, fr: FlowRef, up: bool) -> Option<&mut GapTracker> {
+    match shared.flows.get_mut(fr).map(|f| &mut f.proto) {
+        Some(Proto::Tcp(s)) => s.rx.get_mut(usize::from(up)),
+        _ => None,
+    }
+}
+
+/// Whether the data of flow `fr` in direction `up` was seen arriving at a receiver's capture;
+/// `seen_now` notes that it is.
+fn arrivals_seen(shared: &mut Shared, fr: FlowRef, up: bool, seen_now: bool) -> bool {
+    match shared.flows.get_mut(fr).map(|f| &mut f.proto) {
+        Some(Proto::Tcp(s)) => {
+            let seen = &mut s.rx_arrivals[usize::from(up)];
+            *seen |= seen_now;
+            *seen
+        }
+        _ => false,
+    }
+}
+
+/// Whether the kernel's probes report on flow `fr`: they then make its stalls' incidents from
+/// the socket itself, and the wire does not infer a second one from the sender's capture.
+fn kernel_follows(shared: &mut Shared, fr: FlowRef) -> bool {
+    matches!(shared.flows.get_mut(fr).map(|f| &f.proto), Some(Proto::Tcp(s)) if s.last_event_ns > 0)
+}
+
+/// Segment `t` of flow `fr`, seen as `pkt`, as the wire matcher read it (`facts`); `sent`
+/// holds the messages its sender sent at this capture, `acked` those of the other direction.
+pub(crate) fn follow(
+    shared: &mut Shared,
+    fr: FlowRef,
+    pkt: &Pkt,
+    t: &TcpSegment,
+    facts: &Facts,
+    sent: &mut Outstanding,
+    acked: &mut Outstanding,
+) {
+    let up = pkt.up.unwrap_or(true);
+    if let Some(range) = facts.data {
+        data(shared, fr, pkt, up, range, facts);
+    } else if !t.flags.syn() && !t.flags.fin() {
+        // A bare ACK seen at both ends of a paired path: a delay sample the other way than
+        // data, for the far end's clock offset.
+        let (tsval, tsecr) = t.options.timestamps.unwrap_or((0, 0));
+        shared.echo(
+            || {
+                mix(&[
+                    15,
+                    pkt.tuple,
+                    u64::from(t.seq),
+                    u64::from(t.ack),
+                    u64::from(t.window),
+                    u64::from(tsval),
+                    u64::from(tsecr),
+                ])
+            },
+            pkt,
+        );
+    }
+    for &(a, b) in &facts.messages {
+        message(shared, fr, pkt, up, (a, b), sent);
+    }
+    if let Some(a) = &facts.acked {
+        acknowledged(shared, fr, pkt, !up, a, acked);
+    }
+}
+
+/// Whether the capture's role at its end of the path is settled: paired with the capture at
+/// the other end, or no other capture that could be that end. (Until two captures pair,
+/// each is taken to be the T-Box's: the receiver's would see its arrivals as sends.)
+fn settled(shared: &Shared, pkt: &Pkt) -> bool {
+    pkt.paired || !shared.caps.several_unpaired()
+}
+
+/// A data segment `[s, e)` from the `up` side.
+fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64), f: &Facts) {
+    if !settled(shared, pkt) {
+        return;
+    }
+    match pkt.dir {
+        Dir::In => {
+            // Arrived at the receiver's capture: the messages it completes past its own end
+            // were held behind a hole it fills.
+            arrivals_seen(shared, fr, up, true);
+            if let Some(t) = tracker(shared, fr, up) {
+                t.behind = f.messages.iter().filter(|m| m.1 > e).count() as u64;
+            }
+            let sel = GapSel::Tcp {
+                up,
+                from_acks: false,
+            };
+            shared.gap_deliver(fr, sel, s, e - s, e - s, false, pkt.path, pkt.ts_ns);
+        }
+        Dir::Out => {
+            if let Some(t) = tracker(shared, fr, up) {
+                if pkt.path < 64 {
+                    t.sender_paths |= 1 << pkt.path;
+                }
+            }
+            if let Some(kind) = f.resent {
+                let sel = GapSel::Tcp {
+                    up,
+                    from_acks: !arrivals_seen(shared, fr, up, false),
+                };
+                shared.gap_resent(fr, sel, s, resend_of(kind), pkt.path, pkt.ts_ns);
+            }
+        }
+        Dir::Unknown => {}
+    }
+}
+
+/// A message `[a, b)` of the `up` direction completed at this capture.
+fn message(
+    shared: &mut Shared,
+    fr: FlowRef,
+    pkt: &Pkt,
+    up: bool,
+    (a, b): (u64, u64),
+    sent: &mut Outstanding,
+) {
+    let (seq, len) = (a as u32, u32::try_from(b - a).unwrap_or(u32::MAX));
+    let key = mix(&[14, u64::from(up), u64::from(seq), u64::from(len)]);
+    let r = shared.sight(pkt.sighting(fr, key, MsgId::Tcp { up, seq, len }, b - a));
+    if pkt.dir == Dir::Out && !r.late {
+        if sent.queue.len() >= MAX_OUTSTANDING {
+            sent.queue.pop_front();
+            shared.evicted_unacked += 1;
+        }
+        sent.queue.push_back((b, key, r.slot.unwrap_or(u32::MAX)));
+    }
+}
+
+/// The cumulative ACK of the `data_up` direction moved (`a`), seen as `pkt`.
+fn acknowledged(
+    shared: &mut Shared,
+    fr: FlowRef,
+    pkt: &Pkt,
+    data_up: bool,
+    a: &Acked,
+    msgs: &mut Outstanding,
+) {
+    // Only where the ACK reached the data's sender: this capture saw the data sent.
+    if pkt.dir != Dir::In {
+        return;
+    }
+    if !pkt.paired
+        && settled(shared, pkt)
+        && !arrivals_seen(shared, fr, data_up, false)
+        && !kernel_follows(shared, fr)
+    {
+        infer_stall(shared, fr, pkt, data_up, a, msgs);
+    }
+    while let Some(&(end, key, hint)) = msgs.queue.front() {
+        if end > a.to {
+            break;
+        }
+        msgs.queue.pop_front();
+        if let Some(slot) = shared.msgs.ack(fr.uid, key, hint, pkt.path, pkt.ts_ns) {
+            shared.maybe_complete(fr, slot);
+        }
+    }
+}
+
+/// At the sender's capture alone: the receiver's delivery as its ACKs show it. Data the ACK
+/// passes behind a retransmission it also passes was held at the receiver from the hole's
+/// first transmission until the ACK.
+fn infer_stall(
+    shared: &mut Shared,
+    fr: FlowRef,
+    pkt: &Pkt,
+    up: bool,
+    a: &Acked,
+    msgs: &Outstanding,
+) {
+    let sel = GapSel::Tcp {
+        up,
+        from_acks: true,
+    };
+    let hole_end = a
+        .resends
+        .iter()
+        .filter(|r| r.1 > a.from)
+        .map(|r| r.1.min(a.to))
+        .max();
+    match (hole_end, a.first_sent_ns) {
+        (Some(r), Some(first)) if r < a.to && r > a.from => {
+            // The retransmission that filled the hole: the last one that resent its start.
+            let kind = a
+                .resends
+                .iter()
+                .rev()
+                .find(|x| x.0 <= a.from && x.1 > a.from)
+                .or(a.resends.last())
+                .map(|x| resend_of(x.2));
+            let behind = msgs.queue.iter().filter(|m| m.0 > r && m.0 <= a.to).count() as u64;
+            shared.gap_deliver(fr, sel, r, a.to - r, a.to - r, false, pkt.path, first);
+            if let Some(t) = tracker(shared, fr, up) {
+                t.arriving = kind.map(Transmission::Retransmission);
+                t.behind = behind;
+            }
+            shared.gap_deliver(fr, sel, a.from, r - a.from, 0, false, pkt.path, pkt.ts_ns);
+        }
+        _ => shared.gap_deliver(
+            fr,
+            sel,
+            a.from,
+            a.to - a.from,
+            a.to - a.from,
+            false,
+            pkt.path,
+            pkt.ts_ns,
+        ),
+    }
+}

@@ -1,0 +1,119 @@
+//! The TCP wire matcher at the edges of what a capture shows: a capture begun in the middle of
+//! a connection (what was sent before is unknown, never spurious for want of an ACK), window
+//! probes into a zero window (not retransmissions, as the kernel counts them), and segments
+//! whose frames the capture's snap length cut (their length is the IP header's).
+
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
+mod common;
+
+use common::*;
+use tboxscope_engine::{Config, Engine, Record, TcpRetransmitRecord, TcpWireDirection};
+
+const MS: u64 = 1_000_000;
+
+struct Conn {
+    e: Engine,
+    cli: std::net::SocketAddr,
+    srv: std::net::SocketAddr,
+}
+
+impl Conn {
+    fn new() -> Self {
+        Self {
+            e: engine(Config::default()),
+            cli: addr("10.0.0.2:41000"),
+            srv: addr("192.0.2.1:8883"),
+        }
+    }
+
+    fn seg(&mut self, ms: u64, up: bool, (seq, ack): (u32, u32), window: u16, len: u32) {
+        let ends = if up {
+            (self.cli, self.srv)
+        } else {
+            (self.srv, self.cli)
+        };
+        feed_segment(&mut self.e, ms, ends, (seq, ack), window, len);
+    }
+
+    fn data(&mut self, ms: u64, seq: u32, len: u32) {
+        self.seg(ms, true, (seq, 5001), 1000, len);
+    }
+
+    fn ack(&mut self, ms: u64, ack: u32, window: u16) {
+        self.seg(ms, false, (5001, ack), window, 0);
+    }
+
+    fn finish(&mut self) -> (TcpWireDirection, Vec<TcpRetransmitRecord>) {
+        let s = self.e.finish(T0 + 60_000 * MS);
+        let records = self
+            .e
+            .drain_records()
+            .filter_map(|r| match r {
+                Record::TcpRetransmit(x) => Some(x),
+                _ => None,
+            })
+            .collect();
+        let d = s
+            .tcp_wire
+            .directions
+            .into_iter()
+            .find(|d| d.src == "10.0.0.2:41000")
+            .expect("the client's direction");
+        (d, records)
+    }
+}
+
+#[test]
+fn a_resend_of_data_sent_before_the_capture_began_is_not_called_spurious() {
+    let mut c = Conn::new();
+    // The capture begins with 5000..5100; 4000..4100 was sent (and lost) before it began.
+    c.data(0, 5000, 100);
+    c.data(1, 5100, 100);
+    c.data(300, 4000, 100);
+    c.ack(340, 5200, 1000);
+    let (d, r) = c.finish();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].seq, r[0].spurious), (4000, None), "{r:?}");
+    assert_eq!((d.retransmits_total(), d.spurious), (1, 0), "{d:?}");
+    assert_eq!((d.unknown_history, d.out_of_order), (1, 0), "{d:?}");
+}
+
+#[test]
+fn a_resend_below_an_ack_seen_is_still_spurious_mid_connection() {
+    let mut c = Conn::new();
+    c.data(0, 5000, 100);
+    c.ack(40, 5100, 1000);
+    // The receiver had 4000..4100 (acknowledged through 5100): this resend was not needed.
+    c.data(300, 4000, 100);
+    let (d, r) = c.finish();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(r[0].spurious.is_some(), "{r:?}");
+    assert_eq!((d.spurious, d.unknown_history), (1, 1), "{d:?}");
+}
+
+#[test]
+fn window_probes_into_a_zero_window_are_not_retransmissions() {
+    let mut c = Conn::new();
+    c.data(0, 1000, 100);
+    // The receiver's buffer is full: everything acknowledged, window zero.
+    c.ack(40, 1100, 0);
+    // Linux probes with a zero-length segment just below the acknowledged sequence...
+    c.data(240, 1099, 0);
+    c.ack(241, 1100, 0);
+    c.data(640, 1099, 0);
+    c.ack(641, 1100, 0);
+    // ...other stacks with one byte of new data, resent while the window stays shut.
+    c.data(1000, 1100, 1);
+    c.ack(1001, 1100, 0);
+    c.data(1400, 1100, 1);
+    c.ack(1401, 1100, 0);
+    c.data(2200, 1100, 1);
+    // The window opens: the byte and what follows are acknowledged.
+    c.ack(2201, 1101, 1000);
+    c.data(2202, 1101, 100);
+    c.ack(2242, 1201, 1000);
+    let (d, r) = c.finish();
+    assert!(r.is_empty(), "{r:?}");
+    assert_eq!(d.retransmits_total(), 0, "{d:?}");
+    assert_eq!(d.window_probes, 4, "{d:?}");
+}

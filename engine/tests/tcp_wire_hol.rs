@@ -1,0 +1,409 @@
+//! TCP from the wire at the receiver: HOL stalls from arrivals at the receiver's capture and
+//! inferred from ACKs at the sender's alone, and messages cut from the byte stream (the
+//! framing's ranges carried on the segments), timed one way or to the cumulative ACK.
+
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
+mod common;
+
+use common::*;
+use tboxscope_engine::snapshot::LatencyKind;
+use tboxscope_engine::{
+    Config, Engine, HolIncident, HolProtocol, HolStallFrom, Host, MessageRecord, Observation,
+    Record, Recovery, TcpEvent, TcpEventKind, TcpFigures, TcpFlags, TcpOptions, TcpSegment,
+    TcpSource,
+};
+
+const MS: u64 = 1_000_000;
+const ACK: u8 = 0x10;
+const SYN: u8 = 0x02;
+
+/// One connection, client `10.0.0.2:41000` → server `192.0.2.1:8883`, seen by capture 0
+/// (the client's side unless stated) and, in some tests, capture 1.
+struct Conn {
+    e: Engine,
+    cli: std::net::SocketAddr,
+    srv: std::net::SocketAddr,
+    records: Vec<Record>,
+}
+
+impl Conn {
+    fn new(captures: Vec<Observation>) -> Self {
+        let mut e = engine(Config::default());
+        for c in captures {
+            e.handle(c);
+        }
+        Self {
+            e,
+            cli: addr("10.0.0.2:41000"),
+            srv: addr("192.0.2.1:8883"),
+            records: Vec::new(),
+        }
+    }
+
+    /// A segment at `ms` seen by `capture`; `msgs`: the messages it completes there.
+    #[expect(clippy::too_many_arguments, reason = "a segment's fields")]
+    fn seg(
+        &mut self,
+        capture: u16,
+        ms: u64,
+        up: bool,
+        (seq, ack): (u32, u32),
+        flags: u8,
+        len: u32,
+        sack: &[(u32, u32)],
+        msgs: &[(u32, u32)],
+    ) {
+        let (src, dst) = if up {
+            (self.cli, self.srv)
+        } else {
+            (self.srv, self.cli)
+        };
+        let label = if capture == 0 { "eth0" } else { "gw-g0" };
+        let mut options = TcpOptions::default();
+        for (i, b) in sack.iter().enumerate() {
+            options.sack[i] = *b;
+        }
+        options.sack_count = sack.len() as u8;
+        self.e.handle(Observation::TcpSegment(TcpSegment {
+            meta: meta(T0 + ms * MS, label, capture, src, dst, 40 + len),
+            seq,
+            ack,
+            flags: TcpFlags(flags),
+            window: 1000,
+            len,
+            options,
+            messages: msgs.iter().copied().collect(),
+        }));
+        self.records.extend(self.e.drain_records());
+    }
+
+    fn finish(&mut self) {
+        let _ = self.e.finish(T0 + 60_000 * MS);
+        self.records.extend(self.e.drain_records());
+    }
+
+    fn wire_incidents(&self) -> Vec<&HolIncident> {
+        incidents(&self.records)
+            .into_iter()
+            .filter(|i| i.source == Some(TcpSource::Wire))
+            .collect()
+    }
+
+    fn messages(&self) -> Vec<&MessageRecord> {
+        messages(&self.records)
+    }
+}
+
+/// 100-byte messages (`fixed:100`), one per segment: the message a segment at `seq` carries.
+fn one(seq: u32) -> [(u32, u32); 1] {
+    [(seq, seq + 100)]
+}
+
+/// The server's data arrives at the client's capture with segment 5100 lost on the way: held
+/// behind it from the first segment past the hole (2 ms) until the resend (250 ms), two
+/// segments and the two messages they complete.
+#[test]
+fn a_hole_at_the_receivers_capture_is_one_wire_incident() {
+    let mut c = Conn::new(Vec::new());
+    c.seg(0, 0, true, (99, 0), SYN, 0, &[], &[]);
+    c.seg(0, 1, false, (4999, 100), SYN | ACK, 0, &[], &[]);
+    c.seg(0, 1, true, (100, 5000), ACK, 0, &[], &[]);
+    c.seg(0, 1, false, (5000, 100), ACK, 100, &[], &one(5000));
+    c.seg(0, 2, false, (5200, 100), ACK, 100, &[], &[]);
+    c.seg(0, 3, false, (5300, 100), ACK, 100, &[], &[]);
+    // The resend fills the hole: the delimiter then completes three messages at once.
+    c.seg(
+        0,
+        250,
+        false,
+        (5100, 100),
+        ACK,
+        100,
+        &[],
+        &[(5100, 5200), (5200, 5300), (5300, 5400)],
+    );
+    c.finish();
+    let inc = c.wire_incidents();
+    assert_eq!(inc.len(), 1, "{inc:#?}");
+    let i = inc[0];
+    assert_eq!(i.protocol, HolProtocol::Tcp);
+    assert_eq!(i.stall_from, Some(HolStallFrom::ReceiverArrivals));
+    assert_eq!(i.missing, "seq 5100");
+    assert_eq!((i.start_ns, i.end_ns), (T0 + 2 * MS, Some(T0 + 250 * MS)));
+    assert_eq!((i.bytes_held, i.messages_held), (200, 2));
+    let m = c.messages();
+    assert_eq!(m.len(), 4, "{m:#?}");
+    assert!(m.iter().all(|m| m.source == Some(TcpSource::Wire)));
+    assert!(m.iter().any(|m| m.id == "down seq 5300..5400"));
+}
+
+/// The client's segment 1100 is lost after its capture; SACKs bring a fast retransmit at
+/// 145 ms and the cumulative ACK passes it and the 300 bytes behind it at 185 ms. From the
+/// sender's capture alone: a stall from 1100's first send (101 ms) to that ACK, filled by a
+/// fast retransmit; each message timed from its send to the ACK passing it.
+#[test]
+fn at_the_senders_capture_alone_a_stall_runs_from_first_send_to_the_ack_of_the_resend() {
+    let mut c = Conn::new(Vec::new());
+    established(&mut c);
+    for k in 0..5u32 {
+        let seq = 1000 + 100 * k;
+        c.seg(
+            0,
+            100 + u64::from(k),
+            true,
+            (seq, 5001),
+            ACK,
+            100,
+            &[],
+            &one(seq),
+        );
+    }
+    c.seg(0, 140, false, (5001, 1100), ACK, 0, &[], &[]);
+    for (k, r) in [1300u32, 1400, 1500].iter().enumerate() {
+        c.seg(
+            0,
+            142 + k as u64,
+            false,
+            (5001, 1100),
+            ACK,
+            0,
+            &[(1200, *r)],
+            &[],
+        );
+    }
+    c.seg(0, 145, true, (1100, 5001), ACK, 100, &[], &[]);
+    c.seg(0, 185, false, (5001, 1500), ACK, 0, &[], &[]);
+    c.finish();
+    let inc = c.wire_incidents();
+    assert_eq!(inc.len(), 1, "{inc:#?}");
+    let i = inc[0];
+    assert_eq!(i.stall_from, Some(HolStallFrom::SentToAcked));
+    assert_eq!(i.missing, "seq 1100");
+    assert_eq!((i.start_ns, i.end_ns), (T0 + 101 * MS, Some(T0 + 185 * MS)));
+    assert_eq!(i.recovery, Recovery::Fast);
+    assert_eq!((i.fast_retransmits, i.timeout_retransmits), (1, 0));
+    assert_eq!((i.bytes_held, i.messages_held), (300, 3));
+    let m = c.messages();
+    let lat = |id: &str| {
+        m.iter()
+            .find(|m| m.id == id)
+            .map(|m| (m.latency_us, m.latency_kind))
+    };
+    assert_eq!(m.len(), 5, "{m:#?}");
+    assert_eq!(
+        lat("up seq 1000..1100"),
+        Some((Some(40_000), LatencyKind::AckRtt))
+    );
+    assert_eq!(
+        lat("up seq 1100..1200"),
+        Some((Some(84_000), LatencyKind::AckRtt))
+    );
+    assert_eq!(
+        lat("up seq 1400..1500"),
+        Some((Some(81_000), LatencyKind::AckRtt))
+    );
+}
+
+/// Handshake (client ISN 999, server 5000) at 0 and 40 ms.
+fn established(c: &mut Conn) {
+    c.seg(0, 0, true, (999, 0), SYN, 0, &[], &[]);
+    c.seg(0, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+    c.seg(0, 40, true, (1000, 5001), ACK, 0, &[], &[]);
+}
+
+/// No SACK, one duplicate ACK: the hole is filled by a timeout retransmission.
+#[test]
+fn a_stall_ended_by_a_timeout_retransmission_says_so() {
+    let mut c = Conn::new(Vec::new());
+    established(&mut c);
+    for k in 0..3u32 {
+        let seq = 1000 + 100 * k;
+        c.seg(
+            0,
+            100 + u64::from(k),
+            true,
+            (seq, 5001),
+            ACK,
+            100,
+            &[],
+            &one(seq),
+        );
+    }
+    c.seg(0, 140, false, (5001, 1100), ACK, 0, &[], &[]);
+    c.seg(0, 142, false, (5001, 1100), ACK, 0, &[], &[]);
+    c.seg(0, 1_200, true, (1100, 5001), ACK, 100, &[], &[]);
+    c.seg(0, 1_240, false, (5001, 1300), ACK, 0, &[], &[]);
+    c.finish();
+    let inc = c.wire_incidents();
+    assert_eq!(inc.len(), 1, "{inc:#?}");
+    let i = inc[0];
+    assert_eq!(i.recovery, Recovery::Timeout);
+    assert_eq!((i.fast_retransmits, i.timeout_retransmits), (0, 1));
+    assert_eq!(i.stall_ns, 1_139 * MS);
+    assert_eq!((i.bytes_held, i.messages_held), (100, 1));
+}
+
+/// A tail loss (nothing sent behind the lost segment) holds nothing: no incident.
+#[test]
+fn a_resend_with_nothing_behind_it_is_no_stall() {
+    let mut c = Conn::new(Vec::new());
+    established(&mut c);
+    c.seg(0, 100, true, (1000, 5001), ACK, 100, &[], &one(1000));
+    c.seg(0, 1_100, true, (1000, 5001), ACK, 100, &[], &[]);
+    c.seg(0, 1_140, false, (5001, 1100), ACK, 0, &[], &[]);
+    c.finish();
+    assert!(c.wire_incidents().is_empty(), "{:#?}", c.wire_incidents());
+    let m = c.messages();
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].latency_us, Some(1_040_000));
+}
+
+/// Both ends captured (the gateway's clock 3 s ahead, estimated): messages are timed one way
+/// (20 ms each way); the stall is the receiver's, filled by the fast retransmit the sender's
+/// capture classified.
+#[test]
+fn with_both_ends_messages_are_one_way_and_the_stall_is_the_receivers() {
+    let off = 3_000i64 * MS as i64;
+    let mut c = Conn::new(vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "gw-g0", "eth0", Host::Gateway, None),
+    ]);
+    let g = |ms: u64| ms + 3_000;
+    // Handshake and a first round, both ends (one-way 20 ms).
+    c.seg(0, 0, true, (999, 0), SYN, 0, &[], &[]);
+    c.seg(1, g(20), true, (999, 0), SYN, 0, &[], &[]);
+    c.seg(1, g(20), false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+    c.seg(0, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+    c.seg(0, 40, true, (1000, 5001), ACK, 0, &[], &[]);
+    c.seg(1, g(60), true, (1000, 5001), ACK, 0, &[], &[]);
+    let mut seq = 1000u32;
+    for round in 0..10u64 {
+        let t = 100 + round * 100;
+        c.seg(0, t, true, (seq, 5001), ACK, 100, &[], &one(seq));
+        c.seg(1, g(t + 20), true, (seq, 5001), ACK, 100, &[], &one(seq));
+        c.seg(1, g(t + 20), false, (5001, seq + 100), ACK, 0, &[], &[]);
+        c.seg(0, t + 40, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        seq += 100;
+    }
+    // Then five segments, the second lost between the ends.
+    let t = 1_100;
+    for k in 0..5u32 {
+        let s = seq + 100 * k;
+        c.seg(0, t + u64::from(k), true, (s, 5001), ACK, 100, &[], &one(s));
+        if k != 1 {
+            let done: &[(u32, u32)] = if k == 0 { &one(s) } else { &[] };
+            c.seg(
+                1,
+                g(t + 20 + u64::from(k)),
+                true,
+                (s, 5001),
+                ACK,
+                100,
+                &[],
+                done,
+            );
+            let sack: &[(u32, u32)] = if k == 0 { &[] } else { &[(seq + 200, s + 100)] };
+            c.seg(
+                1,
+                g(t + 20 + u64::from(k)),
+                false,
+                (5001, seq + 100),
+                ACK,
+                0,
+                sack,
+                &[],
+            );
+            c.seg(
+                0,
+                t + 40 + u64::from(k),
+                false,
+                (5001, seq + 100),
+                ACK,
+                0,
+                sack,
+                &[],
+            );
+        }
+    }
+    c.seg(0, t + 45, true, (seq + 100, 5001), ACK, 100, &[], &[]);
+    let released: Vec<(u32, u32)> = (1..5)
+        .map(|k| (seq + 100 * k, seq + 100 * k + 100))
+        .collect();
+    c.seg(
+        1,
+        g(t + 65),
+        true,
+        (seq + 100, 5001),
+        ACK,
+        100,
+        &[],
+        &released,
+    );
+    c.seg(1, g(t + 65), false, (5001, seq + 500), ACK, 0, &[], &[]);
+    c.seg(0, t + 85, false, (5001, seq + 500), ACK, 0, &[], &[]);
+    c.finish();
+    let inc = c.wire_incidents();
+    assert_eq!(inc.len(), 1, "{inc:#?}");
+    let i = inc[0];
+    assert_eq!(i.stall_from, Some(HolStallFrom::ReceiverArrivals));
+    assert_eq!(i.recovery, Recovery::Fast);
+    assert_eq!(i.fast_retransmits, 1);
+    assert_eq!((i.bytes_held, i.messages_held), (300, 3));
+    // The receiver's stall on its own clock: from 1100+22 to 1100+65 ms (gateway clock).
+    assert_eq!(i.stall_ns, 43 * MS);
+    let m = c.messages();
+    assert_eq!(m.len(), 15, "{m:#?}");
+    for m in &m {
+        assert_eq!(m.latency_kind, LatencyKind::OneWay, "{m:?}");
+    }
+    let lat = |k: u32| {
+        let id = format!("up seq {}..{}", seq + 100 * k, seq + 100 * k + 100);
+        m.iter().find(|m| m.id == id).and_then(|m| m.latency_us)
+    };
+    // Within a millisecond of the truth (the offset is estimated from the delays seen).
+    let near = |got: Option<u64>, want: u64| got.is_some_and(|g| g.abs_diff(want) <= 1_000);
+    assert!(near(lat(0), 20_000), "{:?}", lat(0));
+    assert!(near(lat(1), 64_000), "{:?}", lat(1));
+    assert!(near(lat(4), 61_000), "{:?}", lat(4));
+    let _ = off;
+}
+
+/// A client on the lower port (`10.0.0.2:8000` → `192.0.2.1:50000`): the port guess (client =
+/// higher port) is wrong, the SYN says otherwise. The kernel's socket reported first (the flow
+/// made the wrong way round), then the handshake and two messages at the sender's capture
+/// alone: one flow named client → server, the messages `up` and timed to their ACK, as for a
+/// client on the higher port.
+#[test]
+fn the_syn_names_the_client_whatever_its_port() {
+    let mut c = Conn::new(Vec::new());
+    c.cli = addr("10.0.0.2:8000");
+    c.srv = addr("192.0.2.1:50000");
+    c.e.handle(Observation::Tcp(TcpEvent {
+        ts_ns: T0,
+        path: "eth0".into(),
+        local: c.cli,
+        remote: c.srv,
+        kind: TcpEventKind::Sample,
+        figures: TcpFigures::default(),
+    }));
+    established(&mut c);
+    c.seg(0, 100, true, (1000, 5001), ACK, 100, &[], &one(1000));
+    c.seg(0, 101, true, (1100, 5001), ACK, 100, &[], &one(1100));
+    c.seg(0, 140, false, (5001, 1200), ACK, 0, &[], &[]);
+    let flows = c.e.snapshot().flows.tcp;
+    c.finish();
+    assert_eq!(flows.len(), 1, "{flows:#?}");
+    let m = c.messages();
+    assert_eq!(m.len(), 2, "{m:#?}");
+    for (m, id, us) in [
+        (m[0], "up seq 1000..1100", 40_000),
+        (m[1], "up seq 1100..1200", 39_000),
+    ] {
+        assert_eq!(m.flow, "tcp 10.0.0.2:8000 → 192.0.2.1:50000");
+        assert_eq!(m.id, id);
+        assert_eq!(
+            (m.latency_us, m.latency_kind),
+            (Some(us), LatencyKind::AckRtt)
+        );
+    }
+}
