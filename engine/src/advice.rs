@@ -2,7 +2,8 @@
 //! delay of copies that went through at their first transmission, the loss, the outages, the
 //! message rate and size) replayed through each option's recovery rules — KCP as the lab runs
 //! it (nodelay 1, interval 10 ms, fast resend after 2, no congestion window; in order), QUIC per
-//! RFC 9002 (packet/time thresholds, PTO doubling per connection; a stream per message),
+//! RFC 9002 (packet/time thresholds, PTO doubling per connection; a stream per message; the
+//! congestion window as quinn's CUBIC keeps it, which holds messages in the sender),
 //! redundant sending as QUIC on both paths, each message as early as its first copy — and the
 //! seed study's decision table applied to those predictions within the user's SLA and uplink.
 //!
@@ -10,6 +11,8 @@
 //! reads no clock; the replay draws from a seeded generator, so the same evidence gives the
 //! same advice.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -683,19 +686,137 @@ fn replay_kcp(link: &Link, times: &[f64], interval_ms: f64, d: &mut Draw) -> Rep
     r
 }
 
-/// QUIC on `link`, a stream per message (no head-of-line blocking between messages): a lost
-/// packet declared lost once a later one is acknowledged (9/8 RTT) and resent; without a later
-/// acknowledgment the PTO fires, doubling per consecutive firing of the connection.
-fn replay_quic(link: &Link, times: &[f64], interval_ms: f64, d: &mut Draw) -> Replay {
+/// QUIC's congestion window as quinn runs it (RFC 9002 with CUBIC's β = 0.7), in bytes: it
+/// starts at ten 1200-byte datagrams, falls by 0.3 at each loss (one cut per round trip),
+/// never below two datagrams, and grows only while it holds messages back — an app-limited
+/// flow such as a T-Box's never grows it back, so after a few losses a lost packet's bytes
+/// keep the next messages waiting for room.
+struct Window {
+    bytes: f64,
+    ssthresh: f64,
+    /// When the last cut happened: losses of packets sent before it do not cut again.
+    recovery_start: f64,
+    in_flight: f64,
+    /// Pending acknowledgments and loss declarations, earliest first.
+    events: BinaryHeap<Reverse<WindowEvent>>,
+    seq: u64,
+}
+
+/// Something that happens to the window at a time (µs, then in order of scheduling).
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct WindowEvent {
+    at_us: i64,
+    seq: u64,
+    kind: WindowChange,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum WindowChange {
+    /// A message's last transmission acknowledged (or given up): its bytes leave the
+    /// flight; it grows the window when it was sent while the window held messages back.
+    Left {
+        sent_us: i64,
+        bytes: u32,
+        grows: bool,
+    },
+    /// A transmission declared lost.
+    Lost { sent_us: i64 },
+}
+
+/// QUIC datagrams the window is counted in (bytes).
+const QUIC_DATAGRAM: f64 = 1200.0;
+
+impl Window {
+    fn new() -> Self {
+        Self {
+            bytes: 10.0 * QUIC_DATAGRAM,
+            ssthresh: f64::INFINITY,
+            recovery_start: f64::NEG_INFINITY,
+            in_flight: 0.0,
+            events: BinaryHeap::new(),
+            seq: 0,
+        }
+    }
+
+    fn schedule(&mut self, at_ms: f64, kind: WindowChange) {
+        self.seq += 1;
+        self.events.push(Reverse(WindowEvent {
+            at_us: (at_ms * 1000.0) as i64,
+            seq: self.seq,
+            kind,
+        }));
+    }
+
+    /// Applies the next event if it happens by `until` (ms); its time, if one was applied.
+    fn advance(&mut self, until: f64) -> Option<f64> {
+        let at_us = self.events.peek()?.0.at_us;
+        if at_us as f64 / 1000.0 > until {
+            return None;
+        }
+        let Reverse(e) = self.events.pop()?;
+        let at = e.at_us as f64 / 1000.0;
+        match e.kind {
+            WindowChange::Left {
+                sent_us,
+                bytes,
+                grows,
+            } => {
+                let bytes = f64::from(bytes);
+                self.in_flight = (self.in_flight - bytes).max(0.0);
+                if grows && sent_us as f64 / 1000.0 > self.recovery_start {
+                    self.bytes += if self.bytes < self.ssthresh {
+                        bytes
+                    } else {
+                        QUIC_DATAGRAM * bytes / self.bytes
+                    };
+                }
+            }
+            WindowChange::Lost { sent_us } => {
+                if sent_us as f64 / 1000.0 > self.recovery_start {
+                    self.recovery_start = at;
+                    self.ssthresh = (0.7 * self.bytes).max(2.0 * QUIC_DATAGRAM);
+                    self.bytes = self.ssthresh;
+                }
+            }
+        }
+        Some(at)
+    }
+
+    /// When a packet of `size` bytes ready at `t` may be sent: at once if the window has room,
+    /// else once enough of the flight has left.
+    fn room_at(&mut self, t: f64, size: f64) -> f64 {
+        while self.advance(t).is_some() {}
+        let mut at = t;
+        while self.in_flight > 0.0 && self.in_flight + size > self.bytes {
+            match self.advance(f64::INFINITY) {
+                Some(e) => at = at.max(e),
+                None => break,
+            }
+        }
+        at
+    }
+}
+
+/// QUIC on `link`, a stream per message (no head-of-line blocking between messages), each
+/// message `size` bytes on the wire: sent when the congestion [`Window`] has room; a lost
+/// packet declared lost once a later one is acknowledged (9/8 RTT) and resent; without a
+/// later acknowledgment the PTO fires, doubling per consecutive firing of the connection; a
+/// packet overtaken by the next one past the time threshold is resent needlessly and cuts the
+/// window all the same.
+fn replay_quic(link: &Link, times: &[f64], interval_ms: f64, size: f64, d: &mut Draw) -> Replay {
     let mut r = Replay::default();
     let pto0 = link.srtt + (4.0 * link.rttvar).max(1.0) + QUIC_MAX_ACK_DELAY_MS;
+    let mut window = Window::new();
     // The connection's probe series: from its first unacknowledged send until a probe got
     // through; and the last probe firing counted (a firing sends one probe for the
     // connection, not one per message).
     let mut series: Option<(f64, f64)> = None;
     let mut probes_counted_to = f64::NEG_INFINITY;
-    for &t in times {
-        let mut at = t;
+    // The previous message's first transmission, when it got through: (sent, arrival).
+    let mut previous: Option<(f64, f64)> = None;
+    for (i, &t) in times.iter().enumerate() {
+        let sent = window.room_at(t, size);
+        let mut at = sent;
         let mut by_probe = false;
         let mut arrived = None;
         for k in 0..QUIC_GIVE_UP {
@@ -715,6 +836,7 @@ fn replay_quic(link: &Link, times: &[f64], interval_ms: f64, d: &mut Draw) -> Re
                 arrived = Some(a);
                 break;
             }
+            let lost_at = at;
             if k == 0 && interval_ms < pto0 && link.up_at(at + interval_ms) {
                 // A later packet acknowledged (the receiver may hold its ACK up to
                 // max_ack_delay): lost by the packet or time threshold then.
@@ -738,7 +860,48 @@ fn replay_quic(link: &Link, times: &[f64], interval_ms: f64, d: &mut Draw) -> Re
                 at = fire;
                 by_probe = true;
             }
+            window.schedule(
+                at,
+                WindowChange::Lost {
+                    sent_us: (lost_at * 1000.0) as i64,
+                },
+            );
         }
+        // Overtaken by this message's first transmission (the paths' jitter reorders
+        // packets), the previous one is taken for lost by the time threshold when the
+        // receiver's immediate acknowledgment of the gap comes back after 9/8 of the RTT:
+        // a needless resend, and a window cut like a real loss.
+        let first = arrived.filter(|_| at == sent);
+        if let (Some((p_sent, p_arrived)), Some(a)) = (previous, first) {
+            let acked = a + link.srtt / 2.0;
+            if a < p_arrived && acked - p_sent > 1.125 * link.srtt {
+                r.transmissions += 1;
+                window.schedule(
+                    acked,
+                    WindowChange::Lost {
+                        sent_us: (p_sent * 1000.0) as i64,
+                    },
+                );
+            }
+        }
+        previous = first.map(|a| (sent, a));
+        // The receiver acknowledges every second packet at once, the other after up to
+        // max_ack_delay; the acknowledgment takes half a round trip back.
+        let ack_delay = if i % 2 == 1 {
+            0.0
+        } else {
+            interval_ms.min(QUIC_MAX_ACK_DELAY_MS)
+        };
+        let left = arrived.map_or(at, |a| a + ack_delay + link.srtt / 2.0);
+        window.in_flight += size;
+        window.schedule(
+            left,
+            WindowChange::Left {
+                sent_us: (at * 1000.0) as i64,
+                bytes: size as u32,
+                grows: sent > t,
+            },
+        );
         if arrived.is_some() {
             r.acks += 1;
         }
@@ -766,6 +929,7 @@ fn percentiles(mut v: Vec<f64>) -> (f64, f64, f64) {
 fn predict(ev: &Evidence, t: Transport, paths: &[usize], limits: &Limits) -> OptionPrediction {
     let times = timeline(ev, REPLAYED / SEEDS as usize);
     let interval = 1000.0 / ev.messages_per_s.max(0.1);
+    let quic_packet = ev.message_bytes.max(1.0) + QUIC_OVERHEAD;
     let links: Vec<Link> = paths
         .iter()
         .map(|&i| Link::of(&ev.paths[i], ev.duration_s))
@@ -777,7 +941,9 @@ fn predict(ev: &Evidence, t: Transport, paths: &[usize], limits: &Limits) -> Opt
             .iter()
             .map(|l| match t {
                 Transport::Kcp => replay_kcp(l, &times, interval, &mut d),
-                Transport::Quic | Transport::Redundant => replay_quic(l, &times, interval, &mut d),
+                Transport::Quic | Transport::Redundant => {
+                    replay_quic(l, &times, interval, quic_packet, &mut d)
+                }
             })
             .collect();
         // Each message as early as its first copy (the paths' draws independent, their
@@ -1241,6 +1407,66 @@ mod tests {
             path("eth0", 40, 10, a_loss, o),
             path("eth1", 25, 8, b_loss, Vec::new()),
         )
+    }
+
+    #[test]
+    fn losses_cut_the_window_to_its_floor_and_then_messages_wait_for_room() {
+        let mut w = Window::new();
+        // Eight losses, each of a packet sent after the previous cut: 0.7⁸ of ten datagrams
+        // is below the floor of two.
+        for k in 0..8 {
+            w.schedule(
+                f64::from(k) + 1.0,
+                WindowChange::Lost {
+                    sent_us: i64::from(k) * 1000 + 500,
+                },
+            );
+        }
+        // A loss of a packet sent before the last cut does not cut again.
+        w.schedule(9.0, WindowChange::Lost { sent_us: 7_000 });
+        assert_eq!(w.room_at(10.0, 1000.0), 10.0);
+        assert_eq!(w.bytes, 2.0 * QUIC_DATAGRAM);
+        for sent in [10.0, 15.0] {
+            w.in_flight += 1000.0;
+            w.schedule(
+                sent + 100.0,
+                WindowChange::Left {
+                    sent_us: (sent * 1000.0) as i64,
+                    bytes: 1000,
+                    grows: false,
+                },
+            );
+        }
+        // 2 000 bytes in flight, 2 400 of room: the third waits for the first to leave.
+        assert_eq!(w.room_at(20.0, 1000.0), 110.0);
+        // It left without growing the window (the flow was not held back when it was sent).
+        assert_eq!(w.bytes, 2.0 * QUIC_DATAGRAM);
+    }
+
+    #[test]
+    fn quic_on_a_lossy_jittery_path_holds_messages_in_the_sender() {
+        let replay = |p: &PathEvidence| {
+            let link = Link::of(p, 20.0);
+            let times: Vec<f64> = (0..4000).map(|i| f64::from(i) * 20.0).collect();
+            replay_quic(&link, &times, 20.0, 633.0, &mut Draw(1))
+        };
+        let p50 = |r: &Replay| {
+            let v: Vec<f64> = r.latency_ms.iter().flatten().copied().collect();
+            percentiles(v).0
+        };
+        // Without loss or reordering the window never binds: each message takes the delay.
+        let calm = replay(&path("eth0", 40, 0, 0.0, Vec::new()));
+        assert_eq!(calm.transmissions, 4000);
+        assert!((p50(&calm) - 40.0).abs() < 0.01, "{}", p50(&calm));
+        // ±30 ms at 20 ms apart reorders packets: needless resends, and with 2 % loss the cut
+        // window makes the middle message wait in the sender.
+        let rough = replay(&path("eth0", 40, 30, 0.02, Vec::new()));
+        assert!(
+            rough.transmissions > 4000 + 80 + 40,
+            "{}",
+            rough.transmissions
+        );
+        assert!(p50(&rough) > 45.0, "{}", p50(&rough));
     }
 
     #[test]
