@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::record::{OutageRecord, Summary};
 use crate::snapshot::LatencyKind;
 use crate::snapshot::{PathView, TailPoint};
+use crate::thinned::Thinned;
 
 /// How often a live view's advice is remade (engine time, ns).
 pub const ADVICE_EVERY_NS: u64 = 10_000_000_000;
@@ -223,50 +224,6 @@ pub struct Advice {
 /// `None` if it never arrived), its flow's index.
 type Sighted = (u64, Option<u64>, usize);
 
-/// Copies (and combined latencies) kept per path: beyond it, every other one is dropped and
-/// then only every second one kept, and so on (time order and coverage kept, memory bounded).
-const MAX_KEPT: usize = 1 << 16;
-
-/// A bounded, evenly thinned series.
-#[derive(Debug)]
-struct Thinned<T> {
-    kept: Vec<T>,
-    /// One in `stride` is kept.
-    stride: u64,
-    seen: u64,
-}
-
-impl<T> Default for Thinned<T> {
-    fn default() -> Self {
-        Self {
-            kept: Vec::new(),
-            stride: 1,
-            seen: 0,
-        }
-    }
-}
-
-impl<T> Thinned<T> {
-    fn push(&mut self, x: T) {
-        self.seen += 1;
-        if !(self.seen - 1).is_multiple_of(self.stride) {
-            return;
-        }
-        if self.kept.len() >= MAX_KEPT {
-            let mut i = 0;
-            self.kept.retain(|_| {
-                i += 1;
-                i % 2 == 1
-            });
-            self.stride *= 2;
-            if !(self.seen - 1).is_multiple_of(self.stride) {
-                return;
-            }
-        }
-        self.kept.push(x);
-    }
-}
-
 /// One copy of a closed message, as the evidence takes it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CopySeen<'a> {
@@ -290,7 +247,7 @@ struct PathCopies {
 }
 
 /// Collects the evidence from the messages the engine closes ([`crate::Config::collect_evidence`]),
-/// then takes the run's summary. Memory is bounded: per path at most [`MAX_KEPT`] copies,
+/// then takes the run's summary. Memory is bounded: per path at most [`MAX_KEPT`](crate::thinned::MAX_KEPT) copies,
 /// evenly thinned beyond.
 #[derive(Debug, Default)]
 pub struct EvidenceBuilder {
@@ -397,7 +354,7 @@ impl EvidenceBuilder {
                 .paths
                 .iter()
                 .find(|c| c.label == pv.label)
-                .map(|c| (c.copies.kept.clone(), c.ack))
+                .map(|c| (c.copies.kept().to_vec(), c.ack))
                 .unwrap_or_default();
             let outages: Vec<(f64, f64)> = outage_records
                 .iter()
@@ -544,9 +501,9 @@ impl EvidenceBuilder {
                 samples_us: samples,
             });
         }
-        let mut combined = self.combined_us.kept.clone();
+        let mut combined = self.combined_us.kept().to_vec();
         combined.sort_unstable();
-        let observed = self.combined_us.seen;
+        let observed = self.combined_us.seen();
         let observed_redundant = (combined.len() >= 100).then(|| {
             let q = |p| quantile(&combined, p) as f64 / 1000.0;
             (q(0.5), q(0.99), q(0.999), observed)
@@ -1548,18 +1505,6 @@ mod tests {
             "{:?}",
             a.reasons
         );
-    }
-
-    #[test]
-    fn thinning_keeps_an_even_bounded_series() {
-        let mut t = Thinned::default();
-        for i in 0..3 * MAX_KEPT as u64 {
-            t.push(i);
-        }
-        assert_eq!(t.stride, 4);
-        assert!(t.kept.len() <= MAX_KEPT);
-        assert!(t.kept.iter().enumerate().all(|(i, v)| *v == 4 * i as u64));
-        assert_eq!(t.seen, 3 * MAX_KEPT as u64);
     }
 
     #[test]

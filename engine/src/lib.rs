@@ -60,6 +60,7 @@ pub mod snapshot;
 mod tail;
 #[cfg(test)]
 mod tests;
+pub mod thinned;
 pub mod units;
 mod unsent;
 

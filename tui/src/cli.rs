@@ -239,6 +239,13 @@ pub struct LabRunArgs {
     /// Do not capture with tboxscope (the table then shows the peers' ground truth only).
     #[arg(long, conflicts_with = "tui")]
     pub no_capture: bool,
+    /// Also write the picture report of tboxscope's capture of the run here: `DIR/report.html`
+    /// (one self-contained page: latency CDF and tail with the independent-paths prediction,
+    /// timeline with outages, HOL stalls and RTO backoffs, copies won per path,
+    /// amplification, the kernel's TCP congestion window, the advice) and each plot as
+    /// `DIR/NAME.svg`.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_capture")]
+    pub report: Option<PathBuf>,
     /// Watch the run live in the terminal UI (the views of `sudo tboxscope`) over the lab's
     /// captures and TCP probes; `q` ends the run early. The comparison table is printed when
     /// the UI closes.
@@ -450,6 +457,13 @@ pub struct AnalyzeArgs {
     /// into this directory.
     #[arg(long, value_name = "DIR")]
     pub qlog: Option<PathBuf>,
+    /// Also write the picture report here: `DIR/report.html` (one self-contained page that
+    /// opens in any browser without a server: latency CDF and tail with the
+    /// independent-paths prediction, timeline with outages, HOL stalls and RTO backoffs,
+    /// copies won per path, amplification per flow, the TCP congestion window when a
+    /// `capture --json` recording is given, the advice) and each plot as `DIR/NAME.svg`.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
     #[command(flatten)]
     pub timeout: TimeoutArgs,
     #[command(flatten)]

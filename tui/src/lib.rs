@@ -9,6 +9,7 @@ pub mod labcap;
 pub mod metrics;
 pub mod options;
 pub mod replay;
+pub mod report;
 pub mod source;
 pub mod terminal;
 pub mod view;

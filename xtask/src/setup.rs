@@ -9,7 +9,7 @@ use crate::run as run_command;
 /// Debian packages: libpcap for capture, LLVM 22 for bpf-linker, cmake and g++ for tquic's
 /// BoringSSL (the lab's `mpquic` peer), and the tools the tests use as
 /// oracles or helpers (tshark, tcpdump, nftables, iproute2, bpftool, tmux, and prometheus with
-/// promtool, which scrape and check the metrics).
+/// promtool, which scrape and check the metrics; chromium, which renders the picture report).
 const DEBIAN_PACKAGES: &[&str] = &[
     "libpcap-dev",
     "llvm-22-dev",
@@ -38,6 +38,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     // arm64 loader and libc where qemu-user finds them (no -L prefix needed).
     "libc6:arm64",
     "qemu-user-static",
+    // The picture report's test renders it in a real browser (headless).
+    "chromium",
 ];
 
 /// Debian architectures added with `dpkg --add-architecture` (for `libpcap-dev:arm64`).

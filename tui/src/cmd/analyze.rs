@@ -9,20 +9,19 @@ use std::process::ExitCode;
 use anyhow::Context;
 use probe_user::analyze::{write_record, Analyzer, FileSummary};
 use probe_user::capture::clock::WallClock;
-use probe_user::correlate::{
-    unmet_statements, write_engine_records, CaptureHint, Correlator, FrameFeed,
-};
+use probe_user::correlate::{unmet_statements, CaptureHint, Correlator, FrameFeed};
 use probe_user::dissect::DissectStats;
 use probe_user::engine::{
     self as tboxscope_engine, advice, report, Config as EngineConfig, Engine, Host,
 };
 use probe_user::output::qlog::QlogExport;
-use probe_user::output::JsonLinesWriter;
+use probe_user::output::{JsonLinesWriter, OutputError};
 use probe_user::pipeline::{decode_and_match_fed, worth_a_thread, Matched};
 use serde::Serialize;
 
 use crate::cli::{files_engine_config, refuse_repeated_files, AnalyzeArgs};
 use tboxscope::options::changed_nothing;
+use tboxscope::report::{Page, ReportData};
 
 /// Runs `tboxscope analyze`.
 pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
@@ -50,13 +49,19 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         (None, false) => None,
     };
     let config = EngineConfig {
-        // The text report shows only the summary: per-message records would be dropped.
-        emit_messages: json_target.is_some(),
+        // The text report shows only the summary: per-message records would be dropped
+        // (the picture report draws them).
+        emit_messages: json_target.is_some() || args.report.is_some(),
         // The advice after the report (and its record).
         collect_evidence: true,
         ..files_engine_config(&args.decode, &args.timeout, &args.stated)?
     };
     let statements = args.stated.captures();
+    let mut pictures = args.report.as_ref().map(|_| {
+        let mut c = ReportData::default();
+        kernel.events.iter().for_each(|e| c.tcp_event(e));
+        c
+    });
     let mut ineffective = Vec::new();
     let mut hosts = HashMap::new();
     let ok = match json_target {
@@ -77,6 +82,7 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                 out,
                 &mut ineffective,
                 &mut hosts,
+                &mut pictures,
             )?
         }
         None => {
@@ -85,9 +91,9 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                 &args.files,
                 &statements,
                 kernel.engine(&config),
-                (),
-                |engine, ()| {
-                    engine.drain_records().for_each(drop);
+                pictures.take(),
+                |engine, pictures| {
+                    collect_records(engine, pictures);
                     Ok::<(), io::Error>(())
                 },
                 worth_a_thread(),
@@ -95,17 +101,21 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
             )?;
             print_report(&analyzer)?;
             let mut engine = matched.engine;
+            pictures = matched.state;
             for (label, end) in analyzer.capture_ends() {
                 engine.capture_ended(label, end);
             }
             let summary = engine.finish(matched.last_ts);
+            collect_records(&mut engine, &mut pictures);
+            let advice = advice_of(&engine, &summary);
+            write_pictures(&args, pictures.as_ref(), &summary, advice.as_ref())?;
             writeln!(std::io::stdout())?;
             write!(std::io::stdout(), "{}", report::render(&summary))?;
-            if let Some(a) = advice_of(&engine, &summary) {
+            if let Some(a) = &advice {
                 write!(
                     std::io::stdout(),
                     "\nthe transport this link wants (as `tboxscope advise`, without limits):\n{}",
-                    advice::render(&a)
+                    advice::render(a)
                 )?;
             }
             export_metrics(&args, &analyzer, &summary)?;
@@ -285,6 +295,7 @@ fn run_json(
     out: Box<dyn Write + Send>,
     ineffective: &mut Vec<String>,
     hosts: &mut HashMap<String, Host>,
+    pictures: &mut Option<ReportData>,
 ) -> anyhow::Result<bool> {
     #[derive(Serialize)]
     struct Header<'a> {
@@ -303,18 +314,18 @@ fn run_json(
         // Each packet's line is followed by the records it completed: one thread.
         let mut correlator = Correlator::with_sink(engine);
         correlator.state_all(statements);
-        let mut writer = writer;
+        let mut sink = (writer, pictures.take());
         let mut feed = kernel.feed();
         let file_errors = analyzer.run_files(&args.files, &mut |r| {
             feed.observe(&mut correlator, &r);
-            write_record(&mut writer, &r)?;
-            write_engine_records(&mut writer, correlator.engine_mut())
+            write_record(&mut sink.0, &r)?;
+            write_and_collect(correlator.engine_mut(), &mut sink)
         })?;
         feed.flush_kernel(&mut correlator);
-        write_engine_records(&mut writer, correlator.engine_mut())?;
+        write_and_collect(correlator.engine_mut(), &mut sink)?;
         Matched {
             engine: correlator.into_sink(),
-            state: writer,
+            state: sink,
             file_errors,
             last_ts: feed.last_ts(),
             waits: None,
@@ -325,15 +336,15 @@ fn run_json(
             &args.files,
             statements,
             engine,
-            writer,
-            |engine, writer| write_engine_records(writer, engine),
+            (writer, pictures.take()),
+            write_and_collect,
             worth_a_thread(),
             kernel.feed(),
         )?
     };
     let Matched {
         mut engine,
-        state: mut writer,
+        state: mut sink,
         file_errors: errors,
         last_ts,
         ..
@@ -349,7 +360,9 @@ fn run_json(
         &engine_summary,
     );
     *hosts = capture_hosts(&engine_summary);
-    write_engine_records(&mut writer, &mut engine)?;
+    write_and_collect(&mut engine, &mut sink)?;
+    let (mut writer, collected) = sink;
+    *pictures = collected;
     let kcp = kcp_summary(analyzer);
     let fragments = analyzer.dissector().fragment_stats();
     let summary = Summary {
@@ -363,16 +376,63 @@ fn run_json(
         warnings: analyzer.warnings(),
         engine: &engine_summary,
     };
-    if let Some(a) = advice_of(&engine, &engine_summary) {
-        writer.write("advice", last_ts, &a)?;
+    let advice = advice_of(&engine, &engine_summary);
+    if let Some(a) = &advice {
+        writer.write("advice", last_ts, a)?;
     }
     writer.write("summary", last_ts, &summary)?;
+    write_pictures(args, pictures.as_ref(), &engine_summary, advice.as_ref())?;
     writer.flush()?;
     export_metrics(args, analyzer, &engine_summary)?;
     for e in &errors {
         eprintln!("tboxscope: {e}");
     }
     Ok(errors.is_empty())
+}
+
+/// Hands the engine's finished records to the picture report's collection, if any.
+fn collect_records(engine: &mut Engine, pictures: &mut Option<ReportData>) {
+    match pictures {
+        Some(c) => engine.drain_records().for_each(|r| c.record(&r)),
+        None => engine.drain_records().for_each(drop),
+    }
+}
+
+/// Writes the engine's finished records as JSON Lines, handing each to the picture report's
+/// collection too.
+fn write_and_collect<W: Write>(
+    engine: &mut Engine,
+    (writer, pictures): &mut (JsonLinesWriter<W>, Option<ReportData>),
+) -> Result<(), OutputError> {
+    for r in engine.drain_records() {
+        if let Some(c) = pictures {
+            c.record(&r);
+        }
+        writer.write(r.kind(), r.ts_ns(), &r)?;
+    }
+    Ok(())
+}
+
+/// With `--report DIR`, the picture report of the run.
+fn write_pictures(
+    args: &AnalyzeArgs,
+    pictures: Option<&ReportData>,
+    summary: &tboxscope_engine::Summary,
+    advice: Option<&advice::Advice>,
+) -> anyhow::Result<()> {
+    let (Some(dir), Some(collected)) = (&args.report, pictures) else {
+        return Ok(());
+    };
+    let files: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
+    let page = Page {
+        title: format!("analyze {}", files.join(" ")),
+        summary,
+        collected,
+        advice,
+    };
+    let path = tboxscope::report::write(dir, &page)?;
+    eprintln!("tboxscope: picture report written to {}", path.display());
+    Ok(())
 }
 
 /// The advice on the run's evidence, without limits (`advise` takes them), when the captures

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use probe_user::engine::advice::{advise, Limits};
 use tboxscope::app::Request;
+use tboxscope::report::Page;
 use tboxscope::source::{snapshot_channel, ChannelSource, SnapshotSource};
 use tboxscope::view::SourceStatus;
 use tboxscope_engine::snapshot::Snapshot;
@@ -236,6 +237,25 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
             "captures: tboxscope analyze {}",
             labcap::analyze_args(dir, &opts).join(" ")
         )?;
+    }
+    if let (Some(dir), Some(m)) = (&a.report, &measured) {
+        let page = Page {
+            title: format!(
+                "lab run {} ({})",
+                report.scenario.name,
+                report
+                    .transports
+                    .iter()
+                    .map(|t| t.transport)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            summary: &m.summary,
+            collected: &m.pictures,
+            advice: advice.as_ref(),
+        };
+        let path = tboxscope::report::write(dir, &page)?;
+        writeln!(std::io::stdout(), "picture report: {}", path.display())?;
     }
     if let Some(path) = a.json {
         write_json(&path, &report, measured.as_ref(), advice.as_ref())?;

@@ -21,6 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
+use probe_user::capture::clock::WallClock;
 use probe_user::correlate::Correlator;
 use probe_user::decode::net::tcp_segment;
 use probe_user::decode::quic::Keylog;
@@ -40,6 +41,7 @@ use tboxscope_lab::PathId;
 
 use crate::feed::EngineFeed;
 use crate::kerneltcp::{KernelTcp, TcpDrops, TcpMessage};
+use crate::report::ReportData;
 use crate::source::SnapshotFeed;
 
 /// The TCP baseline's sockets (client, server) the T-Box's captures saw.
@@ -177,6 +179,9 @@ pub struct Measured {
     /// What the capture measured of the paths, for `advise`.
     #[serde(skip)]
     pub evidence: Evidence,
+    /// What the picture report (`lab run --report`) draws.
+    #[serde(skip)]
+    pub pictures: ReportData,
 }
 
 /// The [`RunObserver`] that captures a lab run with tboxscope itself.
@@ -313,7 +318,8 @@ pub fn analyze_args(dir: &Path, opts: &RunOptions) -> Vec<String> {
 fn engine_feed(plan: &CapturePlan, keylog: Option<Keylog>, follow: Option<PathBuf>) -> EngineFeed {
     let config = Config {
         app_id: Some(LAB_APP_ID),
-        emit_messages: false,
+        // After the run, each message for the picture report; the live view needs none.
+        emit_messages: follow.is_none(),
         // What the advice after the tables is made from.
         collect_evidence: true,
         message_timeout_ns: (message_timeout_s(plan.duration_s, plan.drain_s) * 1e9) as u64,
@@ -334,9 +340,9 @@ fn engine_feed(plan: &CapturePlan, keylog: Option<Keylog>, follow: Option<PathBu
     )
 }
 
-/// Declares the four capture points: ids are the points' indices; each T-Box capture is
-/// paired with the gateway capture of the same path.
-fn declare_points(correlator: &mut Correlator, plan: &CapturePlan, labels: &[String]) {
+/// Declares the four capture points at `at_ns` (the run's first packet, or now): ids are the
+/// points' indices; each T-Box capture is paired with the gateway capture of the same path.
+fn declare_points(correlator: &mut Correlator, plan: &CapturePlan, labels: &[String], at_ns: u64) {
     for (i, p) in plan.points.iter().enumerate() {
         let other = plan
             .points
@@ -349,7 +355,7 @@ fn declare_points(correlator: &mut Correlator, plan: &CapturePlan, labels: &[Str
             p.path.gateway_addr()
         };
         correlator.declare(CapturePoint {
-            ts_ns: 0,
+            ts_ns: at_ns,
             capture: u16::try_from(i).unwrap_or(u16::MAX),
             name: labels.get(i).cloned().unwrap_or_default(),
             path: labels.get(i).cloned().unwrap_or_default(),
@@ -426,7 +432,7 @@ struct LiveSide {
 impl LiveSide {
     fn new(feed: SnapshotFeed, plan: &CapturePlan, labels: &[String]) -> Self {
         let mut engine = engine_feed(plan, None, Some(plan.keylog.clone()));
-        declare_points(engine.correlator_mut(), plan, labels);
+        declare_points(engine.correlator_mut(), plan, labels, WallClock::unix_now());
         Self {
             plan: plan.clone(),
             labels: labels.to_vec(),
@@ -693,7 +699,6 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
         }
     };
     let mut engine = engine_feed(plan, keylog, None);
-    declare_points(engine.correlator_mut(), plan, labels);
     // The lab's own TCP sockets: what the T-Box's capture saw connect.
     let mut known = LabSockets::new();
     for f in &collected.frames {
@@ -707,6 +712,8 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
         .iter()
         .filter(|e| is_lab_socket(&known, e))
         .collect();
+    let mut pictures = ReportData::default();
+    kernel.iter().for_each(|e| pictures.tcp_event(e));
     let mut items: Vec<(u64, Item)> = collected
         .frames
         .iter()
@@ -722,6 +729,8 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
             },
         )
     });
+    let first_ts = items.first().map_or(0, |(ts, _)| *ts);
+    declare_points(engine.correlator_mut(), plan, labels, first_ts);
     let mut flow_ports: HashMap<String, u16> = HashMap::new();
     let mut frames_per_point = vec![0u64; labels.len()];
     let mut last_ts = 0;
@@ -742,9 +751,14 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
             .correlator_mut()
             .engine_mut()
             .drain_records()
-            .for_each(drop);
+            .for_each(|r| pictures.record(&r));
     }
     let summary = engine.correlator_mut().engine_mut().finish(last_ts);
+    engine
+        .correlator_mut()
+        .engine_mut()
+        .drain_records()
+        .for_each(|r| pictures.record(&r));
     let evidence = engine
         .correlator_mut()
         .engine_mut()
@@ -788,6 +802,7 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
         problems,
         summary,
         evidence,
+        pictures,
     }
 }
 
