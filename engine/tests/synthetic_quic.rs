@@ -592,7 +592,7 @@ fn per_path_connections_with_a_stream_per_message_keep_their_first_messages() {
 /// lost and its STREAM frame sent again in a new packet (a new packet number), and only that
 /// one is acknowledged. QUIC never acknowledges a packet number twice, so the retransmission's
 /// ACK proves the message delivered: no message lost, one ACK latency sample per message, from
-/// the first send.
+/// the first send; the resent packets' wire bytes are the flow's retransmission bytes.
 #[test]
 fn quic_retransmission_acknowledged_delivers_its_message() {
     let mut obs = vec![capture(0, "t-eth0", "eth0", Host::Tbox, None)];
@@ -605,6 +605,7 @@ fn quic_retransmission_acknowledged_delivers_its_message() {
         let stream = 2 + 4 * i;
         let mut send = |ts: u64, obs: &mut Vec<Observation>| {
             let mut p = pkt(ts, "eth0", 0, cli, srv, 7, 0, pn);
+            p.meta.wire_len = WIRE;
             p.streams.push(range(stream, 0, MSG));
             obs.push(Observation::Quic(Box::new(p)));
             pn += 1;
@@ -637,4 +638,10 @@ fn quic_retransmission_acknowledged_delivers_its_message() {
     assert_eq!(eth0.latency.count, n);
     assert_eq!(eth0.latency.max_us, *latencies.iter().max().unwrap());
     assert_eq!(s.redundancy[0].messages, n);
+    let amp = &s.amplification[0];
+    assert_eq!(amp.retransmit_bytes, n / 5 * u64::from(WIRE), "{amp:?}");
+    assert_eq!(amp.wire_bytes, (n + n / 5) * u64::from(WIRE), "{amp:?}");
 }
+
+/// A data packet's wire length in [`quic_retransmission_acknowledged_delivers_its_message`].
+const WIRE: u32 = 661;

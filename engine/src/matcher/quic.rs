@@ -487,6 +487,9 @@ impl QuicMatcher {
         // On its own, a connection's messages of cut streams keep their names in a group, in
         // case it turns out to be one of several per-path connections.
         let on_own = mode == MatchMode::QuicStream && forced.is_none();
+        // Whether this packet sends stream data its capture saw before: a retransmission,
+        // whose wire bytes count as such in the flow's amplification (as for KCP and TCP).
+        let mut resent = false;
         for sr in &q.streams {
             let head = match (mode, sr.data_hash, sr.app_msg_id) {
                 (MatchMode::AppId, _, Some(app)) => {
@@ -568,6 +571,7 @@ impl QuicMatcher {
                 if r.repeat || r.late {
                     repeated += bytes;
                 }
+                resent |= r.repeat;
                 if let (true, true, Some(slot)) = (on_own, r.new_message, r.slot) {
                     let g =
                         framed_name(up, sr, sr.app_msg_id.is_some()).or_else(|| head_name(up, sr));
@@ -623,6 +627,11 @@ impl QuicMatcher {
                     pkt.path,
                     pkt.ts_ns,
                 );
+            }
+        }
+        if resent && pkt.count_wire {
+            if let Some(f) = shared.flows.get_mut(fr) {
+                f.amp.retransmit += pkt.wire;
             }
         }
         let max_unacked = shared.cfg.max_unacked_per_flow;
