@@ -166,13 +166,17 @@ fn case(chain: &Routed, port: u16, timestamps: bool, dir: &Path) -> String {
     // Resends that reached the receiver below the highest sequence it had seen (one that
     // arrives as the next in sequence — a lost tail's — is new data there, and rightly so).
     let arrived = below_highest_where(&at_receiver, |p| resent.contains(p));
+    // Originals that the path itself reordered (rare: the veths' packets may be handled on
+    // either core) reach the receiver below the highest sequence too: out of order there.
+    let reordered = below_highest_where(&at_receiver, |p| !resent.contains(p));
     let lost = at_sender.len() - at_receiver.len();
     let (sender_rtx, sender_ooo) = analyze(&sender_pcap, &local);
     let (receiver_rtx, receiver_ooo) = analyze(&receiver_pcap, &local);
     let line = format!(
         "{name}: {} packets sent, {lost} lost on the way; resends at the sender {} \
-         (tboxscope {sender_rtx}, out of order {sender_ooo}), reaching the receiver {arrived} \
-         (tboxscope at the receiver: {receiver_rtx} retransmissions, {receiver_ooo} out of order)",
+         (tboxscope {sender_rtx}, out of order {sender_ooo}), reaching the receiver {arrived}, \
+         originals reordered on the way {reordered} (tboxscope at the receiver: {receiver_rtx} \
+         retransmissions, {receiver_ooo} out of order)",
         at_sender.len(),
         resent.len(),
     );
@@ -195,8 +199,8 @@ fn case(chain: &Routed, port: u16, timestamps: bool, dir: &Path) -> String {
         // timestamps cannot tell, they may go either way.
         let ambiguous = same_tick_resends(&at_receiver, &resent);
         let why = format!("{line}; {ambiguous} resends in the same tick as the data above them");
-        assert_eq!(receiver_rtx + receiver_ooo, arrived, "{why}");
-        assert!(receiver_ooo <= ambiguous, "{why}");
+        assert_eq!(receiver_rtx + receiver_ooo, arrived + reordered, "{why}");
+        assert!(receiver_ooo <= ambiguous + reordered, "{why}");
         assert!(
             ambiguous * 20 <= arrived,
             "{line}; {ambiguous} in the same tick"
