@@ -351,10 +351,81 @@ pub enum TcpEventKind {
     Sample,
 }
 
+/// A TCP congestion-control algorithm by its kernel name (`cubic`, `bbr`, `reno`, …): what
+/// `ss -i` shows and `TCP_CONGESTION` sets. At most 15 bytes (the kernel's `TCP_CA_NAME_MAX`
+/// less its NUL), so it is kept inline.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CongestionControl {
+    /// The name, NUL-padded.
+    name: [u8; 16],
+}
+
+impl CongestionControl {
+    /// From the kernel's `tcp_congestion_ops.name` (NUL-terminated) or a user's text: `None`
+    /// unless 1..=15 bytes of lowercase letters, digits, `_` or `-`.
+    pub fn new(bytes: &[u8]) -> Option<Self> {
+        let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        let text = &bytes[..len];
+        let valid = (1..16).contains(&len)
+            && text
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-');
+        valid.then(|| {
+            let mut name = [0; 16];
+            name[..len].copy_from_slice(text);
+            Self { name }
+        })
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        let len = self.name.iter().position(|&b| b == 0).unwrap_or(16);
+        // Only ASCII is ever stored (checked in `new`).
+        std::str::from_utf8(&self.name[..len]).unwrap_or("?")
+    }
+}
+
+impl fmt::Display for CongestionControl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for CongestionControl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl std::str::FromStr for CongestionControl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::new(s.as_bytes()).ok_or_else(|| {
+            format!("{s:?} is no congestion-control name (1-15 lowercase letters, digits, _ or -)")
+        })
+    }
+}
+
+impl Serialize for CongestionControl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for CongestionControl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// The kernel's figures of a TCP socket at one moment: what a kernel event carries, what the
 /// engine keeps per socket and what the snapshot shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TcpFigures {
+    /// The socket's congestion-control algorithm, when the probe could read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion_control: Option<CongestionControl>,
     /// Congestion window (segments).
     pub cwnd: u32,
     /// Slow-start threshold (segments).
@@ -464,6 +535,30 @@ pub fn payload_hash(payload: &[u8]) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn congestion_control_names() {
+        let cc: CongestionControl = "bbr".parse().unwrap();
+        assert_eq!(cc.as_str(), "bbr");
+        assert_eq!(serde_json::to_string(&cc).unwrap(), "\"bbr\"");
+        let back: CongestionControl = serde_json::from_str("\"bbr\"").unwrap();
+        assert_eq!(back, cc);
+        assert_eq!(
+            CongestionControl::new(b"cubic\0\0\0\0\0\0\0\0\0\0\0").map(|c| c.to_string()),
+            Some("cubic".into())
+        );
+        for bad in [
+            &b""[..],
+            b"\0cubic",
+            b"Cubic",
+            b"a b",
+            b"0123456789abcdef",
+            &[0xff; 16],
+        ] {
+            assert_eq!(CongestionControl::new(bad), None, "{bad:?}");
+        }
+        assert!(serde_json::from_str::<CongestionControl>("\"no such\"").is_err());
+    }
+
     use super::*;
 
     #[test]

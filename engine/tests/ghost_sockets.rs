@@ -15,6 +15,7 @@ fn ev(ts: u64, local: &str, remote: &str, kind: TcpEventKind) -> Observation {
         remote: addr(remote),
         kind,
         figures: TcpFigures {
+            congestion_control: "cubic".parse().ok(),
             cwnd: 10,
             ssthresh: 7,
             srtt_us: 40_000,

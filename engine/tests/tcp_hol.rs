@@ -18,6 +18,7 @@ fn ev(ts: u64, kind: TcpEventKind, backoff: u8, rto_ms: u32) -> Observation {
         remote: addr("192.0.2.1:8883"),
         kind,
         figures: TcpFigures {
+            congestion_control: "cubic".parse().ok(),
             cwnd: 10,
             ssthresh: 7,
             srtt_us: 40_000,

@@ -12,10 +12,10 @@ use std::net::SocketAddr;
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use tboxscope_engine::{
-    CapturePoint, Config, CongState, ConnId, Datagram, Engine, FlowSelector, Host, KcpCmd,
-    KcpHeader, KcpSegment, MatchMode, ModeOverride, Observation, Overhead, OverheadKind,
-    PacketMeta, PathId, PathName, QuicAck, QuicPacket, RetransmitKind, StreamRange, TcpEvent,
-    TcpEventKind, TcpFigures, TcpFlags, TcpOptions, TcpSegment,
+    CapturePoint, Config, CongState, CongestionControl, ConnId, Datagram, Engine, FlowSelector,
+    Host, KcpCmd, KcpHeader, KcpSegment, MatchMode, ModeOverride, Observation, Overhead,
+    OverheadKind, PacketMeta, PathId, PathName, QuicAck, QuicPacket, RetransmitKind, StreamRange,
+    TcpEvent, TcpEventKind, TcpFigures, TcpFlags, TcpOptions, TcpSegment,
 };
 
 const T0: u64 = 1_796_000_000_000_000_000;
@@ -236,6 +236,12 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
                 remote: meta.dst,
                 kind,
                 figures: TcpFigures {
+                    congestion_control: CongestionControl::new(u.choose(&[
+                        &b"cubic"[..],
+                        b"bbr",
+                        b"reno",
+                        b"",
+                    ])?),
                     cwnd: small(u, 100)?,
                     ssthresh: small(u, 100)?,
                     srtt_us: small(u, 500_000)?,

@@ -157,6 +157,9 @@ pub struct TcpEvent {
     pub seq: u32,
     /// Retransmit: one past its last (`tcp_skb_cb.end_seq`, SYN/FIN count one).
     pub end_seq: u32,
+    /// The socket's congestion-control algorithm (`icsk_ca_ops->name`, NUL-padded); all zero
+    /// when unknown.
+    pub ca_name: [u8; 16],
     /// Explicit tail padding; always zero.
     pub _pad: u32,
 }
@@ -219,6 +222,11 @@ pub struct SockOffsets {
     pub skb_seq: u32,
     /// `sk_buff.cb` + `tcp_skb_cb.end_seq` (u32); `u32::MAX` when unknown.
     pub skb_end_seq: u32,
+    /// `icsk_ca_ops` (pointer to the socket's `tcp_congestion_ops`); `u32::MAX` when unknown.
+    pub icsk_ca_ops: u32,
+    /// `tcp_congestion_ops.name` (16 bytes) from the start of that struct; `u32::MAX` when
+    /// unknown.
+    pub ca_ops_name: u32,
 }
 
 /// Offsets of the fields the programs take from each tracepoint's record, read from
@@ -329,11 +337,11 @@ mod tests {
 
     #[test]
     fn sizes_are_pinned() {
-        assert_eq!(size_of::<TcpEvent>(), 112);
+        assert_eq!(size_of::<TcpEvent>(), 128);
         assert_eq!(align_of::<TcpEvent>(), 8);
-        assert_eq!(size_of::<SockOffsets>(), 26 * 4);
+        assert_eq!(size_of::<SockOffsets>(), 28 * 4);
         assert_eq!(size_of::<TracepointOffsets>(), 56);
-        assert_eq!(size_of::<ProbeConfig>(), 104 + 56 + 8 + 8);
+        assert_eq!(size_of::<ProbeConfig>(), 112 + 56 + 8 + 8);
         assert_eq!(size_of::<CwndLast>(), 64);
     }
 
@@ -341,7 +349,7 @@ mod tests {
     fn no_implicit_padding_in_event() {
         // The sum of field sizes equals the struct size.
         let fields =
-            8 + 8 + 16 + 16 + 2 + 2 + 2 + 1 + 1 + 4 + 4 + 7 * 4 + 1 + 1 + 2 + 4 + 4 + 4 + 4;
+            8 + 8 + 16 + 16 + 2 + 2 + 2 + 1 + 1 + 4 + 4 + 7 * 4 + 1 + 1 + 2 + 4 + 4 + 4 + 16 + 4;
         assert_eq!(fields, size_of::<TcpEvent>());
     }
 }

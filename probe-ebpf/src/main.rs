@@ -138,6 +138,9 @@ fn emit(sk: u64, id: &Ident, s: &Snap, x: &Extra, wake: Wake) {
         (*p).err = x.err;
         (*p).seq = x.seq;
         (*p).end_seq = x.end_seq;
+        let ca = (&raw mut (*p).ca_name).cast::<[u8; 8]>();
+        ca.write_unaligned(s.ca_name[0].to_ne_bytes());
+        ca.add(1).write_unaligned(s.ca_name[1].to_ne_bytes());
         (*p)._pad = 0;
     }
     let flags = match wake {
@@ -204,6 +207,7 @@ pub fn ring_load(_ctx: TracePointContext) -> u32 {
         packets_out: 1,
         lost_out: 0,
         retrans_out: 0,
+        ca_name: [0, 0],
     };
     let x = Extra {
         ts_ns,

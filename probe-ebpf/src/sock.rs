@@ -37,6 +37,8 @@ pub struct Snap {
     pub packets_out: u32,
     pub lost_out: u32,
     pub retrans_out: u32,
+    /// Congestion-control name as two words (zero when unknown).
+    pub ca_name: [u64; 2],
 }
 
 /// Reads identity; `None` when not IPv4/IPv6 or excluded by the user's filters.
@@ -149,7 +151,22 @@ pub fn snap_with(sk: u64, cwnd: u32, srtt_us: u32) -> Result<Snap, i32> {
         packets_out: read(sk, conf!(sock.packets_out))?,
         lost_out: read(sk, conf!(sock.lost_out))?,
         retrans_out: read(sk, conf!(sock.retrans_out))?,
+        ca_name: ca_name(sk),
     })
+}
+
+/// `icsk_ca_ops->name` (zero when its offsets are unknown or a read fails: the event goes
+/// out without it).
+#[inline(always)]
+fn ca_name(sk: u64) -> [u64; 2] {
+    let (ops_off, name_off) = (conf!(sock.icsk_ca_ops), conf!(sock.ca_ops_name));
+    if ops_off == u32::MAX || name_off == u32::MAX {
+        return [0, 0];
+    }
+    match read::<u64>(sk, ops_off) {
+        Ok(ops) if ops != 0 => read(ops, name_off).unwrap_or([0, 0]),
+        _ => [0, 0],
+    }
 }
 
 /// `icsk_ca_state` (a bitfield).

@@ -116,6 +116,7 @@ fn tcp(
         retrans_out: 0,
         ca_state,
         state: SocketState::Established,
+        congestion_control: "cubic".parse().ok(),
     };
     let record = match what {
         Tcp::Cwnd => Record::Cwnd(CwndRecord { ends, sock }),

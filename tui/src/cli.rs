@@ -214,12 +214,20 @@ pub struct LabRunArgs {
     /// Write the result as JSON Lines here (a path, or `-` for standard output).
     #[arg(long, value_name = "PATH|-")]
     pub json: Option<String>,
-    /// Transports to run, comma-separated: tcp, kcp, kcp-dual, quic, quic-redundant, mpquic
+    /// Transports to run, comma-separated: tcp, tcp-cubic, tcp-bbr, tcp-reno (the baseline with
+    /// that congestion control), kcp, kcp-dual, quic, quic-redundant, mpquic
     /// (multipath QUIC, x86_64 builds), quic-stream (quic-redundant with every message back to
     /// back on one bidirectional stream per connection), or `all` (every one this build has).
     /// By default every one this build has but quic-stream.
     #[arg(long, value_delimiter = ',')]
     pub transports: Vec<String>,
+    /// Run the TCP baseline once per congestion-control algorithm named, comma-separated:
+    /// cubic, bbr, reno. Each is its own connection on path A at the same time (set with
+    /// TCP_CONGESTION on the T-Box's socket), a row of its own in the table (tcp-cubic, …) and
+    /// a congestion-window chart of its own in the report, so they meet the same outages and
+    /// loss. They share the path: under a rate limit they compete for it.
+    #[arg(long, value_delimiter = ',', value_name = "ALG,…")]
+    pub tcp_cc: Vec<String>,
     /// Messages per second.
     #[arg(long, default_value_t = 50.0)]
     pub rate: f64,

@@ -297,6 +297,7 @@ mod tests {
                 retrans_out: 0,
                 ca_state: CaState::Open,
                 state: SocketState::Established,
+                congestion_control: None,
             },
         })
     }

@@ -21,7 +21,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tboxscope::labcap::{LabCapture, Measured};
-use tboxscope_lab::peers::Transport;
+use tboxscope_lab::peers::{TcpCc, Transport};
 use tboxscope_lab::run::{run, RunOptions, RunReport};
 use tboxscope_lab::{LabNames, Scenario};
 
@@ -197,7 +197,7 @@ fn injected_outage_s(report: &RunReport) -> f64 {
 
 #[test]
 fn tboxscope_measures_the_tcp_baseline() {
-    let (report, m) = &run_s4("measuredtcp", vec![Transport::Tcp], None);
+    let (report, m) = &run_s4("measuredtcp", vec![Transport::Tcp(TcpCc::Default)], None);
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let t = report
         .transports

@@ -1,8 +1,8 @@
 //! `tboxscope replay` of a `capture --json` recording: the records are written as `capture`
 //! writes them (the kernel observations through the capture's connection table and JSON Lines
 //! writer), and every one of them must come back in the replayed view: the congestion-state
-//! changes, the retransmission and the socket's last state, and the
-//! kernel's drop counters.
+//! changes, the retransmission and the socket's last state (its congestion-control algorithm
+//! too), and the kernel's drop counters.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
@@ -43,6 +43,7 @@ fn observation(ms: u64, kind: TcpEventKind, ca_state: u8, backoff: u8) -> TcpObs
             packets_out: 2,
             lost_out: 1,
             retrans_out: 0,
+            congestion_control: "bbr".parse().ok(),
             valid: true,
         },
     }
@@ -127,6 +128,11 @@ fn congestion_states_and_socket_states_of_a_capture_are_replayed() {
     assert_eq!(socket.retransmissions.len(), 1);
     assert_eq!(socket.retransmissions[0].rto_us, 204_000);
     assert_eq!(socket.figures.retransmits, 0, "total at the close");
+    assert_eq!(
+        socket.figures.congestion_control.map(|c| c.to_string()),
+        Some("bbr".to_owned()),
+        "the algorithm kept through the recording"
+    );
     assert_eq!(
         snap.health.ring_buffer_dropped, 3,
         "ring full and failed reads"

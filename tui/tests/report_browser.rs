@@ -246,12 +246,13 @@ fn analyze_report_of_a_public_quic_capture_renders_in_chromium() {
 
 #[test]
 #[ignore = "needs root"]
-fn lab_report_draws_the_handover_and_the_tcp_window() {
+fn lab_report_draws_the_handover_and_the_tcp_window_per_algorithm() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = format!("tr{}-", std::process::id() % 10_000);
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
         .args(["lab", "run", "S4", "--duration", "20s"])
         .args(["--transports", "quic-redundant,tcp", "--prefix", &prefix])
+        .args(["--tcp-cc", "cubic,bbr"])
         .arg("--report")
         .arg(dir.path())
         .output()
@@ -268,18 +269,28 @@ fn lab_report_draws_the_handover_and_the_tcp_window() {
     assert!(timeline.contains("outage on tbox-eth0"), "{timeline}");
     let tail = text_of(&texts, "latency-tail.svg");
     assert!(tail.contains("independent paths predict"), "{tail}");
-    let tcp = texts
+    // The TCP baseline once per algorithm: a table row and a window chart each, the chart
+    // labelled with the algorithm the kernel's probe read from the socket.
+    for row in ["tcp-cubic", "tcp-bbr"] {
+        assert!(stdout.contains(row), "no {row} row: {stdout}");
+    }
+    let tcp: Vec<&(String, String)> = texts
         .iter()
-        .find(|(n, _)| n.starts_with("tcp-"))
-        .unwrap_or_else(|| {
-            panic!(
-                "no TCP plot: {:?}",
-                texts.iter().map(|t| &t.0).collect::<Vec<_>>()
-            )
-        });
-    assert!(
-        tcp.1.contains("cwnd") && tcp.1.contains("tbox-eth0"),
-        "{}",
-        tcp.1
+        .filter(|(n, _)| n.starts_with("tcp-"))
+        .collect();
+    assert_eq!(
+        tcp.len(),
+        2,
+        "one TCP plot per algorithm: {:?}",
+        texts.iter().map(|t| &t.0).collect::<Vec<_>>()
     );
+    for algorithm in ["cubic", "bbr"] {
+        let plot = tcp
+            .iter()
+            .find(|(_, t)| t.contains(&format!("tbox-eth0 · {algorithm}")))
+            .unwrap_or_else(|| panic!("no TCP plot labelled {algorithm}: {tcp:?}"));
+        assert!(plot.1.contains("cwnd"), "{}", plot.1);
+    }
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("congestion control <b>bbr</b>"), "{html}");
 }

@@ -1,6 +1,7 @@
 //! End to end, as root: real TCP between two namespaces, loss forced by nftables in the
 //! receiver's namespace, `tboxscope capture` watching; its numbers are compared with the
-//! kernel's own (`ss -tin`, `nstat`).
+//! kernel's own (`ss -tin`, `nstat`), the socket's congestion-control algorithm (set to reno)
+//! included.
 #![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
@@ -26,6 +27,10 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
     let receiver = spawn_receiver(&net.b, net.server());
     let mut s = connect_from(&net.a, net.server());
     let local = s.local_addr().unwrap().to_string();
+    // Not the namespace's default (cubic): the algorithm the records name is the socket's.
+    socket2::SockRef::from(&s)
+        .set_tcp_congestion(b"reno")
+        .unwrap();
     // Phase 1: 2% random loss on the receiver's input → fast retransmits / loss probes. Set
     // once connected: a lost SYN is resent after the kernel's initial 1 s RTO, before any RTT
     // sample, which is not the backoff this test checks.
@@ -245,6 +250,22 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
     );
     assert_eq!(u(&closing["rto_ms"]) as f64, final_ss.rto_ms);
     assert_eq!(u(&closing["total_retrans"]), final_ss.retrans_total);
+    assert_eq!(final_ss.congestion_control.as_deref(), Some("reno"));
+    assert_eq!(closing["congestion_control"], "reno", "{closing}");
+    // Every record after the setsockopt names it (ring order: the first records, from the
+    // handshake, may still say cubic).
+    let named: Vec<&str> = records(&all, "tcp_cwnd", &local)
+        .iter()
+        .filter_map(|r| r["congestion_control"].as_str())
+        .collect();
+    assert!(named.contains(&"reno"), "{named:?}");
+    assert!(
+        named
+            .iter()
+            .skip_while(|c| **c != "reno")
+            .all(|c| *c == "reno"),
+        "{named:?}"
+    );
     // The first cwnd sample after the quiet ss reading shows exactly that state.
     let next = records(&all, "tcp_cwnd", &local)
         .into_iter()

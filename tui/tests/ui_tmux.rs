@@ -304,6 +304,10 @@ fn live_ui_shows_the_kernel_rto_backoff_of_a_tcp_socket_on_its_path() {
     let receiver = tcp_common::spawn_receiver(&net.b, net.server());
     let mut s = tcp_common::connect_from(&net.a, net.server());
     let local = s.local_addr().unwrap();
+    // Not the default algorithm: the chart's label is the socket's own.
+    socket2::SockRef::from(&s)
+        .set_tcp_congestion(b"reno")
+        .unwrap();
     std::io::Write::write_all(&mut s, &[7u8; 6000]).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     // A blackhole at the receiver: the timer fires at ~0.2, 0.6, 1.4 s (backoff 0, 1, 2).
@@ -323,8 +327,11 @@ fn live_ui_shows_the_kernel_rto_backoff_of_a_tcp_socket_on_its_path() {
                 && s.contains("#0 ")
                 && s.contains("#1 ")
                 && s.contains("#2 ")
+                && s.contains("ssthresh over time · reno")
+                && s.contains("RTO ≤b")
         },
-        "the socket on path 4G and its backoff ladder",
+        "the socket on path 4G, its backoff ladder, its window chart labelled reno with \
+         the timeouts on it",
     );
     // The ladder doubles: each rung's RTO is twice the one before.
     let rtos: Vec<&str> = screen

@@ -40,11 +40,46 @@ use crate::sys;
 pub use message::Message;
 pub use truth::GroundTruth;
 
+/// The congestion-control algorithm of the lab's TCP baseline: the kernel's default, or one
+/// set on the socket (`TCP_CONGESTION`) for `lab run --tcp-cc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum TcpCc {
+    /// The namespace's default (`net.ipv4.tcp_congestion_control`).
+    Default,
+    /// Reno.
+    Reno,
+    /// CUBIC.
+    Cubic,
+    /// BBR.
+    Bbr,
+}
+
+impl TcpCc {
+    /// The algorithms `--tcp-cc` takes, in table order.
+    pub const SET: [TcpCc; 3] = [TcpCc::Cubic, TcpCc::Bbr, TcpCc::Reno];
+
+    /// The kernel's name (`None` for the default).
+    pub fn kernel_name(self) -> Option<&'static str> {
+        match self {
+            TcpCc::Default => None,
+            TcpCc::Reno => Some("reno"),
+            TcpCc::Cubic => Some("cubic"),
+            TcpCc::Bbr => Some("bbr"),
+        }
+    }
+
+    /// Parses a kernel name of [`TcpCc::SET`].
+    pub fn parse(s: &str) -> Option<TcpCc> {
+        Self::SET.into_iter().find(|c| c.kernel_name() == Some(s))
+    }
+}
+
 /// The transports the lab compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum Transport {
-    /// Kernel TCP on path A (baseline).
-    Tcp,
+    /// Kernel TCP on path A (baseline), with the kernel's default congestion control or the
+    /// one named.
+    Tcp(TcpCc),
     /// KCP (tokio_kcp; nodelay=1, interval=10, resend=2, nc=1) on path A.
     Kcp,
     /// The same messages on two KCP sessions, one per path.
@@ -65,8 +100,11 @@ pub const HAS_MPQUIC: bool = cfg!(all(feature = "mpquic", target_arch = "x86_64"
 
 impl Transport {
     /// Every transport, in table order.
-    pub const ALL: [Transport; 7] = [
-        Transport::Tcp,
+    pub const ALL: [Transport; 10] = [
+        Transport::Tcp(TcpCc::Default),
+        Transport::Tcp(TcpCc::Cubic),
+        Transport::Tcp(TcpCc::Bbr),
+        Transport::Tcp(TcpCc::Reno),
         Transport::Kcp,
         Transport::KcpDual,
         Transport::Quic,
@@ -84,18 +122,31 @@ impl Transport {
     }
 
     /// The transports a run compares unless told otherwise: every available one but
-    /// `quic-stream`, which runs only when named.
+    /// `quic-stream` and TCP with a named algorithm, which run only when asked for.
     pub fn defaults() -> Vec<Transport> {
         Self::available()
             .into_iter()
-            .filter(|t| *t != Transport::QuicStream)
+            .filter(|t| {
+                !matches!(
+                    t,
+                    Transport::QuicStream | Transport::Tcp(TcpCc::Reno | TcpCc::Cubic | TcpCc::Bbr)
+                )
+            })
             .collect()
+    }
+
+    /// Whether it is the kernel TCP baseline (any algorithm).
+    pub fn is_tcp(self) -> bool {
+        matches!(self, Transport::Tcp(_))
     }
 
     /// Name on the command line and in tables.
     pub fn name(self) -> &'static str {
         match self {
-            Transport::Tcp => "tcp",
+            Transport::Tcp(TcpCc::Default) => "tcp",
+            Transport::Tcp(TcpCc::Cubic) => "tcp-cubic",
+            Transport::Tcp(TcpCc::Bbr) => "tcp-bbr",
+            Transport::Tcp(TcpCc::Reno) => "tcp-reno",
             Transport::Kcp => "kcp",
             Transport::KcpDual => "kcp-dual",
             Transport::Quic => "quic",
@@ -118,7 +169,10 @@ impl Transport {
     /// Gateway port (the same on both paths).
     pub fn port(self) -> u16 {
         match self {
-            Transport::Tcp => 7001,
+            Transport::Tcp(TcpCc::Default) => 7001,
+            Transport::Tcp(TcpCc::Cubic) => 7002,
+            Transport::Tcp(TcpCc::Bbr) => 7003,
+            Transport::Tcp(TcpCc::Reno) => 7004,
             Transport::Kcp => 7101,
             Transport::KcpDual => 7201,
             Transport::Quic => 7301,
@@ -130,7 +184,7 @@ impl Transport {
 
     /// Whether it runs over UDP.
     pub fn is_udp(self) -> bool {
-        self != Transport::Tcp
+        !self.is_tcp()
     }
 
     /// The paths every message is sent on.
@@ -221,7 +275,7 @@ impl Receivers {
                     for t in transports {
                         for &p in t.sessions() {
                             let r = match t {
-                                Transport::Tcp => tcp::listen(t, p, truth.clone()).await,
+                                Transport::Tcp(_) => tcp::listen(t, p, truth.clone()).await,
                                 Transport::Kcp | Transport::KcpDual => {
                                     kcp::listen(t, p, truth.clone()).await
                                 }
@@ -365,7 +419,7 @@ async fn send_all(
         for &p in t.sessions() {
             let (tx, rx) = mpsc::unbounded_channel();
             let r = match t {
-                Transport::Tcp => tcp::connect(t, p)
+                Transport::Tcp(cc) => tcp::connect(t, p, cc)
                     .await
                     .map(|c| tokio::spawn(tcp::pump(c, rx))),
                 Transport::Kcp | Transport::KcpDual => kcp::connect(t, p)

@@ -1,9 +1,9 @@
 //! Kernel TCP peer: one connection on path A, messages back to back, Nagle off.
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 
-use super::{message::HEADER_LEN, record, GroundTruth, Transport};
+use super::{message::HEADER_LEN, record, GroundTruth, TcpCc, Transport};
 use crate::error::{LabError, Result};
 use crate::names::PathId;
 
@@ -34,9 +34,29 @@ pub async fn listen(t: Transport, path: PathId, truth: GroundTruth) -> Result<()
     Ok(())
 }
 
-/// Connects from the T-Box side.
-pub async fn connect(t: Transport, path: PathId) -> Result<TcpStream> {
-    let s = TcpStream::connect(t.gateway(path))
+/// Connects from the T-Box side, with congestion control `cc` on the socket (set before
+/// the handshake; the sender's algorithm is the one that shapes the uplink).
+pub async fn connect(t: Transport, path: PathId, cc: TcpCc) -> Result<TcpStream> {
+    let to = t.gateway(path);
+    let socket = TcpSocket::new_v4().map_err(|e| LabError::peer(t.name(), e))?;
+    if let Some(name) = cc.kernel_name() {
+        socket2::SockRef::from(&socket)
+            .set_tcp_congestion(name.as_bytes())
+            .map_err(|e| {
+                let offered =
+                    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                        .unwrap_or_default();
+                LabError::peer(
+                    t.name(),
+                    format!(
+                        "congestion control {name} refused ({e}); this kernel offers: {}",
+                        offered.trim()
+                    ),
+                )
+            })?;
+    }
+    let s = socket
+        .connect(to)
         .await
         .map_err(|e| LabError::peer(t.name(), e))?;
     s.set_nodelay(true)

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize};
-use tboxscope_engine::input::{self as engine, TcpEvent, TcpEventKind, TcpFigures};
+use tboxscope_engine::input::{
+    self as engine, CongestionControl, TcpEvent, TcpEventKind, TcpFigures,
+};
 use tboxscope_engine::record::TcpSource;
 
 use crate::source::ebpf::event::{jiffies_to_ms, CaState, SocketState, TcpSnapshot};
@@ -52,6 +54,10 @@ pub struct SockFields {
     pub ca_state: CaState,
     /// TCP state (ESTABLISHED, ...).
     pub state: SocketState,
+    /// Congestion-control algorithm (cubic, bbr, reno, ...), when the probe could read it;
+    /// recordings made before the field existed read without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion_control: Option<CongestionControl>,
 }
 
 impl SockFields {
@@ -70,6 +76,7 @@ impl SockFields {
             retrans_out: s.retrans_out,
             ca_state: CaState::from_kernel(s.ca_state),
             state: SocketState::from_kernel(s.state),
+            congestion_control: s.congestion_control,
         }
     }
 
@@ -77,6 +84,7 @@ impl SockFields {
     /// total.
     pub fn figures(&self) -> TcpFigures {
         TcpFigures {
+            congestion_control: self.congestion_control,
             cwnd: self.cwnd,
             ssthresh: self.ssthresh,
             srtt_us: self.srtt_us,

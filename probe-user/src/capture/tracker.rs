@@ -348,6 +348,7 @@ mod tests {
                 packets_out: 1,
                 lost_out: 1,
                 retrans_out: 0,
+                congestion_control: "cubic".parse().ok(),
                 valid: true,
             },
         }
@@ -430,6 +431,7 @@ mod tests {
         assert_eq!(lines[1]["ssthresh"], 7);
         assert_eq!(lines[1]["srtt_us"], 500);
         assert_eq!(lines[1]["ca_state"], "loss");
+        assert_eq!(lines[1]["congestion_control"], "cubic");
         assert_eq!(lines[2]["type"], "tcp_rto");
         assert_eq!(lines[2]["backoff"], 0);
         assert_eq!(lines[2]["timeout"], 1);

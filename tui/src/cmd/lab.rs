@@ -12,7 +12,7 @@ use tboxscope::report::Page;
 use tboxscope::source::{snapshot_channel, ChannelSource, SnapshotSource};
 use tboxscope::view::SourceStatus;
 use tboxscope_engine::snapshot::Snapshot;
-use tboxscope_lab::peers::{Profile, Transport};
+use tboxscope_lab::peers::{Profile, TcpCc, Transport};
 use tboxscope_lab::run::{NoObserver, RunOptions};
 use tboxscope_lab::testbed::{run_detached_line, set_outage};
 use tboxscope_lab::{
@@ -158,13 +158,20 @@ fn lab_run(names: LabNames, a: LabRunArgs) -> anyhow::Result<ExitCode> {
     opts.transports = if a.transports.is_empty() {
         Transport::defaults()
     } else if a.transports.iter().any(|t| t.trim() == "all") {
+        // Every one, TCP once (with the kernel's default algorithm; --tcp-cc for others).
         Transport::available()
+            .into_iter()
+            .filter(|t| !t.is_tcp() || *t == Transport::Tcp(TcpCc::Default))
+            .collect()
     } else {
         a.transports
             .iter()
             .map(|t| Transport::parse(t.trim()).ok_or_else(|| anyhow!("unknown transport {t:?}")))
             .collect::<anyhow::Result<_>>()?
     };
+    if !a.tcp_cc.is_empty() {
+        opts.transports = with_tcp_algorithms(&opts.transports, &a.tcp_cc)?;
+    }
     if let Some(k) = a.keylog {
         opts.keylog = k;
     }
@@ -394,10 +401,67 @@ fn write_json(
     Ok(())
 }
 
+/// The transports with the TCP baseline run once per algorithm of `--tcp-cc`, where `tcp`
+/// stood.
+fn with_tcp_algorithms(
+    transports: &[Transport],
+    names: &[String],
+) -> anyhow::Result<Vec<Transport>> {
+    let mut algorithms = Vec::new();
+    for name in names {
+        let cc = TcpCc::parse(name.trim()).ok_or_else(|| {
+            let known: Vec<&str> = TcpCc::SET.iter().filter_map(|c| c.kernel_name()).collect();
+            anyhow!(
+                "--tcp-cc {name:?}: not one of {} (this kernel offers: {})",
+                known.join(", "),
+                std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                    .unwrap_or_default()
+                    .trim()
+            )
+        })?;
+        if !algorithms.contains(&Transport::Tcp(cc)) {
+            algorithms.push(Transport::Tcp(cc));
+        }
+    }
+    let Some(at) = transports.iter().position(|t| t.is_tcp()) else {
+        bail!("--tcp-cc runs the TCP baseline once per algorithm: tcp is not among --transports");
+    };
+    let mut out: Vec<Transport> = transports.iter().copied().filter(|t| !t.is_tcp()).collect();
+    for (i, t) in algorithms.into_iter().enumerate() {
+        out.insert(at + i, t);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{parse_duration, with_tcp_algorithms};
     use std::time::Duration;
+    use tboxscope_lab::peers::Transport;
+
+    #[test]
+    fn tcp_cc_runs_the_baseline_once_per_algorithm_where_tcp_stood() {
+        let names = |v: &[Transport]| v.iter().map(|t| t.name()).collect::<Vec<_>>().join(",");
+        let ts: Vec<Transport> = ["kcp", "tcp", "quic"]
+            .iter()
+            .filter_map(|n| Transport::parse(n))
+            .collect();
+        let cc = |s: &str| s.split(',').map(str::to_owned).collect::<Vec<_>>();
+        let out = with_tcp_algorithms(&ts, &cc("cubic,bbr,reno,bbr")).unwrap();
+        assert_eq!(names(&out), "kcp,tcp-cubic,tcp-bbr,tcp-reno,quic");
+        assert!(with_tcp_algorithms(&ts, &cc("vegas"))
+            .unwrap_err()
+            .to_string()
+            .contains("not one of cubic, bbr, reno"));
+        assert!(
+            with_tcp_algorithms(&ts[..1], &cc("bbr")).is_err(),
+            "no tcp to run"
+        );
+        // Each its own port and message slot.
+        let mut ports: Vec<u16> = out.iter().map(|t| t.port()).collect();
+        ports.dedup();
+        assert_eq!(ports.len(), out.len());
+    }
 
     #[test]
     fn durations() {

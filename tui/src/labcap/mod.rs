@@ -236,12 +236,13 @@ fn lab_err(what: &str, e: impl std::fmt::Display) -> LabError {
     LabError::Config(format!("tboxscope capture: {what}: {e}"))
 }
 
-/// The TCP baseline's server port, when the run has it.
-fn tcp_port(plan: &CapturePlan) -> Option<u16> {
+/// The TCP baselines' server ports (one per congestion-control algorithm run).
+fn tcp_ports(plan: &CapturePlan) -> Vec<u16> {
     plan.transports
         .iter()
-        .find(|(t, ..)| *t == Transport::Tcp)
+        .filter(|(t, ..)| t.is_tcp())
         .map(|(_, port, _)| *port)
+        .collect()
 }
 
 /// How long a lab run's messages stay open (seconds): until the run ends, so that a copy
@@ -258,7 +259,7 @@ pub fn message_timeout_s(duration_s: f64, drain_s: f64) -> f64 {
 pub fn lab_framing(transports: &[Transport], message_size: usize) -> Option<Framing> {
     transports
         .iter()
-        .any(|t| matches!(t, Transport::QuicStream | Transport::Tcp))
+        .any(|t| *t == Transport::QuicStream || t.is_tcp())
         .then(|| u32::try_from(message_size).ok())
         .flatten()
         .map(Framing::Fixed)
@@ -380,7 +381,7 @@ fn note_socket(
     seg: &probe_user::decode::net::TcpSegment<'_>,
 ) {
     if at_tbox(plan, p.path)
-        && tcp_port(plan) == Some(seg.dst.port())
+        && tcp_ports(plan).contains(&seg.dst.port())
         && sockets.len() < MAX_LAB_SOCKETS
     {
         sockets.insert((seg.src, seg.dst));
@@ -596,9 +597,10 @@ impl RunObserver for LabCapture {
         // The TCP baseline's socket, through the probes `tboxscope capture` uses: the
         // tracepoints are global, so the filter (its server port and address) and the
         // capture's own sockets pick the lab's connection out of the machine's TCP.
-        if let Some(port) = tcp_port(plan) {
+        let ports = tcp_ports(plan);
+        if !ports.is_empty() {
             let filter = TcpFilter {
-                ports: vec![port],
+                ports,
                 hosts: vec![IpAddr::V4(PathId::A.gateway_addr())],
             };
             let local = PathId::BOTH
@@ -768,7 +770,7 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
         sockets: &known,
         kernel: &kernel,
         status: collected.tcp_status.clone().unwrap_or_else(|| {
-            if tcp_port(plan).is_some() {
+            if !tcp_ports(plan).is_empty() {
                 "TCP probes not started".into()
             } else {
                 String::new()
@@ -845,8 +847,8 @@ fn measured_transport(
     flow_ports: &HashMap<String, u16>,
     tcp: &TcpSide<'_>,
 ) -> MeasuredTransport {
-    if t == Transport::Tcp {
-        return measured_tcp(summary, tcp);
+    if t.is_tcp() {
+        return measured_tcp(t, port, summary, tcp);
     }
     let group_names = [
         FlowKey::QuicGroup { server_port: port }.name(),
@@ -901,11 +903,17 @@ fn measured_transport(
 /// (cut from its byte stream at both ends), amplification, head-of-line stalls (the kernel's
 /// and the wire's incidents of the flow), retransmissions on the wire at the T-Box's capture,
 /// and the kernel's retransmissions and RTO backoff from the eBPF probes.
-fn measured_tcp(summary: &Summary, tcp: &TcpSide<'_>) -> MeasuredTransport {
-    // The socket whose flow carried the most messages.
+fn measured_tcp(
+    t: Transport,
+    port: u16,
+    summary: &Summary,
+    tcp: &TcpSide<'_>,
+) -> MeasuredTransport {
+    // The socket to this baseline's port whose flow carried the most messages.
     let best = tcp
         .sockets
         .iter()
+        .filter(|(_, server)| server.port() == port)
         .filter_map(|&(client, server)| {
             let name = FlowKey::Tcp { client, server }.name();
             let f = summary.flows.iter().find(|f| f.flow == name)?;
@@ -972,7 +980,7 @@ fn measured_tcp(summary: &Summary, tcp: &TcpSide<'_>) -> MeasuredTransport {
         .map(|ns| ns as f64 / 1e6);
     k.total_hol_stall_ms = periods.iter().map(|s| s.1 - s.0).sum::<u64>() as f64 / 1e6;
     let mut row = MeasuredTransport {
-        transport: Transport::Tcp.name(),
+        transport: t.name(),
         messages: flow.map_or(0, |f| f.messages),
         p50_ms: None,
         p99_ms: None,

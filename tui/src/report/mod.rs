@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use probe_user::engine::advice::{self, Advice};
-use probe_user::engine::input::{TcpEvent, TcpEventKind};
+use probe_user::engine::input::{CongestionControl, TcpEvent, TcpEventKind};
 use probe_user::engine::record::{Record, WindowRecord};
 use probe_user::engine::snapshot::{LatencyKind, Percentiles};
 use probe_user::engine::thinned::Thinned;
@@ -56,6 +56,24 @@ struct TcpTrace {
     retransmits: Thinned<(u64, u32)>,
     /// Retransmission timeouts: (time ns, cwnd then, backoff level).
     timeouts: Thinned<(u64, u32, u8)>,
+    /// The congestion-control algorithms the socket ran, in the order first seen (one, unless
+    /// the program switched it).
+    algorithms: Vec<CongestionControl>,
+}
+
+impl TcpTrace {
+    /// "cubic", "cubic → bbr", or "algorithm unknown".
+    fn algorithm(&self) -> String {
+        if self.algorithms.is_empty() {
+            return "algorithm unknown".to_owned();
+        }
+        let names: Vec<&str> = self
+            .algorithms
+            .iter()
+            .map(CongestionControl::as_str)
+            .collect();
+        names.join(" → ")
+    }
 }
 
 impl ReportData {
@@ -119,6 +137,11 @@ impl ReportData {
             return;
         };
         let f = &e.figures;
+        if let Some(cc) = f.congestion_control {
+            if t.algorithms.last() != Some(&cc) && t.algorithms.len() < 8 {
+                t.algorithms.push(cc);
+            }
+        }
         if f.cwnd > 0 {
             t.samples.push((e.ts_ns, f.cwnd, f.ssthresh));
         }
@@ -386,7 +409,7 @@ fn sections(page: &Page) -> anyhow::Result<Vec<Section>> {
         plots.push(Plot {
             file: format!("tcp-{}.svg", i + 1),
             svg: charts::tcp_window(
-                &format!("{name} on {}", t.path),
+                &format!("{name} on {} · {}", t.path, t.algorithm()),
                 start_ns,
                 end_ns,
                 t.samples.kept(),
@@ -394,11 +417,12 @@ fn sections(page: &Page) -> anyhow::Result<Vec<Section>> {
                 t.timeouts.kept(),
             )?,
             caption: format!(
-                "{} on {}: the kernel's congestion window and slow-start threshold \
-                 (segments), {} retransmission(s) (dots) and {} timeout(s) (crosses, the \
-                 backoff level above).",
+                "{} on {}, congestion control <b>{}</b>: the kernel's congestion window and \
+                 slow-start threshold (segments), {} retransmission(s) (dots) and {} \
+                 timeout(s) (crosses, the backoff level above).",
                 escape(name),
                 escape(&t.path),
+                escape(&t.algorithm()),
                 t.retransmits.seen(),
                 t.timeouts.seen()
             ),

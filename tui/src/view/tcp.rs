@@ -1,6 +1,7 @@
 //! The TCP screen: sockets with live retransmissions; for the selected socket the RTO backoff
 //! ladder (200 → 400 → 800 ms … one bar per timeout of the current or last episode), cwnd and
-//! ssthresh over time, and the congestion-state changes. Without the kernel's events (a replay
+//! ssthresh over time with the retransmissions and timeouts on it, labelled with the socket's
+//! congestion-control algorithm, and the congestion-state changes. Without the kernel's events (a replay
 //! of packet captures, or no probes), TCP as the captures saw it: per connection direction the
 //! retransmissions by kind and the backoff ladder inferred from the wire; with both, the title
 //! says where the kernel and the wire disagree.
@@ -369,8 +370,15 @@ fn render_cong(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Th
 }
 
 fn render_cwnd(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Theme) {
+    let algorithm = socket
+        .figures
+        .congestion_control
+        .map_or_else(|| "algorithm unknown".to_owned(), |c| c.to_string());
     let block = panel(
-        format!(" cwnd {} · ssthresh over time ", socket.figures.cwnd),
+        format!(
+            " cwnd {} · ssthresh over time · {algorithm} ",
+            socket.figures.cwnd
+        ),
         theme,
     );
     let Some(first) = socket.history.first() else {
@@ -394,14 +402,36 @@ fn render_cwnd(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Th
         .filter(|s| s.figures.ssthresh < 0x7fff_0000)
         .map(|s| (secs(s.ts_ns), f64::from(s.figures.ssthresh)))
         .collect();
-    let x_max = cwnd.last().map_or(1.0, |p| p.0).max(1.0);
+    // Retransmissions on the window line (the cwnd of the sample before each), the ones
+    // after a timeout apart: the RTO backoff episodes.
+    let cwnd_at = |ts: u64| {
+        let i = socket.history.partition_point(|s| s.ts_ns <= ts);
+        socket.history[i.saturating_sub(1)].figures.cwnd
+    };
+    let (mut fast, mut timeouts) = (Vec::new(), Vec::new());
+    let mut max_backoff = 0;
+    for r in socket.retransmissions.iter().filter(|r| r.ts_ns >= t0) {
+        let point = (secs(r.ts_ns), f64::from(cwnd_at(r.ts_ns)));
+        if r.kind == RetransmitKind::Rto {
+            max_backoff = max_backoff.max(r.backoff);
+            timeouts.push(point);
+        } else {
+            fast.push(point);
+        }
+    }
+    let x_max = cwnd
+        .last()
+        .map_or(1.0, |p| p.0)
+        .max(fast.last().map_or(0.0, |p| p.0))
+        .max(timeouts.last().map_or(0.0, |p| p.0))
+        .max(1.0);
     let y_max = cwnd
         .iter()
         .chain(&ssthresh)
         .map(|p| p.1)
         .fold(4.0_f64, f64::max)
         * 1.1;
-    let chart = Chart::new(vec![
+    let mut datasets = vec![
         Dataset::default()
             .name("cwnd")
             .marker(Marker::Braille)
@@ -414,20 +444,43 @@ fn render_cwnd(frame: &mut Frame, area: Rect, socket: &TcpSocketView, theme: &Th
             .graph_type(GraphType::Line)
             .style(theme.series(Some(1)))
             .data(&ssthresh),
-    ])
-    .block(block)
-    .x_axis(
-        Axis::default()
-            .bounds([0.0, x_max])
-            .labels(["0s".to_owned(), format!("{x_max:.1}s")])
-            .style(theme.dim()),
-    )
-    .y_axis(
-        Axis::default()
-            .bounds([0.0, y_max])
-            .labels(["0".to_owned(), format!("{y_max:.0}")])
-            .style(theme.dim()),
-    );
+    ];
+    if !fast.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .name("retransmit")
+                .marker(Marker::Dot)
+                .graph_type(GraphType::Scatter)
+                .style(theme.warn())
+                .data(&fast),
+        );
+    }
+    let rto_name = format!("RTO ≤b{max_backoff}");
+    if !timeouts.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .name(rto_name.as_str())
+                .marker(Marker::Block)
+                .graph_type(GraphType::Scatter)
+                .style(theme.alert())
+                .data(&timeouts),
+        );
+    }
+    let chart = Chart::new(datasets)
+        .hidden_legend_constraints((Constraint::Ratio(1, 2), Constraint::Ratio(1, 2)))
+        .block(block)
+        .x_axis(
+            Axis::default()
+                .bounds([0.0, x_max])
+                .labels(["0s".to_owned(), format!("{x_max:.1}s")])
+                .style(theme.dim()),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([0.0, y_max])
+                .labels(["0".to_owned(), format!("{y_max:.0}")])
+                .style(theme.dim()),
+        );
     frame.render_widget(chart, area);
 }
 

@@ -264,6 +264,8 @@ pub struct SsInfo {
     pub srtt_us: f64,
     /// `mss:` (the sender's current MSS).
     pub mss: u64,
+    /// The congestion-control algorithm (a bare token, one of the kernel's available ones).
+    pub congestion_control: Option<String>,
 }
 
 impl SsInfo {
@@ -271,8 +273,14 @@ impl SsInfo {
     pub fn parse(text: &str) -> Option<Self> {
         let mut info = SsInfo::default();
         let mut seen = false;
+        let available =
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                .unwrap_or_default();
         for tok in text.split_whitespace() {
             let Some((k, v)) = tok.split_once(':') else {
+                if available.split_whitespace().any(|a| a == tok) {
+                    info.congestion_control = Some(tok.to_owned());
+                }
                 continue;
             };
             match k {

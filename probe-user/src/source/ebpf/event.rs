@@ -1,5 +1,6 @@
 //! Decoding ring-buffer records into owned, typed observations.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use tboxscope_engine::input::CongestionControl;
 
 use probe_common::{
     TcpEvent, AF_INET, AF_INET6, FLAG_SEGS_READ, FLAG_SEQ_READ, FLAG_SOCK_READ, KIND_CONG_STATE,
@@ -218,6 +219,8 @@ pub struct TcpSnapshot {
     pub lost_out: u32,
     /// packets retransmitted and unacked.
     pub retrans_out: u32,
+    /// The socket's congestion-control algorithm, when it could be read.
+    pub congestion_control: Option<CongestionControl>,
     /// False when the socket fields could not be read (then they are zero).
     pub valid: bool,
 }
@@ -309,6 +312,7 @@ pub fn from_event(ev: &TcpEvent) -> Result<TcpObservation, DecodeError> {
             packets_out: ev.packets_out,
             lost_out: ev.lost_out,
             retrans_out: ev.retrans_out,
+            congestion_control: CongestionControl::new(&ev.ca_name),
             valid: ev.flags & FLAG_SOCK_READ != 0,
         },
     })
@@ -379,6 +383,20 @@ mod tests {
         assert_eq!(o.snap.backoff, 1);
         assert!(o.snap.valid);
         assert_eq!(jiffies_to_ms(o.snap.rto_jiffies, 250), 204);
+    }
+
+    #[test]
+    fn congestion_control_name_is_read_when_valid() {
+        let mut ev = sample();
+        assert_eq!(decode(&bytes(&ev)).unwrap().snap.congestion_control, None);
+        ev.ca_name[..5].copy_from_slice(b"cubic");
+        let cc = decode(&bytes(&ev)).unwrap().snap.congestion_control;
+        assert_eq!(cc.map(|c| c.to_string()), Some("cubic".to_owned()));
+        // Not a name (garbage from a failed read): left out, the event kept.
+        ev.ca_name = [0xff; 16];
+        let o = decode(&bytes(&ev)).unwrap();
+        assert_eq!(o.snap.congestion_control, None);
+        assert!(o.snap.valid);
     }
 
     #[test]

@@ -74,6 +74,16 @@ pub fn sock_offsets(btf: &Btf) -> Result<SockOffsets, OffsetError> {
         (Ok(cb), Ok(f)) if f.size == 4 => cb.byte_offset + f.byte_offset,
         _ => u32::MAX,
     };
+    // The congestion-control algorithm's name: icsk_ca_ops->name. Optional.
+    let (icsk_ca_ops, ca_ops_name) = match (
+        btf.field("tcp_sock", &["inet_conn", "icsk_ca_ops"]),
+        btf.field("tcp_congestion_ops", &["name"]),
+    ) {
+        (Ok(ops), Ok(name)) if ops.size == 8 && name.size == 16 => {
+            (ops.byte_offset, name.byte_offset)
+        }
+        _ => (u32::MAX, u32::MAX),
+    };
     let sock_in_tcp = btf
         .field("tcp_sock", &["inet_conn", "icsk_inet", "sk"])?
         .byte_offset;
@@ -105,6 +115,8 @@ pub fn sock_offsets(btf: &Btf) -> Result<SockOffsets, OffsetError> {
         cookie: sk("skc_cookie", 8).map_or(u32::MAX, |o| sock_in_tcp + o),
         skb_seq: skb_cb_u32("seq"),
         skb_end_seq: skb_cb_u32("end_seq"),
+        icsk_ca_ops,
+        ca_ops_name,
     })
 }
 
