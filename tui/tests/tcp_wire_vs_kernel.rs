@@ -92,10 +92,6 @@ struct WireView {
     out_of_order: u64,
 }
 
-fn mss_segments(len: u64, mss: u64) -> u64 {
-    len.div_ceil(mss).max(1)
-}
-
 /// `tboxscope analyze --json` of `pcap`: the wire records of the data sent from `local`.
 fn analyze(pcap: &Path, local: &str, mss: u64) -> WireView {
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))

@@ -247,6 +247,12 @@ pub fn connect_from(ns: &str, to: SocketAddr) -> TcpStream {
     s
 }
 
+/// Segments of `len` bytes at `mss` as the kernel counts them (`TcpRetransSegs` adds a GSO
+/// packet's segment count; the capture sees it as one packet).
+pub fn mss_segments(len: u64, mss: u64) -> u64 {
+    len.div_ceil(mss).max(1)
+}
+
 /// One `ss -tin` line's numbers.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SsInfo {
