@@ -637,7 +637,17 @@ fn noq_path_acks_attribute_each_path() {
         cut.push(out);
     }
     let (messages, s) = analyze(&run, &cut);
-    all_decrypted(&s);
+    // A packet under a connection ID issued before the cut and used once after it (seen in
+    // CI when noq retried opening path 1 after "remote CIDs exhausted") cannot be tied to
+    // the connection by anything in the cut capture: counted, at most two, nothing else.
+    let q = &s["quic"];
+    let unknown = q["not_decrypted"]["unknown_connection"]
+        .as_u64()
+        .unwrap_or(0);
+    let others = q["not_decrypted"].as_object().unwrap().len() - usize::from(unknown > 0);
+    assert!(unknown <= 2 && others == 0, "{q}");
+    assert!(q["not_quic"].as_object().unwrap().is_empty(), "{q}");
+    assert!(q["frame_errors"].as_object().unwrap().is_empty(), "{q}");
     let hunt = &s["quic"]["hunt"];
     assert!(hunt["recovered"].as_u64().unwrap() >= 1, "{hunt}");
     let half = N / 2;
