@@ -1067,6 +1067,20 @@ fn decide(
                 "redundant sending carries them over the other path: {}",
                 describe(r)
             ));
+        } else {
+            // One path measured: redundant sending cannot be predicted; of the single-path
+            // options, the one that comes back from the outage best.
+            reasons.push(
+                "only one path carried this traffic: redundant sending, the answer to \
+                 handovers, needs the second path measured (capture traffic on both)"
+                    .to_owned(),
+            );
+            let mut singles: Vec<&OptionPrediction> = options.iter().collect();
+            singles.sort_by(|a, b| a.predicted_p99_ms.total_cmp(&b.predicted_p99_ms));
+            wanted.extend(singles);
+            would_change.push(
+                "traffic on a second path in the capture: redundant sending over both".to_owned(),
+            );
         }
         wanted.extend(redundant);
         if let Some(k) = kcp {
@@ -1488,6 +1502,29 @@ mod tests {
             "{:?}",
             a.reasons
         );
+    }
+
+    #[test]
+    fn an_outage_on_the_only_path_measured_picks_the_single_path_that_recovers_best() {
+        let mut ev = seed(0.01, 0.01, true);
+        ev.paths.truncate(1);
+        let a = advise(ev, Limits::default()).unwrap();
+        assert!(a
+            .options
+            .iter()
+            .all(|o| o.transport != Transport::Redundant));
+        let best = a
+            .options
+            .iter()
+            .min_by(|x, y| x.predicted_p99_ms.total_cmp(&y.predicted_p99_ms))
+            .unwrap();
+        assert_eq!(a.recommendation, best.transport, "{a:#?}");
+        assert!(
+            a.reasons.iter().any(|r| r.contains("only one path")),
+            "{:?}",
+            a.reasons
+        );
+        assert!(a.would_change.iter().any(|w| w.contains("second path")));
     }
 
     #[test]

@@ -217,8 +217,8 @@ pub struct LabRunArgs {
     /// Transports to run, comma-separated: tcp, tcp-cubic, tcp-bbr, tcp-reno (the baseline with
     /// that congestion control), kcp, kcp-dual, quic, quic-redundant, mpquic
     /// (multipath QUIC, x86_64 builds), quic-stream (quic-redundant with every message back to
-    /// back on one bidirectional stream per connection), or `all` (every one this build has).
-    /// By default every one this build has but quic-stream.
+    /// back on one bidirectional stream per connection), or `all` (every one this build has,
+    /// TCP once). By default every one this build has but quic-stream and tcp-ALG.
     #[arg(long, value_delimiter = ',')]
     pub transports: Vec<String>,
     /// Run the TCP baseline once per congestion-control algorithm named, comma-separated:
