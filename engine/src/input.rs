@@ -92,7 +92,8 @@ pub enum Host {
 /// Where a capture was taken: which host and which path.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CapturePoint {
-    /// When the capture started (or when this description was made).
+    /// When the capture started (or when this description was made); 0 when unknown (the
+    /// declaration then does not start the engine's clock: its first packet does).
     pub ts_ns: u64,
     /// Id used by packet observations of this capture.
     pub capture: CaptureId,

@@ -236,7 +236,10 @@ impl Shared {
 
     /// A capture point declared.
     pub(crate) fn on_capture(&mut self, c: crate::input::CapturePoint) {
-        self.advance(c.ts_ns);
+        // A declaration without a time does not start the clock at the epoch.
+        if c.ts_ns != 0 {
+            self.advance(c.ts_ns);
+        }
         let Some(path) = self.paths.intern(&c.path) else {
             return;
         };

@@ -97,3 +97,34 @@ fn reset_windows_clears_series_and_rates_but_keeps_the_run() {
         assert_eq!(w.start_ns, last);
     }
 }
+
+#[test]
+fn a_capture_declared_without_a_time_does_not_start_the_clock() {
+    let mut e = engine(Config::default());
+    for o in two_ends_of_two_paths(Some(0)) {
+        if let Observation::Capture(mut c) = o {
+            c.ts_ns = 0;
+            e.handle(Observation::Capture(c));
+        }
+    }
+    assert_eq!(e.now_ns(), 0);
+    let first = T0 + 1_000_000_000;
+    e.handle(Observation::Datagram(Datagram {
+        meta: meta(
+            first,
+            "eth0",
+            0,
+            addr("10.0.0.2:40000"),
+            addr("192.0.2.1:9000"),
+            628,
+        ),
+        payload_hash: 1,
+        payload_len: 600,
+        app_msg_id: None,
+    }));
+    let summary = e.finish(first + 2_000_000_000);
+    assert_eq!(summary.start_ns, first, "the first packet starts the clock");
+    assert!(e
+        .drain_records()
+        .all(|r| !matches!(r, Record::Window(w) if w.start_ns < first)));
+}
