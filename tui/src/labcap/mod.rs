@@ -381,7 +381,10 @@ fn note_socket(
     seg: &probe_user::decode::net::TcpSegment<'_>,
 ) {
     if at_tbox(plan, p.path)
-        && tcp_ports(plan).contains(&seg.dst.port())
+        && plan
+            .transports
+            .iter()
+            .any(|(t, port, _)| t.is_tcp() && *port == seg.dst.port())
         && sockets.len() < MAX_LAB_SOCKETS
     {
         sockets.insert((seg.src, seg.dst));
