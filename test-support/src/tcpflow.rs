@@ -1,7 +1,7 @@
-//! Synthetic TCP captures with a known truth: bulk connections as the sender's capture shows
-//! them (data one way, ACKs back, timestamps and SACK on), with losses repaired by fast
-//! retransmit, tail loss probe and RTO (some with a second, backed-off timeout), written
-//! straight to a classic pcap. The truth is counted as the traffic is generated, so tests can
+//! Synthetic TCP captures with a known truth: bulk connections (or a control channel's small
+//! messages) as the sender's capture shows them (data one way, ACKs back, timestamps and SACK
+//! on), with losses repaired by fast retransmit, tail loss probe and RTO (some with a second,
+//! backed-off timeout), written straight to a classic pcap. The truth is counted as the traffic is generated, so tests can
 //! check the wire matcher against it and benchmarks can time it on ~1 M segments.
 
 use std::path::Path;
@@ -19,7 +19,13 @@ pub struct TcpTraffic {
     pub loss_per_mille: u32,
     /// Seed of the deterministic choices.
     pub seed: u64,
+    /// Payload bytes of each data segment: [`FULL_SEGMENT`] for bulk transfer, a few hundred
+    /// for a control channel's messages.
+    pub segment_bytes: u32,
 }
+
+/// A full segment's payload (MSS 1448: Ethernet MTU with the timestamps option).
+pub const FULL_SEGMENT: u32 = 1448;
 
 /// The retransmissions generated, by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,7 +52,6 @@ impl TcpTruth {
     }
 }
 
-const MSS: u32 = 1448;
 /// Segments per round (one flight).
 const FLIGHT: u32 = 10;
 /// Spacing of the segments of a flight, µs.
@@ -99,6 +104,8 @@ enum Loss {
 /// One connection's frames, generated round by round.
 struct Conn {
     idx: u16,
+    /// Payload bytes per data segment.
+    len: u32,
     rtt_us: u64,
     t_us: u64,
     seq: u32,
@@ -119,7 +126,7 @@ impl Conn {
             seq,
             ack: 1,
             flags: ACK | PSH,
-            len: MSS,
+            len: self.len,
             tsval: Self::ms(ts_us),
             tsecr: 0,
             sack: None,
@@ -166,12 +173,13 @@ impl Conn {
         out: &mut Vec<Seg>,
     ) {
         let start = self.seq;
-        let end_of = |k: u32| start.wrapping_add((k + 1) * MSS);
+        let len = self.len;
+        let end_of = |k: u32| start.wrapping_add((k + 1) * len);
         let sent: Vec<Seg> = (0..FLIGHT)
             .map(|k| {
                 self.data(
                     self.t_us + u64::from(k) * PACING_US,
-                    start.wrapping_add(k * MSS),
+                    start.wrapping_add(k * len),
                 )
             })
             .collect();
@@ -210,11 +218,11 @@ impl Conn {
                 } else {
                     tsval(lost - 1)
                 };
-                let hole = start.wrapping_add(lost * MSS);
+                let hole = start.wrapping_add(lost * len);
                 let mut retx_t = 0;
                 for k in lost + 1..FLIGHT {
                     let t = send_t(k) + rtt;
-                    let sack = (start.wrapping_add((lost + 1) * MSS), end_of(k));
+                    let sack = (start.wrapping_add((lost + 1) * len), end_of(k));
                     out.push(self.ack(t, hole, recent, Some(sack)));
                     if k == lost + 3 {
                         retx_t = t + 30;
@@ -240,7 +248,7 @@ impl Conn {
                         None,
                     ));
                 }
-                let hole = start.wrapping_add(last * MSS);
+                let hole = start.wrapping_add(last * len);
                 let (mut retx_t, wait) = match loss {
                     Some(Loss::Probe) => {
                         truth.loss_probe += 1;
@@ -276,6 +284,7 @@ pub fn write_tcp_capture(path: &Path, traffic: &TcpTraffic) -> (u64, TcpTruth) {
     let mut conns: Vec<Conn> = (0..traffic.connections)
         .map(|i| Conn {
             idx: i,
+            len: traffic.segment_bytes.clamp(1, FULL_SEGMENT),
             rtt_us: 20_000 + u64::from(i) * 1_000,
             t_us: 1_000 * u64::from(i),
             // Some connections wrap their sequence space within the capture.

@@ -6,7 +6,7 @@
 //! cargo build --release -p tboxscope --example analyze_bench
 //! target/release/examples/analyze_bench offline [--packets N] [--tboxscope target/release/tboxscope]
 //! target/release/examples/analyze_bench offline-quic [--packets N] [--capture PATH]
-//! target/release/examples/analyze_bench offline-tcp [--packets N] [--capture PATH]
+//! target/release/examples/analyze_bench offline-tcp [--packets N] [--segment-bytes B (1448)] [--capture PATH]
 //! target/release/examples/analyze_bench engine [--rounds R (5)] [--dir D]
 //! target/release/examples/analyze_bench live [--seconds S] [--rate PPS_PER_PATH] [--compare] [--stop-early]   (root)
 //! ```
@@ -34,12 +34,14 @@
 //! times the in-process decode with 1-RTT decryption, the binary with `--keylog`, and
 //! `tshark -o tls.keylog_file:` on the same file.
 //!
-//! `offline-tcp` writes a TCP capture of N frames (default 1,000,000: 16 bulk connections as
-//! the sender's capture shows them, 1 % of data segments lost and repaired by fast retransmit,
-//! tail loss probe or RTO, some timing out twice) and times on it: the in-process decode
-//! alone, decode + the wire TCP matcher as `analyze` runs it, the `tboxscope analyze` binary,
-//! and tshark's TCP analysis (`-z expert`, and the retransmission fields), each side's
-//! retransmissions counted against the generator's truth. `write-kcp`/`write-quic`/`write-tcp PATH` only write the
+//! `offline-tcp` writes a TCP capture of N frames (default 1,000,000: 16 connections as the
+//! sender's capture shows them, data segments of B payload bytes — 1448 for bulk transfer, a
+//! few hundred for a control channel's messages — 1 % of them lost and repaired by fast
+//! retransmit, tail loss probe or RTO, some timing out twice) and times on it: a plain read of
+//! the file (the floor of any reader), the in-process decode alone, decode + the wire TCP
+//! matcher as `analyze` runs it, the `tboxscope analyze` binary, and tshark's TCP analysis
+//! (`-z expert`, and the retransmission fields), each side's retransmissions counted against
+//! the generator's truth. `write-kcp`/`write-quic`/`write-tcp PATH` only write the
 //! captures and `decode FILE [--keylog K]` only decodes (for `perf record`); `decode FILE
 //! --engine [--rounds R]` measures the correlation engine on top of decoding in the same run
 //! (the ≤ 30 % goal), `decode FILE --engine-only [--messages]` runs decode + engine alone (for
@@ -68,7 +70,7 @@ use tboxscope_decode::quic::Keylog;
 use tboxscope_test_support::netns;
 use tboxscope_test_support::pcap::PcapFile;
 use tboxscope_test_support::quic::{rfc9001_keylog, unhex, OneRttMix};
-use tboxscope_test_support::tcpflow::{write_tcp_capture, TcpTraffic};
+use tboxscope_test_support::tcpflow::{write_tcp_capture, TcpTraffic, FULL_SEGMENT};
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter()
@@ -94,9 +96,13 @@ fn main() {
             let path = Path::new(&args[2]);
             write_quic_capture(path, &path.with_extension("keys"), arg(&args, "--packets", 1_000_000));
         }
-        // `write-tcp PATH [--packets N]`: the capture of `offline-tcp`.
+        // `write-tcp PATH [--packets N] [--segment-bytes B]`: the capture of `offline-tcp`.
         Some("write-tcp") => {
-            let (_, truth) = write_tcp_capture(Path::new(&args[2]), &tcp_traffic(arg(&args, "--packets", 1_000_000)));
+            let traffic = tcp_traffic(
+                arg(&args, "--packets", 1_000_000),
+                arg(&args, "--segment-bytes", FULL_SEGMENT),
+            );
+            let (_, truth) = write_tcp_capture(Path::new(&args[2]), &traffic);
             println!("{truth:?}");
         }
         Some("live") => live(&args),
@@ -204,6 +210,19 @@ fn bench_file(args: &[String], name: &str) -> (PathBuf, tempfile::TempDir, PathB
     (bin, dir, file)
 }
 
+/// Seconds to read `file` to its end with `buf_size`-byte reads, doing nothing with the bytes.
+fn read_file(file: &Path, buf_size: usize) -> f64 {
+    let t = Instant::now();
+    let mut f = std::fs::File::open(file).unwrap();
+    let mut buf = vec![0u8; buf_size];
+    while let Ok(k) = f.read(&mut buf) {
+        if k == 0 {
+            break;
+        }
+    }
+    t.elapsed().as_secs_f64()
+}
+
 fn offline(args: &[String]) {
     let n: u64 = arg(args, "--packets", 1_050_000);
     let (bin, _dir, file) = bench_file(args, "kcp-bench.pcap");
@@ -218,21 +237,11 @@ fn offline(args: &[String]) {
     // Baselines: read the file (page cache warm after writing), then walk its records without
     // decoding, on this thread alone and with the read-ahead thread.
     for buf_size in [256usize << 10, 1 << 20] {
-        let t = Instant::now();
-        let mut f = std::fs::File::open(&file).unwrap();
-        let mut buf = vec![0u8; buf_size];
-        let mut total = 0u64;
-        while let Ok(k) = f.read(&mut buf) {
-            if k == 0 {
-                break;
-            }
-            total += k as u64;
-        }
-        let read_s = t.elapsed().as_secs_f64();
+        let read_s = read_file(&file, buf_size);
         println!(
             "read file ({} KiB buffer): {read_s:.3} s ({:.1} GB/s)",
             buf_size >> 10,
-            total as f64 / read_s / 1e9
+            size as f64 / read_s / 1e9
         );
     }
     for reading in [FileReading::SameThread, FileReading::ReadAhead] {
@@ -789,12 +798,13 @@ fn decode_only(args: &[String]) {
 }
 
 /// The traffic of `offline-tcp` and `write-tcp`.
-fn tcp_traffic(frames: u64) -> TcpTraffic {
+fn tcp_traffic(frames: u64, segment_bytes: u32) -> TcpTraffic {
     TcpTraffic {
         connections: 16,
         frames,
         loss_per_mille: 10,
         seed: 1,
+        segment_bytes,
     }
 }
 
@@ -824,11 +834,12 @@ fn timed_output(cmd: &mut Command) -> Option<(f64, u64, String)> {
 
 fn offline_tcp(args: &[String]) {
     let n: u64 = arg(args, "--packets", 1_000_000);
+    let segment_bytes: u32 = arg(args, "--segment-bytes", FULL_SEGMENT);
     let (bin, _dir, file) = bench_file(args, "tcp-bench.pcap");
     let t = Instant::now();
-    let (size, truth) = write_tcp_capture(&file, &tcp_traffic(n));
+    let (size, truth) = write_tcp_capture(&file, &tcp_traffic(n, segment_bytes));
     println!(
-        "capture: {} TCP frames, {:.0} MB, written in {:.2} s; truth: {} retransmissions (fast {}, loss probe {}, RTO level 0 {}, level 1 {})",
+        "capture: {} TCP frames, data segments of {segment_bytes} bytes, {:.0} MB, written in {:.2} s; truth: {} retransmissions (fast {}, loss probe {}, RTO level 0 {}, level 1 {})",
         truth.frames,
         size as f64 / 1e6,
         t.elapsed().as_secs_f64(),
@@ -839,6 +850,14 @@ fn offline_tcp(args: &[String]) {
         truth.rto_level1
     );
     warm_page_cache(&file);
+    let mut read = f64::MAX;
+    for _ in 0..3 {
+        read = read.min(read_file(&file, 256 << 10));
+    }
+    println!(
+        "read file (256 KiB buffer, best of 3): {read:.3} s, {:.1} GB/s",
+        size as f64 / read / 1e9
+    );
     let config = DissectConfig::default();
     let run = decode_in_process(&file, &config, 3);
     assert_eq!(run.stats.tcp, truth.frames);
@@ -920,6 +939,10 @@ fn offline_tcp(args: &[String]) {
         ("tshark tcp.analysis fields", &fields),
     ] {
         if let Some((s, _, _)) = base {
+            println!(
+                "ratio read file alone vs {name}: {:.1}x (the ceiling)",
+                s / read
+            );
             println!("ratio decode + matcher vs {name}: {:.1}x", s / matched);
             if let Some((t, _, _)) = &tbox {
                 println!("ratio tboxscope binary vs {name}: {:.1}x", s / t);

@@ -1,16 +1,28 @@
 //! `tboxscope analyze` of a TCP capture with a known truth (the generator of the TCP
 //! benchmark's capture: bulk connections, losses repaired by fast retransmit, tail loss probe
 //! and RTO, some timing out twice, sequence numbers wrapping): every retransmission found,
-//! each of its kind and backoff level, and tshark's TCP analysis flags the same ones.
+//! each of its kind and backoff level, and tshark's TCP analysis flags the same ones — with
+//! full segments, and with a control channel's small ones (many segments per round trip).
+
+#![expect(clippy::unwrap_used, reason = "test helper shared by two cases")]
 
 use std::collections::BTreeMap;
 use std::process::Command;
 
 use serde_json::Value;
-use tboxscope_test_support::tcpflow::{write_tcp_capture, TcpTraffic};
+use tboxscope_test_support::tcpflow::{write_tcp_capture, TcpTraffic, FULL_SEGMENT};
 
 #[test]
-fn retransmissions_by_kind_and_level_match_the_truth_and_tshark() {
+fn bulk_retransmissions_by_kind_and_level_match_the_truth_and_tshark() {
+    by_kind_and_level(FULL_SEGMENT);
+}
+
+#[test]
+fn control_channel_retransmissions_by_kind_and_level_match_the_truth_and_tshark() {
+    by_kind_and_level(160);
+}
+
+fn by_kind_and_level(segment_bytes: u32) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tcp.pcap");
     let (_, truth) = write_tcp_capture(
@@ -20,6 +32,7 @@ fn retransmissions_by_kind_and_level_match_the_truth_and_tshark() {
             frames: 40_000,
             loss_per_mille: 20,
             seed: 7,
+            segment_bytes,
         },
     );
     assert!(

@@ -195,20 +195,23 @@ fn main() -> Result<()> {
                     "tboxscope",
                 ],
             )?;
-            for mode in ["engine", "offline-tcp"] {
-                cargo(
-                    &root,
-                    &[
-                        "run",
-                        "--release",
-                        "-p",
-                        "tboxscope",
-                        "--example",
-                        "analyze_bench",
-                        "--",
-                        mode,
-                    ],
-                )?;
+            // TCP: bulk transfer (full segments), then a control channel's 160-byte messages.
+            for mode in [
+                &["engine"][..],
+                &["offline-tcp"],
+                &["offline-tcp", "--segment-bytes", "160"],
+            ] {
+                let mut run = vec![
+                    "run",
+                    "--release",
+                    "-p",
+                    "tboxscope",
+                    "--example",
+                    "analyze_bench",
+                    "--",
+                ];
+                run.extend_from_slice(mode);
+                cargo(&root, &run)?;
             }
             Ok(())
         }

@@ -3,7 +3,7 @@
 //! open and close incidents; captured segments add wire bytes, the original send time of the
 //! lost segment, the bytes sent behind it, and the ACK that ends the stall.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use crate::capture::{is_uplink, Dir};
@@ -49,8 +49,9 @@ pub struct TcpState {
     pub incident: Option<(u64, u32, usize, u32)>,
     /// Highest sequence end sent (captured segments), client→server and reverse.
     pub snd_end: [Option<u32>; 2],
-    /// First send time of each data segment seq (captured), per direction.
-    pub sent: [BTreeMap<u32, u64>; 2],
+    /// First send time of each data segment seq (captured), per direction, in sequence
+    /// order (only segments of new data are added; at most [`MAX_SENT`]).
+    pub sent: [VecDeque<(u32, u64)>; 2],
     /// The receiver's view of each direction's byte stream from the wire (index 1:
     /// client → server): holes and the data held behind them.
     pub rx: [crate::hol::GapTracker; 2],
@@ -112,6 +113,13 @@ fn seq_after(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
+/// When the segment starting at `seq` was first sent, from `sent` (in sequence order).
+fn first_sent(sent: &VecDeque<(u32, u64)>, seq: u32) -> Option<u64> {
+    let &(front, _) = sent.front()?;
+    let i = sent.partition_point(|&(s, _)| s.wrapping_sub(front) < seq.wrapping_sub(front));
+    sent.get(i).filter(|&&(s, _)| s == seq).map(|&(_, at)| at)
+}
+
 impl Shared {
     /// Takes a captured segment; returns the packet's facts (its time on the reference clock,
     /// its path, its direction at the capture) and its flow, for the wire matcher (`None`
@@ -131,10 +139,10 @@ impl Shared {
             (guess, src_high)
         };
         self.remember_tuple(pkt.tuple, &key);
-        let label = self.paths.label(pkt.path).to_owned();
+        let paths = &self.paths;
         let fr = self.flows.get_or_insert(&key, pkt.ts_ns, || {
             Proto::Tcp(Box::new(TcpState {
-                path: label.clone(),
+                path: paths.label(pkt.path).to_owned(),
                 ..TcpState::default()
             }))
         });
@@ -164,11 +172,13 @@ impl Shared {
                             s.snd_end[d] = Some(end);
                         }
                     }
-                    if pkt.dir != Dir::In {
-                        s.sent[d].entry(t.seq).or_insert(pkt.ts_ns);
-                        while s.sent[d].len() > MAX_SENT {
-                            s.sent[d].pop_first();
+                    let sent = &mut s.sent[d];
+                    let new_data = sent.back().is_none_or(|&(last, _)| seq_after(t.seq, last));
+                    if pkt.dir != Dir::In && !retrans && new_data {
+                        if sent.len() >= MAX_SENT {
+                            sent.pop_front();
                         }
+                        sent.push_back((t.seq, pkt.ts_ns));
                     }
                 }
                 // An ACK from the other side beyond the missing seq ends the stall.
@@ -388,7 +398,7 @@ impl Shared {
         };
         let d = usize::from(client == e.local);
         let sent_at = match &f.proto {
-            Proto::Tcp(s) => s.sent[d].get(&seq).copied(),
+            Proto::Tcp(s) => first_sent(&s.sent[d], seq),
             _ => None,
         };
         let fast = matches!(kind, RetransmitKind::Fast | RetransmitKind::Tlp);

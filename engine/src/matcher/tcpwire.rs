@@ -10,7 +10,7 @@
 //! direction [`MAX_SEGMENTS`] sent segments and [`MAX_PENDING`] retransmissions awaiting their
 //! verdict; every eviction is counted in [`TcpWireSummary`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use tboxscope_decode::tcp::TcpOptions;
@@ -57,6 +57,63 @@ struct Sent {
     retransmitted: bool,
 }
 
+/// Sent segments in order of their start. New data arrives at the end (an original filling a
+/// hole is the rare insert in the middle) and acknowledged data leaves from the front, so a
+/// sorted ring does with binary searches what a tree map would with node walks.
+#[derive(Debug, Default)]
+struct SentSegments(VecDeque<(u64, Sent)>);
+
+impl SentSegments {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Index of the first segment starting at or after `seq`.
+    fn index_from(&self, seq: u64) -> usize {
+        match self.0.back() {
+            // The common case: `seq` beyond everything remembered.
+            Some(&(last, _)) if last < seq => self.0.len(),
+            _ => self.0.partition_point(|&(start, _)| start < seq),
+        }
+    }
+
+    /// Remembers `s` as starting at `start` (replacing a segment starting there).
+    fn insert(&mut self, start: u64, s: Sent) {
+        let i = self.index_from(start);
+        match self.0.get_mut(i) {
+            Some(slot) if slot.0 == start => slot.1 = s,
+            _ => self.0.insert(i, (start, s)),
+        }
+    }
+
+    fn first(&self) -> Option<&(u64, Sent)> {
+        self.0.front()
+    }
+
+    fn pop_first(&mut self) -> Option<(u64, Sent)> {
+        self.0.pop_front()
+    }
+
+    /// The last segment starting before `seq`.
+    fn last_before(&self, seq: u64) -> Option<&(u64, Sent)> {
+        self.index_from(seq)
+            .checked_sub(1)
+            .and_then(|i| self.0.get(i))
+    }
+
+    /// [`SentSegments::last_before`], to change.
+    fn last_before_mut(&mut self, seq: u64) -> Option<&mut (u64, Sent)> {
+        self.index_from(seq)
+            .checked_sub(1)
+            .and_then(|i| self.0.get_mut(i))
+    }
+
+    /// The first segment starting at or after `seq`.
+    fn first_from(&self, seq: u64) -> Option<&(u64, Sent)> {
+        self.0.get(self.index_from(seq))
+    }
+}
+
 /// A retransmission waiting for the ACK that says whether it was needed.
 #[derive(Debug, Clone)]
 struct Pending {
@@ -92,7 +149,7 @@ struct Half {
     /// Highest SACKed sequence end above `una`.
     sacked: u64,
     /// Sent segments by start (not overlapping: resends are not inserted).
-    sent: BTreeMap<u64, Sent>,
+    sent: SentSegments,
     /// Below this, sequence space counts as seen (the end of the segments evicted from
     /// `sent`, or the first sequence seen: what was sent before the capture began).
     seen_floor: u64,
@@ -228,13 +285,16 @@ impl TcpWireMatcher {
         } else {
             (t.meta.capture, path, dst, src)
         };
-        if !self.conns.contains_key(&key) {
-            if self.conns.len() >= MAX_CONNECTIONS {
-                self.evict();
+        let conn = match self.conns.get_mut(&key) {
+            Some(c) => c,
+            None => {
+                if self.conns.len() >= MAX_CONNECTIONS {
+                    self.evict();
+                }
+                self.seen += 1;
+                self.conns.entry(key).or_default()
             }
-            self.seen += 1;
-        }
-        let conn = self.conns.entry(key).or_default();
+        };
         conn.last_ns = ts_ns;
         let [low, high] = &mut conn.halves;
         let (data, peer) = if from_low { (low, high) } else { (high, low) };
@@ -406,10 +466,9 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) -> Optio
         if rtt.is_none() {
             rtt = h
                 .sent
-                .range(..ack)
-                .next_back()
+                .last_before(ack)
                 .filter(|(_, s)| s.end <= ack && !s.retransmitted)
-                .filter(|(start, _)| **start >= h.una)
+                .filter(|(start, _)| *start >= h.una)
                 .map(|(_, s)| ts_ns.saturating_sub(s.first_ns));
         }
         if let Some(r) = rtt {
@@ -420,8 +479,7 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) -> Optio
             to: ack,
             first_sent_ns: h
                 .sent
-                .range(..=h.una)
-                .next_back()
+                .last_before(h.una + 1)
                 .filter(|(_, s)| s.end > h.una)
                 .map(|(_, s)| s.first_ns),
             resends: smallvec::SmallVec::new(),
@@ -438,11 +496,8 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) -> Optio
             h.recovery_until = None;
         }
         // Forget what is acknowledged.
-        while let Some((&start, s)) = h.sent.first_key_value() {
-            if s.end > ack {
-                break;
-            }
-            h.sent.remove(&start);
+        while h.sent.first().is_some_and(|(_, s)| s.end <= ack) {
+            h.sent.pop_first();
         }
         if h.sacked <= ack {
             h.sacked = 0;
@@ -486,11 +541,7 @@ fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
     if start < h.una.max(h.seen_floor) {
         return false;
     }
-    let overlaps = h
-        .sent
-        .range(..end)
-        .next_back()
-        .is_some_and(|(_, s)| s.end > start);
+    let overlaps = h.sent.last_before(end).is_some_and(|(_, s)| s.end > start);
     if overlaps {
         return false;
     }
@@ -501,7 +552,7 @@ fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
     if h.max_tsval.is_some_and(newer) {
         return false;
     }
-    let above = h.sent.range(end..).next().and_then(|(_, s)| s.tsval);
+    let above = h.sent.first_from(end).and_then(|(_, s)| s.tsval);
     !above.is_some_and(newer)
 }
 
@@ -579,17 +630,12 @@ fn send(
     // Sequence space sent before: a retransmission.
     let mut first_ns = ts_ns;
     let mut head_sent_ns = 0;
-    if let Some((_, s)) = h
-        .sent
-        .range_mut(..end)
-        .next_back()
-        .filter(|(_, s)| s.end > start)
-    {
+    if let Some((_, s)) = h.sent.last_before_mut(end).filter(|(_, s)| s.end > start) {
         first_ns = s.first_ns;
         s.retransmitted = true;
         s.last_ns = ts_ns;
     }
-    if let Some((_, s)) = h.sent.first_key_value() {
+    if let Some((_, s)) = h.sent.first() {
         head_sent_ns = s.first_ns;
     }
     let mut evicted = 0;
