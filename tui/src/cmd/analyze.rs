@@ -404,13 +404,11 @@ fn write_and_collect<W: Write>(
     engine: &mut Engine,
     (writer, pictures): &mut (JsonLinesWriter<W>, Option<ReportData>),
 ) -> Result<(), OutputError> {
-    for r in engine.drain_records() {
+    probe_user::correlate::write_engine_records_seen(writer, engine, |r| {
         if let Some(c) = pictures {
-            c.record(&r);
+            c.record(r);
         }
-        writer.write(r.kind(), r.ts_ns(), &r)?;
-    }
-    Ok(())
+    })
 }
 
 /// With `--report DIR`, the picture report of the run.

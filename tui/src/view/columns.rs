@@ -49,6 +49,20 @@ impl Column {
     }
 }
 
+/// The columns of a table from its `(header, keep)` specs: column `i`'s header as
+/// `header(i, text)` gives it (a sort marker added), its width from the cells `cells(i)` yields.
+pub fn columns_of<'a, I: Iterator<Item = &'a str>>(
+    specs: &[(&str, Keep)],
+    mut header: impl FnMut(usize, &str) -> String,
+    mut cells: impl FnMut(usize) -> I,
+) -> Vec<Column> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, (h, keep))| Column::new(header(i, h), cells(i), *keep))
+        .collect()
+}
+
 /// The part of a table that [`layout`] keeps: the shown columns' headers and widths, and
 /// which columns they are (to pick a row's cells).
 pub struct Shown {

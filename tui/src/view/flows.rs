@@ -8,7 +8,7 @@ use ratatui::Frame;
 use tboxscope_engine::input::payload_hash;
 use tboxscope_engine::snapshot::Snapshot;
 
-use super::columns::{self, Column, Keep};
+use super::columns::{self, Keep};
 use super::{centered, format, matches_filter, panel, Theme};
 use crate::app::{App, Screen, SortKey};
 
@@ -276,15 +276,11 @@ impl FlowsModel {
             ("Cong", Keep::Rank(4)),
             ("Notes", Keep::Rest { min: 10 }),
         ];
-        let columns: Vec<Column> = specs
-            .iter()
-            .enumerate()
-            .map(|(i, (h, keep))| {
-                let header =
-                    columns::sorted_header(h, i == sorted_col, most_first != list.reversed);
-                Column::new(header, cells.iter().map(|r| r[i].0.as_str()), *keep)
-            })
-            .collect();
+        let columns = columns::columns_of(
+            &specs,
+            |i, h| columns::sorted_header(h, i == sorted_col, most_first != list.reversed),
+            |i| cells.iter().map(move |r| r[i].0.as_str()),
+        );
         let shown = columns::Shown::of(&columns, area.width.saturating_sub(2), 1);
         let rows: Vec<Row> = cells
             .into_iter()

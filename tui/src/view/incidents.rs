@@ -7,7 +7,7 @@ use ratatui::Frame;
 use tboxscope_engine::record::{HolIncident, HolProtocol, OutageRecord, Recovery};
 use tboxscope_engine::snapshot::Snapshot;
 
-use super::columns::{self, Column, Keep};
+use super::columns::{self, Keep};
 use super::{format, matches_filter, panel, Theme};
 use crate::app::{App, Screen, SortKey};
 
@@ -209,14 +209,11 @@ impl IncidentsModel {
             ("Held", Keep::Rank(4)),
             ("What", Keep::Rest { min: 12 }),
         ];
-        let columns: Vec<Column> = specs
-            .iter()
-            .enumerate()
-            .map(|(i, (h, keep))| {
-                let header = columns::sorted_header(h, i == sorted_col, !list.reversed);
-                Column::new(header, rows.iter().map(|(r, _)| r[i].as_str()), *keep)
-            })
-            .collect();
+        let columns = columns::columns_of(
+            &specs,
+            |i, h| columns::sorted_header(h, i == sorted_col, !list.reversed),
+            |i| rows.iter().map(move |(r, _)| r[i].as_str()),
+        );
         let shown = columns::Shown::of(&columns, area.width.saturating_sub(2), 1);
         let rows: Vec<Row> = rows
             .into_iter()

@@ -23,7 +23,7 @@ use tboxscope_engine::input::RetransmitKind;
 use tboxscope_engine::record::{TcpJoinSummary, TcpRetransmitKind, TcpWireDirection};
 use tboxscope_engine::snapshot::{Snapshot, TcpSocketView};
 
-use super::columns::{self, Column, Keep};
+use super::columns::{self, Keep};
 use super::{format, matches_filter, panel, Theme};
 use crate::app::{App, Screen, SortKey};
 
@@ -241,15 +241,11 @@ impl TcpModel {
             ("cwnd", Keep::Rank(5)),
             ("Cong", Keep::Rank(6)),
         ];
-        let columns: Vec<Column> = specs
-            .iter()
-            .enumerate()
-            .map(|(i, (h, keep))| {
-                let header =
-                    columns::sorted_header(h, i == sorted_col, most_first != list.reversed);
-                Column::new(header, rows.iter().map(|(r, _)| r[i].as_str()), *keep)
-            })
-            .collect();
+        let columns = columns::columns_of(
+            &specs,
+            |i, h| columns::sorted_header(h, i == sorted_col, most_first != list.reversed),
+            |i| rows.iter().map(move |(r, _)| r[i].as_str()),
+        );
         let shown = columns::Shown::of(&columns, area.width.saturating_sub(2), 2);
         let rows: Vec<Row> = rows
             .into_iter()
@@ -572,17 +568,11 @@ impl TcpModel {
             ("SRTT", Keep::Rank(5)),
             ("RTO est", Keep::Rank(2)),
         ];
-        let columns: Vec<Column> = specs
-            .iter()
-            .enumerate()
-            .map(|(i, (h, keep))| {
-                Column::new(
-                    (*h).to_owned(),
-                    rows.iter().map(|(r, _)| r[i].as_str()),
-                    *keep,
-                )
-            })
-            .collect();
+        let columns = columns::columns_of(
+            &specs,
+            |_, h| h.to_owned(),
+            |i| rows.iter().map(move |(r, _)| r[i].as_str()),
+        );
         let shown = columns::Shown::of(&columns, area.width.saturating_sub(2), 2);
         let rows: Vec<Row> = rows
             .into_iter()
