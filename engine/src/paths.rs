@@ -78,6 +78,16 @@ pub struct PathState {
 }
 
 impl PathState {
+    /// A send at `ts` that asks for an answer (data, a SYN or FIN, a keep-alive): unless
+    /// something arrived over the path since, one more send is left unanswered.
+    #[inline]
+    pub(crate) fn answer_owed(&mut self, ts: u64) {
+        if self.last_alive_ns.is_none_or(|a| a < ts) {
+            self.unanswered_since_ns.get_or_insert(ts);
+            self.unanswered_sends = self.unanswered_sends.saturating_add(1);
+        }
+    }
+
     fn new(label: &str, max_latency_us: u64, history: usize) -> Self {
         Self {
             label: label.to_owned(),

@@ -394,13 +394,19 @@ impl Shared {
     /// (Inlined in each handler, its result stays in registers.)
     #[inline(always)]
     pub(crate) fn packet(&mut self, meta: &PacketMeta) -> Option<Pkt> {
-        self.packet_turned(meta, false)
+        self.packet_turned(meta, false, true)
     }
 
     /// [`Shared::packet`] of a packet whose client is known to hold the lower port when
-    /// `turned` (the port guess of its direction turned round).
+    /// `turned` (the port guess of its direction turned round); a send that does not
+    /// `awaits_answer` (a bare TCP ACK) leaves no answer owed on its path.
     #[inline(always)]
-    pub(crate) fn packet_turned(&mut self, meta: &PacketMeta, turned: bool) -> Option<Pkt> {
+    pub(crate) fn packet_turned(
+        &mut self,
+        meta: &PacketMeta,
+        turned: bool,
+        awaits_answer: bool,
+    ) -> Option<Pkt> {
         // The capture's facts, in one lookup: a known capture whose own label the packet's
         // path carries (compared once per path id).
         let (up, tuple) = crate::matcher::pair_facts(&meta.src, &meta.dst);
@@ -445,9 +451,8 @@ impl Shared {
             match dir {
                 Dir::Out => {
                     p.last_sent_ns = Some(p.last_sent_ns.map_or(ts, |x| x.max(ts)));
-                    if p.last_alive_ns.is_none_or(|a| a < ts) {
-                        p.unanswered_since_ns.get_or_insert(ts);
-                        p.unanswered_sends = p.unanswered_sends.saturating_add(1);
+                    if awaits_answer {
+                        p.answer_owed(ts);
                     }
                 }
                 Dir::In | Dir::Unknown => {}
@@ -590,8 +595,14 @@ impl Shared {
                 ),
                 (None, false) => continue,
             };
+            // Without another path delivering, the silence before the first send left
+            // unanswered may be an idle path: the outage is known from that send on.
+            let start = match (other, st.unanswered_since_ns) {
+                (None, Some(since)) => since.max(alive),
+                _ => alive,
+            };
             let label = st.label.clone();
-            let id = self.outages.open(p, &label, alive, evidence.clone());
+            let id = self.outages.open(p, &label, start, evidence.clone());
             if let Some(s) = self.paths.get_mut(p) {
                 s.outage = Some(id);
                 s.outages += 1;

@@ -1,13 +1,16 @@
 //! The TCP wire matcher at the edges of what a capture shows: a capture begun in the middle of
 //! a connection (what was sent before is unknown, never spurious for want of an ACK), window
-//! probes into a zero window (not retransmissions, as the kernel counts them), and segments
-//! whose frames the capture's snap length cut (their length is the IP header's).
+//! probes into a zero window (not retransmissions, as the kernel counts them), segments
+//! whose frames the capture's snap length cut (their length is the IP header's), and what
+//! counts as a send left unanswered on an idle connection (no outage from a bare ACK).
 
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;
-use tboxscope_engine::{Config, Engine, Record, TcpRetransmitRecord, TcpWireDirection};
+use tboxscope_engine::{
+    Config, Engine, OutageRecord, Record, TcpRetransmitRecord, TcpWireDirection,
+};
 
 const MS: u64 = 1_000_000;
 
@@ -60,6 +63,52 @@ impl Conn {
             .find(|d| d.src == "10.0.0.2:41000")
             .expect("the client's direction");
         (d, records)
+    }
+}
+
+impl Conn {
+    /// The outages of the run.
+    fn outages(&mut self) -> Vec<OutageRecord> {
+        self.e.finish(T0 + 60_000 * MS).outages
+    }
+}
+
+#[test]
+fn a_bare_ack_before_an_idle_stretch_is_no_send_left_unanswered() {
+    // As in the public smtp.pcap: the client acknowledges the server's reply, says nothing
+    // for 2.4 s (its user), then sends again and is answered a round trip later.
+    let mut c = Conn::new();
+    c.data(0, 1000, 100);
+    c.seg(40, false, (5001, 1100), 1000, 50);
+    c.seg(41, true, (1100, 5051), 1000, 0);
+    c.data(2441, 1100, 6);
+    c.data(2442, 1106, 6);
+    c.seg(2790, false, (5051, 1112), 1000, 0);
+    let outages = c.outages();
+    assert!(outages.is_empty(), "an idle connection had {outages:?}");
+}
+
+#[test]
+fn keep_alives_and_data_left_unanswered_are_an_outage() {
+    // Idle after an exchange, then keep-alives (just below the next sequence number) into a
+    // dead path, one a second: an outage once three went unanswered past the threshold.
+    let mut c = Conn::new();
+    c.data(0, 1000, 100);
+    c.ack(40, 1100, 1000);
+    for k in 0..4 {
+        c.seg(10_000 + k * 1000, true, (1099, 5001), 1000, 0);
+    }
+    c.ack(13_500, 1100, 1000);
+    // And data resent into it, unanswered for 1.5 s.
+    for k in 0..4 {
+        c.data(20_000 + k * 500, 1100, 100);
+    }
+    c.ack(21_600, 1200, 1000);
+    let outages = c.outages();
+    assert_eq!(outages.len(), 2, "{outages:?}");
+    for (o, start) in outages.iter().zip([10_000, 20_000]) {
+        assert_eq!(o.start_ns, T0 + start * MS, "{o:?}");
+        assert!(o.evidence.contains("kept sending"), "{o:?}");
     }
 }
 

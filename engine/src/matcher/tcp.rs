@@ -132,7 +132,10 @@ impl Shared {
             Some(from_client) => self.tcp_roles(&guess, from_client != src_high),
             None => self.is_turned(&guess),
         };
-        let pkt = self.packet_turned(&t.meta, turned)?;
+        // Data, a SYN or a FIN asks for an ACK; a bare ACK asks for nothing (an idle
+        // connection's last ACK is no unanswered send).
+        let asks = t.len > 0 || t.flags.syn() || t.flags.fin();
+        let pkt = self.packet_turned(&t.meta, turned, asks)?;
         let (key, src_is_client) = if turned {
             (turned_key(&guess), !src_high)
         } else {
@@ -148,6 +151,7 @@ impl Shared {
         });
         let mut close_at: Option<u64> = None;
         let mut retrans = false;
+        let mut keepalive = false;
         if let Some(f) = self.flows.get_mut(fr) {
             if pkt.path < 64 {
                 f.paths_mask |= 1 << pkt.path;
@@ -155,6 +159,16 @@ impl Shared {
             let d = usize::from(src_is_client);
             let mut new_bytes = 0u64;
             if let Proto::Tcp(s) = &mut f.proto {
+                if t.len == 0
+                    && !asks
+                    && !t.flags.rst()
+                    && pkt.dir == Dir::Out
+                    && s.snd_end[d] == Some(t.seq.wrapping_add(1))
+                {
+                    // A keep-alive (the sequence number just below the next one): it asks
+                    // for an ACK.
+                    keepalive = true;
+                }
                 if t.len > 0 {
                     let end = t.seq.wrapping_add(t.len);
                     match s.snd_end[d] {
@@ -200,6 +214,11 @@ impl Shared {
                 f.amp.unique += new_bytes;
             }
             f.delivered_any = true;
+        }
+        if keepalive {
+            if let Some(p) = self.paths.get_mut(pkt.path) {
+                p.answer_owed(pkt.ts_ns);
+            }
         }
         if let Some(at) = close_at {
             self.tcp_close_incident(fr, at, "ACK past the missing segment");

@@ -1,0 +1,134 @@
+//! `tboxscope analyze` of a public TCP capture made by others (`fixtures/smtp.pcap`, the
+//! Wireshark sample of an SMTP session, see `fixtures/README.md`), with tshark's TCP analysis
+//! as the oracle. The client's first full-sized segments exceed the path MTU: four ICMP
+//! "fragmentation needed" come back and the client sends the same bytes again in smaller
+//! segments. Later, the client stays silent for 2.4 s (its user) before QUIT.
+#![expect(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use serde_json::Value;
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/smtp.pcap");
+const CLIENT: &str = "10.10.1.4:1470";
+
+fn tshark_fields(filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
+    let mut cmd = Command::new("tshark");
+    cmd.args(["-r", FIXTURE, "-o", "tcp.relative_sequence_numbers:FALSE"]);
+    cmd.args(["-Y", filter, "-T", "fields"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').map(str::to_owned).collect())
+        .collect()
+}
+
+#[test]
+fn smtp_resends_after_path_mtu_match_tshark_and_the_idle_user_is_no_outage() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .args(["analyze", FIXTURE, "--json", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let resent: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "tcp_retransmit")
+        .collect();
+    for r in &resent {
+        assert_eq!(
+            (&r["source"], &r["src"]),
+            (&"wire".into(), &CLIENT.into()),
+            "{r}"
+        );
+        // They follow the ICMP messages and the ACKs of what was resent: no timer, no
+        // duplicate ACKs, no probe of the tail.
+        assert_eq!(r["kind"], "other", "{r}");
+    }
+    let ours: BTreeSet<u64> = resent.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        ours.len(),
+        resent.len(),
+        "one record per resend: {resent:?}"
+    );
+
+    // tshark flags four of them as retransmissions and the first as "out-of-order" (it came
+    // within its 3 ms threshold of the original)...
+    let flagged = |flag: &str| -> BTreeSet<u64> {
+        tshark_fields(&format!("{flag} && tcp.srcport == 1470"), &["tcp.seq_raw"])
+            .iter()
+            .map(|f| f[0].parse().unwrap())
+            .collect()
+    };
+    let retransmissions = flagged("tcp.analysis.retransmission");
+    let out_of_order = flagged("tcp.analysis.out_of_order");
+    assert_eq!(retransmissions.len(), 4, "{retransmissions:?}");
+    assert_eq!(out_of_order.len(), 1, "{out_of_order:?}");
+    assert_eq!(
+        ours,
+        &retransmissions | &out_of_order,
+        "tboxscope's resends against tshark's"
+    );
+    // ...but its bytes had left in an earlier, larger segment, the one the first ICMP
+    // "fragmentation needed" quotes: a resend, not a reordered original.
+    let first = *out_of_order.first().unwrap();
+    let earlier = tshark_fields(
+        &format!("tcp.seq_raw == {first} && tcp.srcport == 1470 && !icmp"),
+        &["frame.number", "tcp.len"],
+    );
+    assert_eq!(earlier.len(), 2, "the original and the resend: {earlier:?}");
+    assert!(earlier[0][1].parse::<u32>().unwrap() > earlier[1][1].parse::<u32>().unwrap());
+    let quoted = tshark_fields("icmp.type == 3 && icmp.code == 4", &["icmp.mtu", "tcp.seq"]);
+    assert_eq!(quoted.len(), 4, "{quoted:?}");
+    assert_eq!(
+        quoted[0],
+        ["1492".to_owned(), first.to_string()],
+        "{quoted:?}"
+    );
+
+    let summary = records.iter().find(|r| r["type"] == "summary").unwrap();
+    // 2.4 s without a word from the server, after the client's bare ACK: the user, not the
+    // path (was an outage of 2.857 s "while it kept sending").
+    assert_eq!(summary["outages_total"], 0, "{}", summary["outages"]);
+
+    // The client's smoothed RTT against the round trips tshark measured on the server's ACKs.
+    let mut rtts: Vec<f64> = tshark_fields(
+        "tcp.analysis.ack_rtt && tcp.srcport == 25",
+        &["tcp.analysis.ack_rtt"],
+    )
+    .iter()
+    .map(|f| f[0].parse().unwrap())
+    .collect();
+    rtts.sort_by(f64::total_cmp);
+    let median_ms = rtts[rtts.len() / 2] * 1e3;
+    let client = summary["tcp_wire"]["directions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["src"] == CLIENT)
+        .unwrap();
+    let srtt_ms = client["srtt_us"].as_f64().unwrap() / 1e3;
+    assert!(
+        (srtt_ms - median_ms).abs() < 0.15 * median_ms,
+        "srtt {srtt_ms} ms, tshark's median {median_ms} ms"
+    );
+    assert_eq!(client["segments"], 25, "{client}");
+}
