@@ -117,6 +117,7 @@ fn quic_trace(n: u64) -> Vec<Observation> {
                     framed: None,
                 }],
                 acks: Default::default(),
+                ack_only: false,
             }));
             v.push(Observation::from(QuicPacket {
                 meta: meta(base + 40_000_000, p, p as u16, false),
@@ -129,6 +130,7 @@ fn quic_trace(n: u64) -> Vec<Observation> {
                     ranges: smallvec::smallvec![(i, i)],
                     ack_delay_us: 1000,
                 }],
+                ack_only: true,
             }));
         }
     }

@@ -243,6 +243,10 @@ pub struct QuicPacket {
     pub streams: QuicStreams,
     /// ACK / PATH_ACK frames.
     pub acks: QuicAcks,
+    /// It carries only ACK, PADDING or CONNECTION_CLOSE frames: it asks for no answer (not
+    /// ack-eliciting, RFC 9002).
+    #[serde(default)]
+    pub ack_only: bool,
 }
 
 impl From<QuicPacket> for Observation {

@@ -1,7 +1,9 @@
 //! Path outages: a path with no sign of life (nothing arrived over it) for longer than the
-//! threshold while the other paths still deliver, or while it keeps sending, is in outage until
-//! something arrives over it again. Records are emitted once the messages of the outage had
-//! time to close (end + message timeout), so `carried_by_others` is complete.
+//! threshold while the other paths still deliver, or while it keeps sending what asks for an
+//! answer (data, probes; not bare ACKs), is in outage until something arrives over it again;
+//! known from its sends alone, the outage starts at the first one left unanswered (the
+//! silence before may be an idle path). Records are emitted once the messages of the outage
+//! had time to close (end + message timeout), so `carried_by_others` is complete.
 
 use std::collections::VecDeque;
 

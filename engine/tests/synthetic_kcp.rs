@@ -652,3 +652,53 @@ fn two_lost_segments_resent_together_are_one_incident_with_timeout_recovery() {
     // sn 12..15 arrive (280..340 ms) before the resent pair (350 ms): 4 held.
     check_stalls(Resend::Timeout, Recovery::Timeout, [4, 5, 1]);
 }
+
+#[test]
+fn an_ack_before_an_idle_stretch_is_no_send_left_unanswered() {
+    // The T-Box acknowledges a message from the gateway, says nothing for 5 s, then sends two
+    // segments, acknowledged a round trip later: an idle path, no outage.
+    let ms = 1_000_000;
+    let (tbox, gw) = (TBOX[0], GW);
+    let mut e = engine(Config::default());
+    for o in [
+        seg(T0, "eth0", 0, gw, tbox, KcpCmd::Push, 0, 0, 100),
+        seg(T0 + ms, "eth0", 0, tbox, gw, KcpCmd::Ack, 0, 0, 0),
+        seg(
+            T0 + 5_000 * ms,
+            "eth0",
+            0,
+            tbox,
+            gw,
+            KcpCmd::Push,
+            0,
+            5_000,
+            100,
+        ),
+        seg(
+            T0 + 5_001 * ms,
+            "eth0",
+            0,
+            tbox,
+            gw,
+            KcpCmd::Push,
+            1,
+            5_001,
+            100,
+        ),
+        seg(
+            T0 + 5_050 * ms,
+            "eth0",
+            0,
+            gw,
+            tbox,
+            KcpCmd::Ack,
+            1,
+            5_001,
+            0,
+        ),
+    ] {
+        e.handle(o);
+    }
+    let s = e.finish(T0 + 20_000 * ms);
+    assert!(s.outages.is_empty(), "{:?}", s.outages);
+}

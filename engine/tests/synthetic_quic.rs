@@ -36,6 +36,7 @@ fn pkt(
         pn,
         streams: Default::default(),
         acks: Default::default(),
+        ack_only: false,
     }
 }
 
@@ -645,3 +646,43 @@ fn quic_retransmission_acknowledged_delivers_its_message() {
 
 /// A data packet's wire length in [`quic_retransmission_acknowledged_delivers_its_message`].
 const WIRE: u32 = 661;
+
+#[test]
+fn a_packet_of_acks_before_an_idle_stretch_is_no_send_left_unanswered() {
+    // The T-Box acknowledges a message from the gateway, says nothing for 5 s, then sends two
+    // packets, acknowledged a round trip later: an idle path, no outage. A packet of ACKs
+    // alone asks for no answer; one more frame (a PING) would.
+    let ms = 1_000_000;
+    let (tbox, gw) = ("10.0.0.2:50000", "192.0.2.1:443");
+    let ack = |pn| QuicAck {
+        path_id: 0,
+        ranges: smallvec::smallvec![(pn, pn)],
+        ack_delay_us: 0,
+    };
+    let mut data_in = pkt(T0, "eth0", 0, gw, tbox, 1, 0, 0);
+    data_in.streams.push(range(3, 0, MSG));
+    let mut ack_out = pkt(T0 + ms, "eth0", 0, tbox, gw, 1, 0, 0);
+    ack_out.acks.push(ack(0));
+    ack_out.ack_only = true;
+    let mut sends = Vec::new();
+    for (i, at) in [5_000, 5_001].into_iter().enumerate() {
+        let mut p = pkt(T0 + at * ms, "eth0", 0, tbox, gw, 1, 0, 1 + i as u64);
+        p.streams.push(range(4 * i as u64 + 2, 0, MSG));
+        sends.push(p);
+    }
+    let mut ack_in = pkt(T0 + 5_050 * ms, "eth0", 0, gw, tbox, 1, 0, 1);
+    ack_in.acks.push(QuicAck {
+        path_id: 0,
+        ranges: smallvec::smallvec![(1, 2)],
+        ack_delay_us: 0,
+    });
+    let mut e = engine(Config::default());
+    e.handle(Observation::from(data_in));
+    e.handle(Observation::from(ack_out));
+    for p in sends {
+        e.handle(Observation::from(p));
+    }
+    e.handle(Observation::from(ack_in));
+    let s = e.finish(T0 + 20_000 * ms);
+    assert!(s.outages.is_empty(), "{:?}", s.outages);
+}

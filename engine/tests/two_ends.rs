@@ -103,6 +103,7 @@ fn quic(ts: u64, label: &str, cap: u16, p: usize, up: bool, pn: u64) -> QuicPack
         pn,
         streams: Default::default(),
         acks: Default::default(),
+        ack_only: false,
     }
 }
 

@@ -502,8 +502,13 @@ fn quic_packet(
         pn: p.pn.unwrap_or(0),
         streams: QuicStreams::new(),
         acks: QuicAcks::new(),
+        ack_only: !p.frames.is_empty(),
     };
     for f in &p.frames {
+        q.ack_only &= matches!(
+            f.frame_type,
+            "ack" | "path_ack" | "path_ack_old" | "ack_mp" | "padding" | "connection_close"
+        );
         match f.frame_type {
             "stream" => {
                 if let Some(range) = stream_range(f) {

@@ -304,7 +304,10 @@ impl KcpMatcher {
     /// One KCP segment: matched by conv + sn, or within the group of per-path sessions its
     /// conversation joined; ACKs and una acknowledge, arrivals feed the receiver's gaps.
     pub(crate) fn on_segment(&mut self, shared: &mut Shared, k: &KcpSegment) {
-        let Some(pkt) = shared.packet(&k.meta) else {
+        // Data and window probes ask for an answer; an ACK or a window size told asks for
+        // nothing (an idle session's last ACK is no unanswered send).
+        let asks = matches!(k.header.cmd, KcpCmd::Push | KcpCmd::Wask);
+        let Some(pkt) = shared.packet_turned(&k.meta, false, asks) else {
             return;
         };
         let key = FlowKey::Kcp {

@@ -366,7 +366,9 @@ impl QuicMatcher {
     /// One decrypted QUIC packet: its connection's per-path detection and mode, its STREAM
     /// frames sighted as message copies, its ACK frames acknowledging sent packets.
     pub(crate) fn on_packet(&mut self, shared: &mut Shared, q: &QuicPacket) {
-        let Some(pkt) = shared.packet(&q.meta) else {
+        // A packet of ACKs alone asks for no answer (an idle connection's last ACK is no
+        // unanswered send).
+        let Some(pkt) = shared.packet_turned(&q.meta, false, !q.ack_only) else {
             return;
         };
         let up = pkt.up.unwrap_or(true);
