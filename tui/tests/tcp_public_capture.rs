@@ -4,11 +4,14 @@
 //! "fragmentation needed" come back and the client sends the same bytes again in smaller
 //! segments. Later, the client stays silent for 2.4 s (its user) before QUIT.
 #![expect(clippy::unwrap_used)]
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
+mod tcp_common;
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
 use serde_json::Value;
+use tcp_common::analyze_json;
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/smtp.pcap");
 const CLIENT: &str = "10.10.1.4:1470";
@@ -35,20 +38,7 @@ fn tshark_fields(filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
 
 #[test]
 fn smtp_resends_after_path_mtu_match_tshark_and_the_idle_user_is_no_outage() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
-        .args(["analyze", FIXTURE, "--json", "-"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let records: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = analyze_json(&[FIXTURE]);
     let resent: Vec<&Value> = records
         .iter()
         .filter(|r| r["type"] == "tcp_retransmit")
