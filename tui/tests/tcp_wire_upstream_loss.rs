@@ -42,6 +42,12 @@ fn data_packets(pcap: &Path, port: u16) -> Vec<(u32, u32, u32)> {
         .collect()
 }
 
+/// `seq` relative to the first packet's `first`: negative below it (at a capture after the
+/// loss, the first packet seen may be the second sent, its predecessor's resend comes later).
+fn offset(seq: u32, first: u32) -> i64 {
+    i64::from(seq.wrapping_sub(first) as i32)
+}
+
 /// Packets of `packets` (in order) whose sequence starts below the highest seen before them:
 /// every resend and reordered original, as the capture shows them.
 fn below_highest(packets: &[(u32, u32, u32)]) -> u64 {
@@ -53,15 +59,15 @@ fn below_highest_where(
     packets: &[(u32, u32, u32)],
     pick: impl Fn(&(u32, u32, u32)) -> bool,
 ) -> u64 {
-    let Some(&(isn, _, _)) = packets.first() else {
+    let Some(&(first, _, _)) = packets.first() else {
         return 0;
     };
-    let mut high = 0u64;
+    let mut high = i64::MIN;
     let mut n = 0;
     for p @ &(seq, len, _) in packets {
-        let start = u64::from(seq.wrapping_sub(isn));
+        let start = offset(seq, first);
         n += u64::from(start < high && pick(p));
-        high = high.max(start + u64::from(len));
+        high = high.max(start + i64::from(len));
     }
     n
 }
@@ -89,15 +95,15 @@ fn resends(sent: &[(u32, u32, u32)]) -> HashSet<(u32, u32, u32)> {
 /// them: sent within the same tick of the sender's clock, they cannot be told from a
 /// reordered original.
 fn same_tick_resends(arrived: &[(u32, u32, u32)], resent: &HashSet<(u32, u32, u32)>) -> u64 {
-    let Some(&(isn, _, _)) = arrived.first() else {
+    let Some(&(first, _, _)) = arrived.first() else {
         return 0;
     };
-    // Start → (end, TSval of the first copy), unwrapped from the first sequence number.
-    let mut seen: std::collections::BTreeMap<u64, (u64, u32)> = Default::default();
+    // Start → (end, TSval of the first copy), relative to the first packet.
+    let mut seen: std::collections::BTreeMap<i64, (i64, u32)> = Default::default();
     let mut n = 0;
     for p @ &(seq, len, ts) in arrived {
-        let start = u64::from(seq.wrapping_sub(isn));
-        let end = start + u64::from(len);
+        let start = offset(seq, first);
+        let end = start + i64::from(len);
         let overlaps = seen
             .range(..end)
             .next_back()
