@@ -172,6 +172,7 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
                 pn: u64::from(small(u, 30)?),
                 streams: streams.into_iter().collect(),
                 acks: acks.into_iter().collect(),
+                ack_only: u.arbitrary()?,
             }
             .into()
         }
