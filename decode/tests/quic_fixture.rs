@@ -215,3 +215,43 @@ fn quic_tls_handshake_initial_decrypts_without_keys() {
     let info = dec.connection_info(out[0].connection.unwrap()).unwrap();
     assert_eq!(info.sni.as_deref(), Some(want_sni));
 }
+
+#[test]
+fn chrome_cloudflare_ack_eliciting_frames_by_their_summaries() {
+    // RFC 9002: a packet of only ACK, PADDING and CONNECTION_CLOSE frames elicits no ACK. The
+    // summaries' names (what the engine sees) must say so for each frame the decoder makes.
+    let cap = read_pcapng(&fixture(CHROME));
+    let mut log = Keylog::default();
+    for s in &cap.secrets {
+        log.extend(s, "decryption secrets block").unwrap();
+    }
+    let mut dec = QuicDecoder::new(Default::default(), Some(log));
+    let (mut eliciting, mut not) = (0, 0);
+    for u in &cap.udp {
+        let info = DatagramInfo {
+            src: Some(u.src),
+            dst: Some(u.dst),
+            from_client: None,
+        };
+        dec.decode_with(&u.payload, &info, |p| {
+            for f in p.frames() {
+                let f = f.unwrap();
+                let by_kind = !matches!(
+                    f,
+                    Frame::Ack(_) | Frame::Padding { .. } | Frame::ConnectionClose { .. }
+                );
+                let summary = tboxscope_decode::quic::FrameSummary::from_frame(&f);
+                assert_eq!(summary.ack_eliciting(), by_kind, "{summary:?}");
+                if by_kind {
+                    eliciting += 1;
+                } else {
+                    not += 1;
+                }
+            }
+        });
+    }
+    assert!(
+        eliciting > 10 && not > 10,
+        "{eliciting} eliciting, {not} not"
+    );
+}

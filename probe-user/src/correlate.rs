@@ -505,10 +505,7 @@ fn quic_packet(
         ack_only: !p.frames.is_empty(),
     };
     for f in &p.frames {
-        q.ack_only &= matches!(
-            f.frame_type,
-            "ack" | "path_ack" | "path_ack_old" | "ack_mp" | "padding" | "connection_close"
-        );
+        q.ack_only &= !f.ack_eliciting();
         match f.frame_type {
             "stream" => {
                 if let Some(range) = stream_range(f) {

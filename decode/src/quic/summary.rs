@@ -77,6 +77,15 @@ pub struct FrameSummary {
 }
 
 impl FrameSummary {
+    /// Whether this frame asks the peer for an acknowledgment (RFC 9002: every frame but
+    /// ACK — of any multipath draft — PADDING and CONNECTION_CLOSE).
+    pub fn ack_eliciting(&self) -> bool {
+        !matches!(
+            self.frame_type,
+            "ack" | "path_ack" | "path_ack_old" | "ack_mp" | "padding" | "connection_close"
+        )
+    }
+
     /// The owned summary of a frame.
     pub fn from_frame(f: &Frame<'_>) -> Self {
         let mut s = Self {

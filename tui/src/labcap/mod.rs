@@ -237,12 +237,11 @@ fn lab_err(what: &str, e: impl std::fmt::Display) -> LabError {
 }
 
 /// The TCP baselines' server ports (one per congestion-control algorithm run).
-fn tcp_ports(plan: &CapturePlan) -> Vec<u16> {
+fn tcp_ports(plan: &CapturePlan) -> impl Iterator<Item = u16> + '_ {
     plan.transports
         .iter()
         .filter(|(t, ..)| t.is_tcp())
         .map(|(_, port, _)| *port)
-        .collect()
 }
 
 /// How long a lab run's messages stay open (seconds): until the run ends, so that a copy
@@ -381,10 +380,7 @@ fn note_socket(
     seg: &probe_user::decode::net::TcpSegment<'_>,
 ) {
     if at_tbox(plan, p.path)
-        && plan
-            .transports
-            .iter()
-            .any(|(t, port, _)| t.is_tcp() && *port == seg.dst.port())
+        && tcp_ports(plan).any(|port| port == seg.dst.port())
         && sockets.len() < MAX_LAB_SOCKETS
     {
         sockets.insert((seg.src, seg.dst));
@@ -600,7 +596,7 @@ impl RunObserver for LabCapture {
         // The TCP baseline's socket, through the probes `tboxscope capture` uses: the
         // tracepoints are global, so the filter (its server port and address) and the
         // capture's own sockets pick the lab's connection out of the machine's TCP.
-        let ports = tcp_ports(plan);
+        let ports: Vec<u16> = tcp_ports(plan).collect();
         if !ports.is_empty() {
             let filter = TcpFilter {
                 ports,
@@ -773,7 +769,7 @@ fn analyse(plan: &CapturePlan, labels: &[String], mut collected: Collected) -> M
         sockets: &known,
         kernel: &kernel,
         status: collected.tcp_status.clone().unwrap_or_else(|| {
-            if !tcp_ports(plan).is_empty() {
+            if tcp_ports(plan).next().is_some() {
                 "TCP probes not started".into()
             } else {
                 String::new()
