@@ -3,6 +3,7 @@
 //! A separate crate from `probe-user` so that fuzz targets and benchmarks link only the decoders
 //! (no libpcap, aya or tokio).
 
+pub mod icmp;
 pub mod kcp;
 pub mod net;
 pub mod quic;

@@ -452,7 +452,10 @@ fn tcp_direct(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, TcpView<'
 /// without building a [`SlicedPacket`] (the common frame, at a fraction of the cost). `None`
 /// for anything else (errors, MACsec, PPPoE, link types other than Ethernet, Linux cooked and
 /// raw IP), which [`slice`] then classifies.
-fn ip_direct(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+pub(crate) fn ip_direct(
+    link: LinkType,
+    frame: &[u8],
+) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
     match link {
         LinkType::Ethernet => ip_in_ether_payload(
             Ethernet2Slice::from_slice_without_fcs(frame)

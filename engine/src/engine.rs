@@ -84,6 +84,7 @@ impl Engine {
                     }
                 }
             }
+            Observation::PathMtu(m) => self.tcp_wire.on_path_mtu(shared, m),
             Observation::Tcp(t) => {
                 shared.on_tcp_event(t);
                 self.tcp_join.on_kernel(shared, t);

@@ -54,6 +54,8 @@ pub enum Observation {
     Quic(Box<QuicPacket>),
     /// A TCP segment seen in a capture.
     TcpSegment(TcpSegment),
+    /// A router's ICMP "fragmentation needed" / "packet too big" about a TCP segment.
+    PathMtu(PathMtuSignal),
     /// A TCP event reported by the kernel (eBPF).
     Tcp(TcpEvent),
     /// Bytes on the wire that carry no message (FEC parity, padding, undecodable packets).
@@ -70,6 +72,7 @@ impl Observation {
             Observation::Kcp(k) => k.meta.ts_ns,
             Observation::Quic(q) => q.meta.ts_ns,
             Observation::TcpSegment(t) => t.meta.ts_ns,
+            Observation::PathMtu(m) => m.meta.ts_ns,
             Observation::Tcp(t) => t.ts_ns,
             Observation::Overhead(o) => o.meta.ts_ns,
         }
@@ -286,6 +289,23 @@ pub struct TcpSegment {
     /// (`--framing`).
     #[serde(default, skip_serializing_if = "SmallVec::is_empty")]
     pub messages: SmallVec<[(u32, u32); 1]>,
+}
+
+/// A router's word that a TCP segment was too big for the path (ICMP "fragmentation needed"
+/// or "packet too big", quoting the segment): its sender sends those bytes again in smaller
+/// segments.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathMtuSignal {
+    /// The ICMP packet (from the router to the segment's sender; ports 0).
+    pub meta: PacketMeta,
+    /// The largest packet the path carries, bytes (0: the router did not say).
+    pub mtu: u32,
+    /// The quoted segment's sender.
+    pub segment_src: SocketAddr,
+    /// The quoted segment's receiver.
+    pub segment_dst: SocketAddr,
+    /// The quoted segment's sequence number.
+    pub seq: u32,
 }
 
 /// Why the kernel retransmitted.

@@ -81,9 +81,9 @@ pub use framing::{Delimited, Delimiter, Framing, FramingError};
 pub use input::{
     content_hash, payload_hash, AckRanges, AppIdRule, CaptureId, CapturePoint, CongState,
     CongestionControl, ConnId, Datagram, Host, KcpCmd, KcpHeader, KcpSegment, Observation,
-    Overhead, OverheadKind, PacketMeta, PathId, PathName, QuicAck, QuicAcks, QuicPacket,
-    QuicStreams, RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpFigures, TcpFlags,
-    TcpOptions, TcpSegment, CONTENT_PREFIX,
+    Overhead, OverheadKind, PacketMeta, PathId, PathMtuSignal, PathName, QuicAck, QuicAcks,
+    QuicPacket, QuicStreams, RetransmitKind, StreamRange, TcpEvent, TcpEventKind, TcpFigures,
+    TcpFlags, TcpOptions, TcpSegment, CONTENT_PREFIX,
 };
 pub use latency::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 pub use record::{

@@ -360,17 +360,21 @@ pub enum TcpRetransmitKind {
     LossProbe,
     /// ACK-driven resend of the window after an RTO (still in Loss).
     LossRecovery,
+    /// Bytes a router said were too big for the path (ICMP "fragmentation needed" / "packet
+    /// too big"), sent again in smaller segments (Linux's `tcp_simple_retransmit`).
+    PathMtu,
     /// Not classified.
     Other,
 }
 
 impl TcpRetransmitKind {
     /// Every kind, in a stable order (for reports).
-    pub const ALL: [TcpRetransmitKind; 5] = [
+    pub const ALL: [TcpRetransmitKind; 6] = [
         Self::Rto,
         Self::Fast,
         Self::LossProbe,
         Self::LossRecovery,
+        Self::PathMtu,
         Self::Other,
     ];
 
@@ -381,6 +385,7 @@ impl TcpRetransmitKind {
             Self::Fast => "fast",
             Self::LossProbe => "loss_probe",
             Self::LossRecovery => "loss_recovery",
+            Self::PathMtu => "path_mtu",
             Self::Other => "other",
         }
     }
@@ -469,8 +474,10 @@ pub struct TcpWireDirection {
     pub dst: String,
     /// Data segments (SYN and FIN included), first transmissions and retransmissions.
     pub segments: u64,
-    /// Retransmitted segments, per kind (in [`TcpRetransmitKind::ALL`]'s order).
-    pub retransmits: [u64; 5],
+    /// Retransmitted segments, per kind (in [`TcpRetransmitKind::ALL`]'s order; a recording
+    /// made before a kind was added reads with none of it).
+    #[serde(deserialize_with = "counts_per_kind")]
+    pub retransmits: [u64; TcpRetransmitKind::ALL.len()],
     /// Of those, spurious.
     pub spurious: u64,
     /// Segments below the highest sequence seen that no earlier copy at this capture
@@ -498,6 +505,32 @@ pub struct TcpWireDirection {
     pub srtt_us: u64,
     /// The RTO estimate at the end (ms).
     pub rto_ms: u64,
+    /// ICMP "fragmentation needed" / "packet too big" received about its segments.
+    #[serde(default)]
+    pub path_mtu_signals: u64,
+    /// The smallest path MTU they named (bytes; 0 when none named one).
+    #[serde(default)]
+    pub path_mtu: u32,
+}
+
+/// Counts per [`TcpRetransmitKind`] from a list that may be shorter (made before the last kinds
+/// were added, which come before `other`: its count stays the list's last).
+fn counts_per_kind<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<[u64; TcpRetransmitKind::ALL.len()], D::Error> {
+    let v: Vec<u64> = Deserialize::deserialize(d)?;
+    let mut out = [0; TcpRetransmitKind::ALL.len()];
+    if v.len() > out.len() {
+        return Err(serde::de::Error::invalid_length(
+            v.len(),
+            &"a count per kind",
+        ));
+    }
+    if let Some((&other, rest)) = v.split_last() {
+        out[..rest.len()].copy_from_slice(rest);
+        out[out.len() - 1] = other;
+    }
+    Ok(out)
 }
 
 impl TcpWireDirection {
@@ -522,6 +555,10 @@ pub struct TcpWireSummary {
     /// Retransmissions whose verdict (spurious or not) was given early to stay within the
     /// bound.
     pub evicted_pending: u64,
+    /// ICMP "fragmentation needed" / "packet too big" about no segment of a connection
+    /// followed at its capture (sent before the capture began, or forgotten).
+    #[serde(default)]
+    pub path_mtu_unmatched: u64,
 }
 
 /// Where the kernel's and the wire's views of one TCP retransmission disagree.

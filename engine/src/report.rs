@@ -290,10 +290,15 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
         return;
     }
     let _ = writeln!(o);
+    let names: Vec<&str> = crate::record::TcpRetransmitKind::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
     let _ = writeln!(
         o,
-        "TCP on the wire: {} connection(s); retransmissions per sender (kinds: rto, fast, loss_probe, loss_recovery, other):",
-        t.connections
+        "TCP on the wire: {} connection(s); retransmissions per sender (kinds: {}):",
+        t.connections,
+        names.join(", ")
     );
     for d in t.directions.iter().take(MAX_TCP_LISTED) {
         let kinds: Vec<String> = crate::record::TcpRetransmitKind::ALL
@@ -319,7 +324,7 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
         };
         let _ = writeln!(
             o,
-            "  {} {} → {}: {} segments, {} retransmitted{}{}{}{}{}; srtt {}, RTO {} ms ({} RTT samples)",
+            "  {} {} → {}: {} segments, {} retransmitted{}{}{}{}{}{}; srtt {}, RTO {} ms ({} RTT samples)",
             d.path,
             d.src,
             d.dst,
@@ -348,6 +353,11 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
             } else {
                 String::new()
             },
+            match (d.path_mtu_signals, d.path_mtu) {
+                (0, _) => String::new(),
+                (n, 0) => format!(", {n} ICMP too-big signals from routers"),
+                (n, m) => format!(", {n} ICMP too-big signals from routers (path MTU {m} bytes)"),
+            },
             ladder,
             ms(d.srtt_us),
             d.rto_ms,
@@ -356,6 +366,13 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
     }
     if t.directions.len() > MAX_TCP_LISTED {
         let _ = writeln!(o, "  … {} more", t.directions.len() - MAX_TCP_LISTED);
+    }
+    if t.path_mtu_unmatched > 0 {
+        let _ = writeln!(
+            o,
+            "  {} ICMP too-big signals about segments of no connection followed",
+            t.path_mtu_unmatched
+        );
     }
     if t.evicted_connections + t.evicted_segments + t.evicted_pending > 0 {
         let _ = writeln!(

@@ -390,6 +390,16 @@ impl Shared {
         self.msgs.hold_limit += gave_up;
     }
 
+    /// The path and reference-clock time of a packet about the traffic rather than of it (a
+    /// router's ICMP message), by its capture, when that capture is known; nothing counted.
+    pub(crate) fn place_of(&self, meta: &PacketMeta) -> Option<(PathIdx, u64)> {
+        let c = self.caps.get(meta.capture)?;
+        Some((
+            self.paths.canonical(c.path),
+            meta.ts_ns.saturating_add_signed(c.offset_ns),
+        ))
+    }
+
     /// The common prelude of every packet observation; `None` if the path table is full.
     /// (Inlined in each handler, its result stays in registers.)
     #[inline(always)]

@@ -138,7 +138,7 @@ fn duplicate_acks_and_sack_make_a_fast_retransmit() {
         ("10.0.0.2:41000", "192.0.2.1:8883")
     );
     let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
-    assert_eq!(s.directions[0].retransmits, [0, 1, 0, 0, 0]);
+    assert_eq!(s.directions[0].retransmits, [0, 1, 0, 0, 0, 0]);
 }
 
 #[test]

@@ -2,14 +2,16 @@
 //! a connection (what was sent before is unknown, never spurious for want of an ACK), window
 //! probes into a zero window (not retransmissions, as the kernel counts them), segments
 //! whose frames the capture's snap length cut (their length is the IP header's), and what
-//! counts as a send left unanswered on an idle connection (no outage from a bare ACK).
+//! counts as a send left unanswered on an idle connection (no outage from a bare ACK), and
+//! bytes resent after a router said they were too big for the path.
 
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
 
 use common::*;
 use tboxscope_engine::{
-    Config, Engine, OutageRecord, Record, TcpRetransmitRecord, TcpWireDirection,
+    Config, Engine, Observation, OutageRecord, PathMtuSignal, Record, TcpRetransmitKind,
+    TcpRetransmitRecord, TcpWireDirection,
 };
 
 const MS: u64 = 1_000_000;
@@ -165,4 +167,126 @@ fn window_probes_into_a_zero_window_are_not_retransmissions() {
     assert!(r.is_empty(), "{r:?}");
     assert_eq!(d.retransmits_total(), 0, "{d:?}");
     assert_eq!(d.window_probes, 4, "{d:?}");
+}
+
+impl Conn {
+    /// A router's ICMP "fragmentation needed" to the client about its segment at `seq`
+    /// from `segment_src`.
+    fn too_big(&mut self, ms: u64, segment_src: std::net::SocketAddr, seq: u32, mtu: u32) {
+        let to = std::net::SocketAddr::new(self.cli.ip(), 0);
+        self.e.handle(Observation::PathMtu(PathMtuSignal {
+            meta: meta(T0 + ms * MS, "eth0", 0, addr("192.0.2.254:0"), to, 590),
+            mtu,
+            segment_src,
+            segment_dst: self.srv,
+            seq,
+        }));
+    }
+}
+
+#[test]
+fn bytes_a_router_said_were_too_big_are_resent_for_the_path_mtu() {
+    use TcpRetransmitKind::{PathMtu, Rto};
+    let mut c = Conn::new();
+    let cli = c.cli;
+    c.data(0, 1000, 1400);
+    c.data(1, 2400, 1400);
+    c.data(2, 3800, 100);
+    c.too_big(20, cli, 1000, 1200);
+    c.too_big(21, cli, 2400, 1200);
+    // About no segment seen, and about a connection not followed: counted, nothing else.
+    c.too_big(21, cli, 7777, 1200);
+    c.too_big(21, addr("10.0.0.9:5000"), 1000, 1200);
+    // The quoted segments' bytes again, smaller.
+    c.data(22, 1000, 1160);
+    c.data(22, 2160, 240);
+    c.data(23, 2400, 1160);
+    c.data(23, 3560, 240);
+    c.ack(80, 3900, 1000);
+    // Data first sent after the signals, resent by the timer: not for the path MTU.
+    c.data(100, 3900, 500);
+    c.data(900, 3900, 500);
+    c.ack(980, 4400, 1000);
+    let s = c.e.finish(T0 + 60_000 * MS);
+    let records: Vec<TcpRetransmitRecord> =
+        c.e.drain_records()
+            .filter_map(|r| match r {
+                Record::TcpRetransmit(x) => Some(x),
+                _ => None,
+            })
+            .collect();
+    let kinds: Vec<(u32, TcpRetransmitKind)> = records.iter().map(|r| (r.seq, r.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (1000, PathMtu),
+            (2160, PathMtu),
+            (2400, PathMtu),
+            (3560, PathMtu),
+            (3900, Rto)
+        ]
+    );
+    let d = s
+        .tcp_wire
+        .directions
+        .iter()
+        .find(|d| d.src == "10.0.0.2:41000")
+        .expect("the client's direction");
+    assert_eq!((d.path_mtu_signals, d.path_mtu), (2, 1200), "{d:?}");
+    assert_eq!(d.retransmits, [1, 0, 0, 0, 4, 0], "{d:?}");
+    assert_eq!(s.tcp_wire.path_mtu_unmatched, 2);
+}
+
+#[test]
+fn a_recording_made_before_the_path_mtu_kind_reads_its_counts_in_place() {
+    let old = r#"{"path":"eth0","src":"a","dst":"b","segments":9,"retransmits":[1,2,3,4,5],
+        "spurious":0,"rto_ladder":[],"max_rto_ms":0,"rtt_samples":0,"srtt_us":0,"rto_ms":0}"#;
+    let d: TcpWireDirection = serde_json::from_str(old).expect("an old direction");
+    assert_eq!(d.retransmits, [1, 2, 3, 4, 0, 5]);
+    assert_eq!((d.path_mtu_signals, d.path_mtu), (0, 0));
+    let now = serde_json::to_string(&d).expect("serializes");
+    let back: TcpWireDirection = serde_json::from_str(&now).expect("reads back");
+    assert_eq!(back, d);
+}
+
+#[test]
+fn an_original_too_big_for_the_named_mtu_is_resent_for_it_before_its_own_icmp_comes() {
+    use TcpRetransmitKind::{Fast, PathMtu, Rto};
+    let mut c = Conn::new();
+    let cli = c.cli;
+    c.data(0, 1000, 1448);
+    c.data(0, 2448, 1448);
+    // The router's word on the first; the sender's kernel resends both at the new size, the
+    // second before its own ICMP message reaches the capture.
+    c.too_big(0, cli, 1000, 1280);
+    c.data(1, 1000, 1228);
+    c.data(1, 2228, 220);
+    c.data(1, 2448, 1228);
+    c.too_big(1, cli, 2448, 1280);
+    c.data(1, 3676, 220);
+    // The small piece of the first is lost (duplicate ACKs): resent again, fast this time.
+    for _ in 0..4 {
+        c.ack(2, 2228, 1000);
+    }
+    c.data(3, 2228, 220);
+    c.ack(5, 3896, 1000);
+    // Long after, a full-sized original again (the path MTU back up) lost and resent by the
+    // timer: not for the path MTU.
+    c.data(3000, 3896, 1448);
+    c.data(4300, 3896, 1448);
+    c.ack(4305, 5344, 1000);
+    let (d, records) = c.finish();
+    let kinds: Vec<(u32, TcpRetransmitKind)> = records.iter().map(|r| (r.seq, r.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (1000, PathMtu),
+            (2228, PathMtu),
+            (2448, PathMtu),
+            (3676, PathMtu),
+            (2228, Fast),
+            (3896, Rto)
+        ]
+    );
+    assert_eq!((d.path_mtu_signals, d.path_mtu), (2, 1280));
 }

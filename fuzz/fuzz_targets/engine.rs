@@ -1,5 +1,6 @@
 //! Stateful engine fuzz target: an arbitrary sequence of observations (capture points, path
-//! names, datagrams, KCP segments, QUIC packets, TCP segments and kernel events, overhead) and
+//! names, datagrams, KCP segments, QUIC packets, TCP segments, path MTU signals and kernel
+//! events, overhead) and
 //! engine calls (tick, snapshot, drain, reset of the windows) fed to one engine with small
 //! bounds, then finished and its summary rendered. Values come from small sets (two server ports, a few
 //! convs, connections, sns, paths and captures) so that copies, retransmissions, pairing and
@@ -14,7 +15,7 @@ use libfuzzer_sys::fuzz_target;
 use tboxscope_engine::{
     CapturePoint, Config, CongState, CongestionControl, ConnId, Datagram, Engine, FlowSelector,
     Host, KcpCmd, KcpHeader, KcpSegment, MatchMode, ModeOverride, Observation, Overhead,
-    OverheadKind, PacketMeta, PathId, PathName, QuicAck, QuicPacket, RetransmitKind, StreamRange,
+    OverheadKind, PacketMeta, PathId, PathMtuSignal, PathName, QuicAck, QuicPacket, RetransmitKind, StreamRange,
     TcpEvent, TcpEventKind, TcpFigures, TcpFlags, TcpOptions, TcpSegment,
 };
 
@@ -104,7 +105,7 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
             None
         })
     };
-    Ok(match u.int_in_range(0..=7)? {
+    Ok(match u.int_in_range(0..=8)? {
         0 => Observation::Capture(CapturePoint {
             ts_ns: ts,
             capture: u.int_in_range(0..=3)?,
@@ -250,6 +251,17 @@ fn observation(u: &mut Unstructured, w: &World, ts: u64) -> Result<Observation> 
                     backoff: u.int_in_range(0..=6)?,
                     retransmits: small(u, 10)?,
                 },
+            })
+        }
+        8 => {
+            // A router's "too big" about a segment on the TCP grid, to either end.
+            let quoted = w.meta(u, ts)?;
+            Observation::PathMtu(PathMtuSignal {
+                meta: w.meta(u, ts)?,
+                mtu: *u.choose(&[0, 576, 1200, 1500])?,
+                segment_src: quoted.src,
+                segment_dst: quoted.dst,
+                seq: small(u, 20)? * 500,
             })
         }
         _ => Observation::Overhead(Overhead {

@@ -1,8 +1,10 @@
-//! TCP: the header view and the frame-level lookup on every link type must never panic; what
-//! validates must account for every byte (header + payload) and read its options consistently.
+//! TCP: the header view, the frame-level lookup and the ICMP path MTU signal on every link type
+//! must never panic; what validates must account for every byte (header + payload) and read its
+//! options consistently.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tboxscope_decode::icmp::path_mtu_signal;
 use tboxscope_decode::net::{tcp_segment, LinkType};
 use tboxscope_decode::tcp::{TcpOptions, TcpView, MAX_SACK_BLOCKS, MIN_HEADER_LEN};
 
@@ -27,5 +29,9 @@ fuzz_target!(|data: &[u8]| {
         let (start, end) = (frame.as_ptr() as usize, frame.as_ptr() as usize + frame.len());
         let p = seg.tcp.payload().as_ptr() as usize;
         assert!(p >= start && p + seg.tcp.payload().len() <= end);
+    }
+    // A frame is a TCP segment or a path MTU signal about one, never both.
+    if let Some(Ok(signal)) = path_mtu_signal(link, frame) {
+        assert!(tcp_segment(link, frame).is_err(), "{signal:?}");
     }
 });

@@ -625,7 +625,7 @@ fn dissect_and_emit<E>(
 }
 
 /// Writes one record as a JSON line (`kcp_segment`, `quic_packet`, `udp_datagram`,
-/// `tcp_segment`).
+/// `tcp_segment`, `path_mtu`).
 pub fn write_record<W: std::io::Write>(
     out: &mut JsonLinesWriter<W>,
     r: &Record<'_>,
@@ -637,6 +637,7 @@ pub fn write_record<W: std::io::Write>(
         Decoded::QuicPacket(f) => out.write(kind, p.ts_ns, &line(r, f.as_ref())),
         Decoded::UdpDatagram(f) => out.write(kind, p.ts_ns, &line(r, f)),
         Decoded::TcpSegment(f) => out.write(kind, p.ts_ns, &line(r, f)),
+        Decoded::PathMtu(f) => out.write(kind, p.ts_ns, &line(r, f)),
     }
 }
 

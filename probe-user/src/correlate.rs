@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use tboxscope_decode::quic::{FrameSummary, PacketSummary};
 use tboxscope_engine::{
     CaptureId, CapturePoint, Config, ConnId, Datagram, Engine, Host, KcpSegment, Observation,
-    Overhead, OverheadKind, PacketMeta, PathId, PathName, QuicAck, QuicAcks, QuicPacket,
-    QuicStreams, StreamRange, TcpSegment,
+    Overhead, OverheadKind, PacketMeta, PathId, PathMtuSignal, PathName, QuicAck, QuicAcks,
+    QuicPacket, QuicStreams, StreamRange, TcpSegment,
 };
 
 use crate::analyze::Record;
@@ -454,6 +454,13 @@ pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
             seg.messages = packet.tcp_messages.iter().copied().collect();
             Observation::TcpSegment(seg)
         }
+        Decoded::PathMtu(m) => Observation::PathMtu(PathMtuSignal {
+            meta,
+            mtu: m.mtu,
+            segment_src: m.segment_src,
+            segment_dst: m.segment_dst,
+            seq: m.seq,
+        }),
         Decoded::UdpDatagram(d) => Observation::Datagram(Datagram {
             meta,
             payload_hash: d.payload_hash,

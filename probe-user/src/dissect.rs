@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use serde::Serialize;
+use tboxscope_decode::icmp::{path_mtu_signal, PathMtuReject};
 use tboxscope_decode::kcp::{Cmd, Detection, Detector, DetectorConfig, DetectorStats, KcpSegment};
 use tboxscope_decode::net::{tcp_segment, FragmentStats, LinkType, NetParser, NetReject};
 use tboxscope_decode::quic::{
@@ -87,11 +88,27 @@ pub struct TcpSegmentRecord {
     pub options: TcpOptions,
 }
 
+/// A router's ICMP "fragmentation needed" / "packet too big" about a TCP segment (the
+/// packet's own ends are the router and the segment's sender).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PathMtuRecord {
+    /// The largest packet the path carries, bytes (0: not said).
+    pub mtu: u32,
+    /// The quoted segment's sender.
+    pub segment_src: SocketAddr,
+    /// The quoted segment's receiver.
+    pub segment_dst: SocketAddr,
+    /// The quoted segment's sequence number.
+    pub seq: u32,
+}
+
 /// What was decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decoded {
     /// A TCP segment.
     TcpSegment(TcpSegmentRecord),
+    /// A path MTU signal about a TCP segment.
+    PathMtu(PathMtuRecord),
     /// A KCP segment.
     KcpSegment(KcpSegmentRecord),
     /// A QUIC packet (one of possibly several coalesced in a datagram).
@@ -108,6 +125,7 @@ impl Decoded {
             Decoded::QuicPacket(_) => "quic_packet",
             Decoded::UdpDatagram(_) => "udp_datagram",
             Decoded::TcpSegment(_) => "tcp_segment",
+            Decoded::PathMtu(_) => "path_mtu",
         }
     }
 }
@@ -155,7 +173,7 @@ pub struct StreamHead {
 }
 
 /// Counters: every frame lands in exactly one of `unsupported_link`, `net_rejected`,
-/// `tcp_rejected`, `tcp` or `udp`;
+/// `tcp_rejected`, `tcp`, `path_mtu`, `path_mtu_rejected` or `udp`;
 /// every UDP datagram in exactly one of `kcp_datagrams`, `kcp_other`, `quic_datagrams` or
 /// `other_udp`.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -174,6 +192,11 @@ pub struct DissectStats {
     pub tcp_cut: u64,
     /// IP packets of protocol TCP without a usable segment, by reason.
     pub tcp_rejected: TcpRejects,
+    /// ICMP "fragmentation needed" / "packet too big" quoting a TCP segment.
+    pub path_mtu: u64,
+    /// ICMP "fragmentation needed" / "packet too big" that quote no readable TCP segment, by
+    /// reason.
+    pub path_mtu_rejected: PathMtuRejects,
     /// UDP datagrams (reassembled ones included).
     pub udp: u64,
     /// UDP datagrams decoded as KCP (raw or kcp-go).
@@ -243,15 +266,46 @@ impl NetRejects {
     }
 }
 
-/// TCP packets without a segment, by [`TcpReject`] reason (in [`TcpReject::ALL`]'s order;
-/// `not_tcp` stays 0: such frames are in [`DissectStats::net_rejected`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TcpRejects(pub [u64; TcpReject::ALL.len()]);
+/// A reason a decoder gives for yielding nothing, counted in [`ByReason`].
+pub trait Reason: Copy + PartialEq + 'static {
+    /// Every reason, in a stable order.
+    const ALL: &'static [Self];
+    /// The reason's name as written in JSON.
+    fn name(self) -> &'static str;
+}
 
-impl TcpRejects {
-    fn count(&mut self, r: TcpReject) {
-        if let Some(i) = TcpReject::ALL.iter().position(|x| *x == r) {
-            self.0[i] += 1;
+impl Reason for TcpReject {
+    const ALL: &'static [Self] = &TcpReject::ALL;
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl Reason for PathMtuReject {
+    const ALL: &'static [Self] = &PathMtuReject::ALL;
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+/// Counts by reason (in `R::ALL`'s order), written as a map by reason name.
+#[derive(Debug, Clone, Copy)]
+pub struct ByReason<R, const N: usize>(pub [u64; N], std::marker::PhantomData<R>);
+
+impl<R, const N: usize> Default for ByReason<R, N> {
+    fn default() -> Self {
+        Self([0; N], std::marker::PhantomData)
+    }
+}
+
+impl<R: Reason, const N: usize> ByReason<R, N> {
+    fn count(&mut self, r: R) {
+        if let Some(n) = R::ALL
+            .iter()
+            .position(|x| *x == r)
+            .and_then(|i| self.0.get_mut(i))
+        {
+            *n += 1;
         }
     }
 
@@ -259,18 +313,36 @@ impl TcpRejects {
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
     }
+
+    /// The reasons counted, each as `"N name"`.
+    pub fn listed(&self) -> Vec<String> {
+        R::ALL
+            .iter()
+            .zip(self.0)
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| format!("{n} {}", r.name()))
+            .collect()
+    }
 }
 
-impl Serialize for TcpRejects {
+impl<R: Reason, const N: usize> Serialize for ByReason<R, N> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(TcpReject::ALL.len()))?;
-        for (r, n) in TcpReject::ALL.iter().zip(self.0) {
-            m.serialize_entry(r.as_str(), &n)?;
+        let mut m = s.serialize_map(Some(N))?;
+        for (r, n) in R::ALL.iter().zip(self.0) {
+            m.serialize_entry(r.name(), &n)?;
         }
         m.end()
     }
 }
+
+/// TCP packets without a segment, by [`TcpReject`] reason (`not_tcp` stays 0: such frames are
+/// in [`DissectStats::net_rejected`]).
+pub type TcpRejects = ByReason<TcpReject, { TcpReject::ALL.len() }>;
+
+/// ICMP "fragmentation needed" / "packet too big" about no readable TCP segment, by
+/// [`PathMtuReject`] reason.
+pub type PathMtuRejects = ByReason<PathMtuReject, { PathMtuReject::ALL.len() }>;
 
 /// Decodes frames into [`DecodedPacket`]s.
 pub struct Dissector {
@@ -712,10 +784,7 @@ impl Dissector {
     ) -> usize {
         let seg = match tcp_segment(link, frame) {
             Ok(s) => s,
-            Err(TcpReject::NotTcp) => {
-                self.stats.net_rejected.count(NetReject::NotUdp);
-                return 0;
-            }
+            Err(TcpReject::NotTcp) => return self.path_mtu(link, frame, ts_ns, each),
             Err(r) => {
                 self.stats.tcp_rejected.count(r);
                 return 0;
@@ -743,6 +812,45 @@ impl Dissector {
             content_hash: None,
             stream_heads: Vec::new(),
             tcp_messages,
+        });
+        1
+    }
+
+    /// A frame of neither UDP nor TCP: a path MTU signal about a TCP segment, or counted as
+    /// neither.
+    fn path_mtu(
+        &mut self,
+        link: LinkType,
+        frame: &[u8],
+        ts_ns: u64,
+        mut each: impl FnMut(DecodedPacket),
+    ) -> usize {
+        let s = match path_mtu_signal(link, frame) {
+            Some(Ok(s)) => s,
+            Some(Err(r)) => {
+                self.stats.path_mtu_rejected.count(r);
+                return 0;
+            }
+            None => {
+                self.stats.net_rejected.count(NetReject::NotUdp);
+                return 0;
+            }
+        };
+        self.stats.path_mtu += 1;
+        each(DecodedPacket {
+            ts_ns,
+            src: SocketAddr::new(s.router, 0),
+            dst: SocketAddr::new(s.to, 0),
+            decoded: Decoded::PathMtu(PathMtuRecord {
+                mtu: s.mtu,
+                segment_src: s.segment_src,
+                segment_dst: s.segment_dst,
+                seq: s.seq,
+            }),
+            app_msg_id: None,
+            content_hash: None,
+            stream_heads: Vec::new(),
+            tcp_messages: Vec::new(),
         });
         1
     }

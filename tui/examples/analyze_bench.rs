@@ -887,17 +887,25 @@ fn offline_tcp(args: &[String]) {
         None
     };
     if let Some((s, rss, out)) = &tbox {
-        let kinds = ["rto", "fast", "loss_probe", "loss_recovery", "other"].map(|k| {
+        let kinds = [
+            "rto",
+            "fast",
+            "loss_probe",
+            "loss_recovery",
+            "path_mtu",
+            "other",
+        ]
+        .map(|k| {
             let needle = format!("\"kind\":\"{k}\"");
             out.lines()
                 .filter(|l| l.contains("\"type\":\"tcp_retransmit\"") && l.contains(&needle))
                 .count()
         });
         println!(
-            "tboxscope analyze --json - (binary, end to end): {s:.3} s, {:.2} M frames/s, peak RSS {} MiB; retransmissions rto {} fast {} loss_probe {} loss_recovery {} other {}",
+            "tboxscope analyze --json - (binary, end to end): {s:.3} s, {:.2} M frames/s, peak RSS {} MiB; retransmissions rto {} fast {} loss_probe {} loss_recovery {} path_mtu {} other {}",
             truth.frames as f64 / s / 1e6,
             rss / 1024,
-            kinds[0], kinds[1], kinds[2], kinds[3], kinds[4]
+            kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5]
         );
     }
     let expert = timed_output(Command::new("tshark").args(["-r", file_s, "-q", "-z", "expert"]));

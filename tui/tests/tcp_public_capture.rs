@@ -2,8 +2,8 @@
 //! Wireshark sample of an SMTP session, see `fixtures/README.md`), with tshark's TCP analysis
 //! as the oracle. The client's first full-sized segments exceed the path MTU: four ICMP
 //! "fragmentation needed" come back and the client sends the same bytes again in smaller
-//! segments. Later, the client stays silent for 2.4 s (its user) before QUIT.
-#![expect(clippy::unwrap_used)]
+//! segments, retransmissions tboxscope says were for the path MTU. Later, the client stays
+//! silent for 2.4 s (its user) before QUIT.
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
 
@@ -17,23 +17,7 @@ const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/smtp.
 const CLIENT: &str = "10.10.1.4:1470";
 
 fn tshark_fields(filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
-    let mut cmd = Command::new("tshark");
-    cmd.args(["-r", FIXTURE, "-o", "tcp.relative_sequence_numbers:FALSE"]);
-    cmd.args(["-Y", filter, "-T", "fields"]);
-    for f in fields {
-        cmd.args(["-e", f]);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| l.split('\t').map(str::to_owned).collect())
-        .collect()
+    tcp_common::tshark_fields(std::path::Path::new(FIXTURE), filter, fields)
 }
 
 #[test]
@@ -49,9 +33,9 @@ fn smtp_resends_after_path_mtu_match_tshark_and_the_idle_user_is_no_outage() {
             (&"wire".into(), &CLIENT.into()),
             "{r}"
         );
-        // They follow the ICMP messages and the ACKs of what was resent: no timer, no
-        // duplicate ACKs, no probe of the tail.
-        assert_eq!(r["kind"], "other", "{r}");
+        // Each resends bytes of a segment a router's ICMP "fragmentation needed" quoted,
+        // after it came: for the path MTU (no timer, no duplicate ACKs, no probe of the tail).
+        assert_eq!(r["kind"], "path_mtu", "{r}");
     }
     let ours: BTreeSet<u64> = resent.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
     assert_eq!(
@@ -121,4 +105,25 @@ fn smtp_resends_after_path_mtu_match_tshark_and_the_idle_user_is_no_outage() {
         "srtt {srtt_ms} ms, tshark's median {median_ms} ms"
     );
     assert_eq!(client["segments"], 25, "{client}");
+    // The four ICMP messages, each about one of the client's segments, and the MTU they name.
+    assert_eq!(client["path_mtu_signals"], 4, "{client}");
+    assert_eq!(client["path_mtu"], 1492, "{client}");
+    assert_eq!(summary["tcp_wire"]["path_mtu_unmatched"], 0);
+    assert_eq!(summary["frames"]["path_mtu"], 4, "{}", summary["frames"]);
+    let quoted_seqs: BTreeSet<u64> = quoted.iter().map(|q| q[1].parse().unwrap()).collect();
+    let lowest = *quoted_seqs.first().unwrap();
+    assert!(
+        ours.iter().all(|s| *s >= lowest),
+        "{ours:?} {quoted_seqs:?}"
+    );
+    let report = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .args(["analyze", FIXTURE])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("5 retransmitted (5 path_mtu), 4 ICMP too-big signals from routers (path MTU 1492 bytes)")
+            && text.contains("TCP: 53 segments; 4 ICMP too-big signals about segments"),
+        "{text}"
+    );
 }

@@ -119,16 +119,23 @@ fn same_data(k_seq: u32, k_len: u32, w_seq: u32, w_len: u32) -> bool {
         || (k_len > 0 && w_seq.wrapping_sub(k_seq) < k_len)
 }
 
-/// Whether the kernel and the wire gave a retransmission the same kind.
+/// Whether the kernel and the wire gave a retransmission the same kind. The kernel's probes
+/// read the kind from the congestion state; Linux resends what a router said was too big
+/// (`tcp_simple_retransmit`) in the state the connection is in: Loss with the timer armed
+/// (loss recovery), or Recovery when the resends' reordering already had it recovering (fast)
+/// — both measured on this kernel through a router namespace (`tui/tests/tcp_path_mtu.rs`).
 fn same_kind(k: RetransmitKind, w: TcpRetransmitKind) -> bool {
     matches!(
         (k, w),
         (RetransmitKind::Rto, TcpRetransmitKind::Rto)
-            | (RetransmitKind::Fast, TcpRetransmitKind::Fast)
+            | (
+                RetransmitKind::Fast,
+                TcpRetransmitKind::Fast | TcpRetransmitKind::PathMtu
+            )
             | (RetransmitKind::Tlp, TcpRetransmitKind::LossProbe)
             | (
                 RetransmitKind::LossRecovery,
-                TcpRetransmitKind::LossRecovery
+                TcpRetransmitKind::LossRecovery | TcpRetransmitKind::PathMtu
             )
             | (RetransmitKind::Unknown, TcpRetransmitKind::Other)
     )

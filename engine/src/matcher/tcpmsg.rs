@@ -71,7 +71,9 @@ fn resend_of(kind: TcpRetransmitKind) -> Resend {
     match kind {
         TcpRetransmitKind::Rto | TcpRetransmitKind::LossRecovery => Resend::Timeout,
         TcpRetransmitKind::Fast | TcpRetransmitKind::LossProbe => Resend::Fast,
-        TcpRetransmitKind::Other => Resend::Unknown,
+        // Neither a timer nor the receiver's ACKs: a router's word (the stall's resend counts
+        // with those of no known kind).
+        TcpRetransmitKind::PathMtu | TcpRetransmitKind::Other => Resend::Unknown,
     }
 }
 

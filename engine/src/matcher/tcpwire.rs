@@ -1,6 +1,6 @@
 //! TCP from the wire: per connection seen by one capture, both directions, every
 //! retransmission found and classified (fast, RTO with its backoff level, tail loss probe,
-//! loss recovery; spurious by D-SACK, by an earlier acknowledgment or by timestamps), RTT
+//! loss recovery, resent smaller after a router's path MTU signal; spurious by D-SACK, by an earlier acknowledgment or by timestamps), RTT
 //! samples (Karn's rule; the timestamps option when present) and the RTO estimate of RFC 6298
 //! with Linux's 200 ms floor. Emits `tcp_retransmit` and `tcp_rto` records with
 //! `"source": "wire"`, the same types the kernel's probes write.
@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use tboxscope_decode::tcp::TcpOptions;
 
 use crate::flow::FlowRef;
-use crate::input::TcpSegment;
+use crate::input::{PathMtuSignal, TcpSegment};
 use crate::matcher::tcpmsg::{self, Acked, Facts, Outstanding};
 use crate::paths::PathIdx;
 use crate::record::{
@@ -133,6 +133,46 @@ struct RtoChain {
     timeouts: u32,
 }
 
+/// What routers said did not fit the path (ICMP "fragmentation needed" / "packet too big",
+/// each quoting a segment that carried too much).
+#[derive(Debug, Clone, Copy)]
+struct TooBig {
+    /// The newest such message (reference clock).
+    at_ns: u64,
+    /// The sequence space of the segments quoted, from the first to the end of the last.
+    from: u64,
+    until: u64,
+    /// The smallest MTU named (0: none named).
+    mtu: u32,
+    /// The end of the bytes resent for it so far: the sender resends them once, in order; what
+    /// it sends again below is resent for another reason.
+    resent_to: u64,
+}
+
+/// IPv4 and TCP headers without options: a segment whose payload and these exceed the path
+/// MTU did not fit it.
+const MIN_HEADERS: u64 = 40;
+
+impl TooBig {
+    /// Whether a resend of `[start, …)`, whose original of `original_len` bytes was first sent
+    /// at `first_ns`, sends again what did not fit: bytes of a quoted segment sent before the
+    /// router spoke, or of any original too big for the MTU it named and sent within
+    /// `slack_ns` (an RTO) of its newest message: the sender's kernel marks all of those lost
+    /// at once, some before their own ICMP message comes back, and a full-sized segment sent
+    /// that soon after is one the sender sent before taking the message in (or itself too
+    /// big for the path still).
+    fn covers(&self, start: u64, first_ns: u64, original_len: u64, slack_ns: u64) -> bool {
+        if start < self.resent_to {
+            return false;
+        }
+        let quoted = start >= self.from && start < self.until && first_ns <= self.at_ns;
+        let too_long = self.mtu > 0
+            && original_len + MIN_HEADERS > u64::from(self.mtu)
+            && first_ns <= self.at_ns.saturating_add(slack_ns);
+        quoted || too_long
+    }
+}
+
 /// One direction: the data one end sends, and what the other end acknowledges of it.
 #[derive(Debug, Default)]
 struct Half {
@@ -168,6 +208,8 @@ struct Half {
     recovery_until: Option<u64>,
     /// The current backoff episode.
     rto: Option<RtoChain>,
+    /// What routers said was too big for the path.
+    too_big: Option<TooBig>,
     /// TSvals sent and when first.
     tsvals: VecDeque<(u32, u64)>,
     /// RFC 6298 state (ns).
@@ -230,6 +272,51 @@ impl Half {
         evicted
     }
 
+    /// A router's word at `at_ns` that the segment this direction sent at `seq` was too big
+    /// for a path of `mtu` bytes (0: not said); false when no such segment was seen.
+    fn too_big(&mut self, at_ns: u64, seq: u32, mtu: u32) -> bool {
+        let Some(start) = self.peek(seq) else {
+            return false;
+        };
+        let Some(end) = self
+            .sent
+            .last_before(start + 1)
+            .filter(|(s, x)| *s == start && x.end > start)
+            .map(|(_, x)| x.end)
+        else {
+            return false;
+        };
+        self.stats.path_mtu_signals += 1;
+        if mtu > 0 && (self.stats.path_mtu == 0 || mtu < self.stats.path_mtu) {
+            self.stats.path_mtu = mtu;
+        }
+        self.too_big = Some(match self.too_big {
+            Some(b) => TooBig {
+                at_ns: b.at_ns.max(at_ns),
+                from: b.from.min(start),
+                until: b.until.max(end),
+                mtu: match (b.mtu, mtu) {
+                    (0, m) | (m, 0) => m,
+                    (a, m) => a.min(m),
+                },
+                // A smaller MTU than before: everything goes again, smaller still.
+                resent_to: if mtu > 0 && mtu < b.mtu {
+                    0
+                } else {
+                    b.resent_to
+                },
+            },
+            None => TooBig {
+                at_ns,
+                from: start,
+                until: end,
+                mtu,
+                resent_to: 0,
+            },
+        });
+        true
+    }
+
     /// One RTT sample (RFC 6298 2.2–2.3).
     fn sample(&mut self, r: u64) {
         self.stats.rtt_samples += 1;
@@ -262,6 +349,8 @@ pub struct TcpWireMatcher {
     evicted_connections: u64,
     evicted_segments: u64,
     evicted_pending: u64,
+    /// Path MTU signals about no segment of a connection followed here.
+    path_mtu_unmatched: u64,
     /// Directions of evicted connections, kept for the summary (bounded like the table).
     retired: Vec<TcpWireDirection>,
 }
@@ -351,6 +440,26 @@ impl TcpWireMatcher {
         sent
     }
 
+    /// Takes a router's path MTU signal `m` about a segment of a connection followed at the
+    /// same capture: that segment's bytes sent again after it are resent for the path MTU.
+    pub(crate) fn on_path_mtu(&mut self, shared: &Shared, m: &PathMtuSignal) {
+        let matched = shared.place_of(&m.meta).is_some_and(|(path, ts_ns)| {
+            let (src, dst) = (m.segment_src, m.segment_dst);
+            let from_low = src <= dst;
+            let key = if from_low {
+                (m.meta.capture, path, src, dst)
+            } else {
+                (m.meta.capture, path, dst, src)
+            };
+            self.conns
+                .get_mut(&key)
+                .is_some_and(|c| c.halves[usize::from(!from_low)].too_big(ts_ns, m.seq, m.mtu))
+        });
+        if !matched {
+            self.path_mtu_unmatched += 1;
+        }
+    }
+
     /// Forgets the least recently active eighth of the connections.
     fn evict(&mut self) {
         let mut times: Vec<u64> = self.conns.values().map(|c| c.last_ns).collect();
@@ -412,6 +521,7 @@ impl TcpWireMatcher {
             evicted_connections: self.evicted_connections,
             evicted_segments: self.evicted_segments,
             evicted_pending: self.evicted_pending,
+            path_mtu_unmatched: self.path_mtu_unmatched,
         }
     }
 }
@@ -629,9 +739,11 @@ fn send(
     }
     // Sequence space sent before: a retransmission.
     let mut first_ns = ts_ns;
+    let mut original_len = 0;
     let mut head_sent_ns = 0;
-    if let Some((_, s)) = h.sent.last_before_mut(end).filter(|(_, s)| s.end > start) {
+    if let Some((at, s)) = h.sent.last_before_mut(end).filter(|(_, s)| s.end > start) {
         first_ns = s.first_ns;
+        original_len = s.end - *at;
         s.retransmitted = true;
         s.last_ns = ts_ns;
     }
@@ -648,7 +760,18 @@ fn send(
     let timer_start = h.una_ns.max(h.last_retx_ns).max(head_sent_ns);
     let silence = ts_ns.saturating_sub(timer_start);
     let already_acked = end <= h.una;
-    let kind = if silence >= rto_est - rto_est / 4 && !already_acked {
+    // Bytes a router said did not fit, resent smaller.
+    let slack = h.rto_ns();
+    let too_big = !already_acked
+        && h.too_big.as_mut().is_some_and(|b| {
+            b.covers(start, first_ns, original_len, slack) && {
+                b.resent_to = end;
+                true
+            }
+        });
+    let kind = if too_big {
+        TcpRetransmitKind::PathMtu
+    } else if silence >= rto_est - rto_est / 4 && !already_acked {
         TcpRetransmitKind::Rto
     } else if h.loss_until.is_some() {
         TcpRetransmitKind::LossRecovery

@@ -107,7 +107,7 @@ pub struct RetransmitRecord {
     /// Connection.
     #[serde(flatten)]
     pub ends: Endpoints,
-    /// rto (RTO timer), fast, loss_probe, loss_recovery, other.
+    /// rto (RTO timer), fast, loss_probe, loss_recovery, path_mtu (the wire's only), other.
     pub kind: RetransmitKind,
     /// Segments resent by this call, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -273,7 +273,8 @@ fn retransmit_kind(k: RetransmitKind) -> engine::RetransmitKind {
         RetransmitKind::Fast => engine::RetransmitKind::Fast,
         RetransmitKind::LossProbe => engine::RetransmitKind::Tlp,
         RetransmitKind::LossRecovery => engine::RetransmitKind::LossRecovery,
-        RetransmitKind::Other => engine::RetransmitKind::Unknown,
+        // A kind only the wire gives: the kernel's own records never carry it.
+        RetransmitKind::PathMtu | RetransmitKind::Other => engine::RetransmitKind::Unknown,
     }
 }
 

@@ -75,7 +75,8 @@ fn kind_index(k: RetransmitKind) -> usize {
         RetransmitKind::Fast => 1,
         RetransmitKind::LossProbe => 2,
         RetransmitKind::LossRecovery => 3,
-        RetransmitKind::Other => 4,
+        // The kernel's probes never say path MTU (see tcp_simple_retransmit: loss recovery).
+        RetransmitKind::PathMtu | RetransmitKind::Other => 4,
     }
 }
 

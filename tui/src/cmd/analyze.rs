@@ -555,15 +555,11 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
         s.other_udp
     )?;
     if s.tcp + s.tcp_rejected.total() > 0 {
-        let rejected: Vec<String> = probe_user::decode::tcp::TcpReject::ALL
-            .iter()
-            .zip(s.tcp_rejected.0)
-            .filter(|(_, n)| *n > 0)
-            .map(|(r, n)| format!("{n} {}", r.as_str()))
-            .collect();
+        let rejected = s.tcp_rejected.listed();
+        let mtu_rejected = s.path_mtu_rejected.listed();
         writeln!(
             out,
-            "TCP: {} segments{}{}",
+            "TCP: {} segments{}{}{}",
             s.tcp,
             if s.tcp_cut > 0 {
                 format!(
@@ -577,6 +573,14 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
                 String::new()
             } else {
                 format!("; not decoded: {}", rejected.join(", "))
+            },
+            match (s.path_mtu, mtu_rejected.is_empty()) {
+                (0, true) => String::new(),
+                (n, true) => format!("; {n} ICMP too-big signals about segments"),
+                (n, false) => format!(
+                    "; {n} ICMP too-big signals about segments ({} unreadable)",
+                    mtu_rejected.join(", ")
+                ),
             }
         )?;
     }

@@ -826,7 +826,7 @@ fn remember_flow(ports: &mut HashMap<String, u16>, d: &DecodedPacket) {
             Some(n) => FlowKey::Quic { conn: ConnId(n) },
             None => return,
         },
-        Decoded::UdpDatagram(_) | Decoded::TcpSegment(_) => return,
+        Decoded::UdpDatagram(_) | Decoded::TcpSegment(_) | Decoded::PathMtu(_) => return,
     };
     if ports.len() < 4096 {
         ports.entry(key.name()).or_insert(port);

@@ -639,6 +639,16 @@ fn render_wire_kinds(
         .map(|(k, n)| Line::raw(format!("{:<14}{n:>6}", k.as_str())))
         .collect();
     lines.push(Line::raw(format!("{:<14}{:>6}", "spurious", d.spurious)));
+    if d.path_mtu_signals > 0 {
+        let mtu = match d.path_mtu {
+            0 => "no MTU named".to_owned(),
+            m => format!("smallest MTU {m} bytes"),
+        };
+        lines.push(Line::raw(format!(
+            "routers said too big: {} times, {mtu}",
+            d.path_mtu_signals
+        )));
+    }
     lines.push(Line::styled(
         format!(
             "not retransmissions: {} out of order, {} window probes; {} of data sent before \

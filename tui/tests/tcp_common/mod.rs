@@ -494,6 +494,22 @@ pub fn analyze_json<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Vec<Value> {
         .collect()
 }
 
+/// tshark's `fields` (tab-separated on its lines) of the frames `filter` selects in `pcap`,
+/// sequence numbers raw.
+pub fn tshark_fields(pcap: &std::path::Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r").arg(pcap);
+    cmd.args(["-o", "tcp.relative_sequence_numbers:FALSE"]);
+    cmd.args(["-Y", filter, "-T", "fields"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    run(&mut cmd)
+        .lines()
+        .map(|l| l.split('\t').map(str::to_owned).collect())
+        .collect()
+}
+
 /// Runs `args` (program first); panics with its standard error when it fails.
 pub fn sh(args: &[&str]) {
     run(Command::new(args[0]).args(&args[1..]));
