@@ -75,6 +75,14 @@ impl Engine {
             Observation::TcpSegment(t) => {
                 if let Some((pkt, fr)) = shared.on_tcp_segment(t) {
                     let sent = self.tcp_wire.on_segment(shared, t, &pkt, fr);
+                    if let Some((_, kind)) = sent.filter(|_| t.len > 0 && pkt.count_wire) {
+                        // The path's data sends, and those sent again, as the wire shows them
+                        // (the kernel's events count only for connections no capture sees).
+                        if let Some(p) = shared.paths.get_mut(pkt.path) {
+                            p.data_sends += 1;
+                            p.retransmissions += u64::from(kind.is_some());
+                        }
+                    }
                     if let Some((seq_len, kind)) = sent {
                         let ends = (t.meta.src, t.meta.dst);
                         let (capture, seq, ts_ns, path) =

@@ -664,7 +664,8 @@ impl Shared {
             }
             return r;
         }
-        if a.dir != Dir::In {
+        // TCP's data sends are its segments, counted where they are seen (not its messages).
+        if a.dir != Dir::In && !matches!(a.id, MsgId::Tcp { .. }) {
             if let Some(p) = self.paths.get_mut(a.path) {
                 p.data_sends += 1;
                 if r.repeat {

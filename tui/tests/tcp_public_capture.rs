@@ -110,6 +110,10 @@ fn smtp_resends_after_path_mtu_match_tshark_and_the_idle_user_is_no_outage() {
     assert_eq!(client["path_mtu"], 1492, "{client}");
     assert_eq!(summary["tcp_wire"]["path_mtu_unmatched"], 0);
     assert_eq!(summary["frames"]["path_mtu"], 4, "{}", summary["frames"]);
+    // The path's share of data sends retransmitted, from the segments: 5 of the 33 that
+    // carried data (both directions).
+    let rate = summary["paths"][0]["retransmission_rate"].as_f64().unwrap();
+    assert!((rate - 5.0 / 33.0).abs() < 1e-9, "{}", summary["paths"]);
     let quoted_seqs: BTreeSet<u64> = quoted.iter().map(|q| q[1].parse().unwrap()).collect();
     let lowest = *quoted_seqs.first().unwrap();
     assert!(

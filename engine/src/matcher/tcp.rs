@@ -321,10 +321,14 @@ impl Shared {
             }
         }
         if let TcpEventKind::Retransmit { kind, .. } = &e.kind {
+            // A connection a capture sees has its data sends counted from its packets.
+            let on_the_wire = self.flows.get_mut(fr).is_some_and(|f| f.delivered_any);
             if let Some(p) = self.paths.get_mut(path) {
                 p.tcp_retransmits.add(*kind);
-                p.retransmissions += 1;
-                p.data_sends += 1;
+                if !on_the_wire {
+                    p.retransmissions += 1;
+                    p.data_sends += 1;
+                }
                 p.last_sent_ns = Some(p.last_sent_ns.map_or(e.ts_ns, |x| x.max(e.ts_ns)));
             }
             if let Some((id, ..)) = self.tcp_incident(fr) {
