@@ -1,7 +1,8 @@
 //! TCP from the wire: per connection seen by one capture, both directions, every
 //! retransmission found and classified (fast, RTO with its backoff level, tail loss probe,
-//! loss recovery, resent smaller after a router's path MTU signal; spurious by D-SACK, by an earlier acknowledgment or by timestamps), RTT
-//! samples (Karn's rule; the timestamps option when present) and the RTO estimate of RFC 6298
+//! loss recovery, resent smaller after a router's path MTU signal; spurious by D-SACK, by an
+//! earlier acknowledgment or by timestamps), RTT samples (Karn's rule; the timestamps option
+//! when present) and the RTO estimate of RFC 6298
 //! with Linux's 200 ms floor. Emits `tcp_retransmit` and `tcp_rto` records with
 //! `"source": "wire"`, the same types the kernel's probes write.
 //!
