@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use etherparse::IpNumber;
 
-use crate::net::{ip_direct, LinkType};
+use crate::net::{ip_cut, ip_direct, LinkType};
 
 /// ICMPv4 "destination unreachable".
 const ICMPV4_UNREACHABLE: u8 = 3;
@@ -74,7 +74,8 @@ pub fn path_mtu_signal(
     link: LinkType,
     frame: &[u8],
 ) -> Option<Result<PathMtuSignal, PathMtuReject>> {
-    let (router, to, ip) = ip_direct(link, frame)?;
+    // Captures of headers only cut the router's message: the quote's start is what counts.
+    let (router, to, ip) = ip_direct(link, frame).or_else(|| ip_cut(link, frame))?;
     if ip.fragmented {
         return None;
     }
@@ -253,10 +254,12 @@ mod tests {
     fn every_truncation_is_none_or_a_reason_and_never_a_panic() {
         let quoted = ipv4([10, 10, 1, 4], [74, 53, 140, 153], 6, &tcp_head(9));
         let frame = frag_needed(576, &quoted);
-        // Cut short of the length the outer IP header declares, the frame is no packet at all.
+        // Cut by a capture's snap length, the frame still names the segment while it holds the
+        // quote's IP header and the first 8 bytes of TCP (Ethernet 14, IP 20, ICMP 8 before).
+        let quote_whole = 14 + 20 + ICMP_HEADER + 20 + TCP_QUOTE;
         for cut in 0..=frame.len() {
             let got = path_mtu_signal(LinkType::Ethernet, &frame[..cut]);
-            if cut == frame.len() {
+            if cut >= quote_whole {
                 assert!(matches!(got, Some(Ok(s)) if s.seq == 9), "{cut}: {got:?}");
             } else {
                 assert!(!matches!(got, Some(Ok(_))), "{cut}: {got:?}");

@@ -296,37 +296,36 @@ impl TcpSegment<'_> {
     }
 }
 
-/// The TCP segment of a frame cut short of its IP packet (Ethernet or raw IP), sliced laxly:
-/// the headers whole, the payload as far as captured, its length the IP header's.
+/// The TCP segment of a frame cut short of its IP packet (any link type), sliced laxly: the
+/// headers whole, the payload as far as captured, its length the IP header's.
 fn cut_tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpReject> {
-    let lax = match link {
-        LinkType::Ethernet => {
-            etherparse::LaxSlicedPacket::from_ethernet(frame).map_err(|_| TcpReject::Truncated)?
-        }
-        LinkType::RawIp | LinkType::Ipv4 | LinkType::Ipv6 => {
-            etherparse::LaxSlicedPacket::from_ip(frame).map_err(|_| TcpReject::Truncated)?
-        }
-        _ => return Err(TcpReject::Truncated),
-    };
-    let (src_ip, dst_ip, declared, fragmented) = match &lax.net {
+    let ip = ip_packet_laxly(link, frame).map_err(|r| match r {
+        NetReject::Truncated => TcpReject::Truncated,
+        _ => TcpReject::NotTcp,
+    })?;
+    let lax = etherparse::LaxSlicedPacket::from_ip(ip).map_err(|_| TcpReject::Truncated)?;
+    let (src_ip, dst_ip, declared, payload) = match &lax.net {
         Some(etherparse::LaxNetSlice::Ipv4(v4)) => {
             let h = v4.header();
             (
                 IpAddr::V4(h.source_addr()),
                 IpAddr::V4(h.destination_addr()),
                 usize::from(h.total_len()).checked_sub(usize::from(h.ihl()) * 4),
-                v4.payload().fragmented,
+                v4.payload(),
             )
         }
         Some(etherparse::LaxNetSlice::Ipv6(v6)) => (
             IpAddr::V6(v6.header().source_addr()),
             IpAddr::V6(v6.header().destination_addr()),
             usize::from(v6.header().payload_length()).checked_sub(v6.extensions().slice().len()),
-            v6.payload().fragmented,
+            v6.payload(),
         ),
         _ => return Err(TcpReject::NotTcp),
     };
-    if fragmented {
+    if payload.ip_number != IpNumber::TCP {
+        return Err(TcpReject::NotTcp);
+    }
+    if payload.fragmented {
         return Err(TcpReject::Fragment);
     }
     let Some(TransportSlice::Tcp(tcp)) = &lax.transport else {
@@ -343,6 +342,57 @@ fn cut_tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
         tcp: view,
         payload_len: u32::try_from(declared.max(captured)).unwrap_or(u32::MAX),
     })
+}
+
+/// The bytes from the IP header on of a frame the capture may have cut short (its snap
+/// length): the link layer of `link` taken off as [`slice_raw`] does, but lengths that run
+/// past the captured bytes (a PPPoE header's, an NFLOG attribute's) read as far as captured.
+fn ip_packet_laxly(link: LinkType, frame: &[u8]) -> Result<&[u8], NetReject> {
+    let ether = |t: &[u8], rest| {
+        ip_after_ether_type_laxly(EtherType(u16::from_be_bytes([t[0], t[1]])), rest)
+    };
+    match link {
+        LinkType::Ethernet => match (frame.get(12..14), frame.get(14..)) {
+            (Some(t), Some(rest)) => ether(t, rest),
+            _ => Err(NetReject::Truncated),
+        },
+        LinkType::LinuxSll | LinkType::LinuxSll2 => {
+            let (ether_type, rest) = cooked(link, frame)?;
+            ip_after_ether_type_laxly(ether_type, rest)
+        }
+        LinkType::RawIp | LinkType::Ipv4 | LinkType::Ipv6 => Ok(frame),
+        LinkType::Null | LinkType::Loop => frame.get(4..).ok_or(NetReject::Truncated),
+        LinkType::Ppp => ppp(frame),
+        LinkType::PppHdlc => match frame {
+            [0x0f | 0x8f, _, t0, t1, rest @ ..] => ether(&[*t0, *t1], rest),
+            [0x0f | 0x8f, ..] => Err(NetReject::Truncated),
+            _ => ppp(frame),
+        },
+        LinkType::PppEther => pppoe_session(frame, Cut::AsCaptured),
+        LinkType::Nflog => nflog_payload(frame, Cut::AsCaptured),
+    }
+}
+
+/// [`ip_packet_laxly`] after an EtherType: up to three VLAN tags, then IP or a PPPoE session.
+fn ip_after_ether_type_laxly(
+    mut ether_type: EtherType,
+    mut rest: &[u8],
+) -> Result<&[u8], NetReject> {
+    for _ in 0..=3 {
+        match ether_type {
+            EtherType::IPV4 | EtherType::IPV6 => return Ok(rest),
+            PPPOE_SESSION => return pppoe_session(rest, Cut::AsCaptured),
+            EtherType::VLAN_TAGGED_FRAME
+            | EtherType::PROVIDER_BRIDGING
+            | EtherType::VLAN_DOUBLE_TAGGED_FRAME => {
+                let vlan = SingleVlanSlice::from_slice(rest).map_err(|_| NetReject::Truncated)?;
+                ether_type = vlan.ether_type();
+                rest = vlan.payload().payload;
+            }
+            _ => return Err(NetReject::NotIp),
+        }
+    }
+    Err(NetReject::NotIp)
 }
 
 /// Bytes after the IP header(s) that the IP header declares (`None` when it gives none).
@@ -405,6 +455,8 @@ pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
         {
             return cut_tcp_segment(link, frame)
         }
+        // A PPPoE or NFLOG length past the captured bytes: cut by the snap length too.
+        Err(Sliced::Reject(NetReject::Truncated)) => return cut_tcp_segment(link, frame),
         Err(_) => return Err(TcpReject::NotTcp),
     };
     let Some((src_ip, dst_ip, ip_payload)) = sliced.net.as_ref().and_then(ip_ends) else {
@@ -475,6 +527,23 @@ pub(crate) fn ip_direct(
         LinkType::Ipv6 if frame.first().is_some_and(|b| b >> 4 == 6) => ip_in_ip(frame),
         _ => None,
     }
+}
+
+/// [`ip_direct`] of a frame the capture's snap length cut: the IP header whole, its payload
+/// as far as captured (`None` when even the header is cut, or the frame is no IP packet).
+pub(crate) fn ip_cut(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+    let (ip, _) = etherparse::LaxIpSlice::from_slice(ip_packet_laxly(link, frame).ok()?).ok()?;
+    let p = ip.payload();
+    Some((
+        ip.source_addr(),
+        ip.destination_addr(),
+        IpPayloadSlice {
+            ip_number: p.ip_number,
+            fragmented: p.fragmented,
+            len_source: p.len_source,
+            payload: p.payload,
+        },
+    ))
 }
 
 /// [`ip_direct`] after the link header: up to three VLAN tags (where `SlicedPacket` stops
@@ -623,8 +692,8 @@ fn slice_raw(link: LinkType, frame: &[u8]) -> Result<SlicedPacket<'_>, Sliced> {
             }
             _ => SlicedPacket::from_ip(ppp(frame)?),
         },
-        LinkType::PppEther => SlicedPacket::from_ip(pppoe_session(frame)?),
-        LinkType::Nflog => SlicedPacket::from_ip(nflog_payload(frame)?),
+        LinkType::PppEther => SlicedPacket::from_ip(pppoe_session(frame, Cut::Whole)?),
+        LinkType::Nflog => SlicedPacket::from_ip(nflog_payload(frame, Cut::Whole)?),
     };
     result.map_err(Sliced::Etherparse)
 }
@@ -681,19 +750,36 @@ fn from_ether_type(ether_type: EtherType, rest: &[u8]) -> Result<SlicedPacket<'_
         ether_type = vlan.ether_type();
         rest = vlan.payload().payload;
     }
-    SlicedPacket::from_ip(pppoe_session(rest)?).map_err(Sliced::Etherparse)
+    SlicedPacket::from_ip(pppoe_session(rest, Cut::Whole)?).map_err(Sliced::Etherparse)
+}
+
+/// How a length field that runs past the captured bytes reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// The frame is truncated: rejected.
+    Whole,
+    /// The capture's snap length cut it: read as far as captured.
+    AsCaptured,
+}
+
+/// What a length field names of `bytes`: that many, or as many as captured when `cut` allows.
+fn declared(bytes: &[u8], from: usize, len: usize, cut: Cut) -> Result<&[u8], NetReject> {
+    match (bytes.get(from..from + len), cut) {
+        (Some(b), _) => Ok(b),
+        (None, Cut::AsCaptured) => bytes.get(from..).ok_or(NetReject::Truncated),
+        (None, Cut::Whole) => Err(NetReject::Truncated),
+    }
 }
 
 /// The IP packet of a PPPoE session frame: a 6-byte header (version and type 0x11, code 0,
 /// session id, length), then PPP. The length field cuts Ethernet padding.
-fn pppoe_session(frame: &[u8]) -> Result<&[u8], NetReject> {
+fn pppoe_session(frame: &[u8], cut: Cut) -> Result<&[u8], NetReject> {
     let header = frame.get(0..6).ok_or(NetReject::Truncated)?;
     if header[0] != 0x11 || header[1] != 0 {
         return Err(NetReject::Malformed);
     }
     let len = usize::from(u16::from_be_bytes([header[4], header[5]]));
-    let body = frame.get(6..6 + len).ok_or(NetReject::Truncated)?;
-    ppp(body)
+    ppp(declared(frame, 6, len, cut)?)
 }
 
 /// The IP packet of a PPP frame (RFC 1661): optional HDLC-like address and control bytes
@@ -722,7 +808,7 @@ fn ppp(frame: &[u8]) -> Result<&[u8], NetReject> {
 /// padded to 4 bytes; the packet is the NFULA_PAYLOAD (9) attribute. Lengths and types are in
 /// the capturing host's byte order: the first attribute's type (always < 256) tells which.
 /// A record with no payload attribute (logged without a copy of the packet) is not IP.
-fn nflog_payload(frame: &[u8]) -> Result<&[u8], NetReject> {
+fn nflog_payload(frame: &[u8], cut: Cut) -> Result<&[u8], NetReject> {
     const NFULA_PAYLOAD: u16 = 9;
     // The netlink attribute flags (nested, network byte order) are not part of the type.
     const TYPE_MASK: u16 = 0x3fff;
@@ -747,7 +833,17 @@ fn nflog_payload(frame: &[u8]) -> Result<&[u8], NetReject> {
         if len < 4 {
             return Err(NetReject::Malformed);
         }
-        let value = rest.get(4..len).ok_or(NetReject::Truncated)?;
+        // Only the packet may have been cut by the snap length (attributes precede it).
+        let value = declared(
+            rest,
+            4,
+            len - 4,
+            if kind == NFULA_PAYLOAD {
+                cut
+            } else {
+                Cut::Whole
+            },
+        )?;
         if kind == NFULA_PAYLOAD {
             return Ok(value);
         }
@@ -841,7 +937,8 @@ mod tests {
                 ])
                 .unwrap();
             let mut ip = Vec::new();
-            builder.write(&mut ip, b"").unwrap();
+            let payload = b"0123456789ab";
+            builder.write(&mut ip, payload).unwrap();
             let family: u8 = if v6 { 10 } else { 2 };
             let ppp_proto: u8 = if v6 { 0x57 } else { 0x21 };
             let mut sll2 = vec![0u8; 20];
@@ -864,6 +961,23 @@ mod tests {
                     LinkType::PppHdlc,
                     [vec![0xff, 0x03, 0, ppp_proto], ip.clone()].concat(),
                 ),
+                (LinkType::PppEther, {
+                    let len = u16::try_from(ip.len() + 2).unwrap().to_be_bytes();
+                    [
+                        vec![0x11, 0, 0, 1, len[0], len[1], 0, ppp_proto],
+                        ip.clone(),
+                    ]
+                    .concat()
+                }),
+                (LinkType::Ethernet, {
+                    let len = u16::try_from(ip.len() + 2).unwrap().to_be_bytes();
+                    // Behind a VLAN tag: addresses, 802.1Q and its TCI, the PPPoE session type.
+                    let mut f = vec![
+                        2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0x81, 0, 0, 7, 0x88, 0x64,
+                    ];
+                    f.extend([0x11, 0, 0, 1, len[0], len[1], 0, ppp_proto]);
+                    [f, ip.clone()].concat()
+                }),
             ];
             for (link, frame) in cases {
                 let seg = tcp_segment(link, &frame).unwrap_or_else(|e| panic!("{link:?}: {e:?}"));
@@ -876,8 +990,17 @@ mod tests {
                     (o.mss, o.sack_permitted, o.timestamps),
                     (Some(1400), true, Some((7, 0)))
                 );
+                // Cut by a snap length anywhere in the payload: the segment, its length the
+                // IP header's; cut in the headers: never a segment.
+                let header_end = frame.len() - payload.len();
                 for n in 0..frame.len() {
-                    let _ = tcp_segment(link, &frame[..n]);
+                    let cut = tcp_segment(link, &frame[..n]);
+                    if n >= header_end {
+                        let s = cut.unwrap_or_else(|e| panic!("{link:?} cut at {n}: {e:?}"));
+                        assert_eq!((s.payload_len, s.cut(), s.tcp.seq()), (12, true, 5));
+                    } else {
+                        assert!(cut.is_err(), "{link:?} cut at {n}");
+                    }
                 }
                 let mut mutated = frame.clone();
                 for at in 0..frame.len() {

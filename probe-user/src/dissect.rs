@@ -606,8 +606,12 @@ impl Dissector {
         let udp = match self.net.udp(link, frame, ts_ns) {
             Ok(u) => u,
             Err(NetReject::NotUdp) => return self.tcp(link, capture, frame, ts_ns, each),
-            // A TCP segment whose frame the snap length cut: its headers are whole.
-            Err(NetReject::Truncated) if tcp_segment(link, frame).is_ok() => {
+            // A TCP segment whose frame the snap length cut (its headers are whole), or a
+            // router's "too big" quoting one.
+            Err(NetReject::Truncated)
+                if tcp_segment(link, frame).is_ok()
+                    || path_mtu_signal(link, frame).is_some_and(|s| s.is_ok()) =>
+            {
                 return self.tcp(link, capture, frame, ts_ns, each)
             }
             Err(r) => {

@@ -73,6 +73,7 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
     let before = dir.path().join("sender.pcap");
     let behind = dir.path().join("behind.pcap");
     let cut = dir.path().join("cut.pcap");
+    let cut_any = dir.path().join("cut-any.pcap");
     let kernel = dir.path().join("kernel.jsonl");
     // What the receiver's input filter let through (after the loss rule at priority 0), and
     // what the receiver sends, logged to an NFLOG group that tcpdump captures.
@@ -97,6 +98,9 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
     let behind_dump = Tcpdump::start_on(&net.b, &format!("nflog:{NFLOG_GROUP}"), "", &behind);
     // The sender's frames cut to their headers (tcpdump -s 96): lengths from the IP header.
     let cut_dump = Tcpdump::start_cut(&net.a, &net.dev_a, &format!("tcp port {port}"), &cut, 96);
+    // And as `tcpdump -i any -s 128` writes them: Linux cooked v2 headers, cut.
+    let cut_any_dump =
+        Tcpdump::start_cut(&net.a, "any", &format!("tcp port {port}"), &cut_any, 128);
 
     let receiver = spawn_receiver(&net.b, net.server());
     let mut s = connect_from(&net.a, net.server());
@@ -125,9 +129,10 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
     drop(before_dump);
     drop(behind_dump);
     drop(cut_dump);
+    drop(cut_any_dump);
     let all = cap.stop_keeping(&kernel);
     if let Ok(keep) = std::env::var("TBX_KEEP_PCAP") {
-        for f in [&before, &behind, &cut, &kernel] {
+        for f in [&before, &behind, &cut, &cut_any, &kernel] {
             let name = f.file_name().unwrap().to_string_lossy();
             std::fs::copy(f, format!("{keep}.{name}")).unwrap();
         }
@@ -174,24 +179,35 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
         "{d}"
     );
 
-    // Cut to 96 bytes a frame, the same capture tells the same: every payload length is the
-    // IP header's (the frames cut are counted).
-    let lines = analyze(&cut, &kernel);
-    let (d, disagreements) = joined(&lines, &local);
-    eprintln!("sender's capture cut to 96 bytes: {d}");
-    assert!(disagreements.is_empty(), "{disagreements:?}");
-    assert_eq!(
-        (n(&d, "kernel"), n(&d, "matched"), n(&d, "wire")),
-        (kernel_total, kernel_total, kernel_total),
-        "{d}"
-    );
-    let summary = lines.iter().rfind(|l| l["type"] == "summary").unwrap();
-    assert!(
+    // Cut to 96 bytes a frame, or to 128 on `-i any`, the same capture tells the same: every
+    // payload length is the IP header's (the frames cut are counted, none rejected).
+    for (file, how) in [
+        (&cut, "cut to 96 bytes"),
+        (&cut_any, "on any, cut to 128 bytes"),
+    ] {
+        let lines = analyze(file, &kernel);
+        let (d, disagreements) = joined(&lines, &local);
+        eprintln!("sender's capture {how}: {d}");
+        assert!(disagreements.is_empty(), "{how}: {disagreements:?}");
+        assert_eq!(
+            (n(&d, "kernel"), n(&d, "matched"), n(&d, "wire")),
+            (kernel_total, kernel_total, kernel_total),
+            "{how}: {d}"
+        );
+        let frames = &lines.iter().rfind(|l| l["type"] == "summary").unwrap()["frames"];
         // At least a frame per 64 KiB written.
-        n(&summary["frames"], "tcp_cut") >= 32,
-        "{}",
-        summary["frames"]
-    );
+        assert!(n(frames, "tcp_cut") >= 32, "{how}: {frames}");
+        assert_eq!(
+            n(&frames["net_rejected"], "truncated"),
+            0,
+            "{how}: {frames}"
+        );
+        assert_eq!(
+            n(&frames["tcp_rejected"], "truncated"),
+            0,
+            "{how}: {frames}"
+        );
+    }
 
     // Behind the loss: the blackout's resends but the last never reached the capture, the last
     // is the first copy it saw; the rest of the kernel's resends are seen or not, never both.
