@@ -2,8 +2,9 @@
 //! a connection (what was sent before is unknown, never spurious for want of an ACK), window
 //! probes into a zero window (not retransmissions, as the kernel counts them), segments
 //! whose frames the capture's snap length cut (their length is the IP header's), and what
-//! counts as a send left unanswered on an idle connection (no outage from a bare ACK), and
-//! bytes resent after a router said they were too big for the path.
+//! counts as a send left unanswered on an idle connection (no outage from a bare ACK),
+//! bytes resent after a router said they were too big for the path, and acknowledged bytes
+//! resent by a sender still in the recovery those ACKs ended.
 
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod common;
@@ -140,6 +141,84 @@ fn a_resend_below_an_ack_seen_is_still_spurious_mid_connection() {
     assert_eq!(r.len(), 1, "{r:?}");
     assert!(r[0].spurious.is_some(), "{r:?}");
     assert_eq!((d.spurious, d.unknown_history), (1, 1), "{d:?}");
+}
+
+#[test]
+fn acknowledged_bytes_resent_as_a_recovery_ends_belong_to_that_recovery() {
+    // Seen with Linux senders (tcp_path_mtu): the ACKs ending a fast recovery wait in the
+    // socket's backlog while RACK, still in recovery, resends what they acknowledge.
+    let mut c = Conn::new();
+    for k in 0..4 {
+        c.data(k, 1000 + 100 * k as u32, 100);
+    }
+    c.ack(40, 1000, 1000);
+    for ms in [41, 42, 43] {
+        c.ack(ms, 1000, 1000);
+    }
+    c.data(44, 1000, 100);
+    c.ack(80, 1400, 1000);
+    // 1200..1300 was acknowledged a moment ago, but the sender is still recovering.
+    c.data(81, 1200, 100);
+    // Long after the recovery, a resend of acknowledged bytes has no known reason.
+    c.data(3000, 1300, 100);
+    let (d, r) = c.finish();
+    let kinds: Vec<_> = r
+        .iter()
+        .map(|x| (x.seq, x.kind, x.spurious.is_some()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (1000, TcpRetransmitKind::Fast, false),
+            (1200, TcpRetransmitKind::Fast, true),
+            (1300, TcpRetransmitKind::Other, true),
+        ],
+        "{r:?}"
+    );
+    assert_eq!((d.retransmits_total(), d.spurious), (3, 2), "{d:?}");
+
+    // Duplicate ACKs, then one ACK for everything before the sender resent anything: the
+    // sender, reading the duplicates late, resends what was acknowledged meanwhile.
+    let mut c = Conn::new();
+    for k in 0..4 {
+        c.data(k, 1000 + 100 * k as u32, 100);
+    }
+    for ms in [40, 41, 42, 43] {
+        c.ack(ms, 1000, 1000);
+    }
+    c.ack(44, 1400, 1000);
+    c.data(45, 1000, 100);
+    c.data(46, 1100, 100);
+    let (_, r) = c.finish();
+    let kinds: Vec<_> = r.iter().map(|x| (x.seq, x.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (1000, TcpRetransmitKind::Fast),
+            (1100, TcpRetransmitKind::Fast)
+        ],
+        "{r:?}"
+    );
+
+    // The last segment resent at once after an ACK that ended a loss signal answers that ACK
+    // (no probe's timer ran: it needs a round trip of quiet); after a quiet of two round
+    // trips, the last segment resent is a tail loss probe.
+    for (resent_ms, kind) in [
+        (80, TcpRetransmitKind::Fast),
+        (160, TcpRetransmitKind::LossProbe),
+    ] {
+        let mut c = Conn::new();
+        for k in 0..4 {
+            c.data(k, 1000 + 100 * k as u32, 100);
+        }
+        c.ack(40, 1100, 1000);
+        c.ack(41, 1100, 1000);
+        c.ack(80, 1300, 1000);
+        c.data(resent_ms, 1300, 100);
+        let (_, r) = c.finish();
+        let kinds: Vec<_> = r.iter().map(|x| (x.seq, x.kind)).collect();
+        assert_eq!(kinds, [(1300, kind)], "{resent_ms}: {r:?}");
+    }
 }
 
 #[test]

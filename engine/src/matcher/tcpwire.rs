@@ -207,6 +207,11 @@ struct Half {
     loss_until: Option<u64>,
     /// Fast recovery, until `una` reaches this.
     recovery_until: Option<u64>,
+    /// The last recovery the receiver's ACKs ended (fast, or after a timeout), or the last
+    /// loss they signalled (duplicate ACKs, SACK blocks) before acknowledging it all, and
+    /// when: a sender that had not yet read those ACKs may still resend what they
+    /// acknowledged.
+    recovery_ended: Option<(u64, TcpRetransmitKind)>,
     /// The current backoff episode.
     rto: Option<RtoChain>,
     /// What routers said was too big for the path.
@@ -595,6 +600,9 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) -> Optio
                 .map(|(_, s)| s.first_ns),
             resends: smallvec::SmallVec::new(),
         };
+        // Duplicate ACKs or SACK blocks above the old `una` said a loss: the sender may act
+        // on them after this ACK has made them moot.
+        let loss_signalled = h.dupacks > 0 || h.sacked > h.una;
         h.una = ack;
         h.una_ns = ts_ns;
         h.nxt = h.nxt.max(ack);
@@ -602,6 +610,9 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) -> Optio
         h.rto = None;
         if h.loss_until.is_some_and(|u| ack >= u) {
             h.loss_until = None;
+            h.recovery_ended = Some((ts_ns, TcpRetransmitKind::LossRecovery));
+        } else if h.recovery_until.is_some_and(|u| ack >= u) || loss_signalled {
+            h.recovery_ended = Some((ts_ns, TcpRetransmitKind::Fast));
         }
         if h.recovery_until.is_some_and(|u| ack >= u) {
             h.recovery_until = None;
@@ -637,6 +648,15 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) -> Optio
         h.dupacks += 1;
     }
     None
+}
+
+/// Whether a tail loss probe could be due at `ts_ns`: its timer (Linux: twice the smoothed
+/// RTT and a tick, restarted by each ACK and each new segment) leaves at least a round trip of
+/// quiet since then; a resend sooner answers an ACK (a recovery still going on).
+fn probe_due(h: &Half, ts_ns: u64) -> bool {
+    let last_new_ns = h.sent.last_before(h.nxt).map_or(0, |(_, s)| s.first_ns);
+    let quiet = ts_ns.saturating_sub(h.una_ns.max(last_new_ns));
+    h.srtt.is_none_or(|srtt| quiet >= srtt)
 }
 
 /// Whether `[start, end)`, below the highest sequence seen, fills a hole rather than resends:
@@ -779,11 +799,19 @@ fn send(
     } else if h.dupacks >= 3 || h.sacked > start || h.recovery_until.is_some() {
         h.recovery_until.get_or_insert(h.nxt);
         TcpRetransmitKind::Fast
-    } else if end == h.nxt && h.last_retx_ns <= h.una_ns {
+    } else if end == h.nxt && h.last_retx_ns <= h.una_ns && probe_due(h, ts_ns) {
         TcpRetransmitKind::LossProbe
     } else if h.dupacks > 0 {
         h.recovery_until.get_or_insert(h.nxt);
         TcpRetransmitKind::Fast
+    } else if let Some((_, kind)) = h
+        .recovery_ended
+        .filter(|&(at, _)| ts_ns.saturating_sub(at) < rto_est)
+    {
+        // Resent just after the ACKs that ended a recovery or signalled a loss: the sender
+        // was still acting on them, the newer ACKs not yet read (Linux's RACK marks segments
+        // lost from ACKs waiting in the socket's backlog), acknowledged bytes too.
+        kind
     } else {
         TcpRetransmitKind::Other
     };
