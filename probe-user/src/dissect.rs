@@ -605,15 +605,10 @@ impl Dissector {
         };
         let udp = match self.net.udp(link, frame, ts_ns) {
             Ok(u) => u,
-            Err(NetReject::NotUdp) => return self.tcp(link, capture, frame, ts_ns, each),
+            Err(NetReject::NotUdp) => return self.tcp(link, capture, frame, ts_ns, each, false),
             // A TCP segment whose frame the snap length cut (its headers are whole), or a
-            // router's "too big" quoting one.
-            Err(NetReject::Truncated)
-                if tcp_segment(link, frame).is_ok()
-                    || path_mtu_signal(link, frame).is_some_and(|s| s.is_ok()) =>
-            {
-                return self.tcp(link, capture, frame, ts_ns, each)
-            }
+            // router's "too big" quoting one; anything else cut is counted as truncated.
+            Err(NetReject::Truncated) => return self.tcp(link, capture, frame, ts_ns, each, true),
             Err(r) => {
                 self.stats.net_rejected.count(r);
                 return 0;
@@ -777,7 +772,8 @@ impl Dissector {
 }
 
 impl Dissector {
-    /// A frame [`NetParser::udp`] found no UDP in: its TCP segment, or the reason.
+    /// A frame [`NetParser::udp`] found no UDP in: its TCP segment, or the reason (a frame
+    /// the capture `cut` short and no segment or signal is counted as truncated, as there).
     fn tcp(
         &mut self,
         link: LinkType,
@@ -785,10 +781,15 @@ impl Dissector {
         frame: &[u8],
         ts_ns: u64,
         mut each: impl FnMut(DecodedPacket),
+        cut: bool,
     ) -> usize {
         let seg = match tcp_segment(link, frame) {
             Ok(s) => s,
-            Err(TcpReject::NotTcp) => return self.path_mtu(link, frame, ts_ns, each),
+            Err(TcpReject::NotTcp) => return self.path_mtu(link, frame, ts_ns, each, cut),
+            Err(_) if cut => {
+                self.stats.net_rejected.count(NetReject::Truncated);
+                return 0;
+            }
             Err(r) => {
                 self.stats.tcp_rejected.count(r);
                 return 0;
@@ -821,22 +822,28 @@ impl Dissector {
     }
 
     /// A frame of neither UDP nor TCP: a path MTU signal about a TCP segment, or counted as
-    /// neither.
+    /// neither (as truncated when `cut`).
     fn path_mtu(
         &mut self,
         link: LinkType,
         frame: &[u8],
         ts_ns: u64,
         mut each: impl FnMut(DecodedPacket),
+        cut: bool,
     ) -> usize {
         let s = match path_mtu_signal(link, frame) {
             Some(Ok(s)) => s,
-            Some(Err(r)) => {
+            Some(Err(r)) if !cut => {
                 self.stats.path_mtu_rejected.count(r);
                 return 0;
             }
-            None => {
-                self.stats.net_rejected.count(NetReject::NotUdp);
+            Some(Err(_)) | None => {
+                let reason = if cut {
+                    NetReject::Truncated
+                } else {
+                    NetReject::NotUdp
+                };
+                self.stats.net_rejected.count(reason);
                 return 0;
             }
         };
