@@ -140,6 +140,16 @@ pub struct UdpDatagram<'a> {
     pub payload: &'a [u8],
     /// True when the datagram was reassembled from IP fragments.
     pub reassembled: bool,
+    /// Payload bytes the UDP header says the datagram carries: more than `payload` holds when
+    /// the capture's snap length cut the frame ([`cut_udp`]).
+    pub payload_len: u32,
+}
+
+impl UdpDatagram<'_> {
+    /// Whether the capture cut the frame short of the payload the UDP header declares.
+    pub fn cut(&self) -> bool {
+        self.payload_len as usize > self.payload.len()
+    }
 }
 
 /// Counters of IP fragmentation seen by a [`NetParser`].
@@ -202,6 +212,7 @@ impl NetParser {
                     dst: SocketAddr::new(dst_ip, udp.destination_port()),
                     payload: udp.payload(),
                     reassembled: false,
+                    payload_len: len_u32(udp.payload()),
                 });
             }
             // A well-formed TCP segment, which `slice` would also find: not UDP.
@@ -225,6 +236,7 @@ impl NetParser {
                 dst: SocketAddr::new(dst_ip, udp.destination_port()),
                 payload: udp.payload(),
                 reassembled: false,
+                payload_len: len_u32(udp.payload()),
             }),
             Some(_) => Err(NetReject::NotUdp),
             None if ip_payload.ip_number == IpNumber::UDP => Err(NetReject::Truncated),
@@ -267,6 +279,7 @@ impl NetParser {
                     dst: SocketAddr::new(dst_ip, udp.destination_port()),
                     payload: udp.payload(),
                     reassembled: true,
+                    payload_len: len_u32(udp.payload()),
                 })
             }
         }
@@ -294,6 +307,34 @@ impl TcpSegment<'_> {
     pub fn cut(&self) -> bool {
         self.payload_len as usize > self.tcp.payload().len()
     }
+}
+
+fn len_u32(bytes: &[u8]) -> u32 {
+    u32::try_from(bytes.len()).unwrap_or(u32::MAX)
+}
+
+/// The UDP datagram of a frame the capture's snap length cut short of its payload (any link
+/// type, for which [`NetParser::udp`] says [`NetReject::Truncated`]): the header whole, the
+/// payload as far as captured, [`UdpDatagram::payload_len`] the UDP header's. `None` without a
+/// whole UDP header of an unfragmented datagram longer than captured (a cut fragment cannot be
+/// reassembled).
+pub fn cut_udp(link: LinkType, frame: &[u8]) -> Option<UdpDatagram<'_>> {
+    let (src_ip, dst_ip, ip) = ip_cut(link, frame)?;
+    if ip.ip_number != IpNumber::UDP || ip.fragmented {
+        return None;
+    }
+    let (header, payload) = ip.payload.split_first_chunk::<8>()?;
+    let declared = usize::from(u16::from_be_bytes([header[4], header[5]])).checked_sub(8)?;
+    if declared <= payload.len() {
+        return None;
+    }
+    Some(UdpDatagram {
+        src: SocketAddr::new(src_ip, u16::from_be_bytes([header[0], header[1]])),
+        dst: SocketAddr::new(dst_ip, u16::from_be_bytes([header[2], header[3]])),
+        payload,
+        reassembled: false,
+        payload_len: u32::try_from(declared).unwrap_or(u32::MAX),
+    })
 }
 
 /// The TCP segment of a frame cut short of its IP packet (any link type), sliced laxly: the
@@ -918,6 +959,100 @@ mod tests {
 
     /// TCP segments with options over IPv4 and IPv6 on every link type: found with the same
     /// fields; every cut and every byte changed never panics.
+    /// The IP packet `ip` (IPv6 if `v6`) framed by every link type decoded, PPPoE behind a
+    /// VLAN tag among them.
+    fn on_every_link_type(ip: &[u8], v6: bool) -> Vec<(LinkType, Vec<u8>)> {
+        let family: u8 = if v6 { 10 } else { 2 };
+        let ppp_proto: u8 = if v6 { 0x57 } else { 0x21 };
+        let mut sll2 = vec![0u8; 20];
+        sll2[0..2].copy_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+        let mut sll1 = vec![0u8; 16];
+        sll1[14..16].copy_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+        vec![
+            (LinkType::Ethernet, ethernet(&[0x8100], ip)),
+            (LinkType::LinuxSll, [sll1, ip.to_vec()].concat()),
+            (LinkType::LinuxSll2, [sll2, ip.to_vec()].concat()),
+            (LinkType::RawIp, ip.to_vec()),
+            (
+                if v6 { LinkType::Ipv6 } else { LinkType::Ipv4 },
+                ip.to_vec(),
+            ),
+            (
+                LinkType::Null,
+                [vec![family, 0, 0, 0], ip.to_vec()].concat(),
+            ),
+            (
+                LinkType::Loop,
+                [vec![0, 0, 0, family], ip.to_vec()].concat(),
+            ),
+            (
+                LinkType::Ppp,
+                [vec![0xff, 0x03, 0, ppp_proto], ip.to_vec()].concat(),
+            ),
+            (
+                LinkType::PppHdlc,
+                [vec![0xff, 0x03, 0, ppp_proto], ip.to_vec()].concat(),
+            ),
+            (LinkType::PppEther, {
+                let len = u16::try_from(ip.len() + 2).unwrap().to_be_bytes();
+                [
+                    vec![0x11, 0, 0, 1, len[0], len[1], 0, ppp_proto],
+                    ip.to_vec(),
+                ]
+                .concat()
+            }),
+            (LinkType::Ethernet, {
+                let len = u16::try_from(ip.len() + 2).unwrap().to_be_bytes();
+                // Behind a VLAN tag: addresses, 802.1Q and its TCI, the PPPoE session type.
+                let mut f = vec![
+                    2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0x81, 0, 0, 7, 0x88, 0x64,
+                ];
+                f.extend([0x11, 0, 0, 1, len[0], len[1], 0, ppp_proto]);
+                [f, ip.to_vec()].concat()
+            }),
+        ]
+    }
+
+    /// A UDP datagram cut by a snap length anywhere in its payload, on every link type: the
+    /// datagram as far as captured, its length the UDP header's; cut in the headers, or whole:
+    /// none from [`cut_udp`] (the whole one is [`NetParser::udp`]'s).
+    #[test]
+    fn udp_cut_on_every_link_type() {
+        for v6 in [false, true] {
+            let builder = if v6 {
+                PacketBuilder::ipv6([0x20; 16], [0x21; 16], 64)
+            } else {
+                PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            };
+            let mut ip = Vec::new();
+            let payload: Vec<u8> = (0u8..40).collect();
+            builder.udp(40_000, 7101).write(&mut ip, &payload).unwrap();
+            for (link, frame) in on_every_link_type(&ip, v6) {
+                let mut parser = NetParser::new();
+                let whole = parser.udp(link, &frame, 0).map(|u| u.payload_len);
+                assert_eq!(whole, Ok(40), "{link:?}");
+                assert!(cut_udp(link, &frame).is_none(), "{link:?} whole");
+                let header_end = frame.len() - payload.len();
+                for n in 0..frame.len() {
+                    let cut = &frame[..n];
+                    assert_eq!(
+                        NetParser::new().udp(link, cut, 0).err(),
+                        Some(NetReject::Truncated),
+                        "{link:?} cut at {n}"
+                    );
+                    let Some(u) = cut_udp(link, cut) else {
+                        assert!(n < header_end, "{link:?} cut at {n}");
+                        continue;
+                    };
+                    assert!(n >= header_end, "{link:?} cut at {n}");
+                    assert_eq!((u.src.port(), u.dst.port()), (40_000, 7101));
+                    assert_eq!(u.payload, &payload[..n - header_end], "{link:?} cut at {n}");
+                    assert_eq!((u.payload_len, u.cut()), (40, true));
+                }
+            }
+        }
+    }
+
     #[test]
     fn tcp_on_every_link_type_every_cut_and_mutation() {
         let mut checked = 0u32;
@@ -939,46 +1074,7 @@ mod tests {
             let mut ip = Vec::new();
             let payload = b"0123456789ab";
             builder.write(&mut ip, payload).unwrap();
-            let family: u8 = if v6 { 10 } else { 2 };
-            let ppp_proto: u8 = if v6 { 0x57 } else { 0x21 };
-            let mut sll2 = vec![0u8; 20];
-            sll2[0..2].copy_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
-            let mut sll1 = vec![0u8; 16];
-            sll1[14..16].copy_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
-            let cases: Vec<(LinkType, Vec<u8>)> = vec![
-                (LinkType::Ethernet, ethernet(&[0x8100], &ip)),
-                (LinkType::LinuxSll, [sll1, ip.clone()].concat()),
-                (LinkType::LinuxSll2, [sll2, ip.clone()].concat()),
-                (LinkType::RawIp, ip.clone()),
-                (if v6 { LinkType::Ipv6 } else { LinkType::Ipv4 }, ip.clone()),
-                (LinkType::Null, [vec![family, 0, 0, 0], ip.clone()].concat()),
-                (LinkType::Loop, [vec![0, 0, 0, family], ip.clone()].concat()),
-                (
-                    LinkType::Ppp,
-                    [vec![0xff, 0x03, 0, ppp_proto], ip.clone()].concat(),
-                ),
-                (
-                    LinkType::PppHdlc,
-                    [vec![0xff, 0x03, 0, ppp_proto], ip.clone()].concat(),
-                ),
-                (LinkType::PppEther, {
-                    let len = u16::try_from(ip.len() + 2).unwrap().to_be_bytes();
-                    [
-                        vec![0x11, 0, 0, 1, len[0], len[1], 0, ppp_proto],
-                        ip.clone(),
-                    ]
-                    .concat()
-                }),
-                (LinkType::Ethernet, {
-                    let len = u16::try_from(ip.len() + 2).unwrap().to_be_bytes();
-                    // Behind a VLAN tag: addresses, 802.1Q and its TCI, the PPPoE session type.
-                    let mut f = vec![
-                        2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0x81, 0, 0, 7, 0x88, 0x64,
-                    ];
-                    f.extend([0x11, 0, 0, 1, len[0], len[1], 0, ppp_proto]);
-                    [f, ip.clone()].concat()
-                }),
-            ];
+            let cases = on_every_link_type(&ip, v6);
             for (link, frame) in cases {
                 let seg = tcp_segment(link, &frame).unwrap_or_else(|e| panic!("{link:?}: {e:?}"));
                 assert_eq!(

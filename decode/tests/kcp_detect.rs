@@ -207,3 +207,74 @@ proptest! {
         prop_assert!(not_kcp(&bytes));
     }
 }
+
+/// A datagram the capture cut anywhere from its first header's end on: the segments whose
+/// header is in the captured bytes, the one the cut ends with its payload as captured, what
+/// is past the last one seen counted unseen; cut in the first header, nothing.
+#[test]
+fn a_cut_datagram_is_its_segments_as_far_as_captured() {
+    let segments = [
+        encode(7, 81, 1, 100, 5, 1, 9, &[1; 100]),
+        encode(7, 81, 0, 100, 5, 2, 9, &[2; 30]),
+        encode(7, 82, 0, 100, 5, 0, 9, b""),
+    ];
+    let whole = segments.concat();
+    let starts = [0usize, 124, 178];
+    let mut d = Detector::default();
+    for n in 0..whole.len() {
+        let cut = d.classify_cut(1, 2, &whole[..n], whole.len());
+        if n < 24 {
+            assert!(!cut.is_kcp(), "cut at {n}");
+            continue;
+        }
+        let Detection::Raw(k) = cut else {
+            panic!("cut at {n}: {cut:?}")
+        };
+        let seen: Vec<_> = k.segments().collect();
+        let in_sight = starts.iter().filter(|s| **s + 24 <= n).count();
+        assert_eq!(seen.len(), in_sight, "cut at {n}");
+        assert_eq!(k.segment_count(), in_sight, "cut at {n}");
+        for (i, s) in seen.iter().enumerate() {
+            assert_eq!(s.sn(), [1, 2, 0][i], "cut at {n}");
+            assert_eq!(s.len(), [100, 30, 0][i], "cut at {n}: the header's length");
+            let captured = (n - starts[i] - 24).min(s.len() as usize);
+            assert_eq!(s.payload().len(), captured, "cut at {n}");
+            assert_eq!(s.is_cut(), captured < s.len() as usize, "cut at {n}");
+        }
+        let last = seen
+            .last()
+            .map_or(0, |s| starts[seen.len() - 1] + 24 + s.len() as usize);
+        assert_eq!(k.unseen_bytes(), whole.len() - last, "cut at {n}");
+    }
+    // Not cut at all (the caller's check) is still a valid reading.
+    assert!(d.classify_cut(1, 2, &whole, whole.len()).is_kcp());
+}
+
+/// A cut datagram follows the same rules as a whole one, judged by its headers; a segment
+/// longer than the datagram's declared length is not KCP; what is not KCP is left for the
+/// caller to count (a truncated frame).
+#[test]
+fn a_cut_datagram_follows_the_rules_by_its_headers() {
+    let mut d = Detector::default();
+    let ack_with_data = encode(7, 82, 0, 100, 5, 1, 9, &[0; 40]);
+    assert_eq!(
+        d.classify_cut(1, 2, &ack_with_data[..30], ack_with_data.len()),
+        Detection::NotKcp(RejectReason::ControlWithPayload)
+    );
+    let push = encode(7, 81, 0, 100, 5, 1, 9, &[0; 40]);
+    assert_eq!(
+        d.classify_cut(1, 2, &push[..30], push.len() - 1),
+        Detection::NotKcp(RejectReason::TruncatedSegment)
+    );
+    let other_conv = [push.clone(), encode(8, 81, 0, 100, 5, 2, 9, &[0; 40])].concat();
+    assert_eq!(
+        d.classify_cut(1, 2, &other_conv[..90], other_conv.len()),
+        Detection::NotKcp(RejectReason::ConvMismatch)
+    );
+    let quic_like = [0xc0u8; 60];
+    assert!(!d.classify_cut(1, 2, &quic_like, 1200).is_kcp());
+    assert_eq!(d.stats().rejected_total(), 0, "the caller counts these");
+    assert_eq!(d.stats().raw, 0);
+    assert!(d.classify_cut(1, 2, &push[..30], push.len()).is_kcp());
+    assert_eq!((d.stats().raw, d.stats().segments), (1, 1));
+}

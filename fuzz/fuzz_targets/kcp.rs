@@ -1,6 +1,7 @@
 //! Raw KCP: segment walk (strict and lax) and detection (port-free and forced, its state kept
 //! across datagrams) must never panic; the lax walk must account for every byte it accepts, and
-//! every segment a detection hands out must read the same through each view and on its own.
+//! every segment a detection hands out must read the same through each view and on its own;
+//! a datagram cut short must read as its segments as far as captured.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -51,6 +52,23 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(again[0].summary(), summary);
             }
             assert_eq!((count, bytes), (kcp.segment_count(), kcp.bytes().len()));
+        }
+        // The datagram as a capture cut at a quarter, half and three quarters would hold it:
+        // only the last segment seen may be cut, and the lengths the headers give plus what
+        // is past the last one account for the whole datagram.
+        for (quarter, forced) in (1..4).flat_map(|q| [(q, 0u16), (q, 4000)]) {
+            let cut = &datagram[..datagram.len() * quarter / 4];
+            let Detection::Raw(kcp) = detector.classify_cut(forced, 1, cut, datagram.len()) else {
+                continue;
+            };
+            let seen: Vec<_> = kcp.segments().collect();
+            assert_eq!(seen.len(), kcp.segment_count());
+            let declared: usize = seen.iter().map(|s| HEADER_LEN + s.len() as usize).sum();
+            assert_eq!(declared + kcp.unseen_bytes(), datagram.len());
+            for (i, s) in seen.iter().enumerate() {
+                assert!(s.payload().len() <= s.len() as usize);
+                assert!(!s.is_cut() || i + 1 == seen.len(), "only the last is cut");
+            }
         }
     }
 });

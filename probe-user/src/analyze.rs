@@ -26,6 +26,8 @@ pub struct Record<'a> {
     pub paths: &'a [String],
     /// The frame's captured bytes (link header first).
     pub data: &'a [u8],
+    /// The frame's length on the wire (more than `data` when the capture's snap length cut it).
+    pub wire_len: u32,
     /// The decoded content.
     pub packet: &'a DecodedPacket,
 }
@@ -223,6 +225,7 @@ impl Analyzer {
                 Err(e) => break Err(e),
             };
             let (frame, iface, ts_ns) = (packet.frame, packet.interface, packet.ts_ns);
+            let wire_len = packet.orig_len;
             if iface >= iface_paths.len() || packet.secrets_changed {
                 // New interfaces and secrets only appear between packets; the reader is
                 // borrowed by this frame, so it is copied (once per interface or secrets block).
@@ -251,6 +254,7 @@ impl Analyzer {
                     paths: self.labels.all(),
                     link,
                     ts_ns,
+                    wire_len,
                 };
                 dissect_and_emit(&mut self.dissector, &at, &data, emit)?;
             } else {
@@ -267,6 +271,7 @@ impl Analyzer {
                     paths: self.labels.all(),
                     link,
                     ts_ns,
+                    wire_len,
                 };
                 dissect_and_emit(&mut self.dissector, &at, packet.data, emit)?;
             }
@@ -443,6 +448,7 @@ impl Analyzer {
                     paths: self.labels.all(),
                     link,
                     ts_ns: p.ts_ns,
+                    wire_len: p.orig_len,
                 };
                 let emitted = dissect_and_emit(&mut self.dissector, &at, &f.data, emit);
                 let after = self.dissector.stats();
@@ -481,6 +487,7 @@ impl Analyzer {
                         frame: p.frame,
                         interface: p.interface,
                         ts_ns: p.ts_ns,
+                        orig_len: p.orig_len,
                     },
                     p.secrets_changed,
                 ))
@@ -573,6 +580,7 @@ struct PendingPacket {
     frame: u64,
     interface: usize,
     ts_ns: u64,
+    orig_len: u32,
 }
 
 /// The JSON line of one record: `frame`, `file`, `path`, `src`, `dst`, then the decoded fields.
@@ -596,6 +604,7 @@ struct FrameAt<'a> {
     paths: &'a [String],
     link: Option<LinkType>,
     ts_ns: u64,
+    wire_len: u32,
 }
 
 /// Decodes one frame and hands each decoded unit to `emit` as a [`Record`]; after the first
@@ -616,6 +625,9 @@ fn dissect_and_emit<E>(
                 path_index: at.path_index,
                 paths: at.paths,
                 data,
+                wire_len: at
+                    .wire_len
+                    .max(u32::try_from(data.len()).unwrap_or(u32::MAX)),
                 packet: &packet,
             })
             .err();

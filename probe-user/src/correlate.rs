@@ -402,7 +402,7 @@ impl FrameFeed {
         let first = self.last_frame != Some(key);
         self.last_frame = Some(key);
         self.last_ts = self.last_ts.max(r.packet.ts_ns);
-        let frame_len = u32::try_from(r.data.len()).unwrap_or(u32::MAX);
+        let frame_len = r.wire_len;
         if r.paths.len() > self.paths_known {
             correlator.expect_paths(&r.paths[self.paths_known..]);
             self.paths_known = r.paths.len();

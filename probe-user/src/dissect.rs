@@ -6,8 +6,12 @@ use std::net::SocketAddr;
 
 use serde::Serialize;
 use tboxscope_decode::icmp::{path_mtu_signal, PathMtuReject};
-use tboxscope_decode::kcp::{Cmd, Detection, Detector, DetectorConfig, DetectorStats, KcpSegment};
-use tboxscope_decode::net::{tcp_segment, FragmentStats, LinkType, NetParser, NetReject};
+use tboxscope_decode::kcp::{
+    Cmd, Detection, Detector, DetectorConfig, DetectorStats, KcpSegment, ValidSegments,
+};
+use tboxscope_decode::net::{
+    cut_udp, tcp_segment, FragmentStats, LinkType, NetParser, NetReject, UdpDatagram,
+};
 use tboxscope_decode::quic::{
     DatagramInfo, DecoderConfig, Frame, Keylog, KeylogError, PacketSummary, ParseOptions,
     QuicDecoder, QuicStats, Undecrypted,
@@ -199,6 +203,17 @@ pub struct DissectStats {
     pub path_mtu_rejected: PathMtuRejects,
     /// UDP datagrams (reassembled ones included).
     pub udp: u64,
+    /// Of those, datagrams whose frame the capture cut short (its snap length): KCP decoded
+    /// from its segment headers as far as captured (QUIC and other UDP need the whole
+    /// datagram: such frames count as truncated in `net_rejected`).
+    pub udp_cut: u64,
+    /// KCP data segments cut before the bytes that name their message (the application id's,
+    /// or the content hash's [`tboxscope_engine::CONTENT_PREFIX`]): matched by conv and sn
+    /// within a session, but not across separate sessions.
+    pub kcp_cut_unnamed: u64,
+    /// Cut KCP datagrams with bytes past the last segment seen: segments whose headers the
+    /// capture cut, not decoded.
+    pub kcp_cut_unseen: u64,
     /// UDP datagrams decoded as KCP (raw or kcp-go).
     pub kcp_datagrams: u64,
     /// UDP datagrams recognised as kcp-go without KCP segments (FEC parity, out of band), or
@@ -608,7 +623,11 @@ impl Dissector {
             Err(NetReject::NotUdp) => return self.tcp(link, capture, frame, ts_ns, each, false),
             // A TCP segment whose frame the snap length cut (its headers are whole), or a
             // router's "too big" quoting one; anything else cut is counted as truncated.
-            Err(NetReject::Truncated) => return self.tcp(link, capture, frame, ts_ns, each, true),
+            // A UDP datagram cut there: KCP as far as captured.
+            Err(NetReject::Truncated) => match cut_udp(link, frame) {
+                Some(udp) => return self.cut_datagram(&udp, frame, ts_ns, each),
+                None => return self.tcp(link, capture, frame, ts_ns, each, true),
+            },
             Err(r) => {
                 self.stats.net_rejected.count(r);
                 return 0;
@@ -616,8 +635,6 @@ impl Dissector {
         };
         self.stats.udp += 1;
         let (src, dst) = (udp.src, udp.dst);
-        let frame_start = frame.as_ptr() as usize;
-        let frame_end = frame_start + frame.len();
         let detection = self.kcp.classify(src.port(), dst.port(), udp.payload);
         let framing = match detection {
             Detection::Raw(_) => Some(KcpFraming::Raw),
@@ -629,43 +646,22 @@ impl Dissector {
             Detection::NotKcp(_) => None,
         };
         if let (Some(framing), Some(segments)) = (framing, detection.segments()) {
-            self.stats.kcp_datagrams += 1;
-            let mut records = 0;
-            for (i, seg) in segments.enumerate() {
-                records += 1;
-                self.stats.kcp_segments += 1;
-                let at = seg.payload().as_ptr() as usize;
-                let payload_at = (at >= frame_start && at + seg.payload().len() <= frame_end)
-                    .then(|| u32::try_from(at - frame_start).ok())
-                    .flatten();
-                let app_msg_id = match self.config.app_id {
-                    Some(rule) => rule.extract(seg.payload()),
-                    _ => None,
-                };
-                self.app_ids += u64::from(app_msg_id.is_some());
-                each(DecodedPacket {
-                    ts_ns,
-                    src,
-                    dst,
-                    app_msg_id,
-                    content_hash: (seg.cmd() == Cmd::Push && !seg.payload().is_empty())
-                        .then(|| tboxscope_engine::content_hash(seg.payload())),
-                    stream_heads: Vec::new(),
-                    tcp_messages: Vec::new(),
-                    decoded: Decoded::KcpSegment(KcpSegmentRecord {
-                        framing,
-                        index: u16::try_from(i).unwrap_or(u16::MAX),
-                        header: seg.summary(),
-                        payload_at,
-                    }),
-                });
-            }
-            if records == 0 {
-                // kcp-go parity shard or out-of-band packet: KCP, but no segment to show.
-                self.stats.kcp_datagrams -= 1;
-                self.stats.kcp_other += 1;
-            }
-            return records;
+            let source = KcpSource {
+                framing,
+                src,
+                dst,
+                frame,
+                ts_ns,
+            };
+            let rule = self.config.app_id;
+            return kcp_records(
+                &mut self.stats,
+                &mut self.app_ids,
+                rule,
+                source,
+                segments,
+                each,
+            );
         }
         let mut quic_records = 0usize;
         let info = DatagramInfo {
@@ -771,7 +767,126 @@ impl Dissector {
     }
 }
 
+/// Where a KCP datagram's segments were seen: framing, endpoints, frame and capture time.
+struct KcpSource<'f> {
+    framing: KcpFraming,
+    src: SocketAddr,
+    dst: SocketAddr,
+    frame: &'f [u8],
+    ts_ns: u64,
+}
+
+/// The records of a KCP datagram's `segments` (counted in `stats`, application ids read in
+/// `app_ids`).
+fn kcp_records(
+    stats: &mut DissectStats,
+    app_ids: &mut u64,
+    rule: Option<AppIdRule>,
+    source: KcpSource<'_>,
+    segments: ValidSegments<'_>,
+    mut each: impl FnMut(DecodedPacket),
+) -> usize {
+    let KcpSource {
+        framing,
+        src,
+        dst,
+        frame,
+        ts_ns,
+    } = source;
+    let frame_start = frame.as_ptr() as usize;
+    let frame_end = frame_start + frame.len();
+    stats.kcp_datagrams += 1;
+    let mut records = 0;
+    for (i, seg) in segments.enumerate() {
+        records += 1;
+        stats.kcp_segments += 1;
+        let payload = seg.payload();
+        let at = payload.as_ptr() as usize;
+        let payload_at = (at >= frame_start && at + payload.len() <= frame_end)
+            .then(|| u32::try_from(at - frame_start).ok())
+            .flatten();
+        let app_msg_id = rule.and_then(|r| r.extract(payload));
+        *app_ids += u64::from(app_msg_id.is_some());
+        // A segment the capture cut is named by content only if the bytes hashed are there.
+        let hashed = payload.len() >= tboxscope_engine::CONTENT_PREFIX || !seg.is_cut();
+        let content_hash = (seg.cmd() == Cmd::Push && !seg.is_empty() && hashed)
+            .then(|| tboxscope_engine::content_hash(payload));
+        if seg.is_cut() && content_hash.is_none() && app_msg_id.is_none() {
+            stats.kcp_cut_unnamed += 1;
+        }
+        each(DecodedPacket {
+            ts_ns,
+            src,
+            dst,
+            app_msg_id,
+            content_hash,
+            stream_heads: Vec::new(),
+            tcp_messages: Vec::new(),
+            decoded: Decoded::KcpSegment(KcpSegmentRecord {
+                framing,
+                index: u16::try_from(i).unwrap_or(u16::MAX),
+                header: seg.summary(),
+                payload_at,
+            }),
+        });
+    }
+    if records == 0 {
+        // kcp-go parity shard or out-of-band packet: KCP, but no segment to show.
+        stats.kcp_datagrams -= 1;
+        stats.kcp_other += 1;
+    }
+    records
+}
+
 impl Dissector {
+    /// A UDP datagram the capture's snap length cut short: raw KCP is decoded as far as
+    /// captured; anything else (QUIC cannot be decrypted cut) is a truncated frame.
+    fn cut_datagram(
+        &mut self,
+        udp: &UdpDatagram<'_>,
+        frame: &[u8],
+        ts_ns: u64,
+        each: impl FnMut(DecodedPacket),
+    ) -> usize {
+        let declared = udp.payload_len as usize;
+        let detection =
+            self.kcp
+                .classify_cut(udp.src.port(), udp.dst.port(), udp.payload, declared);
+        match detection {
+            Detection::Raw(datagram) => {
+                self.stats.udp += 1;
+                self.stats.udp_cut += 1;
+                self.stats.kcp_cut_unseen += u64::from(datagram.unseen_bytes() > 0);
+                let source = KcpSource {
+                    framing: KcpFraming::Raw,
+                    src: udp.src,
+                    dst: udp.dst,
+                    frame,
+                    ts_ns,
+                };
+                let (rule, segments) = (self.config.app_id, datagram.segments());
+                kcp_records(
+                    &mut self.stats,
+                    &mut self.app_ids,
+                    rule,
+                    source,
+                    segments,
+                    each,
+                )
+            }
+            Detection::EncryptedOrUnknown { .. } => {
+                self.stats.udp += 1;
+                self.stats.udp_cut += 1;
+                self.stats.kcp_other += 1;
+                0
+            }
+            Detection::KcpGo { .. } | Detection::NotKcp(_) => {
+                self.stats.net_rejected.count(NetReject::Truncated);
+                0
+            }
+        }
+    }
+
     /// A frame [`NetParser::udp`] found no UDP in: its TCP segment, or the reason (a frame
     /// the capture `cut` short and no segment or signal is counted as truncated, as there).
     fn tcp(

@@ -359,3 +359,94 @@ fn a_write_error_is_said_once_and_a_closed_pipe_ends_quietly() {
         assert!(err.is_empty(), "{args:?}: {err}");
     }
 }
+
+/// The KCP fixture as a capture cut by a snap length would hold it (each frame's first
+/// `snaplen` bytes, its length on the wire kept).
+fn cut_fixture(dir: &Path, snaplen: usize) -> std::path::PathBuf {
+    let bytes = std::fs::read(fixture("ndpi-kcp.pcap")).unwrap();
+    assert_eq!(bytes[..4], [0xd4, 0xc3, 0xb2, 0xa1], "LE microsecond pcap");
+    let le = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut packets = Vec::new();
+    let mut at = 24;
+    while at < bytes.len() {
+        let ts = u64::from(le(at)) * 1_000_000_000 + u64::from(le(at + 4)) * 1000;
+        let (caplen, orig) = (le(at + 8) as usize, le(at + 12));
+        let frame = &bytes[at + 16..at + 16 + caplen];
+        packets.push((ts, orig, frame[..caplen.min(snaplen)].to_vec()));
+        at += 16 + caplen;
+    }
+    let out = dir.join(format!("kcp-s{snaplen}.pcap"));
+    std::fs::write(
+        &out,
+        tboxscope_test_support::pcap::pcap(1, false, false, &packets),
+    )
+    .unwrap();
+    out
+}
+
+/// Cut by a snap length (this capture is IPv6 on Ethernet: the KCP header ends at byte 86),
+/// the KCP fixture reads as from the segment headers the cut keeps: the whole capture's
+/// segments whose header is in sight, and the same messages, latency, bytes on the wire and
+/// amplification; cut before the first header, its frames are truncated, not other UDP.
+#[test]
+fn a_kcp_capture_cut_by_its_snap_length_reads_from_the_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = |file: &Path| -> (Value, Vec<Value>) {
+        let out = tboxscope(&[
+            "analyze",
+            "--packets",
+            "--json",
+            "-",
+            file.to_str().unwrap(),
+        ]);
+        assert!(out.status.success());
+        let mut recs = lines(&out);
+        let summary = recs.pop().unwrap();
+        (summary, recs)
+    };
+    let (whole, whole_recs) = summary(&fixture("ndpi-kcp.pcap"));
+    let results = |s: &Value| {
+        let a = &s["amplification"][0];
+        (
+            s["latency"]["combined"].clone(),
+            s["redundancy"][0]["messages"].clone(),
+            s["paths"][0]["bytes"].clone(),
+            (a["wire_bytes"].clone(), a["unique_payload_bytes"].clone()),
+            (a["retransmit_bytes"].clone(), a["ack_bytes"].clone()),
+            s["outages_total"].clone(),
+        )
+    };
+    // Each segment of the whole capture, with where its header ends in its frame.
+    let mut header_ends = Vec::new();
+    let mut end = 62; // Ethernet, IPv6, UDP
+    for r in whole_recs.iter().filter(|r| r["type"] == "kcp_segment") {
+        if r["index"] == 0 {
+            end = 62;
+        }
+        header_ends.push(end + 24);
+        end += 24 + r["len"].as_u64().unwrap() as usize;
+    }
+    assert_eq!(header_ends.len(), 28);
+    for snaplen in [86, 96, 130, 200] {
+        let (cut, recs) = summary(&cut_fixture(dir.path(), snaplen));
+        let in_sight = header_ends.iter().filter(|e| **e <= snaplen).count();
+        let segs = recs.iter().filter(|r| r["type"] == "kcp_segment").count();
+        let f = &cut["frames"];
+        assert_eq!(
+            (segs, &f["kcp_segments"]),
+            (in_sight, &in_sight.into()),
+            "{f}"
+        );
+        assert!(f["udp_cut"].as_u64().unwrap() >= 22, "{f}");
+        assert_eq!(results(&cut), results(&whole), "cut to {snaplen} bytes");
+    }
+    // Cut inside the first KCP header: nothing decoded, every frame counted as truncated.
+    let (cut, _) = summary(&cut_fixture(dir.path(), 80));
+    let f = &cut["frames"];
+    assert_eq!(
+        (&f["udp"], &f["kcp_segments"]),
+        (&0.into(), &0.into()),
+        "{f}"
+    );
+    assert_eq!(f["net_rejected"]["truncated"], 50, "{f}");
+}

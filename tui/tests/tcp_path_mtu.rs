@@ -275,4 +275,15 @@ fn resends_after_a_routers_fragmentation_needed_are_for_the_path_mtu() {
         "{frames}"
     );
     assert_eq!(frames["net_rejected"]["truncated"], 0, "{frames}");
+    // The bytes on the wire, not those captured.
+    let bytes = |lines: &[serde_json::Value]| {
+        let summary = lines.iter().rfind(|l| l["type"] == "summary").unwrap();
+        let paths = summary["paths"].as_array().unwrap();
+        paths
+            .iter()
+            .map(|p| p["bytes"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bytes(&cut_lines), bytes(&lines));
+    assert!(bytes(&lines)[0] > 200_000, "{:?}", bytes(&lines));
 }

@@ -146,6 +146,10 @@ impl std::fmt::Display for RejectReason {
 pub struct KcpDatagram<'a> {
     bytes: &'a [u8],
     count: usize,
+    /// The capture cut the datagram: its last segment may be cut ([`Segment::is_cut`]).
+    cut: bool,
+    /// Of a cut datagram, the bytes past the last segment seen (whole or cut).
+    unseen: usize,
 }
 
 impl<'a> KcpDatagram<'a> {
@@ -159,7 +163,20 @@ impl<'a> KcpDatagram<'a> {
     }
     /// The segments (validated at detection, so no errors).
     pub fn segments(&self) -> ValidSegments<'a> {
-        ValidSegments(Segments::new(self.bytes))
+        ValidSegments(if self.cut {
+            Segments::new_cut(self.bytes)
+        } else {
+            Segments::new(self.bytes)
+        })
+    }
+    /// Whether the capture cut the datagram ([`Detector::classify_cut`]).
+    pub fn is_cut(&self) -> bool {
+        self.cut
+    }
+    /// Of a datagram the capture cut, the bytes past the last segment seen (whole or cut):
+    /// segments whose headers the cut took (0 when the last segment seen ends the datagram).
+    pub fn unseen_bytes(&self) -> usize {
+        self.unseen
     }
 }
 
@@ -311,7 +328,12 @@ fn check(bytes: &[u8], rules: Rules) -> Result<KcpDatagram<'_>, RejectReason> {
     if bad || !rest.is_empty() {
         return check_exact(bytes, rules);
     }
-    Ok(KcpDatagram { bytes, count })
+    Ok(KcpDatagram {
+        bytes,
+        count,
+        cut: false,
+        unseen: 0,
+    })
 }
 
 /// The rules one by one, in order, naming the first that fails.
@@ -326,37 +348,87 @@ fn check_exact(bytes: &[u8], rules: Rules) -> Result<KcpDatagram<'_>, RejectReas
     let mut first: Option<(u32, u32, u16)> = None;
     for item in Segments::new(bytes) {
         let segment = item.map_err(|e| segment_reason(e.error))?;
-        if let Rules::Full { uniform_una_wnd } = rules {
-            if segment.cmd() == Cmd::Push {
-                if segment.frg() > 0 && segment.is_empty() {
-                    return Err(RejectReason::FragmentWithoutPayload);
-                }
-            } else {
-                if !segment.is_empty() {
-                    return Err(RejectReason::ControlWithPayload);
-                }
-                if segment.frg() != 0 {
-                    return Err(RejectReason::ControlWithFragment);
-                }
-            }
-            match first {
-                None => first = Some((segment.conv(), segment.una(), segment.wnd())),
-                Some((conv, una, wnd)) => {
-                    if segment.conv() != conv {
-                        return Err(RejectReason::ConvMismatch);
-                    }
-                    if uniform_una_wnd && segment.una() != una {
-                        return Err(RejectReason::UnaMismatch);
-                    }
-                    if uniform_una_wnd && segment.wnd() != wnd {
-                        return Err(RejectReason::WndMismatch);
-                    }
-                }
-            }
-        }
+        segment_rules(&segment, rules, &mut first)?;
         count = count.saturating_add(1);
     }
-    Ok(KcpDatagram { bytes, count })
+    Ok(KcpDatagram {
+        bytes,
+        count,
+        cut: false,
+        unseen: 0,
+    })
+}
+
+/// [`check_exact`] for a datagram the capture cut short: `bytes` are the first of `declared`
+/// bytes. The segments as far as captured follow the rules (the one the cut ends judged by
+/// its header), and the lengths their headers give fit in `declared`.
+fn check_cut(bytes: &[u8], declared: usize, rules: Rules) -> Result<KcpDatagram<'_>, RejectReason> {
+    if bytes.is_empty() {
+        return Err(RejectReason::Empty);
+    }
+    if bytes.len() < HEADER_LEN {
+        return Err(RejectReason::TooShort);
+    }
+    let mut count = 0usize;
+    let mut end = 0usize;
+    let mut first: Option<(u32, u32, u16)> = None;
+    for item in Segments::new_cut(bytes) {
+        let segment = item.map_err(|e| segment_reason(e.error))?;
+        segment_rules(&segment, rules, &mut first)?;
+        let len = usize::try_from(segment.len()).unwrap_or(usize::MAX);
+        end = end.saturating_add(HEADER_LEN).saturating_add(len);
+        count = count.saturating_add(1);
+    }
+    if end > declared {
+        return Err(RejectReason::TruncatedSegment);
+    }
+    Ok(KcpDatagram {
+        bytes,
+        count,
+        cut: true,
+        unseen: declared - end,
+    })
+}
+
+/// The rules on one segment (all but structure with [`Rules::Full`]), `first` the conv, una
+/// and wnd of the datagram's first segment (set by it). Payload presence is the header's
+/// `len`, so a segment the capture cut is judged as sent.
+fn segment_rules(
+    segment: &Segment<'_>,
+    rules: Rules,
+    first: &mut Option<(u32, u32, u16)>,
+) -> Result<(), RejectReason> {
+    let Rules::Full { uniform_una_wnd } = rules else {
+        return Ok(());
+    };
+    let empty = segment.is_empty();
+    if segment.cmd() == Cmd::Push {
+        if segment.frg() > 0 && empty {
+            return Err(RejectReason::FragmentWithoutPayload);
+        }
+    } else {
+        if !empty {
+            return Err(RejectReason::ControlWithPayload);
+        }
+        if segment.frg() != 0 {
+            return Err(RejectReason::ControlWithFragment);
+        }
+    }
+    match *first {
+        None => *first = Some((segment.conv(), segment.una(), segment.wnd())),
+        Some((conv, una, wnd)) => {
+            if segment.conv() != conv {
+                return Err(RejectReason::ConvMismatch);
+            }
+            if uniform_una_wnd && segment.una() != una {
+                return Err(RejectReason::UnaMismatch);
+            }
+            if uniform_una_wnd && segment.wnd() != wnd {
+                return Err(RejectReason::WndMismatch);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn fec_reason(error: KcpGoError) -> RejectReason {
@@ -401,6 +473,35 @@ impl Detector {
     ) -> Detection<'a> {
         let forced = self.is_forced(src_port) || self.is_forced(dst_port);
         let detection = self.classify_inner(forced, (src_port, dst_port), payload);
+        self.count(&detection);
+        detection
+    }
+
+    /// [`Detector::classify`] for a payload the capture cut short: `captured` of the
+    /// `declared` bytes its UDP header gives. Raw KCP whose segments as far as captured follow
+    /// the rules is detected, the segment the cut ends included with its captured payload;
+    /// kcp-go is not (its checksum and FEC cover the whole datagram): on a forced port it is
+    /// [`Detection::EncryptedOrUnknown`], as are encrypted packets. [`Detection::NotKcp`] is
+    /// not counted in [`DetectorStats`] (the caller counts the frame as cut).
+    pub fn classify_cut<'a>(
+        &mut self,
+        src_port: u16,
+        dst_port: u16,
+        captured: &'a [u8],
+        declared: usize,
+    ) -> Detection<'a> {
+        let forced = self.is_forced(src_port) || self.is_forced(dst_port);
+        let rules = if forced {
+            Rules::Structural
+        } else {
+            self.full_rules()
+        };
+        let detection = match check_cut(captured, declared, rules) {
+            Ok(datagram) => Detection::Raw(datagram),
+            Err(reason) if forced => Detection::EncryptedOrUnknown { reason },
+            // The caller counts it (a cut datagram of no known kind is a truncated frame).
+            Err(reason) => return Detection::NotKcp(reason),
+        };
         self.count(&detection);
         detection
     }
@@ -488,6 +589,8 @@ impl Detector {
         let empty = KcpDatagram {
             bytes: &[],
             count: 0,
+            cut: false,
+            unseen: 0,
         };
         if !FecPacket::looks_like_fec(body) {
             return match check(body, rules) {

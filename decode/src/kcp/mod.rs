@@ -11,7 +11,9 @@ pub mod detect;
 pub mod kcpgo;
 pub mod segment;
 
-pub use detect::{Detection, Detector, DetectorConfig, DetectorStats, RejectReason};
+pub use detect::{
+    Detection, Detector, DetectorConfig, DetectorStats, KcpDatagram, RejectReason, ValidSegments,
+};
 pub use kcpgo::{FecKind, KcpGoError, KcpGoFraming, KcpGoPacket};
 pub use segment::{
     decode_lax, decode_strict, Cmd, DatagramError, Field, KcpSegment, LaxDatagram, Segment,

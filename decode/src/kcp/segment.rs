@@ -162,7 +162,8 @@ pub enum SegmentError {
     UnknownCmd(u8),
 }
 
-/// A validated view of one KCP segment (header and exactly `len` payload bytes).
+/// A validated view of one KCP segment (header and exactly `len` payload bytes, fewer only
+/// in a datagram the capture cut: [`Segment::split_from_cut`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segment<'a> {
     header: &'a [u8; HEADER_LEN],
@@ -185,6 +186,37 @@ impl<'a> Segment<'a> {
     #[inline]
     pub fn from_slice(bytes: &'a [u8]) -> Result<Self, SegmentError> {
         Self::split_from(bytes).map(|(segment, _rest)| segment)
+    }
+
+    /// [`Segment::split_from`] for bytes the capture cut short: the segment whose payload the
+    /// cut ends comes back with its payload as far as captured ([`Segment::len`] still the
+    /// header's, [`Segment::is_cut`] true) and nothing after it.
+    #[inline]
+    pub fn split_from_cut(bytes: &'a [u8]) -> Result<(Self, &'a [u8]), SegmentError> {
+        match Self::split_from(bytes) {
+            Err(SegmentError::Truncated {
+                field: Field::Payload,
+                ..
+            }) => {
+                let Some((header, payload)) = bytes.split_first_chunk::<HEADER_LEN>() else {
+                    return Err(SegmentError::Truncated {
+                        field: Field::at(bytes.len()),
+                        required: HEADER_LEN,
+                        actual: bytes.len(),
+                    });
+                };
+                let cmd = Cmd::from_u8(header[4]).ok_or(SegmentError::UnknownCmd(header[4]))?;
+                Ok((
+                    Self {
+                        header,
+                        cmd,
+                        payload,
+                    },
+                    &[],
+                ))
+            }
+            other => other,
+        }
     }
 
     /// Validates the segment at the start of `bytes` and returns it with the bytes after it.
@@ -272,12 +304,19 @@ impl<'a> Segment<'a> {
     pub fn len(&self) -> u32 {
         le32(self.header, 20)
     }
-    /// True when the segment carries no payload.
+    /// True when the segment carries no payload (its header's `len` is 0; a segment the
+    /// capture cut before its payload still carries one).
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.payload.is_empty()
+        self.len() == 0
     }
     /// The payload bytes.
+    /// Whether the capture cut this segment short of the `len` payload bytes its header gives
+    /// (only from [`Segment::split_from_cut`]).
+    #[inline]
+    pub fn is_cut(&self) -> bool {
+        (self.payload.len() as u64) < u64::from(self.len())
+    }
     #[inline]
     pub fn payload(&self) -> &'a [u8] {
         self.payload
@@ -350,6 +389,8 @@ pub struct Segments<'a> {
     offset: usize,
     index: usize,
     done: bool,
+    /// The datagram was cut by the capture: see [`Segments::new_cut`].
+    cut: bool,
 }
 
 impl<'a> Segments<'a> {
@@ -361,6 +402,18 @@ impl<'a> Segments<'a> {
             offset: 0,
             index: 0,
             done: false,
+            cut: false,
+        }
+    }
+
+    /// Walks the segments of a datagram the capture cut short: the segment whose payload the
+    /// cut ends is the last (see [`Segment::split_from_cut`]); a header the cut ends is not
+    /// one, and not an error.
+    #[inline]
+    pub fn new_cut(captured: &'a [u8]) -> Self {
+        Self {
+            cut: true,
+            ..Self::new(captured)
         }
     }
 
@@ -380,10 +433,15 @@ impl<'a> Iterator for Segments<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done || self.rest.is_empty() {
+        if self.done || self.rest.is_empty() || self.cut && self.rest.len() < HEADER_LEN {
             return None;
         }
-        match Segment::split_from(self.rest) {
+        let split = if self.cut {
+            Segment::split_from_cut(self.rest)
+        } else {
+            Segment::split_from(self.rest)
+        };
+        match split {
             Ok((segment, rest)) => {
                 self.rest = rest;
                 self.offset = self.offset.saturating_add(segment.wire_len());

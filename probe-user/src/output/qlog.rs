@@ -914,6 +914,7 @@ mod tests {
                     path_index: 0,
                     paths: &paths,
                     data: &[],
+                    wire_len: 0,
                     packet: &p,
                 };
                 export.record(&r).unwrap();

@@ -554,6 +554,29 @@ fn print_report(analyzer: &Analyzer) -> io::Result<()> {
         s.quic_packets,
         s.other_udp
     )?;
+    if s.udp_cut > 0 {
+        writeln!(
+            out,
+            "UDP: {} datagrams cut short by the capture's snap length, KCP decoded from its headers as far as captured{}{}",
+            s.udp_cut,
+            if s.kcp_cut_unseen > 0 {
+                format!(
+                    " ({} with segments past the cut, not seen)",
+                    s.kcp_cut_unseen
+                )
+            } else {
+                String::new()
+            },
+            if s.kcp_cut_unnamed > 0 {
+                format!(
+                    "; {} data segments cut before the bytes naming their message (matched within their session only)",
+                    s.kcp_cut_unnamed
+                )
+            } else {
+                String::new()
+            }
+        )?;
+    }
     if s.tcp + s.tcp_rejected.total() > 0 {
         let rejected = s.tcp_rejected.listed();
         let mtu_rejected = s.path_mtu_rejected.listed();

@@ -579,6 +579,7 @@ impl Run {
                         path_index: p.path,
                         paths: &self.labels,
                         data: &p.data,
+                        wire_len: p.orig_len,
                         packet,
                     },
                 )?;
