@@ -446,7 +446,10 @@ pub struct AnalyzeArgs {
     /// turn out to show the two ends of one path (`t-eth0.pcap gw-g0.pcap …`). A `capture
     /// --json` recording among them (`t-eth0.pcap kernel.jsonl`) adds the kernel's TCP events,
     /// joined with the captures per connection: what the kernel resent that never reached a
-    /// capture, and what a capture saw resent that the kernel did not report.
+    /// capture, and what a capture saw resent that the kernel did not report. Frames cut by
+    /// the capture's snap length (`tcpdump -s 130`) are read from the TCP and KCP headers
+    /// kept, with the lengths and wire bytes sent; KCP messages need their first 64 bytes
+    /// kept to be matched across separate sessions; cut QUIC cannot be decrypted.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     #[command(flatten)]
