@@ -340,7 +340,7 @@ pub fn cut_udp(link: LinkType, frame: &[u8]) -> Option<UdpDatagram<'_>> {
 /// The TCP segment of a frame cut short of its IP packet (any link type), sliced laxly: the
 /// headers whole, the payload as far as captured, its length the IP header's.
 fn cut_tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpReject> {
-    let ip = ip_packet_laxly(link, frame).map_err(|r| match r {
+    let ip = ip_packet(link, frame, Cut::AsCaptured).map_err(|r| match r {
         NetReject::Truncated => TcpReject::Truncated,
         _ => TcpReject::NotTcp,
     })?;
@@ -385,12 +385,18 @@ fn cut_tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
     })
 }
 
-/// The bytes from the IP header on of a frame the capture may have cut short (its snap
-/// length): the link layer of `link` taken off as [`slice_raw`] does, but lengths that run
-/// past the captured bytes (a PPPoE header's, an NFLOG attribute's) read as far as captured.
-fn ip_packet_laxly(link: LinkType, frame: &[u8]) -> Result<&[u8], NetReject> {
+/// The bytes from the IP header on of `frame`, its link layer of type `link` taken off:
+/// Ethernet (up to three VLAN tags, PPPoE sessions), Linux cooked v1/v2, raw IP, BSD loopback,
+/// PPP, Cisco HDLC, PPPoE, NFLOG. A length that runs past the captured bytes (a PPPoE
+/// header's, an NFLOG attribute's) reads per `cut`.
+fn ip_packet(link: LinkType, frame: &[u8], cut: Cut) -> Result<&[u8], NetReject> {
     let ether = |t: &[u8], rest| {
-        ip_after_ether_type_laxly(EtherType(u16::from_be_bytes([t[0], t[1]])), rest)
+        ip_after_ether_type(EtherType(u16::from_be_bytes([t[0], t[1]])), rest, cut)
+    };
+    let version = |v: u8| match frame.first() {
+        Some(b) if b >> 4 == v => Ok(frame),
+        Some(_) => Err(NetReject::Malformed),
+        None => Err(NetReject::Truncated),
     };
     match link {
         LinkType::Ethernet => match (frame.get(12..14), frame.get(14..)) {
@@ -399,30 +405,57 @@ fn ip_packet_laxly(link: LinkType, frame: &[u8]) -> Result<&[u8], NetReject> {
         },
         LinkType::LinuxSll | LinkType::LinuxSll2 => {
             let (ether_type, rest) = cooked(link, frame)?;
-            ip_after_ether_type_laxly(ether_type, rest)
+            ip_after_ether_type(ether_type, rest, cut)
         }
-        LinkType::RawIp | LinkType::Ipv4 | LinkType::Ipv6 => Ok(frame),
-        LinkType::Null | LinkType::Loop => frame.get(4..).ok_or(NetReject::Truncated),
+        LinkType::RawIp => Ok(frame),
+        LinkType::Ipv4 => version(4),
+        LinkType::Ipv6 => version(6),
+        LinkType::Null | LinkType::Loop => {
+            let (Some(family), Some(rest)) = (frame.get(0..4), frame.get(4..)) else {
+                return Err(NetReject::Truncated);
+            };
+            let family = [family[0], family[1], family[2], family[3]];
+            // LINKTYPE_NULL is in the writer's byte order: accept either; families are < 2^16.
+            let af = if link == LinkType::Loop {
+                u32::from_be_bytes(family)
+            } else {
+                let le = u32::from_le_bytes(family);
+                if le <= 0xffff {
+                    le
+                } else {
+                    u32::from_be_bytes(family)
+                }
+            };
+            match af {
+                // AF_INET everywhere; AF_INET6 is 24 (NetBSD/OpenBSD), 28 (FreeBSD), 30 (macOS),
+                // 10 (Linux).
+                2 | 10 | 24 | 28 | 30 => Ok(rest),
+                _ => Err(NetReject::NotIp),
+            }
+        }
         LinkType::Ppp => ppp(frame),
         LinkType::PppHdlc => match frame {
+            // Cisco HDLC: address, control, then an EtherType.
             [0x0f | 0x8f, _, t0, t1, rest @ ..] => ether(&[*t0, *t1], rest),
             [0x0f | 0x8f, ..] => Err(NetReject::Truncated),
             _ => ppp(frame),
         },
-        LinkType::PppEther => pppoe_session(frame, Cut::AsCaptured),
-        LinkType::Nflog => nflog_payload(frame, Cut::AsCaptured),
+        LinkType::PppEther => pppoe_session(frame, cut),
+        LinkType::Nflog => nflog_payload(frame, cut),
     }
 }
 
-/// [`ip_packet_laxly`] after an EtherType: up to three VLAN tags, then IP or a PPPoE session.
-fn ip_after_ether_type_laxly(
+/// [`ip_packet`] after an EtherType: up to three VLAN tags (as many as [`SlicedPacket`] looks
+/// through), then IP or a PPPoE session.
+fn ip_after_ether_type(
     mut ether_type: EtherType,
     mut rest: &[u8],
+    cut: Cut,
 ) -> Result<&[u8], NetReject> {
     for _ in 0..=3 {
         match ether_type {
             EtherType::IPV4 | EtherType::IPV6 => return Ok(rest),
-            PPPOE_SESSION => return pppoe_session(rest, Cut::AsCaptured),
+            PPPOE_SESSION => return pppoe_session(rest, cut),
             EtherType::VLAN_TAGGED_FRAME
             | EtherType::PROVIDER_BRIDGING
             | EtherType::VLAN_DOUBLE_TAGGED_FRAME => {
@@ -573,7 +606,8 @@ pub(crate) fn ip_direct(
 /// [`ip_direct`] of a frame the capture's snap length cut: the IP header whole, its payload
 /// as far as captured (`None` when even the header is cut, or the frame is no IP packet).
 pub(crate) fn ip_cut(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
-    let (ip, _) = etherparse::LaxIpSlice::from_slice(ip_packet_laxly(link, frame).ok()?).ok()?;
+    let (ip, _) =
+        etherparse::LaxIpSlice::from_slice(ip_packet(link, frame, Cut::AsCaptured).ok()?).ok()?;
     let p = ip.payload();
     Some((
         ip.source_addr(),
@@ -677,66 +711,7 @@ impl From<NetReject> for Sliced {
 
 /// [`slice`] with etherparse's errors as they are.
 fn slice_raw(link: LinkType, frame: &[u8]) -> Result<SlicedPacket<'_>, Sliced> {
-    let result = match link {
-        LinkType::Ethernet => match frame.get(12..14).zip(frame.get(14..)) {
-            Some((t, rest)) if carries_pppoe(EtherType(u16::from_be_bytes([t[0], t[1]])), rest) => {
-                return from_ether_type(EtherType(u16::from_be_bytes([t[0], t[1]])), rest);
-            }
-            _ => SlicedPacket::from_ethernet(frame),
-        },
-        LinkType::LinuxSll | LinkType::LinuxSll2 => {
-            let (ether_type, rest) = cooked(link, frame)?;
-            return from_ether_type(ether_type, rest);
-        }
-        LinkType::RawIp => SlicedPacket::from_ip(frame),
-        LinkType::Ipv4 => match frame.first() {
-            Some(b) if b >> 4 == 4 => SlicedPacket::from_ip(frame),
-            Some(_) => return Err(NetReject::Malformed.into()),
-            None => return Err(NetReject::Truncated.into()),
-        },
-        LinkType::Ipv6 => match frame.first() {
-            Some(b) if b >> 4 == 6 => SlicedPacket::from_ip(frame),
-            Some(_) => return Err(NetReject::Malformed.into()),
-            None => return Err(NetReject::Truncated.into()),
-        },
-        LinkType::Null | LinkType::Loop => {
-            let (Some(family), Some(rest)) = (frame.get(0..4), frame.get(4..)) else {
-                return Err(NetReject::Truncated.into());
-            };
-            let family = [family[0], family[1], family[2], family[3]];
-            // LINKTYPE_NULL is in the writer's byte order: accept either; families are < 2^16.
-            let af = if link == LinkType::Loop {
-                u32::from_be_bytes(family)
-            } else {
-                let le = u32::from_le_bytes(family);
-                if le <= 0xffff {
-                    le
-                } else {
-                    u32::from_be_bytes(family)
-                }
-            };
-            match af {
-                // AF_INET everywhere; AF_INET6 is 24 (NetBSD/OpenBSD), 28 (FreeBSD), 30 (macOS),
-                // 10 (Linux).
-                2 | 10 | 24 | 28 | 30 => SlicedPacket::from_ip(rest),
-                _ => return Err(NetReject::NotIp.into()),
-            }
-        }
-        LinkType::Ppp => SlicedPacket::from_ip(ppp(frame)?),
-        LinkType::PppHdlc => match frame.first() {
-            // Cisco HDLC: address, control, then an EtherType.
-            Some(0x0f | 0x8f) => {
-                let (Some(t), Some(rest)) = (frame.get(2..4), frame.get(4..)) else {
-                    return Err(NetReject::Truncated.into());
-                };
-                return from_ether_type(EtherType(u16::from_be_bytes([t[0], t[1]])), rest);
-            }
-            _ => SlicedPacket::from_ip(ppp(frame)?),
-        },
-        LinkType::PppEther => SlicedPacket::from_ip(pppoe_session(frame, Cut::Whole)?),
-        LinkType::Nflog => SlicedPacket::from_ip(nflog_payload(frame, Cut::Whole)?),
-    };
-    result.map_err(Sliced::Etherparse)
+    SlicedPacket::from_ip(ip_packet(link, frame, Cut::Whole)?).map_err(Sliced::Etherparse)
 }
 
 /// The EtherType and the rest of a Linux cooked header. v1 (16 bytes) has the protocol at
@@ -757,42 +732,6 @@ fn cooked(link: LinkType, frame: &[u8]) -> Result<(EtherType, &[u8]), NetReject>
 
 /// The PPPoE session EtherType (RFC 2516).
 const PPPOE_SESSION: EtherType = EtherType(0x8864);
-
-/// Whether an Ethernet payload of type `ether_type` is a PPPoE session frame, after up to
-/// three VLAN tags (as many as [`SlicedPacket`] looks through).
-fn carries_pppoe(mut ether_type: EtherType, mut rest: &[u8]) -> bool {
-    for _ in 0..=3 {
-        match ether_type {
-            PPPOE_SESSION => return true,
-            EtherType::VLAN_TAGGED_FRAME
-            | EtherType::PROVIDER_BRIDGING
-            | EtherType::VLAN_DOUBLE_TAGGED_FRAME => {
-                let Some(vlan) = SingleVlanSlice::from_slice(rest).ok() else {
-                    return false;
-                };
-                ether_type = vlan.ether_type();
-                rest = vlan.payload().payload;
-            }
-            _ => return false,
-        }
-    }
-    false
-}
-
-/// [`SlicedPacket::from_ether_type`], with PPPoE sessions (behind up to three VLAN tags)
-/// opened down to their IP packet.
-fn from_ether_type(ether_type: EtherType, rest: &[u8]) -> Result<SlicedPacket<'_>, Sliced> {
-    if !carries_pppoe(ether_type, rest) {
-        return SlicedPacket::from_ether_type(ether_type, rest).map_err(Sliced::Etherparse);
-    }
-    let (mut ether_type, mut rest) = (ether_type, rest);
-    while ether_type != PPPOE_SESSION {
-        let vlan = SingleVlanSlice::from_slice(rest).map_err(|_| NetReject::Truncated)?;
-        ether_type = vlan.ether_type();
-        rest = vlan.payload().payload;
-    }
-    SlicedPacket::from_ip(pppoe_session(rest, Cut::Whole)?).map_err(Sliced::Etherparse)
-}
 
 /// How a length field that runs past the captured bytes reads.
 #[derive(Clone, Copy, PartialEq, Eq)]
