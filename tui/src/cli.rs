@@ -347,6 +347,14 @@ pub struct CaptureArgs {
     /// the key log embedded as it grows, so `analyze DIR/*.pcapng` decrypts alone.
     #[arg(long, value_name = "DIR", conflicts_with = "no_packets")]
     pub pcap: Option<PathBuf>,
+    /// Keep only the first BYTES of each packet in the `--pcap` files, its length on the wire
+    /// written beside (the live analysis still sees whole packets): `analyze` reads TCP and
+    /// KCP from the headers kept. 130 keeps a KCP message's first 64 bytes behind Ethernet,
+    /// IPv4 and UDP, enough to match copies sent on separate sessions; QUIC cut short
+    /// cannot be decrypted.
+    #[arg(long, value_name = "BYTES", requires = "pcap",
+          value_parser = clap::value_parser!(u32).range(64..))]
+    pub pcap_snaplen: Option<u32>,
     /// Start a new JSON Lines file and new pcapng files at this size or age: `100MB`, `1h`,
     /// or both (`100MB,1h`); the closed ones are renamed `STEM.N.EXT`.
     #[arg(long, value_name = "SIZE|AGE")]

@@ -264,11 +264,14 @@ fn capture_json_equals_analyze_of_the_same_packets_and_sigterm_ends_with_a_summa
     let d0 = bed.tcpdump(0, &dumps[0]);
     let d1 = bed.tcpdump(1, &dumps[1]);
     let pcaps = bed.path("pcap");
+    // The files keep each frame's headers and 34 bytes of the KCP payload (of 120).
     let mut args = vec![
         "--json".to_owned(),
         out.display().to_string(),
         "--pcap".to_owned(),
         pcaps.display().to_string(),
+        "--pcap-snaplen".to_owned(),
+        "100".to_owned(),
     ];
     args.extend(bed.interfaces());
     let cap = bed.capture(&args);
@@ -311,6 +314,28 @@ fn capture_json_equals_analyze_of_the_same_packets_and_sigterm_ends_with_a_summa
     assert!(both >= 290, "{both} messages on both paths");
     assert_eq!(live, offline);
     assert_eq!(offline, messages(&dumped));
+    // Cut, the files tell the wire's bytes, as tcpdump's whole captures do.
+    let summary_of = |lines: &[Value]| lines.last().unwrap().clone();
+    let (cut, whole) = (summary_of(&analyzed), summary_of(&dumped));
+    assert!(
+        cut["frames"]["udp_cut"].as_u64().unwrap() >= 600,
+        "{}",
+        cut["frames"]
+    );
+    assert_eq!(cut["frames"]["net_rejected"]["truncated"], 0);
+    let bytes = |s: &Value| -> Vec<(Value, Value)> {
+        let paths = s["paths"].as_array().unwrap();
+        paths
+            .iter()
+            .map(|p| (p["label"].clone(), p["bytes"].clone()))
+            .collect()
+    };
+    assert_eq!(bytes(&cut), bytes(&whole));
+    // (pcapng spends 16 bytes more per packet than pcap: whole, the files would be larger.)
+    for (w, d) in written.iter().zip(&dumps) {
+        let size = |f: &PathBuf| std::fs::metadata(f).unwrap().len();
+        assert!(size(w) < size(d), "{w:?} {} vs {d:?} {}", size(w), size(d));
+    }
     let (live, offline) = (outages(&captured), outages(&analyzed));
     assert!(
         live.iter().any(|o| o.0 == "eth1"),

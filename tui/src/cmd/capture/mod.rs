@@ -364,7 +364,8 @@ impl Run {
             let cannot = || format!("cannot write pcapng files in {}", dir.display());
             std::fs::create_dir_all(dir).with_context(cannot)?;
             for label in &labels {
-                pcaps.push(PcapngFile::create(dir, label, rotation).with_context(cannot)?);
+                let snaplen = args.pcap_snaplen;
+                pcaps.push(PcapngFile::create(dir, label, rotation, snaplen).with_context(cannot)?);
             }
         }
         let keylog_tail = (!pcaps.is_empty())

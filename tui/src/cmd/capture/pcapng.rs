@@ -18,7 +18,8 @@ const DSB: u32 = 0x0A;
 const OPT_END: u16 = 0;
 const IF_NAME: u16 = 2;
 const IF_TSRESOL: u16 = 9;
-/// The snapshot length written in interface blocks (libpcap's default capture length).
+/// The snapshot length written in interface blocks without `--pcap-snaplen` (libpcap's
+/// default capture length).
 const SNAPLEN: u32 = 65_535;
 
 /// One interface's pcapng file.
@@ -29,14 +30,22 @@ pub struct PcapngFile {
     /// Link types with an interface block in the file, by interface id.
     links: Vec<u32>,
     block: Vec<u8>,
+    /// Bytes of each packet kept (`--pcap-snaplen`), its length on the wire written beside.
+    snaplen: Option<u32>,
     /// Packets written (or collected to be written).
     pub packets: u64,
 }
 
 impl PcapngFile {
     /// Creates `dir/LABEL.pcapng` with its section header, rotated as `rotation` says (each
-    /// new file starts with the section header and every key log line so far).
-    pub fn create(dir: &Path, label: &str, rotation: Option<Rotation>) -> io::Result<Self> {
+    /// new file starts with the section header and every key log line so far), keeping the
+    /// first `snaplen` bytes of each packet if given.
+    pub fn create(
+        dir: &Path,
+        label: &str,
+        rotation: Option<Rotation>,
+        snaplen: Option<u32>,
+    ) -> io::Result<Self> {
         let path = dir.join(format!("{label}.pcapng"));
         let file = super::out::create(&path, rotation)?;
         let mut out = LineOut::file(file);
@@ -49,6 +58,7 @@ impl PcapngFile {
             out,
             links: Vec::new(),
             block: Vec::with_capacity(2048),
+            snaplen,
             packets: 0,
         };
         let mut body = Vec::with_capacity(16);
@@ -94,14 +104,21 @@ impl PcapngFile {
                 self.links.len() - 1
             }
         };
-        let caplen = u32::try_from(p.data.len()).unwrap_or(u32::MAX);
-        let mut body = Vec::with_capacity(20 + p.data.len() + 3);
+        let data = match self.snaplen {
+            Some(n) => p.data.get(..n as usize).unwrap_or(&p.data),
+            None => &p.data,
+        };
+        let caplen = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        let wire_len = p
+            .orig_len
+            .max(u32::try_from(p.data.len()).unwrap_or(u32::MAX));
+        let mut body = Vec::with_capacity(20 + data.len() + 3);
         body.extend_from_slice(&u32::try_from(iface).unwrap_or(0).to_le_bytes());
         body.extend_from_slice(&((p.ts_ns >> 32) as u32).to_le_bytes());
         body.extend_from_slice(&(p.ts_ns as u32).to_le_bytes());
         body.extend_from_slice(&caplen.to_le_bytes());
-        body.extend_from_slice(&p.orig_len.max(caplen).to_le_bytes());
-        body.extend_from_slice(&p.data);
+        body.extend_from_slice(&wire_len.to_le_bytes());
+        body.extend_from_slice(data);
         pad(&mut body);
         self.push(EPB, &body);
         self.packets += 1;
@@ -128,7 +145,7 @@ impl PcapngFile {
         let mut body = Vec::with_capacity(32);
         body.extend_from_slice(&u16::try_from(linktype).unwrap_or(0).to_le_bytes());
         body.extend_from_slice(&0u16.to_le_bytes());
-        body.extend_from_slice(&SNAPLEN.to_le_bytes());
+        body.extend_from_slice(&self.snaplen.unwrap_or(SNAPLEN).to_le_bytes());
         option(&mut body, IF_NAME, self.label.as_bytes());
         option(&mut body, IF_TSRESOL, &[9]);
         option(&mut body, OPT_END, &[]);
@@ -208,7 +225,7 @@ mod tests {
     #[test]
     fn written_files_read_back_with_their_label_and_secrets() {
         let dir = tempfile::tempdir().unwrap();
-        let mut f = PcapngFile::create(dir.path(), "eth1", None).unwrap();
+        let mut f = PcapngFile::create(dir.path(), "eth1", None, None).unwrap();
         let frame = tboxscope_test_support::pcap::eth_udp(&[], false, 4000, 7000, b"hello");
         for i in 0..3u64 {
             f.packet(&LivePacket {
