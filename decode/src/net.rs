@@ -205,20 +205,11 @@ impl NetParser {
         frame: &'a [u8],
         ts_ns: u64,
     ) -> Result<UdpDatagram<'a>, NetReject> {
-        if let Some((src_ip, dst_ip, ip)) = ip_direct(link, frame) {
-            if let Some(udp) = unfragmented_udp(&ip) {
-                return Ok(UdpDatagram {
-                    src: SocketAddr::new(src_ip, udp.source_port()),
-                    dst: SocketAddr::new(dst_ip, udp.destination_port()),
-                    payload: udp.payload(),
-                    reassembled: false,
-                    payload_len: len_u32(udp.payload()),
-                });
-            }
+        match transport_direct(link, frame) {
+            Some(Transport::Udp(udp)) => return Ok(udp),
             // A well-formed TCP segment, which `slice` would also find: not UDP.
-            if unfragmented_tcp(&ip).is_some() {
-                return Err(NetReject::NotUdp);
-            }
+            Some(Transport::Tcp(_)) => return Err(NetReject::NotUdp),
+            None => {}
         }
         let sliced = slice(link, frame)?;
         let Some(net) = &sliced.net else {
@@ -504,14 +495,8 @@ fn ip_ends<'a>(net: &'a NetSlice<'_>) -> Option<(IpAddr, IpAddr, &'a IpPayloadSl
 /// frames [`NetParser::udp`] already counted under another [`NetReject`]), a TCP header cut
 /// short or with an impossible data offset, or a segment in an IP fragment.
 pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpReject> {
-    if let Some((src_ip, dst_ip, view)) = tcp_direct(link, frame) {
-        return Ok(TcpSegment {
-            src: SocketAddr::new(src_ip, view.src_port()),
-            dst: SocketAddr::new(dst_ip, view.dst_port()),
-            // Whole: the IP slice holds as many bytes as its header declares.
-            payload_len: u32::try_from(view.payload().len()).unwrap_or(u32::MAX),
-            tcp: view,
-        });
+    if let Some(Transport::Tcp(seg)) = transport_direct(link, frame) {
+        return Ok(seg);
     }
     let sliced = match slice_raw(link, frame) {
         Ok(s) => s,
@@ -567,11 +552,38 @@ fn udp_direct(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, UdpSlice<
     Some((src, dst, unfragmented_udp(&ip)?))
 }
 
-/// The TCP segment of an unfragmented IP packet, found without building a [`SlicedPacket`]
-/// (see [`ip_direct`]); where this finds a segment, [`slice_raw`] finds the same one.
-fn tcp_direct(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, TcpView<'_>)> {
-    let (src, dst, ip) = ip_direct(link, frame)?;
-    Some((src, dst, unfragmented_tcp(&ip)?))
+/// What a frame carries above IP, when it is one of the two this crate reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Transport<'a> {
+    /// A UDP datagram.
+    Udp(UdpDatagram<'a>),
+    /// A TCP segment.
+    Tcp(TcpSegment<'a>),
+}
+
+/// The UDP datagram or TCP segment of a common frame (an unfragmented IP packet, see
+/// [`ip_direct`]), each header read and validated once, without building a [`SlicedPacket`];
+/// `None` for anything else, which [`NetParser::udp`] and [`tcp_segment`] then classify (and
+/// where this finds a datagram or a segment, they find the same one).
+pub fn transport_direct(link: LinkType, frame: &[u8]) -> Option<Transport<'_>> {
+    let (src_ip, dst_ip, ip) = ip_direct(link, frame)?;
+    if let Some(udp) = unfragmented_udp(&ip) {
+        return Some(Transport::Udp(UdpDatagram {
+            src: SocketAddr::new(src_ip, udp.source_port()),
+            dst: SocketAddr::new(dst_ip, udp.destination_port()),
+            payload: udp.payload(),
+            reassembled: false,
+            payload_len: len_u32(udp.payload()),
+        }));
+    }
+    let view = unfragmented_tcp(&ip)?;
+    Some(Transport::Tcp(TcpSegment {
+        src: SocketAddr::new(src_ip, view.src_port()),
+        dst: SocketAddr::new(dst_ip, view.dst_port()),
+        // Whole: the IP slice holds as many bytes as its header declares.
+        payload_len: len_u32(view.payload()),
+        tcp: view,
+    }))
 }
 
 /// The addresses and payload of an IP packet, found with etherparse's per-layer slices
@@ -1235,7 +1247,7 @@ mod tests {
         )
     }
 
-    /// The TCP segment `slice_raw` finds (the path every frame took before [`tcp_direct`]):
+    /// The TCP segment `slice_raw` finds (the path every frame took before [`transport_direct`]):
     /// addresses, ports and where the payload lies.
     fn tcp_sliced(
         link: LinkType,
@@ -1251,12 +1263,13 @@ mod tests {
         }
     }
 
-    /// Where `tcp_direct` finds a segment, `slice_raw` finds the same one (so `udp` may say
+    /// Where `transport_direct` finds a segment, `slice_raw` finds the same one (so `udp` may say
     /// "not UDP" without slicing, as it did after slicing).
     fn assert_tcp_direct_agrees(link: LinkType, frame: &[u8]) {
-        if let Some((src, dst, v)) = tcp_direct(link, frame) {
+        if let Some(Transport::Tcp(seg)) = transport_direct(link, frame) {
+            let (src, dst) = (seg.src.ip(), seg.dst.ip());
             assert_eq!(
-                Some(tcp_place(src, dst, &v, frame)),
+                Some(tcp_place(src, dst, &seg.tcp, frame)),
                 tcp_sliced(link, frame),
                 "{link:?} {frame:02x?}"
             );
@@ -1302,7 +1315,7 @@ mod tests {
         let values = [0x00, 0xff, 0x01, 0x06, 0x11, 0x45, 0x50, 0x86, 0xdd];
         for (link, frame) in &common {
             assert!(
-                tcp_direct(*link, frame).is_some(),
+                matches!(transport_direct(*link, frame), Some(Transport::Tcp(_))),
                 "{link:?} takes the direct path"
             );
         }

@@ -10,7 +10,8 @@ use tboxscope_decode::kcp::{
     Cmd, Detection, Detector, DetectorConfig, DetectorStats, KcpSegment, ValidSegments,
 };
 use tboxscope_decode::net::{
-    cut_udp, tcp_segment, FragmentStats, LinkType, NetParser, NetReject, UdpDatagram,
+    cut_udp, tcp_segment, transport_direct, FragmentStats, LinkType, NetParser, NetReject,
+    TcpSegment, Transport, UdpDatagram,
 };
 use tboxscope_decode::quic::{
     DatagramInfo, DecoderConfig, Frame, Keylog, KeylogError, PacketSummary, ParseOptions,
@@ -618,7 +619,13 @@ impl Dissector {
             self.stats.unsupported_link += 1;
             return 0;
         };
-        let udp = match self.net.udp(link, frame, ts_ns) {
+        let udp = match transport_direct(link, frame) {
+            // The common frame: its headers read once, whichever it carries.
+            Some(Transport::Tcp(seg)) => return self.segment(capture, &seg, ts_ns, each),
+            Some(Transport::Udp(u)) => Ok(u),
+            None => self.net.udp(link, frame, ts_ns),
+        };
+        let udp = match udp {
             Ok(u) => u,
             Err(NetReject::NotUdp) => return self.tcp(link, capture, frame, ts_ns, each, false),
             // A TCP segment whose frame the snap length cut (its headers are whole), or a
@@ -895,7 +902,7 @@ impl Dissector {
         capture: &str,
         frame: &[u8],
         ts_ns: u64,
-        mut each: impl FnMut(DecodedPacket),
+        each: impl FnMut(DecodedPacket),
         cut: bool,
     ) -> usize {
         let seg = match tcp_segment(link, frame) {
@@ -910,11 +917,22 @@ impl Dissector {
                 return 0;
             }
         };
+        self.segment(capture, &seg, ts_ns, each)
+    }
+
+    /// A TCP segment read from a frame of `capture`.
+    fn segment(
+        &mut self,
+        capture: &str,
+        seg: &TcpSegment<'_>,
+        ts_ns: u64,
+        mut each: impl FnMut(DecodedPacket),
+    ) -> usize {
         self.stats.tcp += 1;
         if seg.cut() {
             self.stats.tcp_cut += 1;
         }
-        let tcp_messages = self.tcp_messages(capture, &seg);
+        let tcp_messages = self.tcp_messages(capture, seg);
         let t = &seg.tcp;
         each(DecodedPacket {
             ts_ns,
@@ -989,11 +1007,7 @@ impl Dissector {
     /// message (counted in [`Dissector::tcp_framing`]): right where the sender writes whole
     /// messages with pauses between them; otherwise the first messages are cut wrong
     /// (length-prefixed: until a hole is given up on; `fixed:N`: throughout).
-    pub fn tcp_messages(
-        &mut self,
-        capture: &str,
-        seg: &tboxscope_decode::net::TcpSegment<'_>,
-    ) -> Vec<(u32, u32)> {
+    pub fn tcp_messages(&mut self, capture: &str, seg: &TcpSegment<'_>) -> Vec<(u32, u32)> {
         let t = &seg.tcp;
         let key = (
             tboxscope_engine::payload_hash(capture.as_bytes()),
