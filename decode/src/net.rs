@@ -544,14 +544,6 @@ pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
     }
 }
 
-/// The UDP datagram of an unfragmented IP packet, found without building a [`SlicedPacket`]
-/// (see [`ip_direct`]); where this finds a datagram, [`slice`] finds the same one.
-#[cfg(test)]
-fn udp_direct(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, UdpSlice<'_>)> {
-    let (src, dst, ip) = ip_direct(link, frame)?;
-    Some((src, dst, unfragmented_udp(&ip)?))
-}
-
 /// What a frame carries above IP, when it is one of the two this crate reads.
 #[derive(Debug, Clone, Copy)]
 pub enum Transport<'a> {
@@ -1079,7 +1071,7 @@ mod tests {
         }
     }
 
-    /// The UDP datagram `slice` finds (the path every frame took before [`udp_direct`]):
+    /// The UDP datagram `slice` finds (the path every frame took before [`transport_direct`]):
     /// addresses, ports and where the payload lies.
     fn udp_sliced(
         link: LinkType,
@@ -1100,16 +1092,16 @@ mod tests {
         }
     }
 
-    /// Where `udp_direct` finds a datagram, `slice` finds the same one.
+    /// Where `transport_direct` finds a datagram, `slice` finds the same one.
     fn assert_direct_agrees(link: LinkType, frame: &[u8]) {
-        if let Some((src, dst, udp)) = udp_direct(link, frame) {
+        if let Some(Transport::Udp(udp)) = transport_direct(link, frame) {
             let direct = (
-                src,
-                dst,
-                udp.source_port(),
-                udp.destination_port(),
-                udp.payload().as_ptr() as usize - frame.as_ptr() as usize,
-                udp.payload().len(),
+                udp.src.ip(),
+                udp.dst.ip(),
+                udp.src.port(),
+                udp.dst.port(),
+                udp.payload.as_ptr() as usize - frame.as_ptr() as usize,
+                udp.payload.len(),
             );
             assert_eq!(
                 Some(direct),
@@ -1215,14 +1207,14 @@ mod tests {
         ];
         // Beyond three VLAN tags SlicedPacket stops: no datagram either way.
         let four_tags = ethernet(&[0x8100; 4], &v4);
-        assert!(udp_direct(LinkType::Ethernet, &four_tags).is_none());
+        assert!(transport_direct(LinkType::Ethernet, &four_tags).is_none());
         assert!(udp_sliced(LinkType::Ethernet, &four_tags).is_none());
         let values = [
             0x00, 0xff, 0x01, 0x06, 0x11, 0x2c, 0x33, 0x45, 0x81, 0x86, 0x88, 0xdd,
         ];
         for (link, frame) in &common {
             assert!(
-                udp_direct(*link, frame).is_some(),
+                matches!(transport_direct(*link, frame), Some(Transport::Udp(_))),
                 "{link:?} takes the direct path"
             );
         }
