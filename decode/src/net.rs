@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use crate::tcp::{TcpError, TcpReject, TcpView};
 use etherparse::{
     defrag::IpDefragPool, err, EtherPayloadSlice, EtherType, Ethernet2Slice, IpNumber,
-    IpPayloadSlice, Ipv4Slice, Ipv6Slice, LenSource, NetSlice, SingleVlanSlice, SlicedPacket,
-    TransportSlice, UdpSlice,
+    IpPayloadSlice, IpSlice, LenSource, NetSlice, SingleVlanSlice, SlicedPacket, TransportSlice,
+    UdpSlice,
 };
 
 /// A capture's link layer: what precedes the IP header in every frame.
@@ -642,8 +642,8 @@ fn ip_in_ether_payload(
                 tags += 1;
                 p = SingleVlanSlice::from_slice(p.payload).ok()?.payload();
             }
-            EtherType::IPV4 => return ipv4(p.payload),
-            EtherType::IPV6 => return ipv6(p.payload),
+            EtherType::IPV4 => return ip(Version::V4, p.payload),
+            EtherType::IPV6 => return ip(Version::V6, p.payload),
             _ => return None,
         }
     }
@@ -652,37 +652,37 @@ fn ip_in_ether_payload(
 /// [`ip_direct`] for a frame that starts with the IP header (as `SlicedPacket::from_ip`).
 fn ip_in_ip(frame: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
     match frame.first()? >> 4 {
-        4 => ipv4(frame),
-        6 => ipv6(frame),
+        4 => ip(Version::V4, frame),
+        6 => ip(Version::V6, frame),
         _ => None,
     }
 }
 
-/// An IPv4 packet's addresses and payload: [`ipv4_common`]'s, else etherparse's.
-fn ipv4(packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
-    if let Some(common) = ipv4_common(packet) {
-        return Some(common);
-    }
-    let v4 = Ipv4Slice::from_slice(packet).ok()?;
-    let h = v4.header();
-    Some((
-        IpAddr::V4(h.source_addr()),
-        IpAddr::V4(h.destination_addr()),
-        v4.payload().clone(),
-    ))
+/// An IP version, as a link header names it.
+#[derive(Clone, Copy, PartialEq)]
+enum Version {
+    V4,
+    V6,
 }
 
-/// An IPv6 packet's addresses and payload: [`ipv6_common`]'s, else etherparse's.
-fn ipv6(packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
-    if let Some(common) = ipv6_common(packet) {
-        return Some(common);
+/// The addresses and payload of an IP packet of `version`: the common packet's read in place
+/// ([`ipv4_common`], [`ipv6_common`]), any other by etherparse.
+fn ip(version: Version, packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+    let common = match version {
+        Version::V4 => ipv4_common(packet),
+        Version::V6 => ipv6_common(packet),
+    };
+    if common.is_some() {
+        return common;
     }
-    let v6 = Ipv6Slice::from_slice(packet).ok()?;
-    let h = v6.header();
+    let ip = IpSlice::from_slice(packet).ok()?;
+    if matches!(ip, IpSlice::Ipv4(_)) != (version == Version::V4) {
+        return None;
+    }
     Some((
-        IpAddr::V6(h.source_addr()),
-        IpAddr::V6(h.destination_addr()),
-        v6.payload().clone(),
+        ip.source_addr(),
+        ip.destination_addr(),
+        ip.payload().clone(),
     ))
 }
 
@@ -1381,6 +1381,14 @@ mod tests {
             (LinkType::RawIp, v4.clone()),
             (LinkType::Ipv6, v6.clone()),
         ];
+        // An IPv6 packet where the link header says IPv4 (and the reverse): not the common
+        // frame; the sliced path reads it by its version, as before.
+        for (ip, ether_type) in [(&v6, [0x08, 0x00]), (&v4, [0x86, 0xdd])] {
+            let mut mislabelled = ethernet(&[], ip);
+            mislabelled[12..14].copy_from_slice(&ether_type);
+            assert!(transport_direct(LinkType::Ethernet, &mislabelled).is_none());
+            assert!(tcp_segment(LinkType::Ethernet, &mislabelled).is_ok());
+        }
         let values = [0x00, 0xff, 0x01, 0x06, 0x11, 0x33, 0x45, 0x50, 0x86, 0xdd];
         for (link, frame) in &common {
             assert!(
