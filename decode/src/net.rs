@@ -642,8 +642,8 @@ fn ip_in_ether_payload(
                 tags += 1;
                 p = SingleVlanSlice::from_slice(p.payload).ok()?.payload();
             }
-            EtherType::IPV4 => return ip(Version::V4, p.payload),
-            EtherType::IPV6 => return ip(Version::V6, p.payload),
+            EtherType::IPV4 => return ip(4, p.payload),
+            EtherType::IPV6 => return ip(6, p.payload),
             _ => return None,
         }
     }
@@ -651,32 +651,22 @@ fn ip_in_ether_payload(
 
 /// [`ip_direct`] for a frame that starts with the IP header (as `SlicedPacket::from_ip`).
 fn ip_in_ip(frame: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
-    match frame.first()? >> 4 {
-        4 => ip(Version::V4, frame),
-        6 => ip(Version::V6, frame),
-        _ => None,
-    }
+    ip(frame.first()? >> 4, frame)
 }
 
-/// An IP version, as a link header names it.
-#[derive(Clone, Copy, PartialEq)]
-enum Version {
-    V4,
-    V6,
-}
-
-/// The addresses and payload of an IP packet of `version`: the common packet's read in place
-/// ([`ipv4_common`], [`ipv6_common`]), any other by etherparse.
-fn ip(version: Version, packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+/// The addresses and payload of an IP packet of `version` (4 or 6): the common packet's read in
+/// place ([`ipv4_common`], [`ipv6_common`]), any other by etherparse.
+fn ip(version: u8, packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
     let common = match version {
-        Version::V4 => ipv4_common(packet),
-        Version::V6 => ipv6_common(packet),
+        4 => ipv4_common(packet),
+        6 => ipv6_common(packet),
+        _ => return None,
     };
     if common.is_some() {
         return common;
     }
     let ip = IpSlice::from_slice(packet).ok()?;
-    if matches!(ip, IpSlice::Ipv4(_)) != (version == Version::V4) {
+    if matches!(ip, IpSlice::Ipv4(_)) != (version == 4) {
         return None;
     }
     Some((
