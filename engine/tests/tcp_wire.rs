@@ -281,6 +281,51 @@ fn connections_are_bounded_and_evictions_counted() {
 }
 
 #[test]
+fn a_connection_active_through_evictions_keeps_its_state() {
+    let mut c = Conn::new();
+    let other = |c: &mut Conn, i: u32, ms: u64| {
+        let src = std::net::SocketAddr::new(c.cli.ip(), 1024 + (i % 30_000) as u16);
+        c.e.handle(Observation::TcpSegment(TcpSegment {
+            meta: meta(T0 + ms * MS, "eth0", 0, src, c.srv, 60),
+            seq: i,
+            flags: TcpFlags(SYN),
+            ..TcpSegment::default()
+        }));
+    };
+    // Connections seen before this one, so that evictions move it in the table.
+    for i in 0..100u32 {
+        other(&mut c, i, 0);
+    }
+    c.seg(0, true, (999, 0), SYN, 0, &[]);
+    c.seg(40, false, (5000, 1000), SYN | ACK, 0, &[]);
+    c.seg(40, true, (1000, 5001), ACK, 0, &[]);
+    // 5000 more come and go while this one keeps sending: the table evicts the quiet ones
+    // several times over, and this one is still found with its data.
+    let mut seq = 1000u32;
+    for i in 100..5100u32 {
+        let ms = 100 + u64::from(i);
+        other(&mut c, i, ms);
+        if i % 100 == 0 {
+            c.data(ms, seq, 100);
+            seq = seq.wrapping_add(100);
+        }
+    }
+    // Its first unacknowledged segment (sent at 200 ms) sent again after a long silence: a
+    // timeout, whose original only the state kept since the start knows.
+    c.data(5600, 1000, 100);
+    let (r, _) = c.records();
+    assert_eq!(
+        r.iter()
+            .map(|x| (x.seq, x.kind, x.since_first_ms))
+            .collect::<Vec<_>>(),
+        [(1000, TcpRetransmitKind::Rto, 5400)],
+        "{r:?}"
+    );
+    let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
+    assert!(s.evicted_connections > 0);
+}
+
+#[test]
 fn a_reordered_original_is_not_a_retransmission() {
     let mut c = Conn::established(999);
     // 1200..1300 arrives after 1300..1500 (reordered on the way, as a receiver-side capture

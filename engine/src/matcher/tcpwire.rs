@@ -340,17 +340,31 @@ impl Half {
 }
 
 /// One connection at one capture.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Conn {
+    key: ConnKey,
+    /// The engine's flow it was last found for (with the capture and path in `key`, it names
+    /// the connection while that flow lives).
+    flow: FlowRef,
     /// [0]: data from the lower endpoint; [1]: from the higher.
     halves: [Half; 2],
     last_ns: u64,
 }
 
+/// Connections found recently, direct-mapped by their flow's slot: the segments of a capture
+/// mostly belong to a few connections, found then without hashing their addresses.
+const RECENT_CONNS: usize = 64;
+
 /// The TCP wire matcher's state.
 #[derive(Debug, Default)]
 pub struct TcpWireMatcher {
-    conns: FastMap<ConnKey, Conn>,
+    /// The connections followed, in no order.
+    conns: Vec<Conn>,
+    /// Where each connection is in `conns`.
+    index: FastMap<ConnKey, usize>,
+    /// Positions in `conns` of connections found recently, by [`RECENT_CONNS`] slot (a
+    /// position is used only if its connection has the flow, capture and path sought).
+    recent: Option<Box<[usize; RECENT_CONNS]>>,
     seen: u64,
     evicted_connections: u64,
     evicted_segments: u64,
@@ -375,21 +389,14 @@ impl TcpWireMatcher {
         let (ts_ns, path) = (pkt.ts_ns, pkt.path);
         let (src, dst) = (t.meta.src, t.meta.dst);
         let from_low = src <= dst;
-        let key = if from_low {
-            (t.meta.capture, path, src, dst)
-        } else {
-            (t.meta.capture, path, dst, src)
-        };
-        let conn = match self.conns.get_mut(&key) {
-            Some(c) => c,
-            None => {
-                if self.conns.len() >= MAX_CONNECTIONS {
-                    self.evict();
-                }
-                self.seen += 1;
-                self.conns.entry(key).or_default()
+        let i = self.find(fr, t.meta.capture, path, || {
+            if from_low {
+                (t.meta.capture, path, src, dst)
+            } else {
+                (t.meta.capture, path, dst, src)
             }
-        };
+        });
+        let conn = self.conns.get_mut(i)?;
         conn.last_ns = ts_ns;
         let [low, high] = &mut conn.halves;
         let (data, peer) = if from_low { (low, high) } else { (high, low) };
@@ -415,7 +422,6 @@ impl TcpWireMatcher {
         }
         if seq_len > 0 && !t.flags.rst() {
             let label = || shared_label(shared, path);
-            let before = data.stats.retransmits;
             let (segments, pending) = send(
                 data,
                 t,
@@ -428,16 +434,15 @@ impl TcpWireMatcher {
             );
             self.evicted_segments += segments;
             self.evicted_pending += pending;
-            facts.messages = t
-                .messages
-                .iter()
-                .filter_map(|&(a, b)| Some((data.peek(a)?, data.peek(b)?)))
-                .filter(|(a, b)| a < b)
-                .collect();
-            let kind = (0..before.len())
-                .find(|&i| data.stats.retransmits[i] != before[i])
-                .and_then(|i| TcpRetransmitKind::ALL.get(i).copied());
-            sent = Some((seq_len, kind));
+            if !t.messages.is_empty() {
+                facts.messages = t
+                    .messages
+                    .iter()
+                    .filter_map(|&(a, b)| Some((data.peek(a)?, data.peek(b)?)))
+                    .filter(|(a, b)| a < b)
+                    .collect();
+            }
+            sent = Some((seq_len, facts.resent));
         }
         for r in out {
             shared.push_record(r);
@@ -457,8 +462,10 @@ impl TcpWireMatcher {
             } else {
                 (m.meta.capture, path, dst, src)
             };
-            self.conns
-                .get_mut(&key)
+            let conns = &mut self.conns;
+            self.index
+                .get(&key)
+                .and_then(|&i| conns.get_mut(i))
                 .is_some_and(|c| c.halves[usize::from(!from_low)].too_big(ts_ns, m.seq, m.mtu))
         });
         if !matched {
@@ -466,15 +473,63 @@ impl TcpWireMatcher {
         }
     }
 
+    /// The position in `conns` of the connection of flow `fr` at `capture` on `path`, made
+    /// when new (its key from `key`).
+    fn find(
+        &mut self,
+        fr: FlowRef,
+        capture: u16,
+        path: PathIdx,
+        key: impl FnOnce() -> ConnKey,
+    ) -> usize {
+        let r = (fr.slot ^ usize::from(capture)) % RECENT_CONNS;
+        let recent = self
+            .recent
+            .get_or_insert_with(|| Box::new([usize::MAX; RECENT_CONNS]));
+        let i = recent[r];
+        if self
+            .conns
+            .get(i)
+            .is_some_and(|c| c.flow == fr && c.key.0 == capture && c.key.1 == path)
+        {
+            return i;
+        }
+        let key = key();
+        let i = match self.index.get(&key) {
+            Some(&i) => i,
+            None => {
+                if self.conns.len() >= MAX_CONNECTIONS {
+                    self.evict();
+                }
+                self.seen += 1;
+                self.index.insert(key, self.conns.len());
+                self.conns.push(Conn {
+                    key,
+                    flow: fr,
+                    halves: Default::default(),
+                    last_ns: 0,
+                });
+                self.conns.len() - 1
+            }
+        };
+        if let Some(c) = self.conns.get_mut(i) {
+            c.flow = fr;
+        }
+        if let Some(recent) = self.recent.as_deref_mut() {
+            recent[r] = i;
+        }
+        i
+    }
+
     /// Forgets the least recently active eighth of the connections.
     fn evict(&mut self) {
-        let mut times: Vec<u64> = self.conns.values().map(|c| c.last_ns).collect();
+        let mut times: Vec<u64> = self.conns.iter().map(|c| c.last_ns).collect();
         let cut = times.len() / 8;
         let (_, horizon, _) = times.select_nth_unstable(cut);
         let horizon = *horizon;
         let before = self.conns.len();
         let retired = &mut self.retired;
-        self.conns.retain(|_, c| {
+        self.conns.retain_mut(|c| {
             if c.last_ns > horizon {
                 return true;
             }
@@ -486,12 +541,20 @@ impl TcpWireMatcher {
             false
         });
         self.evicted_connections += (before - self.conns.len()) as u64;
+        // Positions moved: the index is made afresh (a recent position found moved fails its
+        // check and is looked up again).
+        self.index = self
+            .conns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.key, i))
+            .collect();
     }
 
     /// Ends the run: every retransmission still awaiting its verdict is written as it
     /// stands.
     pub(crate) fn finish(&mut self, shared: &mut Shared) {
-        for c in self.conns.values_mut() {
+        for c in &mut self.conns {
             for h in &mut c.halves {
                 for p in h.pending.drain(..) {
                     shared.push_record(Record::TcpRetransmit(p.record));
@@ -504,7 +567,7 @@ impl TcpWireMatcher {
     pub(crate) fn summary(&self) -> TcpWireSummary {
         let mut directions: Vec<TcpWireDirection> = self
             .conns
-            .values()
+            .iter()
             .flat_map(|c| c.halves.iter())
             .filter(|h| h.stats.segments > 0)
             .map(|h| {
