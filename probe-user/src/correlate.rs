@@ -451,7 +451,9 @@ pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
         },
         Decoded::TcpSegment(t) => {
             let mut seg = tcp_segment(meta, t);
-            seg.messages = packet.tcp_messages.iter().copied().collect();
+            if !packet.tcp_messages.is_empty() {
+                seg.messages = packet.tcp_messages.iter().copied().collect();
+            }
             Observation::TcpSegment(seg)
         }
         Decoded::PathMtu(m) => Observation::PathMtu(PathMtuSignal {

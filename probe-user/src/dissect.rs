@@ -1008,6 +1008,9 @@ impl Dissector {
     /// messages with pauses between them; otherwise the first messages are cut wrong
     /// (length-prefixed: until a hole is given up on; `fixed:N`: throughout).
     pub fn tcp_messages(&mut self, capture: &str, seg: &TcpSegment<'_>) -> Vec<(u32, u32)> {
+        if self.config.framing.is_none() {
+            return Vec::new();
+        }
         let t = &seg.tcp;
         let key = (
             tboxscope_engine::payload_hash(capture.as_bytes()),
