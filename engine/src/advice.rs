@@ -21,6 +21,7 @@ use crate::record::{OutageRecord, Summary};
 use crate::snapshot::LatencyKind;
 use crate::snapshot::{PathView, TailPoint};
 use crate::thinned::Thinned;
+use crate::SplitMix64;
 
 /// How often a live view's advice is remade (engine time, ns).
 pub const ADVICE_EVERY_NS: u64 = 10_000_000_000;
@@ -535,24 +536,6 @@ fn quantile<T: Copy + Default>(v: &[T], q: f64) -> T {
     v[rank - 1]
 }
 
-/// splitmix64: a small seeded generator (the replay must be repeatable).
-struct Draw(u64);
-
-impl Draw {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// One path as the replay sees it (ms).
 struct Link<'a> {
     samples_us: &'a [u64],
@@ -586,11 +569,11 @@ impl<'a> Link<'a> {
     }
 
     /// A transmission at `t`: its arrival, if it gets through.
-    fn send(&self, t: f64, d: &mut Draw) -> Option<f64> {
+    fn send(&self, t: f64, d: &mut SplitMix64) -> Option<f64> {
         if !self.up_at(t) || d.unit() < self.loss {
             return None;
         }
-        let i = (d.next() % self.samples_us.len().max(1) as u64) as usize;
+        let i = (d.next_u64() % self.samples_us.len().max(1) as u64) as usize;
         Some(t + self.samples_us.get(i).copied().unwrap_or(0) as f64 / 1000.0)
     }
 }
@@ -609,7 +592,7 @@ struct Replay {
 /// KCP on `link`: every message a segment, sent at the next update; a lost one resent after
 /// two later ones were acknowledged (fast resend) or at its RTO (×1.5 per timeout, nodelay);
 /// delivered to the application in order.
-fn replay_kcp(link: &Link, times: &[f64], interval_ms: f64, d: &mut Draw) -> Replay {
+fn replay_kcp(link: &Link, times: &[f64], interval_ms: f64, d: &mut SplitMix64) -> Replay {
     let mut r = Replay::default();
     let rto0 = (link.srtt + (4.0 * link.rttvar).max(KCP_INTERVAL_MS)).max(KCP_RTO_MIN_MS);
     let mut in_order = 0f64;
@@ -760,7 +743,13 @@ impl Window {
 /// later acknowledgment the PTO fires, doubling per consecutive firing of the connection; a
 /// packet overtaken by the next one past the time threshold is resent needlessly and cuts the
 /// window all the same.
-fn replay_quic(link: &Link, times: &[f64], interval_ms: f64, size: f64, d: &mut Draw) -> Replay {
+fn replay_quic(
+    link: &Link,
+    times: &[f64],
+    interval_ms: f64,
+    size: f64,
+    d: &mut SplitMix64,
+) -> Replay {
     let mut r = Replay::default();
     let pto0 = link.srtt + (4.0 * link.rttvar).max(1.0) + QUIC_MAX_ACK_DELAY_MS;
     let mut window = Window::new();
@@ -893,7 +882,7 @@ fn predict(ev: &Evidence, t: Transport, paths: &[usize], limits: &Limits) -> Opt
         .collect();
     let (mut all, mut p99s, mut lost, mut tx, mut acks) = (Vec::new(), Vec::new(), 0u64, 0, 0);
     for seed in 0..SEEDS {
-        let mut d = Draw(0x7b0c_5c0e ^ seed.wrapping_mul(0x9e37_79b9));
+        let mut d = SplitMix64::new(0x7b0c_5c0e ^ seed.wrapping_mul(0x9e37_79b9));
         let runs: Vec<Replay> = links
             .iter()
             .map(|l| match t {
@@ -1419,7 +1408,7 @@ mod tests {
         let replay = |p: &PathEvidence| {
             let link = Link::of(p, 20.0);
             let times: Vec<f64> = (0..4000).map(|i| f64::from(i) * 20.0).collect();
-            replay_quic(&link, &times, 20.0, 633.0, &mut Draw(1))
+            replay_quic(&link, &times, 20.0, 633.0, &mut SplitMix64::new(1))
         };
         let p50 = |r: &Replay| {
             let v: Vec<f64> = r.latency_ms.iter().flatten().copied().collect();

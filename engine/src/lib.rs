@@ -41,6 +41,7 @@
 pub mod advice;
 mod capture;
 mod config;
+mod draw;
 mod engine;
 mod flow;
 pub mod framing;
@@ -75,6 +76,7 @@ pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomS
 pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 pub use config::{Config, FlowSelector, MatchMode, ModeOverride};
+pub use draw::SplitMix64;
 pub use engine::Engine;
 pub use flow::FlowKey;
 pub use framing::{Delimited, Delimiter, Framing, FramingError};

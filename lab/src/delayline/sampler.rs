@@ -1,12 +1,14 @@
 //! Per-frame delay samples: a normal distribution (mean, standard deviation) truncated at zero,
 //! from a small seeded generator so runs are repeatable.
 
+use tboxscope_engine::SplitMix64;
+
 /// Draws one-way delays in nanoseconds.
 #[derive(Debug, Clone)]
 pub struct DelaySampler {
     mean_ns: f64,
     sd_ns: f64,
-    state: u64,
+    draw: SplitMix64,
     spare: Option<f64>,
 }
 
@@ -16,23 +18,9 @@ impl DelaySampler {
         DelaySampler {
             mean_ns: mean_ms.max(0.0) * 1e6,
             sd_ns: sd_ms.max(0.0) * 1e6,
-            state: seed ^ 0x9E37_79B9_7F4A_7C15,
+            draw: SplitMix64::new(seed ^ 0x9E37_79B9_7F4A_7C15),
             spare: None,
         }
-    }
-
-    /// splitmix64: a fast, well-mixed 64-bit generator.
-    fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     /// A standard normal deviate (Marsaglia's polar method; the second value is kept).
@@ -41,8 +29,8 @@ impl DelaySampler {
             return z;
         }
         loop {
-            let u = 2.0 * self.uniform() - 1.0;
-            let v = 2.0 * self.uniform() - 1.0;
+            let u = 2.0 * self.draw.unit() - 1.0;
+            let v = 2.0 * self.draw.unit() - 1.0;
             let s = u * u + v * v;
             if s > 0.0 && s < 1.0 {
                 let m = (-2.0 * s.ln() / s).sqrt();
@@ -67,7 +55,7 @@ impl DelaySampler {
 
     /// Draws a value in [0, 1000) — used for per-mille decisions.
     pub fn per_mille(&mut self) -> u32 {
-        (self.next_u64() % 1000) as u32
+        (self.draw.next_u64() % 1000) as u32
     }
 }
 
