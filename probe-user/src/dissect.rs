@@ -1007,6 +1007,7 @@ impl Dissector {
     /// message (counted in [`Dissector::tcp_framing`]): right where the sender writes whole
     /// messages with pauses between them; otherwise the first messages are cut wrong
     /// (length-prefixed: until a hole is given up on; `fixed:N`: throughout).
+    #[inline]
     pub fn tcp_messages(&mut self, capture: &str, seg: &TcpSegment<'_>) -> Vec<(u32, u32)> {
         if self.config.framing.is_none() {
             return Vec::new();

@@ -592,7 +592,23 @@ impl<R: Read> CaptureReader<R> {
 
     /// Like `fill`, but running out is a truncation error (unless nothing at all is left and
     /// `clean_eof` allows it, which returns false).
+    #[inline]
     fn need(&mut self, n: usize, what: &'static str, clean_eof: bool) -> Result<bool, FileError> {
+        if self.end - self.pos >= n {
+            return Ok(true);
+        }
+        self.need_more(n, what, clean_eof)
+    }
+
+    /// [`CaptureReader::need`] when the buffer holds fewer than `n` bytes (once per buffer).
+    #[cold]
+    #[inline(never)]
+    fn need_more(
+        &mut self,
+        n: usize,
+        what: &'static str,
+        clean_eof: bool,
+    ) -> Result<bool, FileError> {
         if self.fill(n)? {
             return Ok(true);
         }
