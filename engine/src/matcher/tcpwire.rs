@@ -353,7 +353,7 @@ struct Conn {
 
 /// Connections found recently, direct-mapped by their flow's slot: the segments of a capture
 /// mostly belong to a few connections, found then without hashing their addresses.
-const RECENT_CONNS: usize = 64;
+const RECENT_CONNS: usize = 32;
 
 /// The TCP wire matcher's state.
 #[derive(Debug, Default)]
@@ -363,8 +363,9 @@ pub struct TcpWireMatcher {
     /// Where each connection is in `conns`.
     index: FastMap<ConnKey, usize>,
     /// Positions in `conns` of connections found recently, by [`RECENT_CONNS`] slot (a
-    /// position is used only if its connection has the flow, capture and path sought).
-    recent: Option<Box<[usize; RECENT_CONNS]>>,
+    /// position, 0 at first, is used only if its connection has the flow, capture and path
+    /// sought).
+    recent: [usize; RECENT_CONNS],
     seen: u64,
     evicted_connections: u64,
     evicted_segments: u64,
@@ -483,10 +484,7 @@ impl TcpWireMatcher {
         key: impl FnOnce() -> ConnKey,
     ) -> usize {
         let r = (fr.slot ^ usize::from(capture)) % RECENT_CONNS;
-        let recent = self
-            .recent
-            .get_or_insert_with(|| Box::new([usize::MAX; RECENT_CONNS]));
-        let i = recent[r];
+        let i = self.recent[r];
         if self
             .conns
             .get(i)
@@ -515,9 +513,7 @@ impl TcpWireMatcher {
         if let Some(c) = self.conns.get_mut(i) {
             c.flow = fr;
         }
-        if let Some(recent) = self.recent.as_deref_mut() {
-            recent[r] = i;
-        }
+        self.recent[r] = i;
         i
     }
 
