@@ -1009,22 +1009,22 @@ impl Dissector {
     /// (length-prefixed: until a hole is given up on; `fixed:N`: throughout).
     #[inline]
     pub fn tcp_messages(&mut self, capture: &str, seg: &TcpSegment<'_>) -> Vec<(u32, u32)> {
-        if self.config.framing.is_none() {
-            return Vec::new();
-        }
         let t = &seg.tcp;
-        let key = (
-            tboxscope_engine::payload_hash(capture.as_bytes()),
-            seg.src,
-            seg.dst,
-        );
+        let key = || {
+            (
+                tboxscope_engine::payload_hash(capture.as_bytes()),
+                seg.src,
+                seg.dst,
+            )
+        };
         self.tcp_cut(key, t.seq(), t.flags().syn(), t.payload())
     }
 
-    /// [`Dissector::tcp_messages`] of a segment of stream `key` starting at `seq`.
+    /// [`Dissector::tcp_messages`] of a segment of the stream `key` names (made only for a
+    /// segment that may complete a message) starting at `seq`.
     fn tcp_cut(
         &mut self,
-        key: (u64, SocketAddr, SocketAddr),
+        key: impl FnOnce() -> (u64, SocketAddr, SocketAddr),
         seq: u32,
         syn: bool,
         payload: &[u8],
@@ -1035,6 +1035,7 @@ impl Dissector {
         if !syn && payload.is_empty() {
             return Vec::new();
         }
+        let key = key();
         let cuts = &mut self.tcp_cuts;
         if cuts.streams.len() >= MAX_DELIMITED_STREAMS && !cuts.streams.contains_key(&key) {
             cuts.forgotten += cuts.streams.len() as u64;
@@ -1252,25 +1253,25 @@ mod tests {
         );
         let mut d = tcp_dissector("fixed:100");
         let isn = u32::MAX - 120;
-        assert!(d.tcp_cut(key, isn, true, &[]).is_empty());
+        assert!(d.tcp_cut(|| key, isn, true, &[]).is_empty());
         let s0 = isn.wrapping_add(1);
         // 150 bytes, a hole of 100, then 100 past it: one message, then none until the hole
         // is filled (then two; the next waits for its last 50 bytes).
         assert_eq!(
-            d.tcp_cut(key, s0, false, &[0; 150]),
+            d.tcp_cut(|| key, s0, false, &[0; 150]),
             [(s0, s0.wrapping_add(100))]
         );
         assert!(d
-            .tcp_cut(key, s0.wrapping_add(250), false, &[0; 100])
+            .tcp_cut(|| key, s0.wrapping_add(250), false, &[0; 100])
             .is_empty());
         assert_eq!(
-            d.tcp_cut(key, s0.wrapping_add(150), false, &[0; 100]),
+            d.tcp_cut(|| key, s0.wrapping_add(150), false, &[0; 100]),
             [
                 (s0.wrapping_add(100), s0.wrapping_add(200)),
                 (s0.wrapping_add(200), s0.wrapping_add(300)),
             ]
         );
-        assert!(d.tcp_cut(key, s0, false, &[0; 150]).is_empty());
+        assert!(d.tcp_cut(|| key, s0, false, &[0; 150]).is_empty());
         assert_eq!(d.tcp_framing(), (0, 0, 0));
     }
 
@@ -1291,16 +1292,16 @@ mod tests {
         }
         let s = 7_000u32;
         // An earlier byte resent after the join is before the stream's start: skipped.
-        assert_eq!(d.tcp_cut(key, s, false, &stream[..7]), [(s, s + 5)]);
-        assert!(d.tcp_cut(key, s - 10, false, &[0; 10]).is_empty());
+        assert_eq!(d.tcp_cut(|| key, s, false, &stream[..7]), [(s, s + 5)]);
+        assert!(d.tcp_cut(|| key, s - 10, false, &[0; 10]).is_empty());
         assert_eq!(
-            d.tcp_cut(key, s + 7, false, &stream[7..]),
+            d.tcp_cut(|| key, s + 7, false, &stream[7..]),
             [(s + 5, s + 12), (s + 12, s + 15)]
         );
         assert_eq!(d.tcp_framing(), (1, 0, 0));
         // No framing: no messages.
         let mut plain = Dissector::new(DissectConfig::default());
-        assert!(plain.tcp_cut(key, s, false, &stream).is_empty());
+        assert!(plain.tcp_cut(|| key, s, false, &stream).is_empty());
     }
 
     /// A piece past a hole waits for the hole; a short message ends at its FIN; without an id
