@@ -2,7 +2,7 @@
 //! line (repeatable runs), and its finalizer, which also mixes the matchers' message keys.
 
 /// The generator's increment (the golden ratio in 64 bits).
-const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+pub(crate) const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// SplitMix64's output function: a well-mixed 64-bit value from `z`.
 #[inline]

@@ -61,9 +61,10 @@ impl ContentOrder {
 
 /// Mixes values into a 64-bit key (splitmix64 finalizer over a running state).
 pub fn mix(parts: &[u64]) -> u64 {
-    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+    use crate::draw::{finalize, GAMMA};
+    let mut h = GAMMA;
     for p in parts {
-        h = crate::draw::finalize((h ^ *p).wrapping_add(0x9e37_79b9_7f4a_7c15));
+        h = finalize((h ^ *p).wrapping_add(GAMMA));
     }
     h
 }
