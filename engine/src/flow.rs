@@ -216,8 +216,10 @@ pub struct Flow {
     pub delivered_any: bool,
     /// Protocol state.
     pub proto: Proto,
-    /// The key's name, made once (it names every message record of the flow).
-    name: Option<String>,
+    /// The key's name, made once (it names every message record and incident of the flow):
+    /// read through [`Flow::name`], or filled the same way where the flow's other fields are
+    /// borrowed apart.
+    pub(crate) name: Option<String>,
 }
 
 impl Flow {

@@ -406,7 +406,11 @@ impl WindowedHist {
 
     /// Starts a new window at the current state.
     fn restart_window(&mut self) {
-        self.window_start.clone_from(&self.total.counts);
+        // Counts change only with the count: without a sample since the window opened, the
+        // copy taken then still holds (a run without messages rolls empty windows all along).
+        if self.total.count != self.window_start_count {
+            self.window_start.clone_from(&self.total.counts);
+        }
         self.window_start_count = self.total.count;
         self.window_start_sum = self.total.sum;
         self.window_exact = (u64::MAX, 0);

@@ -268,7 +268,7 @@ impl Shared {
         let Some(f) = self.flows.get_mut(fr) else {
             return;
         };
-        let key = &f.key;
+        let name: &str = f.name.get_or_insert_with(|| f.key.name());
         let Some(t) = tracker(&mut f.proto, sel, Some(ts)) else {
             return;
         };
@@ -309,7 +309,7 @@ impl Shared {
                 opened = true;
                 let mut inc = HolIncident {
                     protocol,
-                    flow: key.name(),
+                    flow: name.to_owned(),
                     stream,
                     missing: missing_name(sel, missing, start),
                     start_ns: ts,
@@ -413,7 +413,7 @@ impl Shared {
                     let end = t.hole().map_or(next.saturating_add(1), |h| h.1);
                     let mut inc = HolIncident {
                         protocol,
-                        flow: f.key.name(),
+                        flow: name.to_owned(),
                         stream,
                         missing: missing_name(sel, next, end),
                         start_ns: since,

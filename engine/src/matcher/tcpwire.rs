@@ -80,6 +80,11 @@ impl SentSegments {
 
     /// Remembers `s` as starting at `start` (replacing a segment starting there).
     fn insert(&mut self, start: u64, s: Sent) {
+        if self.0.back().is_none_or(|&(last, _)| last < start) {
+            // New data, the common case.
+            self.0.push_back((start, s));
+            return;
+        }
         let i = self.index_from(start);
         match self.0.get_mut(i) {
             Some(slot) if slot.0 == start => slot.1 = s,
@@ -270,9 +275,10 @@ impl Half {
         );
         let mut evicted = 0;
         while self.sent.len() > MAX_SEGMENTS {
-            if let Some((_, s)) = self.sent.pop_first() {
-                self.seen_floor = self.seen_floor.max(s.end);
-            }
+            let Some((_, s)) = self.sent.pop_first() else {
+                break;
+            };
+            self.seen_floor = self.seen_floor.max(s.end);
             evicted += 1;
         }
         evicted
@@ -388,16 +394,17 @@ impl TcpWireMatcher {
         fr: FlowRef,
     ) -> Option<(u32, Option<TcpRetransmitKind>)> {
         let (ts_ns, path) = (pkt.ts_ns, pkt.path);
-        let (src, dst) = (t.meta.src, t.meta.dst);
-        let from_low = src <= dst;
+        let (src, dst) = (&t.meta.src, &t.meta.dst);
         let i = self.find(fr, t.meta.capture, path, || {
-            if from_low {
-                (t.meta.capture, path, src, dst)
+            if src <= dst {
+                (t.meta.capture, path, *src, *dst)
             } else {
-                (t.meta.capture, path, dst, src)
+                (t.meta.capture, path, *dst, *src)
             }
         });
         let conn = self.conns.get_mut(i)?;
+        // Its key holds the lower endpoint first.
+        let from_low = *src == conn.key.2;
         conn.last_ns = ts_ns;
         let [low, high] = &mut conn.halves;
         let (data, peer) = if from_low { (low, high) } else { (high, low) };
@@ -428,7 +435,7 @@ impl TcpWireMatcher {
                 t,
                 seq_len,
                 ts_ns,
-                (src, dst),
+                (*src, *dst),
                 &label,
                 &mut out,
                 &mut facts,
@@ -777,6 +784,7 @@ fn send(
         h.seen_floor = start;
         h.una_ns = ts_ns;
         h.stats.path = label();
+        // Written once here; every record of this direction takes its copy.
         h.stats.src = ends.0.to_string();
         h.stats.dst = ends.1.to_string();
     }
@@ -938,8 +946,8 @@ fn send(
         out.push(Record::TcpRto(TcpRtoRecord {
             source: TcpSource::Wire,
             path: label.clone(),
-            src: ends.0.to_string(),
-            dst: ends.1.to_string(),
+            src: h.stats.src.clone(),
+            dst: h.stats.dst.clone(),
             timeout: chain.timeouts,
             rto_ms: gap_ms,
             backoff,
@@ -955,8 +963,8 @@ fn send(
     let record = TcpRetransmitRecord {
         source: TcpSource::Wire,
         path: label,
-        src: ends.0.to_string(),
-        dst: ends.1.to_string(),
+        src: h.stats.src.clone(),
+        dst: h.stats.dst.clone(),
         kind,
         seq: t.seq,
         len: seq_len,
