@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use probe_user::capture::records::Record;
 use probe_user::capture::watch::TcpWatch;
-use probe_user::source::ebpf::{ProbeOptions, TcpFilter};
+use probe_user::source::ebpf::{HookState, ProbeOptions, TcpFilter};
 
 const CALLS: u64 = 20_000;
 
@@ -45,5 +45,9 @@ fn every_getppid_call_is_one_event_through_the_ring_buffer() {
     assert!(wrong.is_empty(), "other records: {wrong:?}");
     let drops = watch.drops();
     assert_eq!((drops.ring_full, drops.read_failed), (0, 0));
+    // recursion_misses read from each attached hook's program: every one of them readable
+    // on this kernel, and no getppid() of ours went unreported while the counts were zero.
+    assert_eq!(drops.skipped_by_kernel.unread_hooks, 0, "{drops:?}");
+    assert!(watch.hooks().iter().any(|h| h.state == HookState::Attached));
     assert_eq!(watch.rejected(), 0);
 }

@@ -13,7 +13,7 @@ use probe_user::capture::records::{
 };
 use probe_user::output::JsonLinesWriter;
 use probe_user::source::ebpf::event::{CaState, SocketState};
-use probe_user::source::ebpf::{KernelDrops, RetransmitKind};
+use probe_user::source::ebpf::{KernelDrops, RetransmitKind, SkippedByKernel};
 use serde_json::json;
 use tboxscope_engine::record::{
     CopyRecord, Evidence, HolIncident, HolProtocol, MessageRecord, OutageRecord, Recovery,
@@ -310,6 +310,7 @@ fn main() -> anyhow::Result<()> {
                 kernel: KernelDrops {
                     ring_full: 3,
                     read_failed: 0,
+                    skipped_by_kernel: SkippedByKernel::default(),
                 },
                 decode_rejected: 0,
                 evicted: 0,

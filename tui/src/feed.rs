@@ -250,6 +250,9 @@ impl EngineFeed {
         if !self.tcp_status.is_empty() {
             health.inferences.push(self.tcp_status.clone());
         }
+        if let Some(line) = crate::kerneltcp::skipped_line(&self.tcp_dropped.skipped_by_kernel) {
+            health.inferences.push(line);
+        }
         if let Some(note) = self.keylog_note(health.decrypt_failures) {
             health.inferences.push(note);
         }

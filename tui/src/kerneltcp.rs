@@ -7,13 +7,13 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use probe_user::capture::records::{DropsRecord, Record};
 use probe_user::capture::tracker::ConnTotals;
 use probe_user::capture::watch::TcpWatch;
-use probe_user::source::ebpf::{HookState, HookStatus, ProbeOptions};
+use probe_user::source::ebpf::{HookState, HookStatus, KernelDrops, ProbeOptions, SkippedByKernel};
 use tboxscope_engine::input::TcpEvent;
 
 /// What the TCP probe thread reports.
@@ -56,14 +56,59 @@ pub struct TcpDrops {
     /// Read but not given to the engine: refused by the decoder, not convertible to an
     /// engine event, or the queue to the UI full.
     pub undelivered: u64,
+    /// Hook runs the kernel skipped (another BPF program or a map read held the CPU), per
+    /// hook: each may have been an event of any socket.
+    pub skipped_by_kernel: SkippedByKernel,
 }
 
 impl TcpDrops {
-    /// Every event lost.
+    /// Every event lost, each skipped hook run counted as one.
     pub fn total(&self) -> u64 {
-        self.ring_buffer.saturating_add(self.undelivered)
+        self.ring_buffer
+            .saturating_add(self.undelivered)
+            .saturating_add(self.skipped_by_kernel.total())
     }
 }
+
+/// The health panel's line for hook runs the kernel skipped, when there were any (or some
+/// hooks' counts could not be read): `TCP probes: 3 hook runs skipped by the kernel
+/// (retransmit 2, cong_state 1); their events are missing`.
+pub fn skipped_line(s: &SkippedByKernel) -> Option<String> {
+    let mut line = String::new();
+    if s.total() > 0 {
+        let per: Vec<String> = [
+            ("retransmit", s.retransmit),
+            ("cwnd", s.cwnd),
+            ("cong_state", s.cong_state),
+            ("state", s.state),
+        ]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect();
+        line = format!(
+            "TCP probes: {} hook runs skipped by the kernel ({}); their events are missing",
+            s.total(),
+            per.join(", ")
+        );
+    }
+    if s.unread_hooks > 0 {
+        if line.is_empty() {
+            line.push_str("TCP probes: ");
+        } else {
+            line.push_str("; ");
+        }
+        line.push_str(&format!(
+            "runs skipped by the kernel not counted for {} hook(s) (kernel before 5.12?)",
+            s.unread_hooks
+        ));
+    }
+    (!line.is_empty()).then_some(line)
+}
+
+/// How often the kernel drop counters are read: each reading is two map lookups, and while
+/// one runs the kernel skips every hook on that CPU (counted, but the events are gone).
+pub const DROPS_EVERY: Duration = Duration::from_secs(1);
 
 /// Capture records → engine events on the queue to the UI, counting each one that does not
 /// get there (not convertible, queue full).
@@ -226,16 +271,19 @@ fn tcp_loop(
     forward.recording = recording;
     let mut kernel_reported = DropsRecord::default();
     let mut reported = TcpDrops::default();
-    let mut report = |watch: &TcpWatch, undelivered: u64| {
+    let mut report = |watch: &TcpWatch, kernel: KernelDrops, undelivered: u64| {
         let drops = TcpDrops {
-            ring_buffer: watch.drops().total(),
+            ring_buffer: kernel.total(),
             undelivered: undelivered.saturating_add(watch.rejected()),
+            skipped_by_kernel: kernel.skipped_by_kernel,
         };
         // The counts are cumulative: when the queue is full, the next turn sends them again.
         if drops != reported && tx.try_send(TcpMessage::Dropped(drops)).is_ok() {
             reported = drops;
         }
     };
+    let mut kernel = watch.drops();
+    let mut read_at = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let polled = watch.poll(Duration::from_millis(100), &mut |ts, record| {
             forward.record(ts, record);
@@ -244,22 +292,34 @@ fn tcp_loop(
             let _ = tx.send(TcpMessage::Status(format!("TCP probes stopped: {e}")));
             break;
         }
-        report(&watch, forward.undelivered);
+        if read_at.elapsed() >= DROPS_EVERY {
+            kernel = watch.drops();
+            read_at = Instant::now();
+        }
+        report(&watch, kernel, forward.undelivered);
         if recording {
-            report_kernel(&watch, tx, &mut kernel_reported);
+            report_kernel(&watch, kernel, tx, &mut kernel_reported);
         }
     }
-    report(&watch, forward.undelivered);
+    // The final figures, exact.
+    let kernel = watch.drops();
+    report(&watch, kernel, forward.undelivered);
     if recording {
-        report_kernel(&watch, tx, &mut kernel_reported);
+        report_kernel(&watch, kernel, tx, &mut kernel_reported);
         let _ = tx.send(TcpMessage::Connections(watch.connections()));
     }
 }
 
-/// Sends the kernel side's drop counters when they changed since `reported`.
-fn report_kernel(watch: &TcpWatch, tx: &Sender<TcpMessage>, reported: &mut DropsRecord) {
+/// Sends the kernel side's drop counters (`kernel`, as last read) when they changed since
+/// `reported`.
+fn report_kernel(
+    watch: &TcpWatch,
+    kernel: KernelDrops,
+    tx: &Sender<TcpMessage>,
+    reported: &mut DropsRecord,
+) {
     let now = DropsRecord {
-        kernel: watch.drops(),
+        kernel,
         decode_rejected: watch.rejected(),
         evicted: watch.evicted(),
     };
@@ -300,6 +360,34 @@ mod tests {
                 congestion_control: None,
             },
         })
+    }
+
+    #[test]
+    fn skipped_runs_are_told_per_hook() {
+        assert_eq!(skipped_line(&SkippedByKernel::default()), None);
+        let s = SkippedByKernel {
+            retransmit: 2,
+            cong_state: 1,
+            ..SkippedByKernel::default()
+        };
+        assert_eq!(
+            skipped_line(&s).as_deref(),
+            Some(
+                "TCP probes: 3 hook runs skipped by the kernel (retransmit 2, cong_state 1); \
+                 their events are missing"
+            )
+        );
+        let d = TcpDrops {
+            ring_buffer: 1,
+            undelivered: 1,
+            skipped_by_kernel: s,
+        };
+        assert_eq!(d.total(), 5);
+        let unread = SkippedByKernel {
+            unread_hooks: 4,
+            ..SkippedByKernel::default()
+        };
+        assert!(skipped_line(&unread).is_some_and(|l| l.contains("not counted for 4 hook(s)")));
     }
 
     #[test]

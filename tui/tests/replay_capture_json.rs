@@ -11,7 +11,7 @@ use probe_user::capture::records::DropsRecord;
 use probe_user::capture::tracker::Tracker;
 use probe_user::output::JsonLinesWriter;
 use probe_user::source::ebpf::event::{TcpEventKind, TcpObservation, TcpSnapshot, TCP_CLOSE};
-use probe_user::source::ebpf::{KernelDrops, RetransmitKind};
+use probe_user::source::ebpf::{KernelDrops, RetransmitKind, SkippedByKernel};
 use tboxscope::replay::{load, PlayOptions, Player};
 use tboxscope_engine::input::CongState;
 
@@ -94,6 +94,10 @@ fn congestion_states_and_socket_states_of_a_capture_are_replayed() {
         kernel: KernelDrops {
             ring_full: 2,
             read_failed: 1,
+            skipped_by_kernel: SkippedByKernel {
+                retransmit: 1,
+                ..SkippedByKernel::default()
+            },
         },
         decode_rejected: 4,
         evicted: 0,
@@ -138,4 +142,12 @@ fn congestion_states_and_socket_states_of_a_capture_are_replayed() {
         "ring full and failed reads"
     );
     assert_eq!(snap.health.tcp_events_dropped, 4, "refused by the decoder");
+    assert!(
+        snap.health
+            .inferences
+            .iter()
+            .any(|l| l.contains("1 hook runs skipped by the kernel (retransmit 1)")),
+        "{:?}",
+        snap.health.inferences
+    );
 }

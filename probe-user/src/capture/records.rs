@@ -384,3 +384,45 @@ impl Serialize for Record {
         }
     }
 }
+
+#[cfg(test)]
+mod drops_tests {
+    use super::*;
+    use crate::source::ebpf::SkippedByKernel;
+
+    #[test]
+    fn drops_line_names_the_skipped_runs_per_hook_and_reads_older_lines() {
+        let d = DropsRecord {
+            kernel: KernelDrops {
+                ring_full: 1,
+                read_failed: 0,
+                skipped_by_kernel: SkippedByKernel {
+                    retransmit: 2,
+                    cong_state: 1,
+                    ..SkippedByKernel::default()
+                },
+            },
+            decode_rejected: 0,
+            evicted: 0,
+        };
+        let v = serde_json::to_value(d).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "ring_full": 1, "read_failed": 0,
+                "skipped_by_kernel": {
+                    "retransmit": 2, "cwnd": 0, "cong_state": 1, "state": 0, "unread_hooks": 0
+                },
+                "decode_rejected": 0, "evicted": 0
+            })
+        );
+        assert_eq!(serde_json::from_value::<DropsRecord>(v).unwrap(), d);
+        // Recordings made before the count existed.
+        let old: DropsRecord = serde_json::from_str(
+            r#"{"ring_full":3,"read_failed":0,"decode_rejected":0,"evicted":0}"#,
+        )
+        .unwrap();
+        assert_eq!(old.kernel.ring_full, 3);
+        assert_eq!(old.kernel.skipped_by_kernel, SkippedByKernel::default());
+    }
+}

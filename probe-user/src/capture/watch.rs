@@ -41,7 +41,9 @@ impl TcpWatch {
         self.probes.hooks()
     }
 
-    /// Kernel events lost so far (ring buffer full, failed reads).
+    /// Kernel events lost so far (ring buffer full, failed reads) and hook runs the kernel
+    /// skipped. Two map lookups, during which this CPU's hooks are skipped: about once a
+    /// second, not per poll.
     pub fn drops(&self) -> KernelDrops {
         self.probes.drops()
     }

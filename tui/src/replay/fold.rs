@@ -20,6 +20,8 @@ use tboxscope_engine::{
 };
 use tboxscope_engine::{LatencyHist, FLOW_SIGFIG, PATH_SIGFIG};
 
+use probe_user::source::ebpf::SkippedByKernel;
+
 use super::load::{Item, Timed};
 use crate::view::format;
 
@@ -108,6 +110,8 @@ pub struct Fold {
     incidents: Vec<HolIncident>,
     events: VecDeque<EventLine>,
     ring_buffer_dropped: u64,
+    /// Hook runs the kernel skipped (the recording's last `drops` line).
+    skipped_by_kernel: SkippedByKernel,
     tcp_events_dropped: u64,
     /// Latencies above the engine's bound, recorded at the bound (as the engine counts them).
     clamped: u64,
@@ -137,6 +141,7 @@ impl Fold {
             incidents: Vec::new(),
             events: VecDeque::new(),
             ring_buffer_dropped: 0,
+            skipped_by_kernel: SkippedByKernel::default(),
             tcp_events_dropped: 0,
             clamped: 0,
             late_copies: 0,
@@ -234,6 +239,8 @@ impl Fold {
             }
             Item::Drops(d) => {
                 self.ring_buffer_dropped = self.ring_buffer_dropped.max(d.kernel.total());
+                // Cumulative: the latest line has the highest counts.
+                self.skipped_by_kernel = d.kernel.skipped_by_kernel;
                 self.tcp_events_dropped = self.tcp_events_dropped.max(d.decode_rejected);
             }
             Item::CaptureNote(text) => self.event(ts, Severity::Warn, text.clone()),
@@ -396,6 +403,9 @@ impl Fold {
         snap.health.clamped_latencies = self.clamped;
         snap.health.late_copies = self.late_copies;
         snap.health.inferences.extend(self.notes.iter().cloned());
+        if let Some(line) = crate::kerneltcp::skipped_line(&self.skipped_by_kernel) {
+            snap.health.inferences.push(line);
+        }
         if let Some((_, summary)) = &self.summary {
             apply_summary(&mut snap, summary);
         }

@@ -8,7 +8,10 @@ pub mod event;
 pub mod filter;
 pub mod offsets;
 pub mod privileges;
+pub mod proginfo;
 pub mod tracefs;
+
+use std::os::fd::AsFd;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::TracePoint;
@@ -166,12 +169,57 @@ pub struct KernelDrops {
     pub ring_full: u64,
     /// A kernel read failed: events lost.
     pub read_failed: u64,
+    /// Hook runs the kernel skipped (absent from recordings made before it was counted).
+    #[serde(default)]
+    pub skipped_by_kernel: SkippedByKernel,
 }
 
 impl KernelDrops {
-    /// Events lost in the kernel, for whatever reason.
+    /// Events lost in the kernel, for whatever reason (ring buffer full, failed reads); the
+    /// runs the kernel skipped are counted apart, in [`KernelDrops::skipped_by_kernel`].
     pub fn total(&self) -> u64 {
         self.ring_full.saturating_add(self.read_failed)
+    }
+}
+
+/// Per hook, how often the kernel did not run it (the program's `recursion_misses`): another
+/// BPF program, or a `bpf()` map read, held the CPU at that moment. The kernel still did what
+/// the hook would have reported (a skipped retransmission still went on the wire); any event
+/// of that run is missing, whatever socket it was for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct SkippedByKernel {
+    /// `tcp:tcp_retransmit_skb`: retransmissions and RTO expiries not reported.
+    pub retransmit: u64,
+    /// `tcp:tcp_probe`: cwnd samples not taken.
+    pub cwnd: u64,
+    /// `tcp:tcp_cong_state_set`: congestion-state changes not reported.
+    pub cong_state: u64,
+    /// `sock:inet_sock_set_state`: connection state changes not reported.
+    pub state: u64,
+    /// Attached hooks whose count could not be read at the last reading (kernels before 5.12
+    /// do not count): their figures above stay 0 and say nothing.
+    pub unread_hooks: u64,
+}
+
+impl SkippedByKernel {
+    /// Runs skipped over all hooks.
+    pub fn total(&self) -> u64 {
+        self.retransmit
+            .saturating_add(self.cwnd)
+            .saturating_add(self.cong_state)
+            .saturating_add(self.state)
+    }
+
+    /// The counter of hook `name` (a [`HOOKS`] name).
+    fn slot(&mut self, name: &str) -> Option<&mut u64> {
+        match name {
+            "tcp_retransmit_skb" => Some(&mut self.retransmit),
+            "tcp_probe" => Some(&mut self.cwnd),
+            "tcp_cong_state_set" => Some(&mut self.cong_state),
+            "inet_sock_set_state" => Some(&mut self.state),
+            _ => None,
+        }
     }
 }
 
@@ -376,13 +424,19 @@ impl TcpProbes {
                 "CONFIG_HZ unknown (no /boot/config-*, no /proc/config.gz): rto_ms left out"
             );
         }
-        Ok(Self {
+        let probes = Self {
             ebpf,
             logger,
             hooks,
             hz,
             drops,
-        })
+        };
+        for (name, r) in probes.recursion_misses() {
+            if let Err(e) = r {
+                log::warn!("hook {name}: runs the kernel skips are not counted: {e}");
+            }
+        }
+        Ok(probes)
     }
 
     /// Each hook's outcome.
@@ -412,7 +466,9 @@ impl TcpProbes {
         self.logger.take()
     }
 
-    /// Current drop counters summed over CPUs.
+    /// Current drop counters summed over CPUs, and each attached hook's runs the kernel
+    /// skipped. Each call makes two map lookups, during which this CPU's BPF programs cannot
+    /// run (and are counted as skipped): call it about once a second, not per event.
     pub fn drops(&self) -> KernelDrops {
         let sum = |i: u32| -> u64 {
             self.drops
@@ -422,7 +478,46 @@ impl TcpProbes {
         KernelDrops {
             ring_full: sum(DROP_RING_FULL),
             read_failed: sum(DROP_READ_FAILED),
+            skipped_by_kernel: self.skipped_by_kernel(),
         }
+    }
+
+    /// Each attached hook's `recursion_misses`; a hook whose count cannot be read is counted
+    /// in `unread_hooks`.
+    fn skipped_by_kernel(&self) -> SkippedByKernel {
+        let mut out = SkippedByKernel::default();
+        for (name, r) in self.recursion_misses() {
+            match r {
+                Ok(n) => {
+                    if let Some(slot) = out.slot(name) {
+                        *slot = n;
+                    }
+                }
+                Err(_) => out.unread_hooks += 1,
+            }
+        }
+        out
+    }
+
+    /// `recursion_misses` of each attached hook's program, by hook name.
+    fn recursion_misses(
+        &self,
+    ) -> impl Iterator<Item = (&'static str, Result<u64, proginfo::ProgInfoError>)> + '_ {
+        self.hooks
+            .iter()
+            .filter(|h| h.state == HookState::Attached)
+            .map(|h| {
+                let r = self
+                    .ebpf
+                    .program(h.name)
+                    .ok_or_else(|| proginfo::ProgInfoError::Program("not in the object".into()))
+                    .and_then(|p| {
+                        p.fd()
+                            .map_err(|e| proginfo::ProgInfoError::Program(e.to_string()))
+                    })
+                    .and_then(|fd| proginfo::recursion_misses(fd.as_fd()));
+                (h.name, r)
+            })
     }
 
     /// Kernel program ids of the attached hooks (for `bpftool prog show id N`).
