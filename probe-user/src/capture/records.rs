@@ -306,6 +306,10 @@ impl Record {
     /// caller names the path when it knows it). A backoff end carries no figures (zero).
     pub fn engine_event(&self, ts_ns: u64) -> Result<TcpEvent, NotAnEvent> {
         let (kind, figures) = match self {
+            // A resend the kernel failed to send (err != 0: e.g. the original still queued
+            // below TCP) put nothing on the wire and is left out of the kernel's own
+            // retransmission counters: only its figures count.
+            Record::Retransmit(r) if r.err != 0 => (TcpEventKind::Sample, r.sock.figures()),
             Record::Retransmit(r) => (
                 TcpEventKind::Retransmit {
                     kind: retransmit_kind(r.kind),

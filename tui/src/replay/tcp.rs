@@ -56,6 +56,16 @@ mod tests {
     }
 
     #[test]
+    fn a_resend_the_kernel_failed_to_send_is_no_retransmission() {
+        let m = map(&format!(
+            r#"{{"type":"tcp_retransmit","kind":"rto","err":-16,"seq":1000,"rto_ms":408,{SOCK}}}"#
+        ));
+        let e = event("tcp_retransmit", 5, &m).unwrap();
+        assert_eq!(e.kind, TcpEventKind::Sample);
+        assert_eq!(e.figures.rto_us, 408_000);
+    }
+
+    #[test]
     fn cong_state_line_reads_the_new_congestion_state() {
         let m = map(&format!(
             r#"{{"from":"loss","to":"open","path":"eth0",{SOCK}}}"#
