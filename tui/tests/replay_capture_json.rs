@@ -142,6 +142,10 @@ fn congestion_states_and_socket_states_of_a_capture_are_replayed() {
         "ring full and failed reads"
     );
     assert_eq!(snap.health.tcp_events_dropped, 4, "refused by the decoder");
+    assert_eq!(
+        snap.health.tcp_hook_runs_skipped, 1,
+        "skipped by the kernel"
+    );
     assert!(
         snap.health
             .inferences

@@ -340,6 +340,7 @@ impl Shared {
             pcap_dropped: 0,
             ring_buffer_dropped: 0,
             tcp_events_dropped: 0,
+            tcp_hook_runs_skipped: 0,
             decrypt_failures: 0,
             captures: self
                 .caps

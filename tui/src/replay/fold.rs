@@ -400,6 +400,7 @@ impl Fold {
         snap.events = events;
         snap.health.ring_buffer_dropped = self.ring_buffer_dropped;
         snap.health.tcp_events_dropped = self.tcp_events_dropped;
+        snap.health.tcp_hook_runs_skipped = self.skipped_by_kernel.total();
         snap.health.clamped_latencies = self.clamped;
         snap.health.late_copies = self.late_copies;
         snap.health.inferences.extend(self.notes.iter().cloned());

@@ -55,6 +55,7 @@ impl HealthModel {
             loss(PCAP_DROPS, h.pcap_dropped),
             loss("ring-buffer drops", h.ring_buffer_dropped),
             loss("TCP events dropped", h.tcp_events_dropped),
+            loss("TCP hook runs skipped", h.tcp_hook_runs_skipped),
             loss("decrypt failures", h.decrypt_failures),
             loss("flow evictions", h.evicted_flows),
             loss("message evictions", h.evicted_messages),
@@ -211,9 +212,10 @@ mod tests {
         assert!(HealthModel::build(&snap).footer_lines(200).is_empty());
         snap.health.ring_buffer_dropped = 2;
         snap.health.tcp_events_dropped = 3;
+        snap.health.tcp_hook_runs_skipped = 4;
         assert_eq!(
             HealthModel::build(&snap).footer_lines(200),
-            [" capture health: ring-buffer drops 2 · TCP events dropped 3"]
+            [" capture health: ring-buffer drops 2 · TCP events dropped 3 · TCP hook runs skipped 4"]
         );
     }
 

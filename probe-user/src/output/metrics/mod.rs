@@ -588,11 +588,12 @@ fn health_families(f: &Figures<'_>) -> Vec<MetricFamily> {
         "tboxscope_capture_drops",
         Counter,
         Unit::None,
-        "What the capture lost, by stage: libpcap (buffer full), ring_buffer (eBPF), tcp_events (read, not handled), records (not drained), out_of_order (too late for the engine).",
+        "What the capture lost, by stage: libpcap (buffer full), ring_buffer (eBPF), tcp_hook_skipped (eBPF hook runs the kernel skipped), tcp_events (read, not handled), records (not drained), out_of_order (too late for the engine).",
     );
     for (stage, n) in [
         ("libpcap", h.pcap_dropped),
         ("ring_buffer", h.ring_buffer_dropped),
+        ("tcp_hook_skipped", h.tcp_hook_runs_skipped),
         ("tcp_events", h.tcp_events_dropped),
         ("records", h.dropped_records),
         ("out_of_order", h.out_of_order),

@@ -65,6 +65,7 @@ fn snapshot(flows: usize) -> Snapshot {
         ..TcpSocketView::default()
     });
     s.health.pcap_dropped = 3;
+    s.health.tcp_hook_runs_skipped = 2;
     s.health.late_copies = 54;
     s.health.held_messages = 87;
     s.health.held_too_long = 2;
@@ -111,6 +112,7 @@ fn prometheus_text_has_paths_flows_kernel_and_health() {
         "tboxscope_tcp_rto_seconds{path=\"eth0\",socket=\"10.0.0.1:40000 → 10.0.1.1:443\"} 3.2\n",
         "tboxscope_tcp_backoff_level{path=\"eth0\",socket=\"10.0.0.1:40000 → 10.0.1.1:443\"} 4\n",
         "tboxscope_capture_drops_total{stage=\"libpcap\"} 3\n",
+        "tboxscope_capture_drops_total{stage=\"tcp_hook_skipped\"} 2\n",
         "# TYPE tboxscope_late_copies_total counter\n",
         "tboxscope_late_copies_total 54\n",
         "tboxscope_messages_held_total 87\n",
