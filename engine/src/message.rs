@@ -47,6 +47,17 @@ pub enum MsgId {
     },
 }
 
+impl MsgId {
+    /// The id as its records write it ([`std::fmt::Display`]), made in one allocation (the
+    /// longest, a QUIC stream range, is under 80 bytes).
+    pub fn text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::with_capacity(80);
+        let _ = write!(s, "{self}");
+        s
+    }
+}
+
 impl std::fmt::Display for MsgId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let d = |up: bool| if up { "up" } else { "down" };

@@ -718,7 +718,7 @@ impl Shared {
         };
         f.late_copies += 1;
         let rec = LateCopyRecord {
-            id: id.to_string(),
+            id: id.text(),
             flow: f.name().to_owned(),
             path: self.paths.label(path).to_owned(),
             seen_ns: ts_ns,
@@ -1031,7 +1031,7 @@ impl Shared {
         }
         if self.cfg.emit_messages {
             let rec = MessageRecord {
-                id: m.id.to_string(),
+                id: m.id.text(),
                 flow: flow_name.unwrap_or_default(),
                 first_seen_ns: m.first_ns,
                 bytes: m.bytes,
