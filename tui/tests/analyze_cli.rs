@@ -450,3 +450,70 @@ fn a_kcp_capture_cut_by_its_snap_length_reads_from_the_headers() {
     );
     assert_eq!(f["net_rejected"]["truncated"], 50, "{f}");
 }
+
+/// With two cores the engine runs, and writes its records, on a thread of its own: the same
+/// lines in the same order as on one core, and a write error there is said once, as on the
+/// main thread.
+#[test]
+fn records_written_on_the_engines_thread_are_the_same_and_a_write_error_is_said_once() {
+    use tboxscope_test_support::tcpflow::{write_tcp_capture, TcpTraffic};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ctl.pcap");
+    write_tcp_capture(
+        &file,
+        &TcpTraffic {
+            connections: 4,
+            frames: 20_000,
+            loss_per_mille: 20,
+            seed: 3,
+            segment_bytes: 160,
+        },
+    );
+    let f = file.to_str().unwrap();
+    let args = ["analyze", "--framing", "fixed:160", "--json", "-", f];
+    let body = |out: &Output| -> Vec<String> {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The header's wall-clock time differs between runs.
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .skip(1)
+            .map(str::to_owned)
+            .collect()
+    };
+    let two_cores = body(&tboxscope(&args));
+    // One core (`taskset`): decoding, matching and writing on one thread.
+    let one_core = Command::new("taskset")
+        .args(["-c", "0", env!("CARGO_BIN_EXE_tboxscope")])
+        .args(args)
+        .output()
+        .unwrap();
+    let one_core = body(&one_core);
+    let messages = two_cores
+        .iter()
+        .filter(|l| l.starts_with(r#"{"type":"message""#))
+        .count();
+    assert!(messages > 10_000, "{messages} message records");
+    assert_eq!(two_cores.len(), one_core.len());
+    assert!(
+        two_cores == one_core,
+        "records differ between one and two cores"
+    );
+
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .args(["analyze", "--framing", "fixed:160", "--json", "-", f])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.matches("No space left on device").count(), 1, "{err}");
+    assert!(err.contains("writing JSON output"), "{err}");
+}
