@@ -188,15 +188,30 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
         "{live}"
     );
     assert_eq!(summary["tcp_join"]["totals"]["not_on_wire"], 0);
-    assert_eq!(
-        n(&summary["tcp_join"]["totals"], "not_in_kernel"),
-        skipped,
-        "resends on the wire without a record = runs the kernel skipped"
-    );
     let live_disagreements: Vec<&Value> = all
         .iter()
         .filter(|l| l["type"] == "tcp_disagreement")
         .collect();
+    // What the kernel said around a resend it did not report: each retransmission and
+    // congestion-state change with the socket's retransmission total then.
+    let kernel_said: Vec<String> = all
+        .iter()
+        .filter(|l| l["type"] == "tcp_retransmit" || l["type"] == "tcp_cong_state")
+        .filter(|l| l["src"] == local)
+        .map(|l| {
+            format!(
+                "{} {} seq {} err {} total_retrans {}",
+                l["ts"], l["type"], l["seq"], l["err"], l["total_retrans"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        n(&summary["tcp_join"]["totals"], "not_in_kernel"),
+        skipped,
+        "resends on the wire without a record = runs the kernel skipped; disagreements \
+         {live_disagreements:#?}; the kernel's records {kernel_said:#?}; drops {}",
+        summary["drops"]
+    );
     assert_eq!(
         live_disagreements.len() as u64,
         skipped,
