@@ -339,8 +339,8 @@ pub struct CaptureHealth {
     /// convertible, or the queue to the UI full); filled by the capture driver.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tcp_events_dropped: u64,
-    /// Runs of the eBPF TCP hooks the kernel skipped (another BPF program or a `bpf()` map
-    /// read held the CPU): their events never existed; filled by the capture driver.
+    /// Runs of the eBPF TCP hooks the kernel skipped (the same hook already running on that
+    /// CPU): their events never existed; filled by the capture driver.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tcp_hook_runs_skipped: u64,
     /// QUIC packets that could not be decrypted; filled by the decode glue.

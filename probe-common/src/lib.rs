@@ -216,8 +216,6 @@ pub struct SockOffsets {
     pub retrans_out: u32,
     /// `sk_buff.cb` + `tcp_skb_cb.tcp_gso_segs` (u16); `u32::MAX` when unknown.
     pub skb_gso_segs: u32,
-    /// `skc_cookie` (u64, the socket cookie `tcp:tcp_probe` reports); `u32::MAX` when unknown.
-    pub cookie: u32,
     /// `sk_buff.cb` + `tcp_skb_cb.seq` (u32); `u32::MAX` when unknown.
     pub skb_seq: u32,
     /// `sk_buff.cb` + `tcp_skb_cb.end_seq` (u32); `u32::MAX` when unknown.
@@ -227,40 +225,10 @@ pub struct SockOffsets {
     /// `tcp_congestion_ops.name` (16 bytes) from the start of that struct; `u32::MAX` when
     /// unknown.
     pub ca_ops_name: u32,
-}
-
-/// Offsets of the fields the programs take from each tracepoint's record, read from
-/// `/sys/kernel/tracing/events/<category>/<name>/format` at load time.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TracepointOffsets {
-    /// tcp_retransmit_skb: `skaddr`.
-    pub retrans_skaddr: u32,
-    /// tcp_retransmit_skb: `skbaddr`.
-    pub retrans_skbaddr: u32,
-    /// tcp_retransmit_skb: `err`; `u32::MAX` on kernels without it.
-    pub retrans_err: u32,
-    /// tcp_probe: `skaddr`.
-    pub probe_skaddr: u32,
-    /// tcp_probe: `snd_cwnd` (u32); `u32::MAX` when absent (then read from the socket).
-    pub probe_snd_cwnd: u32,
-    /// tcp_probe: `srtt` (u32, `srtt_us >> 3`); `u32::MAX` when absent.
-    pub probe_srtt: u32,
-    /// tcp_probe: `sock_cookie` (u64); `u32::MAX` when absent or when the socket's
-    /// `skc_cookie` offset is unknown (then `CWND_LAST` is keyed by socket address).
-    pub probe_cookie: u32,
-    /// tcp_cong_state_set: `skaddr`.
-    pub cong_skaddr: u32,
-    /// tcp_cong_state_set: `cong_state` (u8).
-    pub cong_state: u32,
-    /// inet_sock_set_state: `skaddr`.
-    pub state_skaddr: u32,
-    /// inet_sock_set_state: `oldstate` (int).
-    pub state_old: u32,
-    /// inet_sock_set_state: `newstate` (int).
-    pub state_new: u32,
-    /// inet_sock_set_state: `protocol` (u16).
-    pub state_protocol: u32,
+    /// `sk_protocol` (the IPPROTO_* `inet_sock_set_state` filters on).
+    pub protocol: u32,
+    /// Its width: 2 (a u16), or 1 on kernels where it is an 8-bit bitfield on a byte boundary.
+    pub protocol_bytes: u32,
     /// Explicit padding.
     pub _pad: u32,
 }
@@ -271,8 +239,6 @@ pub struct TracepointOffsets {
 pub struct ProbeConfig {
     /// Kernel struct field offsets from BTF.
     pub sock: SockOffsets,
-    /// Tracepoint record offsets from tracefs.
-    pub tp: TracepointOffsets,
     /// Minimum spacing of `tcp_probe` samples per socket when nothing changed (ns).
     pub cwnd_interval_ns: u64,
     /// 1 when `FILTER_PORTS` holds the only ports to report.
@@ -288,9 +254,9 @@ pub struct ProbeConfig {
 
 /// Per-socket memory of `tcp_probe` (value of `CWND_LAST`): the last emitted sample, the
 /// socket's identity (read once, so a sample that is not due costs no identity reads) and
-/// whether the user's filters exclude it. The key is the socket cookie when the kernel has one
-/// (never reused, so no entry can outlive its socket into another), else the socket address.
-/// `ts_ns` = 0 asks for a sample at the next segment (set on retransmissions and
+/// whether the user's filters exclude it. The key is the socket's address; `inet_sock_set_state`
+/// removes the entry when the socket closes, and `ports` tells a reused address from the
+/// connection it belonged to when that hook is missing. `ts_ns` = 0 asks for a sample at the next segment (set on retransmissions and
 /// congestion-state changes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -303,6 +269,8 @@ pub struct CwndLast {
     pub daddr: [u64; 2],
     /// cwnd then.
     pub snd_cwnd: u32,
+    /// `skc_portpair` as read (remote port in network order, then local port).
+    pub ports: u32,
     /// AF_INET or AF_INET6.
     pub family: u16,
     /// Local port, host order.
@@ -312,7 +280,7 @@ pub struct CwndLast {
     /// 1 when the user's filters exclude this socket (nothing is emitted for it).
     pub excluded: u8,
     /// Explicit padding.
-    pub _pad: [u8; 13],
+    pub _pad: [u8; 9],
 }
 
 #[cfg(feature = "user")]
@@ -322,8 +290,6 @@ mod pod {
     unsafe impl aya::Pod for super::TcpEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::SockOffsets {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::TracepointOffsets {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ProbeConfig {}
     // SAFETY: as above.
@@ -339,9 +305,8 @@ mod tests {
     fn sizes_are_pinned() {
         assert_eq!(size_of::<TcpEvent>(), 128);
         assert_eq!(align_of::<TcpEvent>(), 8);
-        assert_eq!(size_of::<SockOffsets>(), 28 * 4);
-        assert_eq!(size_of::<TracepointOffsets>(), 56);
-        assert_eq!(size_of::<ProbeConfig>(), 112 + 56 + 8 + 8);
+        assert_eq!(size_of::<SockOffsets>(), 30 * 4);
+        assert_eq!(size_of::<ProbeConfig>(), 120 + 8 + 8);
         assert_eq!(size_of::<CwndLast>(), 64);
     }
 

@@ -134,7 +134,7 @@ pub fn snap(sk: u64) -> Result<Snap, i32> {
     snap_with(sk, cwnd, srtt8 >> 3)
 }
 
-/// The snapshot, with cwnd and srtt (µs) already known (from a tracepoint record).
+/// The snapshot, with cwnd and srtt (µs) already read.
 #[inline(always)]
 pub fn snap_with(sk: u64, cwnd: u32, srtt_us: u32) -> Result<Snap, i32> {
     Ok(Snap {
@@ -166,6 +166,16 @@ fn ca_name(sk: u64) -> [u64; 2] {
     match read::<u64>(sk, ops_off) {
         Ok(ops) if ops != 0 => read(ops, name_off).unwrap_or([0, 0]),
         _ => [0, 0],
+    }
+}
+
+/// `sk_protocol` (IPPROTO_*): a u16, or one byte on kernels where it is an 8-bit bitfield.
+#[inline(always)]
+pub fn protocol(sk: u64) -> Result<u16, i32> {
+    if conf!(sock.protocol_bytes) == 1 {
+        Ok(u16::from(read::<u8>(sk, conf!(sock.protocol))?))
+    } else {
+        read(sk, conf!(sock.protocol))
     }
 }
 

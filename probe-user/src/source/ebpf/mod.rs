@@ -14,9 +14,9 @@ pub mod tracefs;
 use std::os::fd::AsFd;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::TracePoint;
+use aya::programs::{RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
-use probe_common::{ProbeConfig, TracepointOffsets, DROP_READ_FAILED, DROP_RING_FULL};
+use probe_common::{ProbeConfig, DROP_READ_FAILED, DROP_RING_FULL};
 
 pub use event::{decode, DecodeError, DecodeStats, RetransmitKind, TcpEventKind, TcpObservation};
 pub use filter::{FilterError, TcpFilter};
@@ -82,6 +82,9 @@ pub enum HookState {
 pub struct HookStatus {
     /// Hook name.
     pub name: &'static str,
+    /// The program serving it (the hook name, or a variant for this kernel's tracepoint).
+    #[serde(skip)]
+    pub program: &'static str,
     /// `category:name`.
     pub tracepoint: String,
     /// Feature it feeds.
@@ -182,8 +185,8 @@ impl KernelDrops {
     }
 }
 
-/// Per hook, how often the kernel did not run it (the program's `recursion_misses`): another
-/// BPF program, or a `bpf()` map read, held the CPU at that moment. The kernel still did what
+/// Per hook, how often the kernel did not run it (the program's `recursion_misses`): the same
+/// program was already running on that CPU (an interrupt landed on it). The kernel still did what
 /// the hook would have reported (a skipped retransmission still went on the wire); any event
 /// of that run is missing, whatever socket it was for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -242,49 +245,26 @@ pub fn denied_hooks(extra: &[String]) -> Result<Vec<String>, ProbeError> {
     Ok(all)
 }
 
-/// Per hook: its tracepoint offsets are readable (or why not).
-fn tracepoint_config(
-    tfs: &tracefs::Tracefs,
-    tp: &mut TracepointOffsets,
-    hook: &HookSpec,
-) -> Result<(), String> {
+/// The program that serves `hook` on this kernel (or why none can): the tracepoint must exist,
+/// and `tcp_retransmit_skb` has two programs, for tracepoints with and without `err`.
+fn hook_program(tfs: &tracefs::Tracefs, hook: &HookSpec) -> Result<&'static str, String> {
     if !tfs.has(hook.category, hook.name) {
         return Err(format!(
             "tracepoint {}:{} not in this kernel",
             hook.category, hook.name
         ));
     }
+    if hook.name != "tcp_retransmit_skb" {
+        return Ok(hook.name);
+    }
     let f = tfs
         .format(hook.category, hook.name)
         .map_err(|e| e.to_string())?;
-    let r = (|| -> Result<(), tracefs::TracefsError> {
-        match hook.name {
-            "tcp_retransmit_skb" => {
-                tp.retrans_skaddr = f.offset_of("skaddr", 8)?;
-                tp.retrans_skbaddr = f.offset_of("skbaddr", 8)?;
-                tp.retrans_err = f.offset_of("err", 4).unwrap_or(u32::MAX);
-            }
-            "tcp_probe" => {
-                tp.probe_skaddr = f.offset_of("skaddr", 8)?;
-                // Optional: without them the program reads the socket instead.
-                tp.probe_snd_cwnd = f.offset_of("snd_cwnd", 4).unwrap_or(u32::MAX);
-                tp.probe_srtt = f.offset_of("srtt", 4).unwrap_or(u32::MAX);
-                tp.probe_cookie = f.offset_of("sock_cookie", 8).unwrap_or(u32::MAX);
-            }
-            "tcp_cong_state_set" => {
-                tp.cong_skaddr = f.offset_of("skaddr", 8)?;
-                tp.cong_state = f.offset_of("cong_state", 1)?;
-            }
-            _ => {
-                tp.state_skaddr = f.offset_of("skaddr", 8)?;
-                tp.state_old = f.offset_of("oldstate", 4)?;
-                tp.state_new = f.offset_of("newstate", 4)?;
-                tp.state_protocol = f.offset_of("protocol", 2)?;
-            }
-        }
-        Ok(())
-    })();
-    r.map_err(|e| e.to_string())
+    Ok(if f.offset_of("err", 4).is_ok() {
+        "tcp_retransmit_skb"
+    } else {
+        "tcp_retransmit_skb_sent"
+    })
 }
 
 impl TcpProbes {
@@ -299,27 +279,19 @@ impl TcpProbes {
         let btf = btf::Btf::parse(&raw).map_err(|e| ProbeError::Btf(e.to_string()))?;
         let sock = offsets::sock_offsets(&btf)?;
         let tfs = tracefs::Tracefs::find_or_mount()?;
-        let mut tp = TracepointOffsets::default();
-        let mut pre: Vec<Option<HookState>> = Vec::new();
+        let mut pre: Vec<Result<&'static str, HookState>> = Vec::new();
         for hook in &HOOKS {
             pre.push(if deny.iter().any(|d| d == hook.name) {
-                Some(HookState::Denied(format!(
+                Err(HookState::Denied(format!(
                     "refused on request (--deny-hook {0} / {DENY_ENV}={0})",
                     hook.name
                 )))
             } else {
-                tracepoint_config(&tfs, &mut tp, hook)
-                    .err()
-                    .map(HookState::Unavailable)
+                hook_program(&tfs, hook).map_err(HookState::Unavailable)
             });
-        }
-        if sock.cookie == u32::MAX {
-            // The other programs could not find a socket's entry by cookie.
-            tp.probe_cookie = u32::MAX;
         }
         let config = ProbeConfig {
             sock,
-            tp,
             cwnd_interval_ns: opts.cwnd_interval_ns,
             filter_ports: u8::from(!opts.filter.ports.is_empty()),
             filter_addrs: u8::from(!opts.filter.hosts.is_empty()),
@@ -374,9 +346,10 @@ impl TcpProbes {
         }
         let mut hooks = Vec::new();
         for (hook, pre) in HOOKS.iter().zip(pre) {
+            let program = *pre.as_ref().unwrap_or(&hook.name);
             let state = match pre {
-                Some(s) => s,
-                None => match attach(&mut ebpf, hook) {
+                Err(s) => s,
+                Ok(program) => match attach(&mut ebpf, program, hook.name) {
                     Ok(()) => HookState::Attached,
                     Err(e) => HookState::Failed(e),
                 },
@@ -390,6 +363,7 @@ impl TcpProbes {
             }
             hooks.push(HookStatus {
                 name: hook.name,
+                program,
                 tracepoint: format!("{}:{}", hook.category, hook.name),
                 feature: hook.feature,
                 state,
@@ -402,7 +376,7 @@ impl TcpProbes {
                 feature: "benchmark load",
             };
             let load_tp = probe_common::LOAD_TRACEPOINT;
-            attach_to(&mut ebpf, &load, load_tp).map_err(|e| {
+            attach_load_generator(&mut ebpf, &load, load_tp).map_err(|e| {
                 ProbeError::Load(format!("load generator on syscalls:{load_tp}: {e}"))
             })?;
         }
@@ -467,8 +441,8 @@ impl TcpProbes {
     }
 
     /// Current drop counters summed over CPUs, and each attached hook's runs the kernel
-    /// skipped. Each call makes two map lookups, during which this CPU's BPF programs cannot
-    /// run (and are counted as skipped): call it about once a second, not per event.
+    /// skipped. Each call makes two map lookups and a program-info call per hook: call it
+    /// about once a second, not per event.
     pub fn drops(&self) -> KernelDrops {
         let sum = |i: u32| -> u64 {
             self.drops
@@ -509,7 +483,7 @@ impl TcpProbes {
             .map(|h| {
                 let r = self
                     .ebpf
-                    .program(h.name)
+                    .program(h.program)
                     .ok_or_else(|| proginfo::ProgInfoError::Program("not in the object".into()))
                     .and_then(|p| {
                         p.fd()
@@ -529,22 +503,32 @@ impl TcpProbes {
     }
 }
 
-fn attach(ebpf: &mut Ebpf, hook: &HookSpec) -> Result<(), String> {
-    attach_to(ebpf, hook, hook.name)
+/// Loads `program` and attaches it to the raw tracepoint `tracepoint`.
+fn attach(ebpf: &mut Ebpf, program: &str, tracepoint: &str) -> Result<(), String> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| format!("program {program} missing from the object"))?
+        .try_into()
+        .map_err(|e| format!("{e}"))?;
+    prog.load().map_err(|e| {
+        let full = format!("{e:#}");
+        log::debug!("{program}: full load error: {full}");
+        format!("load: {}", shorten_verifier_log(&full))
+    })?;
+    prog.attach(tracepoint)
+        .map_err(|e| format!("attach: {e:#}"))?;
+    Ok(())
 }
 
-/// Loads program `hook.name` and attaches it to tracepoint `hook.category:tracepoint`.
-fn attach_to(ebpf: &mut Ebpf, hook: &HookSpec, tracepoint: &str) -> Result<(), String> {
+/// Loads the benchmark load generator `hook.name` and attaches it to the (perf) tracepoint
+/// `hook.category:tracepoint`.
+fn attach_load_generator(ebpf: &mut Ebpf, hook: &HookSpec, tracepoint: &str) -> Result<(), String> {
     let prog: &mut TracePoint = ebpf
         .program_mut(hook.name)
         .ok_or_else(|| format!("program {} missing from the object", hook.name))?
         .try_into()
         .map_err(|e| format!("{e}"))?;
-    prog.load().map_err(|e| {
-        let full = format!("{e:#}");
-        log::debug!("{}: full load error: {full}", hook.name);
-        format!("load: {}", shorten_verifier_log(&full))
-    })?;
+    prog.load().map_err(|e| format!("load: {e:#}"))?;
     prog.attach(hook.category, tracepoint)
         .map_err(|e| format!("attach: {e:#}"))?;
     Ok(())
@@ -624,9 +608,7 @@ impl TcpProbes {
     /// detaches and unloads it: what the kernel really allows, not what its headers declare.
     /// TC classifiers are only loaded (attaching needs an interface and a qdisc).
     pub fn check_hook_types(&mut self, cgroup2: Option<&std::path::Path>) -> Vec<HookTypeCheck> {
-        use aya::programs::{
-            CgroupAttachMode, FEntry, KProbe, RawTracePoint, SchedClassifier, SockOps,
-        };
+        use aya::programs::{CgroupAttachMode, FEntry, KProbe, SchedClassifier, SockOps};
         let e = |x: &dyn std::error::Error| error_chain(x);
         let mut out = Vec::new();
         let r = (|| -> Result<(), (bool, String)> {

@@ -1,6 +1,6 @@
 //! Resolves what the programs need from the running kernel: struct field offsets from BTF and
-//! CONFIG_HZ (to turn `icsk_rto` jiffies into ms). Tracepoint record offsets come from tracefs,
-//! per hook, in `super::tracepoint_config`.
+//! CONFIG_HZ (to turn `icsk_rto` jiffies into ms). The programs are raw tracepoints: they take
+//! the socket from the tracepoint's arguments and read everything else here.
 use probe_common::SockOffsets;
 
 use super::btf::{Btf, BtfError, FieldLocation};
@@ -21,6 +21,9 @@ pub enum OffsetError {
         /// Size expected.
         expected: u32,
     },
+    /// A field is not where the programs need it.
+    #[error("{0}")]
+    Layout(String),
 }
 
 fn sized(btf: &Btf, owner: &str, path: &[&str], size: u32) -> Result<FieldLocation, OffsetError> {
@@ -87,11 +90,29 @@ pub fn sock_offsets(btf: &Btf) -> Result<SockOffsets, OffsetError> {
     let sock_in_tcp = btf
         .field("tcp_sock", &["inet_conn", "icsk_inet", "sk"])?
         .byte_offset;
+    let (num, dport) = (sk("skc_num", 2)?, sk("skc_dport", 2)?);
+    if num != dport + 2 {
+        // tcp_probe reads both ports as one word (`skc_portpair`).
+        return Err(OffsetError::Layout(format!(
+            "skc_num at {num} does not follow skc_dport at {dport}"
+        )));
+    }
+    // sk_protocol: a u16 since Linux 5.6, an 8-bit bitfield before.
+    let proto = btf.field("sock", &["sk_protocol"])?;
+    let (protocol, protocol_bytes) = match (proto.size, proto.bit_size, proto.bit_shift) {
+        (2, 0, _) => (proto.byte_offset, 2),
+        (_, 8, 0) => (proto.byte_offset, 1),
+        (size, bits, shift) => {
+            return Err(OffsetError::Layout(format!(
+                "sock.sk_protocol is {size} bytes, {bits} bits at bit {shift}: not readable"
+            )))
+        }
+    };
     Ok(SockOffsets {
         family: sock_in_tcp + sk("skc_family", 2)?,
         state: sock_in_tcp + sk("skc_state", 1)?,
-        num: sock_in_tcp + sk("skc_num", 2)?,
-        dport: sock_in_tcp + sk("skc_dport", 2)?,
+        num: sock_in_tcp + num,
+        dport: sock_in_tcp + dport,
         rcv_saddr: sock_in_tcp + sk("skc_rcv_saddr", 4)?,
         daddr: sock_in_tcp + sk("skc_daddr", 4)?,
         v6_rcv_saddr: sock_in_tcp + sk("skc_v6_rcv_saddr", 16)?,
@@ -111,12 +132,13 @@ pub fn sock_offsets(btf: &Btf) -> Result<SockOffsets, OffsetError> {
         lost_out: tp(&["lost_out"], 4)?,
         retrans_out: tp(&["retrans_out"], 4)?,
         skb_gso_segs: gso_segs,
-        // Optional: without it `tcp_probe` keys its per-socket state by address.
-        cookie: sk("skc_cookie", 8).map_or(u32::MAX, |o| sock_in_tcp + o),
         skb_seq: skb_cb_u32("seq"),
         skb_end_seq: skb_cb_u32("end_seq"),
         icsk_ca_ops,
         ca_ops_name,
+        protocol: sock_in_tcp + protocol,
+        protocol_bytes,
+        _pad: 0,
     })
 }
 

@@ -2,9 +2,9 @@
 //! bpf_prog_info`, read with `bpf(BPF_OBJ_GET_INFO_BY_FD)` (aya 0.14's `ProgramInfo` does not
 //! expose it).
 //!
-//! A tracepoint program does not run while another tracepoint or kprobe program, or a `bpf()`
-//! map syscall copying a value, holds the CPU's `bpf_prog_active` flag; the kernel counts each
-//! such skip only there. A retransmission whose hook was skipped still goes on the wire.
+//! A raw tracepoint program does not run while it already runs on the same CPU (an interrupt
+//! landed on it); the kernel counts each such skip only there. A retransmission whose hook was
+//! skipped still goes on the wire.
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// `BPF_OBJ_GET_INFO_BY_FD` (`enum bpf_cmd`).
