@@ -314,6 +314,7 @@ fn main() -> anyhow::Result<()> {
                 },
                 decode_rejected: 0,
                 evicted: 0,
+                unrecorded_retrans: 0,
             };
             w.write("drops", t, &drops)?;
         }

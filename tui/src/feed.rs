@@ -251,7 +251,10 @@ impl EngineFeed {
         if !self.tcp_status.is_empty() {
             health.inferences.push(self.tcp_status.clone());
         }
-        if let Some(line) = crate::kerneltcp::skipped_line(&self.tcp_dropped.skipped_by_kernel) {
+        if let Some(line) = crate::kerneltcp::probes_missed_line(
+            &self.tcp_dropped.skipped_by_kernel,
+            self.tcp_dropped.unrecorded_retrans,
+        ) {
             health.inferences.push(line);
         }
         if let Some(note) = self.keylog_note(health.decrypt_failures) {

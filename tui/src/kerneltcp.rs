@@ -56,9 +56,12 @@ pub struct TcpDrops {
     /// Read but not given to the engine: refused by the decoder, not convertible to an
     /// engine event, or the queue to the UI full.
     pub undelivered: u64,
-    /// Hook runs the kernel skipped (another BPF program or a map read held the CPU), per
-    /// hook: each may have been an event of any socket.
+    /// Hook runs the kernel skipped (the same hook already running on that CPU), per hook:
+    /// each may have been an event of any socket.
     pub skipped_by_kernel: SkippedByKernel,
+    /// Retransmitted segments the kernel counted that no record shows (skipped runs of the
+    /// retransmit hook among them; not part of [`TcpDrops::total`]).
+    pub unrecorded_retrans: u64,
 }
 
 impl TcpDrops {
@@ -70,11 +73,13 @@ impl TcpDrops {
     }
 }
 
-/// The health panel's line for hook runs the kernel skipped, when there were any (or some
-/// hooks' counts could not be read): `TCP probes: 3 hook runs skipped by the kernel
-/// (retransmit 2, cong_state 1); their events are missing`.
-pub fn skipped_line(s: &SkippedByKernel) -> Option<String> {
-    let mut line = String::new();
+/// The health panel's line for kernel TCP events the probes missed, when there were any: hook
+/// runs the kernel skipped (or hooks whose count could not be read), and retransmitted
+/// segments the kernel counted that no record shows: `TCP probes: 3 hook runs skipped by the
+/// kernel (retransmit 2, cong_state 1); their events are missing; 4 retransmitted segments
+/// counted by the kernel have no record`.
+pub fn probes_missed_line(s: &SkippedByKernel, unrecorded_retrans: u64) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
     if s.total() > 0 {
         let per: Vec<String> = [
             ("retransmit", s.retransmit),
@@ -86,28 +91,28 @@ pub fn skipped_line(s: &SkippedByKernel) -> Option<String> {
         .filter(|(_, n)| *n > 0)
         .map(|(name, n)| format!("{name} {n}"))
         .collect();
-        line = format!(
-            "TCP probes: {} hook runs skipped by the kernel ({}); their events are missing",
+        parts.push(format!(
+            "{} hook runs skipped by the kernel ({}); their events are missing",
             s.total(),
             per.join(", ")
-        );
+        ));
     }
     if s.unread_hooks > 0 {
-        if line.is_empty() {
-            line.push_str("TCP probes: ");
-        } else {
-            line.push_str("; ");
-        }
-        line.push_str(&format!(
+        parts.push(format!(
             "runs skipped by the kernel not counted for {} hook(s) (kernel before 5.12?)",
             s.unread_hooks
         ));
     }
-    (!line.is_empty()).then_some(line)
+    if unrecorded_retrans > 0 {
+        parts.push(format!(
+            "{unrecorded_retrans} retransmitted segments counted by the kernel have no record"
+        ));
+    }
+    (!parts.is_empty()).then(|| format!("TCP probes: {}", parts.join("; ")))
 }
 
-/// How often the kernel drop counters are read: each reading is two map lookups, and while
-/// one runs the kernel skips every hook on that CPU (counted, but the events are gone).
+/// How often the kernel drop counters are read: each reading is a map lookup per CPU and a
+/// program-info call per hook, not worth making per poll.
 pub const DROPS_EVERY: Duration = Duration::from_secs(1);
 
 /// Capture records → engine events on the queue to the UI, counting each one that does not
@@ -276,6 +281,7 @@ fn tcp_loop(
             ring_buffer: kernel.total(),
             undelivered: undelivered.saturating_add(watch.rejected()),
             skipped_by_kernel: kernel.skipped_by_kernel,
+            unrecorded_retrans: watch.unrecorded_retrans(),
         };
         // The counts are cumulative: when the queue is full, the next turn sends them again.
         if drops != reported && tx.try_send(TcpMessage::Dropped(drops)).is_ok() {
@@ -322,6 +328,7 @@ fn report_kernel(
         kernel,
         decode_rejected: watch.rejected(),
         evicted: watch.evicted(),
+        unrecorded_retrans: watch.unrecorded_retrans(),
     };
     if now != *reported && tx.try_send(TcpMessage::KernelDrops(now)).is_ok() {
         *reported = now;
@@ -364,30 +371,45 @@ mod tests {
 
     #[test]
     fn skipped_runs_are_told_per_hook() {
-        assert_eq!(skipped_line(&SkippedByKernel::default()), None);
+        assert_eq!(probes_missed_line(&SkippedByKernel::default(), 0), None);
         let s = SkippedByKernel {
             retransmit: 2,
             cong_state: 1,
             ..SkippedByKernel::default()
         };
         assert_eq!(
-            skipped_line(&s).as_deref(),
+            probes_missed_line(&s, 0).as_deref(),
             Some(
                 "TCP probes: 3 hook runs skipped by the kernel (retransmit 2, cong_state 1); \
                  their events are missing"
             )
         );
+        assert_eq!(
+            probes_missed_line(&s, 4).as_deref(),
+            Some(
+                "TCP probes: 3 hook runs skipped by the kernel (retransmit 2, cong_state 1); \
+                 their events are missing; 4 retransmitted segments counted by the kernel have \
+                 no record"
+            )
+        );
+        assert_eq!(
+            probes_missed_line(&SkippedByKernel::default(), 1).as_deref(),
+            Some("TCP probes: 1 retransmitted segments counted by the kernel have no record")
+        );
         let d = TcpDrops {
             ring_buffer: 1,
             undelivered: 1,
             skipped_by_kernel: s,
+            unrecorded_retrans: 4,
         };
         assert_eq!(d.total(), 5);
         let unread = SkippedByKernel {
             unread_hooks: 4,
             ..SkippedByKernel::default()
         };
-        assert!(skipped_line(&unread).is_some_and(|l| l.contains("not counted for 4 hook(s)")));
+        assert!(probes_missed_line(&unread, 0)
+            .is_some_and(|l| l
+                .starts_with("TCP probes: runs skipped by the kernel not counted for 4 hook(s)")));
     }
 
     #[test]

@@ -64,9 +64,9 @@ fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
 }
 
-/// The only disagreements of a capture before the loss: the resends the kernel skipped.
-fn assert_only_skipped(disagreements: &[&Value], skipped: u64) {
-    assert_eq!(disagreements.len() as u64, skipped, "{disagreements:?}");
+/// The only disagreements of a capture before the loss: the resends with no kernel record.
+fn assert_only_unrecorded(disagreements: &[&Value], missed: u64) {
+    assert_eq!(disagreements.len() as u64, missed, "{disagreements:?}");
     assert!(
         disagreements
             .iter()
@@ -149,29 +149,39 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
         }
     }
 
-    // Runs of the retransmit hook the kernel skipped (another BPF program or a bpf() map read
-    // held the CPU when the timer fired): each resend went on the wire without a record. Only
-    // this test's socket retransmits here, so each is one of its resends, on the wire and not
-    // in the kernel's records.
+    // Resends the kernel counted with no record (the hook did not run for them: skips the
+    // kernel counts, and on this kind of machine some it does not): each went on the wire
+    // without a record. Only this test's socket retransmits here, so each is one of its
+    // resends, on the wire and not in the kernel's records.
     let summary = all.iter().rfind(|l| l["type"] == "summary").unwrap();
     let skipped_by_kernel = &summary["drops"]["skipped_by_kernel"];
     assert_eq!(skipped_by_kernel["unread_hooks"], 0, "{skipped_by_kernel}");
-    let skipped = n(skipped_by_kernel, "retransmit");
-    eprintln!("hook runs skipped by the kernel: {skipped_by_kernel}");
+    let conn = summary["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["src"] == local.as_str())
+        .unwrap_or_else(|| panic!("{}", summary["connections"]));
+    // One segment a resend: the messages are small.
+    let missed = n(conn, "unrecorded_retrans");
+    eprintln!(
+        "hook runs skipped by the kernel: {skipped_by_kernel}; resends with no record: {missed}"
+    );
+    assert!(n(skipped_by_kernel, "retransmit") <= missed, "{conn}");
 
     let resends = records(&all, "tcp_retransmit", &local);
     let sent: Vec<&&Value> = resends.iter().filter(|r| r["err"] == 0).collect();
     let kernel_total = sent.len() as u64;
     assert!(
-        kernel_total + skipped >= 4,
-        "kernel retransmissions (runs skipped: {skipped}): {resends:?}"
+        kernel_total + missed >= 4,
+        "kernel retransmissions (no record: {missed}): {resends:?}"
     );
     // The blackout's message: the last data resent; every resend of it but the last lost.
     let last_seq = sent.last().unwrap()["seq"].as_u64().unwrap();
     let blackout = sent.iter().filter(|r| r["seq"] == last_seq).count() as u64;
     assert!(
-        blackout + skipped >= 3,
-        "loss probe and timeouts of the message: {blackout} (runs skipped: {skipped})"
+        blackout + missed >= 3,
+        "loss probe and timeouts of the message: {blackout} (no record: {missed})"
     );
 
     // Live, capture --json joined the probes' events with its own packets as they came.
@@ -207,14 +217,15 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
         .collect();
     assert_eq!(
         n(&summary["tcp_join"]["totals"], "not_in_kernel"),
-        skipped,
-        "resends on the wire without a record = runs the kernel skipped; disagreements \
+        missed,
+        "resends on the wire without a record = resends the kernel counted with no record; \
+         disagreements \
          {live_disagreements:#?}; the kernel's records {kernel_said:#?}; drops {}",
         summary["drops"]
     );
     assert_eq!(
         live_disagreements.len() as u64,
-        skipped,
+        missed,
         "{live_disagreements:?}"
     );
     assert!(
@@ -225,17 +236,17 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
     );
 
     // Before the loss: every kernel retransmission on the wire, nothing else.
-    // (The resends the kernel skipped are on the wire only: `not_in_kernel`.)
+    // (The resends with no kernel record are on the wire only: `not_in_kernel`.)
     let lines = analyze(&before, &kernel);
     let (d, disagreements) = joined(&lines, &local);
     eprintln!("sender's capture: {d}");
-    assert_only_skipped(&disagreements, skipped);
+    assert_only_unrecorded(&disagreements, missed);
     assert_eq!(
         (n(&d, "kernel"), n(&d, "matched"), n(&d, "wire")),
-        (kernel_total, kernel_total, kernel_total + skipped),
+        (kernel_total, kernel_total, kernel_total + missed),
         "{d}"
     );
-    assert_eq!(n(&d, "not_in_kernel"), skipped, "{d}");
+    assert_eq!(n(&d, "not_in_kernel"), missed, "{d}");
 
     // Cut to 96 bytes a frame, or to 128 on `-i any`, the same capture tells the same: every
     // payload length is the IP header's (the frames cut are counted, none rejected).
@@ -246,13 +257,13 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
         let lines = analyze(file, &kernel);
         let (d, disagreements) = joined(&lines, &local);
         eprintln!("sender's capture {how}: {d}");
-        assert_only_skipped(&disagreements, skipped);
+        assert_only_unrecorded(&disagreements, missed);
         assert_eq!(
             (n(&d, "kernel"), n(&d, "matched"), n(&d, "wire")),
-            (kernel_total, kernel_total, kernel_total + skipped),
+            (kernel_total, kernel_total, kernel_total + missed),
             "{how}: {d}"
         );
-        assert_eq!(n(&d, "not_in_kernel"), skipped, "{how}: {d}");
+        assert_eq!(n(&d, "not_in_kernel"), missed, "{how}: {d}");
         let frames = &lines.iter().rfind(|l| l["type"] == "summary").unwrap()["frames"];
         // At least a frame per 64 KiB written.
         assert!(n(frames, "tcp_cut") >= 32, "{how}: {frames}");
@@ -279,8 +290,8 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
         kernel_total,
         "{d}"
     );
-    // A resend the kernel skipped is seen behind the loss only if it got through.
-    assert!(n(&d, "not_in_kernel") <= skipped, "{d}");
+    // A resend with no kernel record is seen behind the loss only if it got through.
+    assert!(n(&d, "not_in_kernel") <= missed, "{d}");
     let of_message: Vec<&str> = disagreements
         .iter()
         .filter(|r| r["seq"] == last_seq)

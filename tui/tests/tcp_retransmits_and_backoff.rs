@@ -110,40 +110,62 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
         .find(|r| r["type"] == "summary")
         .expect("summary");
     assert_eq!(summary["drops"]["ring_full"], 0);
-    // Runs of the retransmit hook the kernel skipped (another BPF program or a bpf() map read
-    // held the CPU when the timer fired): the resend went out, its record never existed. Only
-    // this test's socket retransmits here, so each skip is one of its resends.
+    // Retransmissions the kernel counted (its total_retrans, read with every record, grew)
+    // that no record shows: runs of the hook the kernel skipped, counted in skipped_by_kernel
+    // (the same program already running on that CPU) or not (on this kind of machine, resends
+    // made while an interrupt held a thread of the VM's init process: ftrace shows the
+    // tracepoint fire, the program's run count does not grow). Only this test's socket
+    // retransmits here, so each counted skip is one of its resends.
     let skipped_by_kernel = &summary["drops"]["skipped_by_kernel"];
     assert_eq!(skipped_by_kernel["unread_hooks"], 0, "{skipped_by_kernel}");
     let skipped = u(&skipped_by_kernel["retransmit"]);
-    eprintln!("hook runs skipped by the kernel: {skipped_by_kernel}");
     let rtx = records(&all, "tcp_retransmit", &local);
     assert!(!rtx.is_empty(), "no retransmissions seen");
+    // Attempts that failed: only "busy" here (the previous copy still in the host's queue),
+    // which the kernel gives up on before counting.
+    let failed: Vec<&&Value> = rtx.iter().filter(|r| r["err"] != 0).collect();
+    assert!(failed.iter().all(|r| r["err"] == -16), "{failed:?}");
     let sent: Vec<&&Value> = rtx.iter().filter(|r| r["err"] == 0).collect();
     let segs: u64 = sent
         .iter()
         .map(|r| r["segs"].as_u64().unwrap_or(1).max(1))
         .sum();
-    assert_eq!(
-        segs + skipped,
-        final_ss.retrans_total,
-        "segments in tcp_retransmit records + runs skipped ({skipped}) vs ss retrans total"
-    );
-    assert_eq!(
-        segs + skipped,
-        nstat,
-        "vs nstat TcpRetransSegs in the sender's namespace (runs skipped: {skipped})"
-    );
     let conn = summary["connections"]
         .as_array()
         .unwrap()
         .iter()
         .find(|c| c["src"] == local.as_str())
         .expect("connection in summary");
+    let unrecorded = u(&conn["unrecorded_retrans"]);
+    eprintln!(
+        "hook runs skipped by the kernel: {skipped_by_kernel}; resends with no record: \
+         {unrecorded} of {}",
+        final_ss.retrans_total
+    );
+    assert_eq!(u(&summary["drops"]["unrecorded_retrans"]), unrecorded);
+    assert!(
+        skipped <= unrecorded,
+        "skipped runs {skipped} > unrecorded {unrecorded}"
+    );
     assert_eq!(
-        u(&conn["retrans_segs"]) + skipped,
+        segs + unrecorded,
         final_ss.retrans_total,
-        "runs skipped: {skipped}"
+        "segments in tcp_retransmit records + resends with no record vs ss retrans total"
+    );
+    assert_eq!(
+        segs + unrecorded,
+        nstat,
+        "vs nstat TcpRetransSegs in the sender's namespace"
+    );
+    assert_eq!(
+        u(&conn["retrans_segs"]) + unrecorded,
+        final_ss.retrans_total
+    );
+    // Rare: under load here about one run in ten loses one or two.
+    assert!(
+        unrecorded * 50 <= final_ss.retrans_total.max(100),
+        "{unrecorded} of {} resends have no record",
+        final_ss.retrans_total
     );
     assert!(rtx
         .iter()
@@ -363,7 +385,8 @@ fn unix_ns() -> u64 {
         .as_nanos() as u64
 }
 
-/// Bytes in flight from ss (`unacked:`), None when the connection is gone.
+/// Segments in flight (`unacked:`) plus bytes not yet sent (Send-Q) from ss, None when the
+/// connection is gone: 0 when everything written was acknowledged.
 fn unacked(net: &NetnsPair) -> Option<u64> {
     let out = std::process::Command::new("ip")
         .args([
@@ -382,10 +405,16 @@ fn unacked(net: &NetnsPair) -> Option<u64> {
     if text.trim().is_empty() {
         return None;
     }
-    Some(
-        text.split_whitespace()
-            .find_map(|t| t.strip_prefix("unacked:"))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-    )
+    let in_flight: u64 = text
+        .split_whitespace()
+        .find_map(|t| t.strip_prefix("unacked:"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // `ESTAB <Recv-Q> <Send-Q> ...`: a tail held back (Nagle) is not in flight yet.
+    let queued: u64 = text
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Some(in_flight + queued)
 }

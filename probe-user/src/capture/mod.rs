@@ -128,6 +128,9 @@ pub struct Summary {
     pub decode_rejected: DecodeStats,
     /// Connections evicted from the bounded tables.
     pub evicted: u64,
+    /// Retransmitted segments the kernel counted with no record (see
+    /// [`ConnTotals::unrecorded_retrans`]), over every connection.
+    pub unrecorded_retrans: u64,
     /// Each hook's state.
     pub hooks: Vec<HookStatus>,
 }
@@ -234,6 +237,7 @@ impl<W: Write> Sink<W> {
             kernel,
             decode_rejected: self.kernel.decode.total(),
             evicted: self.kernel.tracker.evicted,
+            unrecorded_retrans: self.kernel.tracker.unrecorded_retrans,
         }
     }
 }
@@ -326,7 +330,7 @@ pub async fn run_async<W: Write, H: Serialize>(
     let mut tick = tokio::time::interval(opts.drops_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_drops = KernelDrops::default();
-    let mut last_other = (0u64, 0u64);
+    let mut last_other = (0u64, 0u64, 0u64);
     let mut extra = opts.extra.take();
     let stopped_by = loop {
         tokio::select! {
@@ -366,7 +370,11 @@ pub async fn run_async<W: Write, H: Serialize>(
             }
             _ = tick.tick() => {
                 let d = probes.drops();
-                let other = (sink.kernel.decode.total(), sink.kernel.tracker.evicted);
+                let other = (
+                    sink.kernel.decode.total(),
+                    sink.kernel.tracker.evicted,
+                    sink.kernel.tracker.unrecorded_retrans,
+                );
                 if d != last_drops || other != last_other {
                     last_drops = d;
                     last_other = other;
@@ -398,6 +406,7 @@ pub async fn run_async<W: Write, H: Serialize>(
         drops,
         decode_rejected: sink.kernel.decode,
         evicted: sink.kernel.tracker.evicted,
+        unrecorded_retrans: sink.kernel.tracker.unrecorded_retrans,
         hooks,
     };
     sink.out.write("summary", end_ts, &summary)?;

@@ -229,6 +229,10 @@ pub struct DropsRecord {
     pub decode_rejected: u64,
     /// Connections evicted from the bounded tables.
     pub evicted: u64,
+    /// Retransmitted segments the kernel counted with no record, over every connection
+    /// ([`super::tracker::ConnTotals::unrecorded_retrans`]); absent in older recordings.
+    #[serde(default)]
+    pub unrecorded_retrans: u64,
 }
 
 /// The path of an engine event whose path is not known.
@@ -408,6 +412,7 @@ mod drops_tests {
             },
             decode_rejected: 0,
             evicted: 0,
+            unrecorded_retrans: 5,
         };
         let v = serde_json::to_value(d).unwrap();
         assert_eq!(
@@ -417,7 +422,7 @@ mod drops_tests {
                 "skipped_by_kernel": {
                     "retransmit": 2, "cwnd": 0, "cong_state": 1, "state": 0, "unread_hooks": 0
                 },
-                "decode_rejected": 0, "evicted": 0
+                "decode_rejected": 0, "evicted": 0, "unrecorded_retrans": 5
             })
         );
         assert_eq!(serde_json::from_value::<DropsRecord>(v).unwrap(), d);
@@ -428,5 +433,6 @@ mod drops_tests {
         .unwrap();
         assert_eq!(old.kernel.ring_full, 3);
         assert_eq!(old.kernel.skipped_by_kernel, SkippedByKernel::default());
+        assert_eq!(old.unrecorded_retrans, 0);
     }
 }

@@ -36,6 +36,11 @@ pub struct ConnTotals {
     pub max_stall_ms: u64,
     /// The kernel's own count of retransmitted segments at the last event.
     pub last_total_retrans: u32,
+    /// Retransmitted segments the kernel counted (its `total_retrans` grew between two events
+    /// of the connection) that no `tcp_retransmit` record shows: the hook did not run for
+    /// them (skips the kernel counts in `skipped_by_kernel`, and some it does not), or a
+    /// SYN-ACK resent by a Fast Open server.
+    pub unrecorded_retrans: u64,
     /// Last cwnd seen.
     pub last_cwnd: u32,
     /// Closed during the capture.
@@ -53,6 +58,8 @@ struct Episode {
 #[derive(Debug, Clone)]
 struct Conn {
     totals: ConnTotals,
+    /// `total_retrans` at the connection's last event with a socket snapshot.
+    last_total: Option<u32>,
     last_ns: u64,
     episode: Option<Episode>,
 }
@@ -67,6 +74,8 @@ pub struct Tracker {
     next_conn: u64,
     /// Connections dropped from the tables to keep them bounded.
     pub evicted: u64,
+    /// [`ConnTotals::unrecorded_retrans`] summed over every connection seen.
+    pub unrecorded_retrans: u64,
 }
 
 fn kind_index(k: RetransmitKind) -> usize {
@@ -80,6 +89,24 @@ fn kind_index(k: RetransmitKind) -> usize {
     }
 }
 
+/// Segments the kernel counted as retransmitted between the connection's previous snapshot
+/// (`total_retrans` = `prev`) and this event's that no record shows. The kernel reads
+/// `total_retrans` after counting the resend a `tcp_retransmit` reports, so that resend's own
+/// segments are part of the growth: all of them when it went out, and those of a failed one
+/// only as far as the growth covers them (the kernel counts an attempt that fails in the
+/// transmit path, not one it gives up before: busy, no route, no memory).
+fn unrecorded_since(prev: Option<u32>, o: &TcpObservation) -> u64 {
+    let Some(prev) = prev else { return 0 };
+    // A count that went down is another socket at the same address: a new baseline.
+    let grown = u64::from(o.snap.total_retrans.saturating_sub(prev));
+    let own = match o.kind {
+        TcpEventKind::Retransmit { segs, err: 0, .. } => u64::from(segs.unwrap_or(1).max(1)),
+        TcpEventKind::Retransmit { segs, .. } => u64::from(segs.unwrap_or(1).max(1)).min(grown),
+        _ => 0,
+    };
+    grown.saturating_sub(own)
+}
+
 impl Tracker {
     /// A tracker holding at most `max_live` open and `max_closed` finished connections.
     pub fn new(hz: Option<u32>, max_live: usize, max_closed: usize) -> Self {
@@ -91,6 +118,7 @@ impl Tracker {
             max_closed,
             next_conn: 1,
             evicted: 0,
+            unrecorded_retrans: 0,
         }
     }
 
@@ -129,9 +157,11 @@ impl Tracker {
                     backoff_episodes: 0,
                     max_stall_ms: 0,
                     last_total_retrans: 0,
+                    unrecorded_retrans: 0,
                     last_cwnd: 0,
                     closed: false,
                 },
+                last_total: None,
                 last_ns: o.mono_ns,
                 episode: None,
             }
@@ -186,12 +216,16 @@ impl Tracker {
         let hz = self.hz;
         let sock = SockFields::new(&o.snap, hz);
         let start = out.len();
+        let mut unrecorded = 0;
         let c = self.conn(o);
         let ends = c.totals.ends.clone();
         if o.snap.valid {
             c.totals.last_total_retrans = o.snap.total_retrans;
             c.totals.last_cwnd = o.snap.cwnd;
             c.totals.max_backoff = c.totals.max_backoff.max(o.snap.backoff);
+            unrecorded = unrecorded_since(c.last_total, o);
+            c.last_total = Some(o.snap.total_retrans);
+            c.totals.unrecorded_retrans += unrecorded;
         }
         match o.kind {
             TcpEventKind::Retransmit {
@@ -301,6 +335,7 @@ impl Tracker {
                 }
             }
         }
+        self.unrecorded_retrans += unrecorded;
     }
 
     /// Every connection's totals (finished first, then open), for the summary.
@@ -407,6 +442,41 @@ mod tests {
             (tot.retransmits, tot.rto_timeouts, tot.backoff_episodes),
             (3, 3, 1)
         );
+    }
+
+    #[test]
+    fn retransmissions_the_kernel_counted_without_a_record_are_counted() {
+        let mut t = Tracker::new(Some(250), 16, 16);
+        let at = |total: u32, kind: TcpEventKind| {
+            let mut o = obs(1, kind, 51, 0, 0);
+            o.snap.total_retrans = total;
+            o
+        };
+        let resend = |segs: u16, err: i32| TcpEventKind::Retransmit {
+            kind: RetransmitKind::Fast,
+            segs: Some(segs),
+            err,
+            seq: None,
+            len: None,
+        };
+        let cwnd = TcpEventKind::Cwnd;
+        let steps = [
+            // (event, total_retrans after it, unrecorded so far)
+            (at(5, cwnd), 0), // the first snapshot is the baseline
+            (at(6, resend(1, 0)), 0),
+            (at(8, cwnd), 2),             // two resends with no record
+            (at(8, resend(1, -16)), 2),   // busy: given up before counting
+            (at(9, resend(1, -105)), 2),  // failed in the transmit path, counted
+            (at(12, resend(2, 0)), 3),    // a two-segment resend after one unrecorded
+            (at(12, resend(1, -113)), 3), // no route: not counted
+            (at(2, cwnd), 3),             // a lower count: another socket, new baseline
+            (at(3, resend(1, 0)), 3),
+        ];
+        for (i, (o, want)) in steps.iter().enumerate() {
+            t.handle(o);
+            assert_eq!(t.unrecorded_retrans, *want, "step {i}");
+            assert_eq!(t.totals()[0].unrecorded_retrans, *want, "step {i}");
+        }
     }
 
     #[test]

@@ -63,6 +63,11 @@ impl TcpWatch {
         self.kernel.tracker.evicted
     }
 
+    /// Retransmitted segments the kernel counted with no record, so far.
+    pub fn unrecorded_retrans(&self) -> u64 {
+        self.kernel.tracker.unrecorded_retrans
+    }
+
     /// Per-connection totals so far: the closed connections kept, then the open ones.
     pub fn connections(&self) -> Vec<super::tracker::ConnTotals> {
         self.kernel.tracker.totals()

@@ -112,6 +112,8 @@ pub struct Fold {
     ring_buffer_dropped: u64,
     /// Hook runs the kernel skipped (the recording's last `drops` line).
     skipped_by_kernel: SkippedByKernel,
+    /// Retransmitted segments the kernel counted with no record (latest `drops` line).
+    unrecorded_retrans: u64,
     tcp_events_dropped: u64,
     /// Latencies above the engine's bound, recorded at the bound (as the engine counts them).
     clamped: u64,
@@ -142,6 +144,7 @@ impl Fold {
             events: VecDeque::new(),
             ring_buffer_dropped: 0,
             skipped_by_kernel: SkippedByKernel::default(),
+            unrecorded_retrans: 0,
             tcp_events_dropped: 0,
             clamped: 0,
             late_copies: 0,
@@ -241,6 +244,7 @@ impl Fold {
                 self.ring_buffer_dropped = self.ring_buffer_dropped.max(d.kernel.total());
                 // Cumulative: the latest line has the highest counts.
                 self.skipped_by_kernel = d.kernel.skipped_by_kernel;
+                self.unrecorded_retrans = d.unrecorded_retrans;
                 self.tcp_events_dropped = self.tcp_events_dropped.max(d.decode_rejected);
             }
             Item::CaptureNote(text) => self.event(ts, Severity::Warn, text.clone()),
@@ -404,7 +408,9 @@ impl Fold {
         snap.health.clamped_latencies = self.clamped;
         snap.health.late_copies = self.late_copies;
         snap.health.inferences.extend(self.notes.iter().cloned());
-        if let Some(line) = crate::kerneltcp::skipped_line(&self.skipped_by_kernel) {
+        if let Some(line) =
+            crate::kerneltcp::probes_missed_line(&self.skipped_by_kernel, self.unrecorded_retrans)
+        {
             snap.health.inferences.push(line);
         }
         if let Some((_, summary)) = &self.summary {
