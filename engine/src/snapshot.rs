@@ -343,6 +343,11 @@ pub struct CaptureHealth {
     /// CPU): their events never existed; filled by the capture driver.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tcp_hook_runs_skipped: u64,
+    /// Retransmitted segments the kernel counted (`total_retrans`) that no kernel TCP record
+    /// shows, whatever the cause (skipped runs of the retransmit hook among them); filled by
+    /// the capture driver.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tcp_retrans_unrecorded: u64,
     /// QUIC packets that could not be decrypted; filled by the decode glue.
     #[serde(default)]
     pub decrypt_failures: u64,

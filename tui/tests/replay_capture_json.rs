@@ -147,6 +147,10 @@ fn congestion_states_and_socket_states_of_a_capture_are_replayed() {
         snap.health.tcp_hook_runs_skipped, 1,
         "skipped by the kernel"
     );
+    assert_eq!(
+        snap.health.tcp_retrans_unrecorded, 2,
+        "counted with no record"
+    );
     assert!(
         snap.health.inferences.iter().any(|l| l
             .contains("1 hook runs skipped by the kernel (retransmit 1)")

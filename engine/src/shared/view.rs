@@ -341,6 +341,7 @@ impl Shared {
             ring_buffer_dropped: 0,
             tcp_events_dropped: 0,
             tcp_hook_runs_skipped: 0,
+            tcp_retrans_unrecorded: 0,
             decrypt_failures: 0,
             captures: self
                 .caps

@@ -405,6 +405,7 @@ impl Fold {
         snap.health.ring_buffer_dropped = self.ring_buffer_dropped;
         snap.health.tcp_events_dropped = self.tcp_events_dropped;
         snap.health.tcp_hook_runs_skipped = self.skipped_by_kernel.total();
+        snap.health.tcp_retrans_unrecorded = self.unrecorded_retrans;
         snap.health.clamped_latencies = self.clamped;
         snap.health.late_copies = self.late_copies;
         snap.health.inferences.extend(self.notes.iter().cloned());

@@ -56,6 +56,7 @@ impl HealthModel {
             loss("ring-buffer drops", h.ring_buffer_dropped),
             loss("TCP events dropped", h.tcp_events_dropped),
             loss("TCP hook runs skipped", h.tcp_hook_runs_skipped),
+            loss("TCP resends without record", h.tcp_retrans_unrecorded),
             loss("decrypt failures", h.decrypt_failures),
             loss("flow evictions", h.evicted_flows),
             loss("message evictions", h.evicted_messages),
@@ -213,9 +214,10 @@ mod tests {
         snap.health.ring_buffer_dropped = 2;
         snap.health.tcp_events_dropped = 3;
         snap.health.tcp_hook_runs_skipped = 4;
+        snap.health.tcp_retrans_unrecorded = 5;
         assert_eq!(
             HealthModel::build(&snap).footer_lines(200),
-            [" capture health: ring-buffer drops 2 · TCP events dropped 3 · TCP hook runs skipped 4"]
+            [" capture health: ring-buffer drops 2 · TCP events dropped 3 · TCP hook runs skipped 4 · TCP resends without record 5"]
         );
     }
 

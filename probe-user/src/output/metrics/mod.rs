@@ -600,6 +600,13 @@ fn health_families(f: &Figures<'_>) -> Vec<MetricFamily> {
     ] {
         drops.push(vec![label("stage", stage)], n as f64);
     }
+    let mut unrecorded = MetricFamily::new(
+        "tboxscope_tcp_retransmits_unrecorded",
+        Counter,
+        Unit::None,
+        "Retransmitted segments the kernel counted (its total_retrans) that no eBPF record shows, whatever the cause; skipped runs of the retransmit hook are among them.",
+    );
+    unrecorded.push(Vec::new(), h.tcp_retrans_unrecorded as f64);
     let mut evictions = MetricFamily::new(
         "tboxscope_capture_evictions",
         Counter,
@@ -680,6 +687,7 @@ fn health_families(f: &Figures<'_>) -> Vec<MetricFamily> {
     time.push(Vec::new(), seconds_from_ns(f.ts_ns));
     vec![
         observations,
+        unrecorded,
         drops,
         evictions,
         decrypt,

@@ -66,6 +66,7 @@ fn snapshot(flows: usize) -> Snapshot {
     });
     s.health.pcap_dropped = 3;
     s.health.tcp_hook_runs_skipped = 2;
+    s.health.tcp_retrans_unrecorded = 3;
     s.health.late_copies = 54;
     s.health.held_messages = 87;
     s.health.held_too_long = 2;
@@ -113,6 +114,8 @@ fn prometheus_text_has_paths_flows_kernel_and_health() {
         "tboxscope_tcp_backoff_level{path=\"eth0\",socket=\"10.0.0.1:40000 → 10.0.1.1:443\"} 4\n",
         "tboxscope_capture_drops_total{stage=\"libpcap\"} 3\n",
         "tboxscope_capture_drops_total{stage=\"tcp_hook_skipped\"} 2\n",
+        "# TYPE tboxscope_tcp_retransmits_unrecorded_total counter\n",
+        "tboxscope_tcp_retransmits_unrecorded_total 3\n",
         "# TYPE tboxscope_late_copies_total counter\n",
         "tboxscope_late_copies_total 54\n",
         "tboxscope_messages_held_total 87\n",
