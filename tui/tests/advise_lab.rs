@@ -8,7 +8,7 @@
 //! the same recommendation. (The advice is taken from `tboxscope advise` of the run's pcap
 //! files, the product's path; `lab run`'s own, from its live capture, is checked to exist.)
 //! Beside the presets, scenarios of their own: S2 with a tight
-//! uplink, 7 % random loss, and congestion loss under a rate limit. Needs root (network namespaces): `#[ignore]`d, run by `.ci/run`.
+//! uplink, 7.5 % random loss, and congestion loss under a rate limit. Needs root (network namespaces): `#[ignore]`d, run by `.ci/run`.
 //!
 //! The errors allowed, and why:
 //! - P50: within 35 % + 10 ms. The replay draws each path's delay from the capture's own
@@ -294,15 +294,16 @@ fn weak_signal_is_redundant() {
     p50_close(r, truth(&rows, "quic-redundant"));
 }
 
-/// 7 % random loss on both paths, no outage: KCP (the seed's 5–10 % row; 7 %, its middle, so
-/// that 1 000 messages measure it inside the row).
+/// 7.5 % random loss on both paths, no outage: KCP (the seed's 5–10 % row, at its middle: 1 000
+/// messages measure a path's loss to ±0.8 % (one standard deviation), and the path KCP does
+/// best on tends to be the one that drew fewer losses; at 7 % one CI run measured 4.9 %).
 #[test]
 #[ignore = "needs root"]
 fn heavy_random_loss_is_kcp() {
     let dir = tempfile::tempdir().unwrap();
     let (rows, _, opts) = lab_run(
         "advl6",
-        &scenario("L7", [7.0, 7.0], [None, None]),
+        &scenario("L7", [7.5, 7.5], [None, None]),
         dir.path(),
     );
     let a = advise_cli(dir.path(), &opts, &[]);
