@@ -3,10 +3,11 @@
 //! [`TcpEvent`]s into a ring buffer. Every failed reserve or read is counted in `DROPS`.
 //!
 //! Raw tracepoints, not perf tracepoints: the kernel runs a perf tracepoint's program only when
-//! its per-task perf recursion slot is free, and skips it without counting otherwise (seen
-//! here under load: one retransmission in ~250 with no record, ftrace showing it). A raw
-//! tracepoint runs the program directly; its only skip is this same program already running
-//! on the CPU, counted in the program's `recursion_misses`.
+//! the task's perf recursion slot (else skipped uncounted) and the CPU's `bpf_prog_active` (else
+//! counted) are free. A raw tracepoint runs the program directly; its only skip is this same
+//! program already running on the CPU, counted in the program's `recursion_misses`. Runs the
+//! kernel misses without counting remain on some machines; user space counts the
+//! retransmissions among them from `total_retrans` (probe-user/src/source/ebpf/README.md).
 #![no_std]
 #![no_main]
 
