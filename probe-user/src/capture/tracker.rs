@@ -89,6 +89,11 @@ fn kind_index(k: RetransmitKind) -> usize {
     }
 }
 
+/// Segments a resend carried: its `segs`, or 1 when the kernel's figure was not read.
+fn resent_segs(segs: Option<u16>) -> u64 {
+    u64::from(segs.unwrap_or(1).max(1))
+}
+
 /// Segments the kernel counted as retransmitted between the connection's previous snapshot
 /// (`total_retrans` = `prev`) and this event's that no record shows. The kernel reads
 /// `total_retrans` after counting the resend a `tcp_retransmit` reports, so that resend's own
@@ -100,8 +105,8 @@ fn unrecorded_since(prev: Option<u32>, o: &TcpObservation) -> u64 {
     // A count that went down is another socket at the same address: a new baseline.
     let grown = u64::from(o.snap.total_retrans.saturating_sub(prev));
     let own = match o.kind {
-        TcpEventKind::Retransmit { segs, err: 0, .. } => u64::from(segs.unwrap_or(1).max(1)),
-        TcpEventKind::Retransmit { segs, .. } => u64::from(segs.unwrap_or(1).max(1)).min(grown),
+        TcpEventKind::Retransmit { segs, err: 0, .. } => resent_segs(segs),
+        TcpEventKind::Retransmit { segs, .. } => resent_segs(segs).min(grown),
         _ => 0,
     };
     grown.saturating_sub(own)
@@ -237,7 +242,7 @@ impl Tracker {
             } => {
                 if err == 0 {
                     c.totals.retransmits += 1;
-                    c.totals.retrans_segs += u64::from(segs.unwrap_or(1).max(1));
+                    c.totals.retrans_segs += resent_segs(segs);
                     c.totals.by_kind[kind_index(kind)] += 1;
                 } else {
                     c.totals.retransmit_failures += 1;
