@@ -68,6 +68,11 @@ impl Conn {
 
     /// Data from the client carrying the timestamps option with `tsval`.
     fn data_ts(&mut self, ms: u64, seq: u32, len: u32, tsval: u32) {
+        self.data_echo(ms, seq, len, (tsval, 0));
+    }
+
+    /// Data from the client carrying the timestamps option (TSval, TSecr).
+    fn data_echo(&mut self, ms: u64, seq: u32, len: u32, timestamps: (u32, u32)) {
         self.e.handle(Observation::TcpSegment(TcpSegment {
             meta: meta(T0 + ms * MS, "eth0", 0, self.cli, self.srv, 52 + len),
             seq,
@@ -76,7 +81,7 @@ impl Conn {
             window: 1000,
             len,
             options: TcpOptions {
-                timestamps: Some((tsval, 0)),
+                timestamps: Some(timestamps),
                 ..TcpOptions::default()
             },
             ..TcpSegment::default()
@@ -390,6 +395,27 @@ fn a_resend_sent_in_the_same_tick_as_new_data_is_still_a_resend() {
     assert_eq!(r.iter().map(|x| x.seq).collect::<Vec<_>>(), [1100], "{r:?}");
     let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
     assert_eq!(s.directions[0].out_of_order, 0);
+}
+
+#[test]
+fn a_resend_within_the_tick_of_the_data_above_it_is_told_by_its_echo() {
+    let mut c = Conn::established(999);
+    // A round trip under the sender's tick (an idle path): 1100 is lost before this
+    // (receiver-side) capture, 1200 arrives, and the resend that the receiver's SACK set off
+    // leaves in the same millisecond (TSval 7000) — but echoes that SACK's TSval (3001), newer
+    // than the echo 1200 carried (3000). A reordered original, sent before 1200, never does.
+    c.data_echo(100, 1200, 100, (7000, 3000));
+    c.ack(100, 1100, &[(1200, 1300)]);
+    c.data_echo(100, 1100, 100, (7000, 3001));
+    // Reordered on the way: 1400 (sent before 1500) arrives after it, with the same clocks.
+    c.data_echo(101, 1300, 100, (7001, 3001));
+    c.data_echo(101, 1500, 100, (7001, 3001));
+    c.data_echo(101, 1400, 100, (7001, 3001));
+    c.ack(140, 1600, &[]);
+    let (r, _) = c.records();
+    assert_eq!(r.iter().map(|x| x.seq).collect::<Vec<_>>(), [1100], "{r:?}");
+    let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
+    assert_eq!(s.directions[0].out_of_order, 1);
 }
 
 #[test]

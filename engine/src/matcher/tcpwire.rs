@@ -53,8 +53,8 @@ struct Sent {
     end: u64,
     first_ns: u64,
     last_ns: u64,
-    /// TSval of its first copy, when it carried timestamps.
-    tsval: Option<u32>,
+    /// TSval and TSecr of its first copy, when it carried timestamps.
+    timestamps: Option<(u32, u32)>,
     retransmitted: bool,
 }
 
@@ -204,8 +204,8 @@ struct Half {
     history_from: u64,
     /// The receiver's last ACK advertised a zero window.
     zero_window: bool,
-    /// The newest TSval on a data segment.
-    max_tsval: Option<u32>,
+    /// The newest TSval and the newest TSecr on a data segment (each on its own).
+    max_timestamps: Option<(u32, u32)>,
     /// Last retransmission time.
     last_retx_ns: u64,
     /// Loss recovery after an RTO, until `una` reaches this.
@@ -262,14 +262,20 @@ impl Half {
 
     /// Remembers `[start, end)` as first seen at `ts_ns`; returns the segments forgotten to
     /// stay within [`MAX_SEGMENTS`] (their space stays seen below `seen_floor`).
-    fn remember(&mut self, start: u64, end: u64, ts_ns: u64, tsval: Option<u32>) -> u64 {
+    fn remember(
+        &mut self,
+        start: u64,
+        end: u64,
+        ts_ns: u64,
+        timestamps: Option<(u32, u32)>,
+    ) -> u64 {
         self.sent.insert(
             start,
             Sent {
                 end,
                 first_ns: ts_ns,
                 last_ns: ts_ns,
-                tsval,
+                timestamps,
                 retransmitted: false,
             },
         );
@@ -697,7 +703,7 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) -> Optio
             };
             if p.record.spurious.is_none() {
                 if let (Some((_, ecr)), Some(tsval)) = (opts.timestamps, p.tsval) {
-                    if (ecr.wrapping_sub(tsval) as i32) < 0 {
+                    if newer(tsval, ecr) {
                         p.record.spurious = Some(Spurious::Timestamp);
                     }
                 }
@@ -729,11 +735,13 @@ fn probe_due(h: &Half, ts_ns: u64) -> bool {
 /// no byte of it was seen before (nor acknowledged), so this is its first copy at this
 /// capture — an original that arrived after a later segment (reordered), or, at a capture
 /// after the sender, one whose earlier copy the capture missed. With timestamps the sender's
-/// clock tells: originals leave in sequence order with TSvals that never go back, so a
-/// reordered original is never newer than the first segment seen above it, while the resend
+/// two clocks tell: originals leave in sequence order, and neither their TSvals nor their
+/// TSecrs go back (a sender echoes only a TSval not older than the last, RFC 7323 §4.3), so
+/// a reordered original is newer by neither than the first segment seen above it. The resend
 /// of a segment lost before the capture point (a receiver-side capture) left a round trip of
-/// duplicate ACKs or a timeout after it: newer (unless the round trip is under the TSval's
-/// tick, when the two cannot be told apart and it counts as a fill).
+/// duplicate ACKs or a timeout after that one: a newer TSval, or the echo of a newer ACK,
+/// unless the round trip stayed within a tick of both clocks — then the two cannot be told
+/// apart and it counts as a fill.
 fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
     if start < h.una.max(h.seen_floor) {
         return false;
@@ -742,15 +750,20 @@ fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
     if overlaps {
         return false;
     }
-    let Some((tsval, _)) = t.options.timestamps else {
+    let Some((tsval, tsecr)) = t.options.timestamps else {
         return true;
     };
-    let newer = |than: u32| (tsval.wrapping_sub(than) as i32) > 0;
-    if h.max_tsval.is_some_and(newer) {
+    let sent_after = |(v, e): (u32, u32)| newer(tsval, v) || newer(tsecr, e);
+    if h.max_timestamps.is_some_and(sent_after) {
         return false;
     }
-    let above = h.sent.first_from(end).and_then(|(_, s)| s.tsval);
-    !above.is_some_and(newer)
+    let above = h.sent.first_from(end).and_then(|(_, s)| s.timestamps);
+    !above.is_some_and(sent_after)
+}
+
+/// Whether timestamp `a` is later than `b` (modulo 2^32, RFC 7323 §5.2).
+fn newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
 }
 
 /// A segment carrying `seq_len` of sequence space from `ends.0` (path label from `label`);
@@ -799,22 +812,24 @@ fn send(
             h.tsvals.push_back((tsval, ts_ns));
         }
     }
-    let tsval = t.options.timestamps.map(|(v, _)| v);
+    let timestamps = t.options.timestamps;
     let first_in_direction = h.stats.segments == 1;
     let fill = !first_in_direction && start < h.nxt && is_fill(h, start, end, t);
-    if let Some((tsval, _)) = t.options.timestamps {
-        if h.max_tsval
-            .is_none_or(|m| (tsval.wrapping_sub(m) as i32) > 0)
-        {
-            h.max_tsval = Some(tsval);
-        }
+    if let Some((v, e)) = timestamps {
+        h.max_timestamps = Some(match h.max_timestamps {
+            Some((mv, me)) => (
+                if newer(v, mv) { v } else { mv },
+                if newer(e, me) { e } else { me },
+            ),
+            None => (v, e),
+        });
     }
     if first_in_direction || start >= h.nxt || fill {
         if fill {
             h.stats.out_of_order += 1;
         }
         h.nxt = h.nxt.max(end);
-        return (h.remember(start, end, ts_ns, tsval), 0);
+        return (h.remember(start, end, ts_ns, timestamps), 0);
     }
     // One byte resent into a zero window: a window probe (persist timer), not a
     // retransmission (as the kernel counts it).
@@ -841,7 +856,7 @@ fn send(
     let mut evicted = 0;
     if end > h.nxt {
         // Its part above the highest sequence seen is new: remembered as seen.
-        evicted = h.remember(h.nxt, end, ts_ns, tsval);
+        evicted = h.remember(h.nxt, end, ts_ns, timestamps);
         h.nxt = end;
     }
     let rto_est = h.rto_ns();
