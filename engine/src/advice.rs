@@ -1217,9 +1217,15 @@ pub fn render(a: &Advice) -> String {
         "\nevidence: {} — {} messages, {:.1}/s × {:.0} B, over {:.1} s of capture",
         ev.flow, ev.messages, ev.messages_per_s, ev.message_bytes, ev.duration_s
     );
+    // Columns as wide as the longest label (interface names run to 15 characters).
+    let pw = ev
+        .paths
+        .iter()
+        .map(|p| p.path.chars().count())
+        .fold(12, usize::max);
     let _ = writeln!(
         s,
-        "  {:<12} {:>9} {:>9} {:>8} {:<8} {:>7} {:<11} outages",
+        "  {:<pw$} {:>9} {:>9} {:>8} {:<8} {:>7} {:<11} outages",
         "path", "delay P50", "P99", "samples", "from", "loss", "loss kind"
     );
     for p in &ev.paths {
@@ -1242,7 +1248,7 @@ pub fn render(a: &Advice) -> String {
         };
         let _ = writeln!(
             s,
-            "  {:<12} {:>6.1} ms {:>6.1} ms {:>8} {:<8} {:>6.2}% {:<11} {outages}",
+            "  {:<pw$} {:>6.1} ms {:>6.1} ms {:>8} {:<8} {:>6.2}% {:<11} {outages}",
             p.path,
             p.delay_p50_ms,
             p.delay_p99_ms,
@@ -1251,7 +1257,7 @@ pub fn render(a: &Advice) -> String {
             p.loss * 100.0,
             kind
         );
-        let _ = writeln!(s, "  {:<12} loss from {}", "", p.loss_from);
+        let _ = writeln!(s, "  {:<pw$} loss from {}", "", p.loss_from);
     }
     if let Some((p50, p99, p999, n)) = ev.observed_redundant {
         let _ = write!(
@@ -1274,16 +1280,21 @@ pub fn render(a: &Advice) -> String {
         s,
         "\noptions on this link ({samples} messages replayed each, application to application):"
     );
-    let _ = writeln!(
-        s,
-        "  {:<22} {:>9} {:>9} {:>9} {:>19} {:>9} {:>7} {:>5}",
-        "option", "P50", "P99", "P999", "P99 over replays", "bandwidth", "uplink", "SLA"
-    );
-    for o in &a.options {
-        let name = match o.transport {
+    let names: Vec<String> = a
+        .options
+        .iter()
+        .map(|o| match o.transport {
             Transport::Redundant => format!("redundant {}", o.paths.join("+")),
             t => format!("{} on {}", t.as_str(), o.paths.join("+")),
-        };
+        })
+        .collect();
+    let ow = names.iter().map(|n| n.chars().count()).fold(22, usize::max);
+    let _ = writeln!(
+        s,
+        "  {:<ow$} {:>9} {:>9} {:>9} {:>19} {:>9} {:>7} {:>5}",
+        "option", "P50", "P99", "P999", "P99 over replays", "bandwidth", "uplink", "SLA"
+    );
+    for (o, name) in a.options.iter().zip(&names) {
         let uplink = o
             .uplink_use_pct
             .map_or("-".to_owned(), |u| format!("{u:.0}%"));
@@ -1292,21 +1303,21 @@ pub fn render(a: &Advice) -> String {
             Some(false) => "miss",
             None => "-",
         };
+        let range = format!("{:.1}–{:.1} ms", o.p99_range_ms.0, o.p99_range_ms.1);
         let _ = writeln!(
             s,
-            "  {:<22} {:>6.1} ms {:>6.1} ms {:>6.1} ms {:>8.1}–{:<7.1} ms {:>8.2}× {:>7} {:>5}",
+            "  {:<ow$} {:>6.1} ms {:>6.1} ms {:>6.1} ms {:>19} {:>8.2}× {:>7} {:>5}",
             name,
             o.predicted_p50_ms,
             o.predicted_p99_ms,
             o.predicted_p999_ms,
-            o.p99_range_ms.0,
-            o.p99_range_ms.1,
+            range,
             o.bandwidth_factor,
             uplink,
             sla
         );
         if let Some(obs) = o.observed_p99_ms {
-            let _ = writeln!(s, "  {:<22} observed P99 {obs:.1} ms", "");
+            let _ = writeln!(s, "  {:<ow$} observed P99 {obs:.1} ms", "");
         }
     }
     s
@@ -1531,6 +1542,35 @@ mod tests {
             "{:?}",
             a.reasons
         );
+    }
+
+    #[test]
+    fn the_tables_columns_line_up_with_long_interface_names() {
+        let ev = link(
+            path("tbox-wwan0-4g", 40, 10, 0.02, Vec::new()),
+            path("tbox-wwan1-5g-sa", 25, 8, 0.015, Vec::new()),
+        );
+        let text = render(&advise(ev, Limits::default()).unwrap());
+        let lines: Vec<&str> = text.lines().collect();
+        // The character column where `what` ends on `line`.
+        let end = |line: &str, what: &str| {
+            line.find(what)
+                .map(|i| line[..i].chars().count() + what.chars().count())
+        };
+        for (header, p50) in [("  path ", "delay P50"), ("  option ", "P50")] {
+            let h = lines.iter().position(|l| l.starts_with(header)).unwrap();
+            let rows: Vec<&str> = lines[h + 1..]
+                .iter()
+                .copied()
+                .take_while(|l| l.starts_with("  "))
+                .filter(|l| !l[2..].starts_with(' '))
+                .collect();
+            assert!(rows.len() >= 2, "{text}");
+            for row in rows {
+                // Each row's P50 ("40.2 ms") ends under its heading.
+                assert_eq!(end(row, " ms"), end(lines[h], p50), "\n{}\n{row}", lines[h]);
+            }
+        }
     }
 
     #[test]
