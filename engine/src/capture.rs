@@ -2,9 +2,10 @@
 //! its two ends, who sent each packet, and the clock offset between the two hosts.
 //!
 //! Inference rules (each one is reported as a sentence in the snapshot):
-//! - Pairing: two captures that saw the same copy with the same addresses and ports, on
-//!   different hosts or labels, three times, show the same path at its two ends (unless stated
-//!   with `pair_with`, or two captures share one path label).
+//! - Pairing: two captures that saw the same copy (of a message, or a TCP segment's new
+//!   bytes) with the same addresses and ports, on different hosts or labels, three times, show
+//!   the same path at its two ends (unless stated with `pair_with`, or two captures share one
+//!   path label).
 //! - Host: when not stated, the capture that saw client→server copies first (the client is the
 //!   side with the higher port) is the T-Box; an unpaired capture is assumed to be on the T-Box.
 //! - Direction: from `local_addrs` when given, else the T-Box is the higher-port side.

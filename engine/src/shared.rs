@@ -746,17 +746,31 @@ impl Shared {
         }
     }
 
-    /// A packet that carries no message copy (an ACK), named by `identity` (the same at both
-    /// ends of a path; computed only where the capture is paired): seen at both ends of a paired path, its delay is a sample for the clock
-    /// offset like a copy's (ACKs travel the other way than data: with data alone there would
-    /// be samples in one direction only, and no estimate).
-    pub(crate) fn echo(&mut self, identity: impl FnOnce() -> u64, pkt: &Pkt) {
-        let Some(other_end) = self.caps.paired(pkt.capture) else {
+    /// A packet that carries no message copy (an ACK, a TCP segment's bytes), named by
+    /// `identity` (the same at both ends of a path; computed only where it can count): seen at
+    /// both ends of a paired path, its delay is a sample for the clock offset like a copy's
+    /// (ACKs travel the other way than data: with data alone there would be samples in one
+    /// direction only, and no estimate). With `votes` (a first copy, never a resend, whose
+    /// identity no other packet of its connection shares) it is also evidence, as a copy is,
+    /// that two captures not yet paired show the same path at its two ends.
+    pub(crate) fn echo(&mut self, identity: impl FnOnce() -> u64, pkt: &Pkt, votes: bool) {
+        if !(pkt.paired || votes && self.caps.several_unpaired()) {
             return;
-        };
+        }
+        let other_end = self.caps.paired(pkt.capture);
         let identity = identity();
         match self.echoes.remove(&identity) {
-            Some((first, first_raw)) if first == other_end => {
+            Some((first, first_raw)) if other_end.is_none() && first != pkt.capture => {
+                if self.caps.paired(first).is_none() {
+                    if let Some((keep, alias)) =
+                        self.caps
+                            .vote((first, first_raw), (pkt.capture, pkt.raw_ns), pkt.up)
+                    {
+                        self.pair_paths(keep, alias);
+                    }
+                }
+            }
+            Some((first, first_raw)) if Some(first) == other_end => {
                 let host = |c| self.caps.get(c).map(|s| s.host);
                 // The sender: the T-Box for client-to-server packets, the gateway otherwise.
                 let sender_host = match pkt.up {

@@ -10,6 +10,10 @@
 //! The oracle is the sender's capture: a packet there is a resend when its sequence was sent
 //! before, and the resends that reached the receiver are found in its capture by (sequence,
 //! length, TSval, TSecr).
+//!
+//! The two captures given together pair by the segments both saw (no `--framing`), and the
+//! receiver's capture alone stated to be at the server's end (`--host LABEL=gateway`): the
+//! same HOL stalls, from the receiver's arrivals, each said to be filled by a resend.
 #![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
@@ -137,6 +141,82 @@ fn analyze(pcap: &Path, local: &str) -> (u64, u64) {
     (retransmissions, out_of_order)
 }
 
+/// The wire's HOL incidents among `lines`: (stall_from, recovery) of each.
+fn stalls(lines: &[serde_json::Value]) -> Vec<(String, String)> {
+    lines
+        .iter()
+        .filter(|r| r["type"] == "hol_incident" && r["source"] == "wire")
+        .map(|r| {
+            let text = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+            (text("stall_from"), text("recovery"))
+        })
+        .collect()
+}
+
+/// The amplification of the one TCP flow in `lines`' summary.
+fn amplification(lines: &[serde_json::Value]) -> f64 {
+    lines
+        .iter()
+        .filter(|r| r["type"] == "summary")
+        .flat_map(|r| r["flows"].as_array().cloned().unwrap_or_default())
+        .find_map(|f| f["amplification"].as_f64())
+        .unwrap()
+}
+
+/// Both captures together, and the receiver's alone stated to be at the server's end: the
+/// stalls the receiver's arrivals show, each filled by a resend of the kind the sender used.
+fn stalls_at_the_receiver(
+    (sender_pcap, receiver_pcap): (&Path, &Path),
+    timestamps: bool,
+    (arrived, reordered, receiver_ooo): (u64, u64, u64),
+    line: &str,
+) {
+    let (sender, receiver) = (
+        sender_pcap.to_str().unwrap(),
+        receiver_pcap.to_str().unwrap(),
+    );
+    // They pair by the segments both saw (no `--framing` needed), and the wire is counted
+    // once: the amplification is the sender's capture's.
+    let both = analyze_json(&[sender, receiver]);
+    let summary = both.iter().find(|r| r["type"] == "summary").unwrap();
+    let inferences = summary["health"]["inferences"].to_string();
+    assert!(
+        inferences.contains("show the same path at its two ends"),
+        "{line}; {inferences}"
+    );
+    let (amp_both, amp_sender) = (
+        amplification(&both),
+        amplification(&analyze_json(&[sender])),
+    );
+    assert!(
+        (amp_both / amp_sender - 1.0).abs() < 0.02,
+        "{line}; amplification {amp_both} with both, {amp_sender} at the sender"
+    );
+    let label = receiver_pcap.file_stem().unwrap().to_str().unwrap();
+    let host = format!("{label}=gateway");
+    let alone = analyze_json(&[receiver, "--host", &host]);
+    let (both, alone) = (stalls(&both), stalls(&alone));
+    let why = format!("{line}; stalls with both captures {both:?}, at the receiver {alone:?}");
+    assert!(!both.is_empty(), "{why}");
+    assert!(both.len() as u64 <= arrived + reordered, "{why}");
+    assert_eq!(both.len(), alone.len(), "{why}");
+    assert!(
+        both.iter()
+            .chain(&alone)
+            .all(|(from, _)| from == "receiver_arrivals"),
+        "{why}"
+    );
+    let resent = |r: &str| r == "fast" || r == "timeout";
+    // With both ends the sender's capture names every fill; at the receiver alone its own
+    // classification does, but for the fills it could not tell from reordered originals
+    // (without timestamps, all of them).
+    assert!(both.iter().all(|(_, r)| resent(r)), "{why}");
+    let unknown = alone.iter().filter(|(_, r)| !resent(r)).count() as u64;
+    if timestamps {
+        assert!(unknown <= receiver_ooo, "{why}");
+    }
+}
+
 fn case(chain: &Routed, port: u16, timestamps: bool, dir: &Path) -> String {
     chain.sysctl(
         "net.ipv4.tcp_timestamps",
@@ -227,6 +307,12 @@ fn case(chain: &Routed, port: u16, timestamps: bool, dir: &Path) -> String {
         );
         assert!(receiver_ooo > 0, "{line}");
     }
+    stalls_at_the_receiver(
+        (&sender_pcap, &receiver_pcap),
+        timestamps,
+        (arrived, reordered, receiver_ooo),
+        &line,
+    );
     line
 }
 

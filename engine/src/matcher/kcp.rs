@@ -426,7 +426,7 @@ impl KcpMatcher {
                         pkt.tuple,
                     ])
                 };
-                shared.echo(identity, &pkt);
+                shared.echo(identity, &pkt, false);
                 if pkt.dir == Dir::In {
                     self.ack_at_sender(shared, fr, k, &pkt, !up);
                 }

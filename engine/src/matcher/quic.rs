@@ -448,7 +448,7 @@ impl QuicMatcher {
         if q.streams.is_empty() {
             // An ACK-only packet: timed at both ends of its path for the clock offset.
             let identity = || mix(&[9, conn_hash(q.conn), q.path_id, q.pn, pkt.tuple]);
-            shared.echo(identity, &pkt);
+            shared.echo(identity, &pkt, false);
         }
         let key = match mode {
             MatchMode::Content | MatchMode::AppId => FlowKey::QuicGroup {

@@ -116,26 +116,32 @@ pub(crate) fn follow(
     acked: &mut Outstanding,
 ) {
     let up = pkt.up.unwrap_or(true);
+    let (tsval, tsecr) = t.options.timestamps.unwrap_or((0, 0));
+    let identity = |tag: u64| {
+        mix(&[
+            tag,
+            pkt.tuple,
+            u64::from(t.seq),
+            u64::from(t.ack),
+            u64::from(t.len),
+            u64::from(t.window),
+            u64::from(tsval),
+            u64::from(tsecr),
+        ])
+    };
     if let Some(range) = facts.data {
+        if facts.resent.is_none() {
+            // New bytes seen at two captures not yet paired: evidence that they show one
+            // path at its two ends (a capture's data is its own evidence, with or without
+            // `--framing`); at both ends of a paired path, a delay sample. A resend is
+            // left out: its copies look alike.
+            shared.echo(|| identity(16), pkt, true);
+        }
         data(shared, fr, pkt, up, range, facts);
     } else if !t.flags.syn() && !t.flags.fin() {
         // A bare ACK seen at both ends of a paired path: a delay sample the other way than
         // data, for the far end's clock offset.
-        let (tsval, tsecr) = t.options.timestamps.unwrap_or((0, 0));
-        shared.echo(
-            || {
-                mix(&[
-                    15,
-                    pkt.tuple,
-                    u64::from(t.seq),
-                    u64::from(t.ack),
-                    u64::from(t.window),
-                    u64::from(tsval),
-                    u64::from(tsecr),
-                ])
-            },
-            pkt,
-        );
+        shared.echo(|| identity(15), pkt, false);
     }
     for &(a, b) in &facts.messages {
         message(shared, fr, pkt, up, (a, b), sent);
@@ -164,6 +170,9 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
             arrivals_seen(shared, fr, up, true);
             if let Some(t) = tracker(shared, fr, up) {
                 t.behind = f.messages.iter().filter(|m| m.1 > e).count() as u64;
+                // A resend as this capture tells it (its ACKs and timestamps): what filled the
+                // hole, also where the sender is not captured.
+                t.arriving = f.resent.map(|k| Transmission::Retransmission(resend_of(k)));
             }
             let sel = GapSel::Tcp {
                 up,

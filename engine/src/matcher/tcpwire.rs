@@ -44,8 +44,10 @@ const RTO_INITIAL_NS: u64 = 1_000_000_000;
 /// Backoff levels counted in the ladder.
 const MAX_LEVEL: u8 = 15;
 
-/// One connection at one capture: (capture, path, lower endpoint, higher endpoint).
-type ConnKey = (u16, PathIdx, SocketAddr, SocketAddr);
+/// One connection at one capture: (capture, lower endpoint, higher endpoint). A capture
+/// shows one path, whose index changes when the capture pairs with the far end's: the
+/// connection stays one.
+type ConnKey = (u16, SocketAddr, SocketAddr);
 
 /// A segment sent: its end, when it was first and last sent, and how often.
 #[derive(Debug, Clone, Copy)]
@@ -401,16 +403,16 @@ impl TcpWireMatcher {
     ) -> Option<(u32, Option<TcpRetransmitKind>)> {
         let (ts_ns, path) = (pkt.ts_ns, pkt.path);
         let (src, dst) = (&t.meta.src, &t.meta.dst);
-        let i = self.find(fr, t.meta.capture, path, || {
+        let i = self.find(fr, t.meta.capture, || {
             if src <= dst {
-                (t.meta.capture, path, *src, *dst)
+                (t.meta.capture, *src, *dst)
             } else {
-                (t.meta.capture, path, *dst, *src)
+                (t.meta.capture, *dst, *src)
             }
         });
         let conn = self.conns.get_mut(i)?;
         // Its key holds the lower endpoint first.
-        let from_low = *src == conn.key.2;
+        let from_low = *src == conn.key.1;
         conn.last_ns = ts_ns;
         let [low, high] = &mut conn.halves;
         let (data, peer) = if from_low { (low, high) } else { (high, low) };
@@ -468,13 +470,13 @@ impl TcpWireMatcher {
     /// Takes a router's path MTU signal `m` about a segment of a connection followed at the
     /// same capture: that segment's bytes sent again after it are resent for the path MTU.
     pub(crate) fn on_path_mtu(&mut self, shared: &Shared, m: &PathMtuSignal) {
-        let matched = shared.place_of(&m.meta).is_some_and(|(path, ts_ns)| {
+        let matched = shared.place_of(&m.meta).is_some_and(|(_, ts_ns)| {
             let (src, dst) = (m.segment_src, m.segment_dst);
             let from_low = src <= dst;
             let key = if from_low {
-                (m.meta.capture, path, src, dst)
+                (m.meta.capture, src, dst)
             } else {
-                (m.meta.capture, path, dst, src)
+                (m.meta.capture, dst, src)
             };
             let conns = &mut self.conns;
             self.index
@@ -487,21 +489,15 @@ impl TcpWireMatcher {
         }
     }
 
-    /// The position in `conns` of the connection of flow `fr` at `capture` on `path`, made
-    /// when new (its key from `key`).
-    fn find(
-        &mut self,
-        fr: FlowRef,
-        capture: u16,
-        path: PathIdx,
-        key: impl FnOnce() -> ConnKey,
-    ) -> usize {
+    /// The position in `conns` of the connection of flow `fr` at `capture`, made when new
+    /// (its key from `key`).
+    fn find(&mut self, fr: FlowRef, capture: u16, key: impl FnOnce() -> ConnKey) -> usize {
         let r = (fr.slot ^ usize::from(capture)) % RECENT_CONNS;
         let i = self.recent[r];
         if self
             .conns
             .get(i)
-            .is_some_and(|c| c.flow == fr && c.key.0 == capture && c.key.1 == path)
+            .is_some_and(|c| c.flow == fr && c.key.0 == capture)
         {
             return i;
         }
