@@ -141,14 +141,15 @@ fn analyze(pcap: &Path, local: &str) -> (u64, u64) {
     (retransmissions, out_of_order)
 }
 
-/// The wire's HOL incidents among `lines`: (stall_from, recovery) of each.
-fn stalls(lines: &[serde_json::Value]) -> Vec<(String, String)> {
+/// The wire's HOL incidents among `lines`: (stall_from, recovery, missing, start_ns) of each.
+fn stalls(lines: &[serde_json::Value]) -> Vec<(String, String, String, u64)> {
     lines
         .iter()
         .filter(|r| r["type"] == "hol_incident" && r["source"] == "wire")
         .map(|r| {
             let text = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
-            (text("stall_from"), text("recovery"))
+            let start = r["start_ns"].as_u64().unwrap_or(0);
+            (text("stall_from"), text("recovery"), text("missing"), start)
         })
         .collect()
 }
@@ -199,19 +200,37 @@ fn stalls_at_the_receiver(
     let why = format!("{line}; stalls with both captures {both:?}, at the receiver {alone:?}");
     assert!(!both.is_empty(), "{why}");
     assert!(both.len() as u64 <= arrived + reordered, "{why}");
-    assert_eq!(both.len(), alone.len(), "{why}");
+    // The same stalls, but for those in the first segments: the captures pair on the third
+    // segment both saw, and until then the receiver's arrivals are not told from sends (CI
+    // once: 152 alone, 151 with both).
+    let holes = |v: &[(String, String, String, u64)]| {
+        v.iter()
+            .map(|s| s.2.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let first_paired = both.iter().map(|s| s.3).min().unwrap_or(0);
+    let only_alone: Vec<_> = holes(&alone).difference(&holes(&both)).cloned().collect();
+    assert!(holes(&both).is_subset(&holes(&alone)), "{why}");
+    assert!(
+        alone
+            .iter()
+            .filter(|s| only_alone.contains(&s.2))
+            .all(|s| s.3 < first_paired),
+        "{why}; only at the receiver alone: {only_alone:?}"
+    );
+    assert!(only_alone.len() <= 2, "{why}");
     assert!(
         both.iter()
             .chain(&alone)
-            .all(|(from, _)| from == "receiver_arrivals"),
+            .all(|s| s.0 == "receiver_arrivals"),
         "{why}"
     );
     let resent = |r: &str| r == "fast" || r == "timeout";
     // With both ends the sender's capture names every fill; at the receiver alone its own
     // classification does, but for the fills it could not tell from reordered originals
     // (without timestamps, all of them).
-    assert!(both.iter().all(|(_, r)| resent(r)), "{why}");
-    let unknown = alone.iter().filter(|(_, r)| !resent(r)).count() as u64;
+    assert!(both.iter().all(|s| resent(&s.1)), "{why}");
+    let unknown = alone.iter().filter(|s| !resent(&s.1)).count() as u64;
     if timestamps {
         assert!(unknown <= receiver_ooo, "{why}");
     }
