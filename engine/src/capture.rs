@@ -7,7 +7,9 @@
 //!   the same path at its two ends (unless stated with `pair_with`, or two captures share one
 //!   path label).
 //! - Host: when not stated, the capture that saw client→server copies first (the client is the
-//!   side with the higher port) is the T-Box; an unpaired capture is assumed to be on the T-Box.
+//!   side with the higher port) is the T-Box; an unpaired capture is at the end of the first
+//!   TCP handshake it saw whole that its gaps tell (the client's: the T-Box; the server's: the
+//!   gateway), and assumed to be on the T-Box until then or without one.
 //! - Direction: from `local_addrs` when given, else the T-Box is the higher-port side.
 //! - Clock offset: with copies in both directions, the gateway capture's offset is half the
 //!   difference between the smallest uplink and downlink delays (symmetric minimum delay
@@ -382,6 +384,13 @@ impl CaptureTable {
             .unwrap_or_default();
         let ha = self.caps.get(&a).map_or(Host::Unknown, |c| c.host);
         let hb = self.caps.get(&b).map_or(Host::Unknown, |c| c.host);
+        // Two ends on one host can only come from handshakes read apart (a host that is the
+        // client of one connection and the server of another): the pair decides afresh.
+        let (ha, hb) = if ha == hb {
+            (Host::Unknown, Host::Unknown)
+        } else {
+            (ha, hb)
+        };
         // Decide which side is the T-Box.
         let (tbox, gw, inferred) = match (ha, hb) {
             (Host::Tbox, _) | (_, Host::Gateway) => (a, b, false),
@@ -408,7 +417,7 @@ impl CaptureTable {
         let (tn, gn) = (name(self, tbox), name(self, gw));
         for (id, host, other) in [(tbox, Host::Tbox, gw), (gw, Host::Gateway, tbox)] {
             if let Some(c) = self.caps.get_mut(&id) {
-                if c.host == Host::Unknown {
+                if c.host == Host::Unknown || (c.host_inferred && c.host != host) {
                     c.host = host;
                     c.host_inferred = inferred;
                 }
@@ -420,6 +429,42 @@ impl CaptureTable {
             if inferred { " (it saw client-to-server copies first)" } else { "" }
         ));
         (tbox, gw)
+    }
+
+    /// Capture `id` saw the whole handshake of TCP connection `conn` (client → server) with
+    /// `gaps` (SYN → SYN-ACK, SYN-ACK → the client's next, ns) that place it at the client's
+    /// end (`at_client`) or the server's: unless its host is stated, or it is paired (the
+    /// pair decides), the T-Box's or the gateway's. The first such handshake decides; true
+    /// when this one did.
+    pub fn infer_end(
+        &mut self,
+        id: CaptureId,
+        at_client: bool,
+        conn: &str,
+        gaps: (u64, u64),
+    ) -> bool {
+        let Some(c) = self.caps.get_mut(&id) else {
+            return false;
+        };
+        if c.host != Host::Unknown || c.paired.is_some() {
+            return false;
+        }
+        let (host, end, host_name) = if at_client {
+            (Host::Tbox, "client's", "the T-Box")
+        } else {
+            (Host::Gateway, "server's", "the gateway")
+        };
+        c.host = host;
+        c.host_inferred = true;
+        let name = c.point.name.clone();
+        let ms = |ns: u64| ns as f64 / 1e6;
+        self.say(format!(
+            "capture `{name}` is on {host_name}: at the {end} end of TCP {conn} (SYN to SYN-ACK \
+             {:.3} ms, SYN-ACK to the client's next {:.3} ms)",
+            ms(gaps.0),
+            ms(gaps.1)
+        ));
+        true
     }
 
     /// Whether two captures or more are not paired (yet): two of them may show the same path

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use tboxscope_engine::{
-    Config, Engine, Observation, Record, Spurious, TcpFlags, TcpOptions, TcpRetransmitKind,
-    TcpRetransmitRecord, TcpRtoRecord, TcpSegment, TcpSource,
+    Config, Engine, HolStallFrom, Observation, Record, Spurious, TcpFlags, TcpOptions,
+    TcpRetransmitKind, TcpRetransmitRecord, TcpRtoRecord, TcpSegment, TcpSource,
 };
 
 const MS: u64 = 1_000_000;
@@ -416,6 +416,65 @@ fn a_resend_within_the_tick_of_the_data_above_it_is_told_by_its_echo() {
     assert_eq!(r.iter().map(|x| x.seq).collect::<Vec<_>>(), [1100], "{r:?}");
     let s = c.e.finish(T0 + 61_000 * MS).tcp_wire;
     assert_eq!(s.directions[0].out_of_order, 1);
+}
+
+/// A bulk transfer's loss as `c`'s capture shows it after `c`'s handshake (and its first
+/// data segment, 1000, unless `sent`): 1100 missing, 1200 and 1300 ahead of it, the
+/// server's duplicate ACKs, the resend.
+fn one_loss(c: &mut Conn, sent: bool) -> tboxscope_engine::Summary {
+    if !sent {
+        c.data(100, 1000, 100);
+    }
+    c.data(101, 1200, 100);
+    c.ack(101, 1100, &[(1200, 1300)]);
+    c.data(102, 1300, 100);
+    c.ack(102, 1100, &[(1200, 1400)]);
+    c.data(103, 1100, 100);
+    c.ack(103, 1400, &[]);
+    c.e.finish(T0 + 61_000 * MS)
+}
+
+#[test]
+fn a_capture_at_the_servers_end_is_told_by_its_handshake() {
+    // At the server: its SYN-ACK answers the SYN at once, the client's ACK, on its first
+    // data, comes a 40 ms round trip later. The client's data arrives here: its hole is the
+    // receiver's own stall (the segment that told counts as arrived, or a hole below the
+    // next one would never fill).
+    let mut c = Conn::new();
+    c.seg(0, true, (999, 0), SYN, 0, &[]);
+    c.seg(0, false, (5000, 1000), SYN | ACK, 0, &[]);
+    c.data(40, 1000, 100);
+    let s = one_loss(&mut c, true);
+    let said = s.health.inferences.join("\n");
+    assert!(
+        said.contains("is on the gateway: at the server's end"),
+        "{said}"
+    );
+    let stalls: Vec<_> = s
+        .hol_incidents
+        .iter()
+        .map(|i| (i.missing.as_str(), i.stall_from, i.end_ns.is_some()))
+        .collect();
+    assert_eq!(
+        stalls,
+        [("seq 1100", Some(HolStallFrom::ReceiverArrivals), true)],
+        "{said}"
+    );
+    // The same traffic seen at the client (a round trip between SYN and SYN-ACK): sent
+    // here, not the receiver's arrivals.
+    let mut c = Conn::established(999);
+    let s = one_loss(&mut c, true);
+    let said = s.health.inferences.join("\n");
+    assert!(
+        said.contains("is on the T-Box: at the client's end"),
+        "{said}"
+    );
+    assert!(
+        s.hol_incidents
+            .iter()
+            .all(|i| i.stall_from != Some(HolStallFrom::ReceiverArrivals)),
+        "{said}"
+    );
 }
 
 #[test]

@@ -580,9 +580,9 @@ pub struct StatedArgs {
     #[arg(long = "pair", value_name = "LABEL=LABEL", value_parser = parse_pair)]
     pub pairs: Vec<(String, String)>,
     /// The host a capture was taken on, `LABEL=tbox` or `LABEL=gateway` (repeatable);
-    /// otherwise inferred from which end saw client-to-server copies first, and a capture
-    /// with no far end taken to be the T-Box's (the client's end: state `LABEL=gateway` for
-    /// one taken at the server, or its TCP receive stalls are not seen).
+    /// otherwise inferred from which end saw client-to-server copies first; a capture with
+    /// no far end is placed by a TCP handshake it saw whole (at the server's end: the
+    /// gateway), else taken to be the T-Box's (the client's end).
     #[arg(long = "host", value_name = "LABEL=tbox|gateway", value_parser = parse_host)]
     pub hosts: Vec<(String, probe_user::engine::Host)>,
     /// A capture's clock offset, `LABEL=MS`: milliseconds added to its timestamps to bring

@@ -15,6 +15,9 @@
 //!   transports, by any backlog queued behind the outage (not visible on the wire at all).
 //! - Amplification: the lab counts IP bytes with nftables, tboxscope whole frames (14 more
 //!   bytes per packet), over the messages delivered.
+//!
+//! The TCP run's gateway capture is also analysed alone with nothing stated: its handshake
+//! must place it at the server's end, and its stalls be those the live run found.
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, PoisonError};
@@ -197,7 +200,12 @@ fn injected_outage_s(report: &RunReport) -> f64 {
 
 #[test]
 fn tboxscope_measures_the_tcp_baseline() {
-    let (report, m) = &run_s4("measuredtcp", vec![Transport::Tcp(TcpCc::Default)], None);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, m) = &run_s4(
+        "measuredtcp",
+        vec![Transport::Tcp(TcpCc::Default)],
+        Some(dir.path()),
+    );
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let t = report
         .transports
@@ -250,4 +258,65 @@ fn tboxscope_measures_the_tcp_baseline() {
         (amp - t.amplification).abs() <= 0.10 * t.amplification,
         "{ctx}"
     );
+    if let Ok(keep) = std::env::var("TBX_KEEP_PCAP") {
+        for l in ["gateway-g0", "gateway-g1", "tbox-eth0", "tbox-eth1"] {
+            let _ = std::fs::copy(
+                dir.path().join(format!("{l}.pcap")),
+                format!("{keep}.{l}.pcap"),
+            );
+        }
+    }
+    gateway_capture_alone(dir.path(), &incidents);
+}
+
+/// The gateway's capture of the path the TCP baseline took, analysed alone and with nothing
+/// stated: its handshake (the SYN-ACK answering at once, the client's ACK a round trip later)
+/// places it at the server's end, on the gateway, so the T-Box's data arrives there and its
+/// stalls are the ones the live run found from the same arrivals.
+fn gateway_capture_alone(dir: &Path, live: &[&probe_user::engine::HolIncident]) {
+    let label = ["gateway-g0", "gateway-g1"]
+        .into_iter()
+        .max_by_key(|l| std::fs::metadata(dir.join(format!("{l}.pcap"))).map_or(0, |m| m.len()))
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .args(["analyze", "--json", "-"])
+        .arg(dir.join(format!("{label}.pcap")))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let summary = lines.iter().find(|r| r["type"] == "summary").unwrap();
+    let said = summary["health"]["inferences"].to_string();
+    assert!(
+        said.contains(&format!("`{label}` is on the gateway: at the server's end")),
+        "{said}"
+    );
+    let missing = |i: &&serde_json::Value| i["missing"].as_str().unwrap_or_default().to_owned();
+    let stalls: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|r| r["type"] == "hol_incident" && r["source"] == "wire")
+        .collect();
+    assert!(
+        stalls
+            .iter()
+            .all(|i| i["stall_from"] == "receiver_arrivals"),
+        "{stalls:#?}"
+    );
+    let mut alone: Vec<String> = stalls.iter().map(missing).collect();
+    let mut both: Vec<String> = live
+        .iter()
+        .filter(|i| i.stall_from == Some(probe_user::engine::HolStallFrom::ReceiverArrivals))
+        .map(|i| i.missing.clone())
+        .collect();
+    alone.sort();
+    both.sort();
+    println!("{label} alone: {said}; stalls {alone:?}, live {both:?}");
+    assert_eq!(alone, both, "{said}");
 }

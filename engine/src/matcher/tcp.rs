@@ -58,6 +58,74 @@ pub struct TcpState {
     /// Data of each direction was seen arriving at the receiver's capture (its stalls are
     /// then seen there, not inferred from ACKs at the sender's).
     pub rx_arrivals: [bool; 2],
+    /// The handshake so far, at the capture that saw its SYN last.
+    handshake: Option<Handshake>,
+}
+
+/// A handshake seen at one capture: its SYN and SYN-ACK (capture clock).
+#[derive(Clone, Copy, Debug)]
+struct Handshake {
+    capture: crate::input::CaptureId,
+    syn_ns: u64,
+    syn_ack_ns: Option<u64>,
+}
+
+/// Which end of a connection a capture is at, from its handshake's two gaps (SYN → SYN-ACK,
+/// SYN-ACK → the client's next segment): at the client the first is a round trip and the
+/// second a turnaround, at the server the reverse. `Some(true)`: the client's end; `None`
+/// when neither gap is clearly the round trip (four times the other and 100 µs more: on one
+/// machine, or with a slow turnaround, they are alike).
+fn capture_end(syn_ns: u64, syn_ack_ns: u64, next_ns: u64) -> Option<bool> {
+    const MARGIN_NS: u64 = 100_000;
+    let (first, second) = (
+        syn_ack_ns.saturating_sub(syn_ns),
+        next_ns.saturating_sub(syn_ack_ns),
+    );
+    let clearly = |rtt: u64, turn: u64| rtt >= turn.saturating_mul(4).saturating_add(MARGIN_NS);
+    if clearly(first, second) {
+        Some(true)
+    } else if clearly(second, first) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Follows connection `s`'s handshake with segment `t` (seen as `pkt`, from the client when
+/// `from_client`); when the client's first segment after the SYN-ACK completes it at the
+/// capture that saw all three: which end that capture is at, and the two gaps (ns).
+fn handshake(
+    s: &mut TcpState,
+    t: &TcpSegment,
+    pkt: &Pkt,
+    from_client: bool,
+) -> Option<(bool, (u64, u64))> {
+    match (t.flags.syn(), t.flags.ack(), from_client) {
+        (true, false, true) => {
+            s.handshake = Some(Handshake {
+                capture: pkt.capture,
+                syn_ns: pkt.raw_ns,
+                syn_ack_ns: None,
+            });
+            None
+        }
+        (true, true, false) => {
+            if let Some(h) = s.handshake.as_mut().filter(|h| h.capture == pkt.capture) {
+                h.syn_ack_ns = Some(pkt.raw_ns);
+            }
+            None
+        }
+        (false, _, true) => {
+            let h = s.handshake.take()?;
+            let syn_ack = h.syn_ack_ns.filter(|_| h.capture == pkt.capture)?;
+            let gaps = (
+                syn_ack.saturating_sub(h.syn_ns),
+                pkt.raw_ns.saturating_sub(syn_ack),
+            );
+            capture_end(h.syn_ns, syn_ack, pkt.raw_ns).map(|end| (end, gaps))
+        }
+        _ => None,
+    }
 }
 
 impl TcpState {
@@ -135,7 +203,7 @@ impl Shared {
         // Data, a SYN or a FIN asks for an ACK; a bare ACK asks for nothing (an idle
         // connection's last ACK is no unanswered send).
         let asks = t.len > 0 || t.flags.syn() || t.flags.fin();
-        let pkt = self.packet_turned(&t.meta, turned, asks)?;
+        let mut pkt = self.packet_turned(&t.meta, turned, asks)?;
         let (key, src_is_client) = if turned {
             (turned_key(&guess), !src_high)
         } else {
@@ -152,6 +220,7 @@ impl Shared {
         let mut close_at: Option<u64> = None;
         let mut retrans = false;
         let mut keepalive = false;
+        let mut end_of_capture = None;
         if let Some(f) = self.flows.get_mut(fr) {
             if pkt.path < 64 {
                 f.paths_mask |= 1 << pkt.path;
@@ -159,6 +228,9 @@ impl Shared {
             let d = usize::from(src_is_client);
             let mut new_bytes = 0u64;
             if let Proto::Tcp(s) = &mut f.proto {
+                if t.flags.syn() || s.handshake.is_some() {
+                    end_of_capture = handshake(s, t, &pkt, src_is_client);
+                }
                 if t.len == 0
                     && !asks
                     && !t.flags.rst()
@@ -218,6 +290,21 @@ impl Shared {
         if keepalive {
             if let Some(p) = self.paths.get_mut(pkt.path) {
                 p.answer_owed(pkt.ts_ns);
+            }
+        }
+        if let Some((at_client, gaps)) = end_of_capture {
+            let (client, server) = if src_is_client {
+                (t.meta.src, t.meta.dst)
+            } else {
+                (t.meta.dst, t.meta.src)
+            };
+            let conn = format!("{client} → {server}");
+            if self.caps.infer_end(pkt.capture, at_client, &conn, gaps) {
+                // The segment that told (the client's first after the SYN-ACK, often its
+                // first data) goes the way the capture's end now says.
+                if let Some(c) = self.caps.get(pkt.capture) {
+                    pkt.dir = c.dir_of_pair(&t.meta.src, &t.meta.dst, pkt.up);
+                }
             }
         }
         if let Some(at) = close_at {
