@@ -130,6 +130,25 @@ fn tboxscope_measures_what_the_peers_saw() {
     offline_analysis_agrees(dir.path(), m);
 }
 
+/// The JSON Lines of `tboxscope analyze ARGS --json -`.
+fn analyze(args: &[String]) -> Vec<serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
+        .arg("analyze")
+        .args(args)
+        .args(["--json", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// `tboxscope analyze` of the run's four captures, with the options `lab run` prints for them,
 /// finds by itself which captures show the two ends of each path and gives the figures the
 /// live capture gave: per transport the same messages and duplication, and the same outage.
@@ -140,23 +159,11 @@ fn offline_analysis_agrees(dir: &Path, live: &Measured) {
         .collect();
     let options = tboxscope::labcap::analyze_options(RUN_S as f64, DRAIN_S as f64, None);
     let keylog = dir.join("quic-keylog.txt").display().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
-        .arg("analyze")
-        .args(options.split(' '))
-        .args(["--keylog", &keylog, "--json", "-"])
-        .args(&files)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["type"] == "summary")
-        .unwrap();
+    let mut args: Vec<String> = options.split(' ').map(str::to_owned).collect();
+    args.extend(["--keylog".to_owned(), keylog]);
+    args.extend(files);
+    let lines = analyze(&args);
+    let summary = lines.iter().find(|v| v["type"] == "summary").unwrap();
     let flows = summary["flows"].as_array().unwrap();
     for t in &live.transports {
         for name in &t.flows {
@@ -278,20 +285,7 @@ fn gateway_capture_alone(dir: &Path, live: &[&probe_user::engine::HolIncident]) 
         .into_iter()
         .max_by_key(|l| std::fs::metadata(dir.join(format!("{l}.pcap"))).map_or(0, |m| m.len()))
         .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
-        .args(["analyze", "--json", "-"])
-        .arg(dir.join(format!("{label}.pcap")))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = analyze(&[dir.join(format!("{label}.pcap")).display().to_string()]);
     let summary = lines.iter().find(|r| r["type"] == "summary").unwrap();
     let said = summary["health"]["inferences"].to_string();
     assert!(
