@@ -70,17 +70,13 @@ struct Handshake {
     syn_ack_ns: Option<u64>,
 }
 
-/// Which end of a connection a capture is at, from its handshake's two gaps (SYN → SYN-ACK,
-/// SYN-ACK → the client's next segment): at the client the first is a round trip and the
-/// second a turnaround, at the server the reverse. `Some(true)`: the client's end; `None`
-/// when neither gap is clearly the round trip (four times the other and 100 µs more: on one
-/// machine, or with a slow turnaround, they are alike).
-fn capture_end(syn_ns: u64, syn_ack_ns: u64, next_ns: u64) -> Option<bool> {
+/// Which end of a connection a capture is at, from its handshake's two gaps (`first`: SYN →
+/// SYN-ACK, `second`: SYN-ACK → the client's next segment): at the client the first is a
+/// round trip and the second a turnaround, at the server the reverse. `Some(true)`: the
+/// client's end; `None` when neither gap is clearly the round trip (four times the other and
+/// 100 µs more: on one machine, or with a slow turnaround, they are alike).
+fn capture_end(first: u64, second: u64) -> Option<bool> {
     const MARGIN_NS: u64 = 100_000;
-    let (first, second) = (
-        syn_ack_ns.saturating_sub(syn_ns),
-        next_ns.saturating_sub(syn_ack_ns),
-    );
     let clearly = |rtt: u64, turn: u64| rtt >= turn.saturating_mul(4).saturating_add(MARGIN_NS);
     if clearly(first, second) {
         Some(true)
@@ -122,7 +118,7 @@ fn handshake(
                 syn_ack.saturating_sub(h.syn_ns),
                 pkt.raw_ns.saturating_sub(syn_ack),
             );
-            capture_end(h.syn_ns, syn_ack, pkt.raw_ns).map(|end| (end, gaps))
+            capture_end(gaps.0, gaps.1).map(|end| (end, gaps))
         }
         _ => None,
     }
