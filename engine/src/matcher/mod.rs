@@ -59,6 +59,12 @@ impl ContentOrder {
     }
 }
 
+/// Whether 32-bit counter `a` (a TCP sequence number, a TSval) is after `b`, modulo 2^32
+/// (RFC 1982 serial-number arithmetic, as TCP compares both).
+pub(crate) fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
 /// Mixes values into a 64-bit key (splitmix64 finalizer over a running state).
 pub fn mix(parts: &[u64]) -> u64 {
     use crate::draw::{finalize, GAMMA};

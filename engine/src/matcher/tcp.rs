@@ -10,6 +10,7 @@ use crate::capture::{is_uplink, Dir};
 use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::push_evidence;
 use crate::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind, TcpFigures, TcpSegment};
+use crate::matcher::after;
 use crate::record::{HolIncident, HolProtocol, Record};
 use crate::shared::{Pkt, Shared};
 use crate::snapshot::{Severity, TcpRetransmission, TcpSample};
@@ -173,10 +174,6 @@ fn turned_key(key: &FlowKey) -> FlowKey {
     }
 }
 
-fn seq_after(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
-}
-
 /// When the segment starting at `seq` was first sent, from `sent` (in sequence order).
 fn first_sent(sent: &VecDeque<(u32, u64)>, seq: u32) -> Option<u64> {
     let &(front, _) = sent.front()?;
@@ -240,8 +237,8 @@ impl Shared {
                 if t.len > 0 {
                     let end = t.seq.wrapping_add(t.len);
                     match s.snd_end[d] {
-                        Some(e) if !seq_after(end, e) => retrans = true,
-                        Some(e) if seq_after(t.seq, e) || t.seq == e => {
+                        Some(e) if !after(end, e) => retrans = true,
+                        Some(e) if after(t.seq, e) || t.seq == e => {
                             new_bytes = u64::from(t.len);
                             s.snd_end[d] = Some(end);
                         }
@@ -255,7 +252,7 @@ impl Shared {
                         }
                     }
                     let sent = &mut s.sent[d];
-                    let new_data = sent.back().is_none_or(|&(last, _)| seq_after(t.seq, last));
+                    let new_data = sent.back().is_none_or(|&(last, _)| after(t.seq, last));
                     if pkt.dir != Dir::In && !retrans && new_data {
                         if sent.len() >= MAX_SENT {
                             sent.pop_front();
@@ -266,7 +263,7 @@ impl Shared {
                 // An ACK from the other side beyond the missing seq ends the stall.
                 if t.flags.ack() {
                     if let Some((_, missing, dir, _)) = s.incident {
-                        if seq_after(t.ack, missing) && d != dir {
+                        if after(t.ack, missing) && d != dir {
                             close_at = Some(pkt.ts_ns);
                         }
                     }

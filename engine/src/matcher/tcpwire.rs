@@ -18,6 +18,7 @@ use tboxscope_decode::tcp::TcpOptions;
 
 use crate::flow::FlowRef;
 use crate::input::{PathMtuSignal, TcpSegment};
+use crate::matcher::after;
 use crate::matcher::tcpmsg::{self, Acked, Facts, Outstanding};
 use crate::paths::PathIdx;
 use crate::record::{
@@ -699,7 +700,7 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) -> Optio
             };
             if p.record.spurious.is_none() {
                 if let (Some((_, ecr)), Some(tsval)) = (opts.timestamps, p.tsval) {
-                    if newer(tsval, ecr) {
+                    if after(tsval, ecr) {
                         p.record.spurious = Some(Spurious::Timestamp);
                     }
                 }
@@ -749,17 +750,12 @@ fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
     let Some((tsval, tsecr)) = t.options.timestamps else {
         return true;
     };
-    let sent_after = |(v, e): (u32, u32)| newer(tsval, v) || newer(tsecr, e);
+    let sent_after = |(v, e): (u32, u32)| after(tsval, v) || after(tsecr, e);
     if h.max_timestamps.is_some_and(sent_after) {
         return false;
     }
     let above = h.sent.first_from(end).and_then(|(_, s)| s.timestamps);
     !above.is_some_and(sent_after)
-}
-
-/// Whether timestamp `a` is later than `b` (modulo 2^32, RFC 7323 §5.2).
-fn newer(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
 }
 
 /// A segment carrying `seq_len` of sequence space from `ends.0` (path label from `label`);
@@ -814,8 +810,8 @@ fn send(
     if let Some((v, e)) = timestamps {
         h.max_timestamps = Some(match h.max_timestamps {
             Some((mv, me)) => (
-                if newer(v, mv) { v } else { mv },
-                if newer(e, me) { e } else { me },
+                if after(v, mv) { v } else { mv },
+                if after(e, me) { e } else { me },
             ),
             None => (v, e),
         });
