@@ -75,7 +75,7 @@ pub fn path_mtu_signal(
     frame: &[u8],
 ) -> Option<Result<PathMtuSignal, PathMtuReject>> {
     // Captures of headers only cut the router's message: the quote's start is what counts.
-    let (router, to, ip) = ip_direct(link, frame).or_else(|| ip_cut(link, frame))?;
+    let (router, to, _, ip) = ip_direct(link, frame).or_else(|| ip_cut(link, frame))?;
     if ip.fragmented {
         return None;
     }

@@ -143,6 +143,8 @@ pub struct UdpDatagram<'a> {
     /// Payload bytes the UDP header says the datagram carries: more than `payload` holds when
     /// the capture's snap length cut the frame ([`cut_udp`]).
     pub payload_len: u32,
+    /// The IP packet's TTL (IPv6: hop limit) as captured (of the last fragment, reassembled).
+    pub ttl: u8,
 }
 
 impl UdpDatagram<'_> {
@@ -215,11 +217,11 @@ impl NetParser {
         let Some(net) = &sliced.net else {
             return Err(NetReject::NotIp);
         };
-        let Some((src_ip, dst_ip, ip_payload)) = ip_ends(net) else {
+        let Some((src_ip, dst_ip, ttl, ip_payload)) = ip_ends(net) else {
             return Err(NetReject::NotIp);
         };
         if ip_payload.fragmented {
-            return self.fragment(&sliced, src_ip, dst_ip, ts_ns);
+            return self.fragment(&sliced, (src_ip, dst_ip, ttl), ts_ns);
         }
         match &sliced.transport {
             Some(TransportSlice::Udp(udp)) => Ok(UdpDatagram {
@@ -228,6 +230,7 @@ impl NetParser {
                 payload: udp.payload(),
                 reassembled: false,
                 payload_len: len_u32(udp.payload()),
+                ttl,
             }),
             Some(_) => Err(NetReject::NotUdp),
             None if ip_payload.ip_number == IpNumber::UDP => Err(NetReject::Truncated),
@@ -238,8 +241,7 @@ impl NetParser {
     fn fragment<'a>(
         &'a mut self,
         sliced: &SlicedPacket<'_>,
-        src_ip: IpAddr,
-        dst_ip: IpAddr,
+        (src_ip, dst_ip, ttl): (IpAddr, IpAddr, u8),
         ts_ns: u64,
     ) -> Result<UdpDatagram<'a>, NetReject> {
         self.stats.fragments += 1;
@@ -271,6 +273,7 @@ impl NetParser {
                     payload: udp.payload(),
                     reassembled: true,
                     payload_len: len_u32(udp.payload()),
+                    ttl,
                 })
             }
         }
@@ -291,6 +294,9 @@ pub struct TcpSegment<'a> {
     /// when the capture's snap length cut the frame (the captured bytes when the IP header
     /// gives no length, as for the giant segments of TCP segmentation offload).
     pub payload_len: u32,
+    /// The IP packet's TTL (IPv6: hop limit) as captured: its sender's initial value (64, 128,
+    /// 255) when captured at the sender's host, less by each router it passed.
+    pub ttl: u8,
 }
 
 impl TcpSegment<'_> {
@@ -299,6 +305,10 @@ impl TcpSegment<'_> {
         self.payload_len as usize > self.tcp.payload().len()
     }
 }
+
+/// An IP packet's source and destination, its TTL (IPv6: hop limit) as captured, and its
+/// payload.
+pub(crate) type IpParts<'a> = (IpAddr, IpAddr, u8, IpPayloadSlice<'a>);
 
 fn len_u32(bytes: &[u8]) -> u32 {
     u32::try_from(bytes.len()).unwrap_or(u32::MAX)
@@ -310,7 +320,7 @@ fn len_u32(bytes: &[u8]) -> u32 {
 /// whole UDP header of an unfragmented datagram longer than captured (a cut fragment cannot be
 /// reassembled).
 pub fn cut_udp(link: LinkType, frame: &[u8]) -> Option<UdpDatagram<'_>> {
-    let (src_ip, dst_ip, ip) = ip_cut(link, frame)?;
+    let (src_ip, dst_ip, ttl, ip) = ip_cut(link, frame)?;
     if ip.ip_number != IpNumber::UDP || ip.fragmented {
         return None;
     }
@@ -325,6 +335,7 @@ pub fn cut_udp(link: LinkType, frame: &[u8]) -> Option<UdpDatagram<'_>> {
         payload,
         reassembled: false,
         payload_len: u32::try_from(declared).unwrap_or(u32::MAX),
+        ttl,
     })
 }
 
@@ -336,12 +347,13 @@ fn cut_tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
         _ => TcpReject::NotTcp,
     })?;
     let lax = etherparse::LaxSlicedPacket::from_ip(ip).map_err(|_| TcpReject::Truncated)?;
-    let (src_ip, dst_ip, declared, payload) = match &lax.net {
+    let (src_ip, dst_ip, ttl, declared, payload) = match &lax.net {
         Some(etherparse::LaxNetSlice::Ipv4(v4)) => {
             let h = v4.header();
             (
                 IpAddr::V4(h.source_addr()),
                 IpAddr::V4(h.destination_addr()),
+                h.ttl(),
                 usize::from(h.total_len()).checked_sub(usize::from(h.ihl()) * 4),
                 v4.payload(),
             )
@@ -349,6 +361,7 @@ fn cut_tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
         Some(etherparse::LaxNetSlice::Ipv6(v6)) => (
             IpAddr::V6(v6.header().source_addr()),
             IpAddr::V6(v6.header().destination_addr()),
+            v6.header().hop_limit(),
             usize::from(v6.header().payload_length()).checked_sub(v6.extensions().slice().len()),
             v6.payload(),
         ),
@@ -373,6 +386,7 @@ fn cut_tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
         dst: SocketAddr::new(dst_ip, view.dst_port()),
         tcp: view,
         payload_len: u32::try_from(declared.max(captured)).unwrap_or(u32::MAX),
+        ttl,
     })
 }
 
@@ -474,17 +488,20 @@ fn ip_declared_payload(net: &NetSlice<'_>) -> Option<usize> {
     }
 }
 
-/// Source and destination addresses of an IP layer, and its payload; `None` for ARP.
-fn ip_ends<'a>(net: &'a NetSlice<'_>) -> Option<(IpAddr, IpAddr, &'a IpPayloadSlice<'a>)> {
+/// Source and destination addresses of an IP layer, its TTL (hop limit) and its payload;
+/// `None` for ARP.
+fn ip_ends<'a>(net: &'a NetSlice<'_>) -> Option<(IpAddr, IpAddr, u8, &'a IpPayloadSlice<'a>)> {
     match net {
         NetSlice::Ipv4(v4) => Some((
             IpAddr::V4(v4.header().source_addr()),
             IpAddr::V4(v4.header().destination_addr()),
+            v4.header().ttl(),
             v4.payload(),
         )),
         NetSlice::Ipv6(v6) => Some((
             IpAddr::V6(v6.header().source_addr()),
             IpAddr::V6(v6.header().destination_addr()),
+            v6.header().hop_limit(),
             v6.payload(),
         )),
         NetSlice::Arp(_) => None,
@@ -518,7 +535,7 @@ pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
         Err(Sliced::Reject(NetReject::Truncated)) => return cut_tcp_segment(link, frame),
         Err(_) => return Err(TcpReject::NotTcp),
     };
-    let Some((src_ip, dst_ip, ip_payload)) = sliced.net.as_ref().and_then(ip_ends) else {
+    let Some((src_ip, dst_ip, ttl, ip_payload)) = sliced.net.as_ref().and_then(ip_ends) else {
         return Err(TcpReject::NotTcp);
     };
     match &sliced.transport {
@@ -536,6 +553,7 @@ pub fn tcp_segment(link: LinkType, frame: &[u8]) -> Result<TcpSegment<'_>, TcpRe
                 dst: SocketAddr::new(dst_ip, view.dst_port()),
                 tcp: view,
                 payload_len: u32::try_from(declared.max(captured)).unwrap_or(u32::MAX),
+                ttl,
             })
         }
         _ if ip_payload.ip_number != IpNumber::TCP => Err(TcpReject::NotTcp),
@@ -558,7 +576,7 @@ pub enum Transport<'a> {
 /// `None` for anything else, which [`NetParser::udp`] and [`tcp_segment`] then classify (and
 /// where this finds a datagram or a segment, they find the same one).
 pub fn transport_direct(link: LinkType, frame: &[u8]) -> Option<Transport<'_>> {
-    let (src_ip, dst_ip, ip) = ip_direct(link, frame)?;
+    let (src_ip, dst_ip, ttl, ip) = ip_direct(link, frame)?;
     if let Some(udp) = unfragmented_udp(&ip) {
         return Some(Transport::Udp(UdpDatagram {
             src: SocketAddr::new(src_ip, udp.source_port()),
@@ -566,6 +584,7 @@ pub fn transport_direct(link: LinkType, frame: &[u8]) -> Option<Transport<'_>> {
             payload: udp.payload(),
             reassembled: false,
             payload_len: len_u32(udp.payload()),
+            ttl,
         }));
     }
     let view = unfragmented_tcp(&ip)?;
@@ -575,6 +594,7 @@ pub fn transport_direct(link: LinkType, frame: &[u8]) -> Option<Transport<'_>> {
         // Whole: the IP slice holds as many bytes as its header declares.
         payload_len: len_u32(view.payload()),
         tcp: view,
+        ttl,
     }))
 }
 
@@ -582,10 +602,7 @@ pub fn transport_direct(link: LinkType, frame: &[u8]) -> Option<Transport<'_>> {
 /// without building a [`SlicedPacket`] (the common frame, at a fraction of the cost). `None`
 /// for anything else (errors, MACsec, PPPoE, link types other than Ethernet, Linux cooked and
 /// raw IP), which [`slice`] then classifies.
-pub(crate) fn ip_direct(
-    link: LinkType,
-    frame: &[u8],
-) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+pub(crate) fn ip_direct(link: LinkType, frame: &[u8]) -> Option<IpParts<'_>> {
     match link {
         LinkType::Ethernet => ip_in_ether_payload(
             Ethernet2Slice::from_slice_without_fcs(frame)
@@ -609,13 +626,18 @@ pub(crate) fn ip_direct(
 
 /// [`ip_direct`] of a frame the capture's snap length cut: the IP header whole, its payload
 /// as far as captured (`None` when even the header is cut, or the frame is no IP packet).
-pub(crate) fn ip_cut(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+pub(crate) fn ip_cut(link: LinkType, frame: &[u8]) -> Option<IpParts<'_>> {
     let (ip, _) =
         etherparse::LaxIpSlice::from_slice(ip_packet(link, frame, Cut::AsCaptured).ok()?).ok()?;
     let p = ip.payload();
+    let ttl = match &ip {
+        etherparse::LaxIpSlice::Ipv4(v4) => v4.header().ttl(),
+        etherparse::LaxIpSlice::Ipv6(v6) => v6.header().hop_limit(),
+    };
     Some((
         ip.source_addr(),
         ip.destination_addr(),
+        ttl,
         IpPayloadSlice {
             ip_number: p.ip_number,
             fragmented: p.fragmented,
@@ -627,9 +649,7 @@ pub(crate) fn ip_cut(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr, Ip
 
 /// [`ip_direct`] after the link header: up to three VLAN tags (where `SlicedPacket` stops
 /// looking), then IPv4 or IPv6.
-fn ip_in_ether_payload(
-    mut p: EtherPayloadSlice<'_>,
-) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+fn ip_in_ether_payload(mut p: EtherPayloadSlice<'_>) -> Option<IpParts<'_>> {
     let mut tags = 0;
     loop {
         match p.ether_type {
@@ -650,13 +670,13 @@ fn ip_in_ether_payload(
 }
 
 /// [`ip_direct`] for a frame that starts with the IP header (as `SlicedPacket::from_ip`).
-fn ip_in_ip(frame: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+fn ip_in_ip(frame: &[u8]) -> Option<IpParts<'_>> {
     ip(frame.first()? >> 4, frame)
 }
 
 /// The addresses and payload of an IP packet of `version` (4 or 6): the common packet's read in
 /// place ([`ipv4_common`], [`ipv6_common`]), any other by etherparse.
-fn ip(version: u8, packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+fn ip(version: u8, packet: &[u8]) -> Option<IpParts<'_>> {
     let common = match version {
         4 => ipv4_common(packet),
         6 => ipv6_common(packet),
@@ -669,16 +689,21 @@ fn ip(version: u8, packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)
     if matches!(ip, IpSlice::Ipv4(_)) != (version == 4) {
         return None;
     }
+    let ttl = match &ip {
+        IpSlice::Ipv4(v4) => v4.header().ttl(),
+        IpSlice::Ipv6(v6) => v6.header().hop_limit(),
+    };
     Some((
         ip.source_addr(),
         ip.destination_addr(),
+        ttl,
         ip.payload().clone(),
     ))
 }
 
 /// The common IPv4 packet (no authentication header), read with the checks and the result of
 /// etherparse's `Ipv4Slice` at a fraction of its cost; `None` for anything else.
-fn ipv4_common(packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+fn ipv4_common(packet: &[u8]) -> Option<IpParts<'_>> {
     let h: &[u8; 20] = packet.get(..20)?.try_into().ok()?;
     let header_len = usize::from(h[0] & 0x0f) * 4;
     let total_len = usize::from(u16::from_be_bytes([h[2], h[3]]));
@@ -694,6 +719,7 @@ fn ipv4_common(packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
     Some((
         addr(12),
         addr(16),
+        h[8],
         IpPayloadSlice {
             ip_number,
             // More fragments, or a fragment offset.
@@ -706,7 +732,7 @@ fn ipv4_common(packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
 
 /// The common IPv6 packet (TCP or UDP right after the fixed header, no jumbogram), read with
 /// the checks and the result of etherparse's `Ipv6Slice`; `None` for anything else.
-fn ipv6_common(packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
+fn ipv6_common(packet: &[u8]) -> Option<IpParts<'_>> {
     let h: &[u8; 40] = packet.get(..40)?.try_into().ok()?;
     let payload_len = usize::from(u16::from_be_bytes([h[4], h[5]]));
     let ip_number = IpNumber(h[6]);
@@ -721,6 +747,7 @@ fn ipv6_common(packet: &[u8]) -> Option<(IpAddr, IpAddr, IpPayloadSlice<'_>)> {
     Some((
         addr(8),
         addr(24),
+        h[7],
         IpPayloadSlice {
             ip_number,
             fragmented: false,
@@ -1018,17 +1045,17 @@ mod tests {
     fn udp_cut_on_every_link_type() {
         for v6 in [false, true] {
             let builder = if v6 {
-                PacketBuilder::ipv6([0x20; 16], [0x21; 16], 64)
+                PacketBuilder::ipv6([0x20; 16], [0x21; 16], 57)
             } else {
-                PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+                PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 57)
             };
             let mut ip = Vec::new();
             let payload: Vec<u8> = (0u8..40).collect();
             builder.udp(40_000, 7101).write(&mut ip, &payload).unwrap();
             for (link, frame) in on_every_link_type(&ip, v6) {
                 let mut parser = NetParser::new();
-                let whole = parser.udp(link, &frame, 0).map(|u| u.payload_len);
-                assert_eq!(whole, Ok(40), "{link:?}");
+                let whole = parser.udp(link, &frame, 0).map(|u| (u.payload_len, u.ttl));
+                assert_eq!(whole, Ok((40, 57)), "{link:?}");
                 assert!(cut_udp(link, &frame).is_none(), "{link:?} whole");
                 let header_end = frame.len() - payload.len();
                 for n in 0..frame.len() {
@@ -1045,7 +1072,7 @@ mod tests {
                     assert!(n >= header_end, "{link:?} cut at {n}");
                     assert_eq!((u.src.port(), u.dst.port()), (40_000, 7101));
                     assert_eq!(u.payload, &payload[..n - header_end], "{link:?} cut at {n}");
-                    assert_eq!((u.payload_len, u.cut()), (40, true));
+                    assert_eq!((u.payload_len, u.cut(), u.ttl), (40, true, 57));
                 }
             }
         }
@@ -1055,10 +1082,11 @@ mod tests {
     fn tcp_on_every_link_type_every_cut_and_mutation() {
         let mut checked = 0u32;
         for v6 in [false, true] {
+            // A routed packet's TTL (hop limit), read on every path a frame takes.
             let builder = if v6 {
-                PacketBuilder::ipv6([0x20; 16], [0x21; 16], 64)
+                PacketBuilder::ipv6([0x20; 16], [0x21; 16], 57)
             } else {
-                PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+                PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 57)
             };
             let builder = builder
                 .tcp(40_000, 7001, 5, 1000)
@@ -1076,8 +1104,8 @@ mod tests {
             for (link, frame) in cases {
                 let seg = tcp_segment(link, &frame).unwrap_or_else(|e| panic!("{link:?}: {e:?}"));
                 assert_eq!(
-                    (seg.src.port(), seg.dst.port(), seg.tcp.seq()),
-                    (40_000, 7001, 5)
+                    (seg.src.port(), seg.dst.port(), seg.tcp.seq(), seg.ttl),
+                    (40_000, 7001, 5, 57)
                 );
                 let o = seg.tcp.options();
                 assert_eq!(
@@ -1091,7 +1119,10 @@ mod tests {
                     let cut = tcp_segment(link, &frame[..n]);
                     if n >= header_end {
                         let s = cut.unwrap_or_else(|e| panic!("{link:?} cut at {n}: {e:?}"));
-                        assert_eq!((s.payload_len, s.cut(), s.tcp.seq()), (12, true, 5));
+                        assert_eq!(
+                            (s.payload_len, s.cut(), s.tcp.seq(), s.ttl),
+                            (12, true, 5, 57)
+                        );
                     } else {
                         assert!(cut.is_err(), "{link:?} cut at {n}");
                     }
@@ -1133,7 +1164,7 @@ mod tests {
         frame: &[u8],
     ) -> Option<(IpAddr, IpAddr, u16, u16, usize, usize)> {
         let sliced = slice(link, frame).ok()?;
-        let (src, dst, payload) = ip_ends(sliced.net.as_ref()?)?;
+        let (src, dst, _, payload) = ip_ends(sliced.net.as_ref()?)?;
         match (&sliced.transport, payload.fragmented) {
             (Some(TransportSlice::Udp(u)), false) => Some((
                 src,
@@ -1301,7 +1332,7 @@ mod tests {
         frame: &[u8],
     ) -> Option<(IpAddr, IpAddr, u16, u16, usize, usize)> {
         let sliced = slice_raw(link, frame).ok()?;
-        let (src, dst, payload) = ip_ends(sliced.net.as_ref()?)?;
+        let (src, dst, _, payload) = ip_ends(sliced.net.as_ref()?)?;
         match (&sliced.transport, payload.fragmented) {
             (Some(TransportSlice::Tcp(t)), false) => {
                 Some(tcp_place(src, dst, &TcpView::new(t.slice()).ok()?, frame))

@@ -33,6 +33,7 @@ fn meta(ts: u64, p: usize, cap: u16, up: bool) -> PacketMeta {
         src,
         dst,
         wire_len: 652,
+        ttl: 64,
     }
 }
 

@@ -7,9 +7,12 @@
 //!   the same path at its two ends (unless stated with `pair_with`, or two captures share one
 //!   path label).
 //! - Host: when not stated, the capture that saw client→server copies first (the client is the
-//!   side with the higher port) is the T-Box; an unpaired capture is at the end of the first
-//!   TCP handshake it saw whole that its gaps tell (the client's: the T-Box; the server's: the
-//!   gateway), and assumed to be on the T-Box until then or without one.
+//!   side with the higher port) is the T-Box; an unpaired capture is at the end of a
+//!   connection (the client's: the T-Box; the server's: the gateway) that the first of two
+//!   signs tells: its packets' TTLs (any protocol: the clients' or the servers' leave at an
+//!   initial TTL, 64, 128 or 255, the other side's arrive lower, less by the routers they
+//!   passed), or the gaps of a TCP handshake it saw whole; it is assumed to be on the T-Box
+//!   until then or without either.
 //! - Direction: from `local_addrs` when given, else the T-Box is the higher-port side.
 //! - Clock offset: with copies in both directions, the gateway capture's offset is half the
 //!   difference between the smallest uplink and downlink delays (symmetric minimum delay
@@ -66,6 +69,17 @@ fn role_dir(c: &CaptureState, up: Option<bool>) -> Option<Dir> {
     }
 }
 
+/// What tells which end of a connection a capture is at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndEvidence {
+    /// The handshake's two gaps (ns): SYN → SYN-ACK (`first`), SYN-ACK → the client's next
+    /// (`second`); at the client the first is a round trip, at the server the second.
+    Handshake { first: u64, second: u64 },
+    /// The TTLs (IPv6: hop limits) each side's packets had there: one side's an initial value
+    /// (64, 128, 255: sent by this host), the other's lower (routed to it).
+    Ttl { client: u8, server: u8 },
+}
+
 /// One capture.
 #[derive(Clone, Debug)]
 pub struct CaptureState {
@@ -87,9 +101,52 @@ pub struct CaptureState {
     pub packets: u64,
     /// The path id whose label is this capture's own label, once a packet carried it.
     pub own_path: Option<PathId>,
+    /// While it is not placed: the TTL of the latest packet from a server (index 0) and from
+    /// a client (1) it saw, 0 before one.
+    pub ttls: [u8; 2],
+    /// Packets whose TTL, with the other side's known, did not tell where the capture is (it
+    /// stops asking after [`TTL_TRIES`]).
+    pub ttl_untold: u16,
 }
 
+/// Packets a capture's TTLs may fail to place it by before it stops asking them (on one
+/// network, or in the middle, they never tell).
+pub const TTL_TRIES: u16 = 1024;
+
 impl CaptureState {
+    /// Whether nothing says where this capture is yet: no host stated or inferred, no pair,
+    /// no local addresses.
+    #[inline]
+    pub fn unplaced(&self) -> bool {
+        self.host == Host::Unknown && self.paired.is_none() && self.point.local_addrs.is_empty()
+    }
+
+    /// Whether the TTLs of its packets may still place this capture: it is not placed, and
+    /// they have not failed to [`TTL_TRIES`] times.
+    #[inline]
+    pub fn ttl_may_place(&self) -> bool {
+        self.unplaced() && self.ttl_untold < TTL_TRIES
+    }
+
+    /// A packet from a client (`from_client`) or a server seen here with `ttl`, while the
+    /// capture is not placed: once both sides' are known, which end of a connection the TTLs
+    /// place it at — `true` the client's, where the client's packets leave at an initial TTL
+    /// (64, 128, 255) and the server's arrive lower; none when both or neither look sent from
+    /// here (one network without routers, or a capture in the middle).
+    pub fn note_ttl(&mut self, from_client: bool, ttl: u8) -> Option<(bool, EndEvidence)> {
+        self.ttls[usize::from(from_client)] = ttl;
+        let [server, client] = self.ttls;
+        if server == 0 || client == 0 {
+            return None;
+        }
+        let sent_here = |ttl: u8| matches!(ttl, 64 | 128 | 255);
+        if sent_here(client) == sent_here(server) {
+            self.ttl_untold += 1;
+            return None;
+        }
+        Some((sent_here(client), EndEvidence::Ttl { client, server }))
+    }
+
     /// Direction of a packet at this capture, whose [`is_uplink`] is `up`.
     #[inline]
     pub fn dir_of_pair(&self, src: &SocketAddr, dst: &SocketAddr, up: Option<bool>) -> Dir {
@@ -237,6 +294,8 @@ impl CaptureTable {
             offset_estimated: false,
             packets: self.caps.get(&point.capture).map_or(0, |c| c.packets),
             own_path: None,
+            ttls: [0; 2],
+            ttl_untold: 0,
             point,
         };
         self.caps.insert(st.point.capture, st);
@@ -263,6 +322,8 @@ impl CaptureTable {
             offset_estimated: false,
             packets: 0,
             own_path: None,
+            ttls: [0; 2],
+            ttl_untold: 0,
         });
         st.packets += 1;
         st
@@ -431,23 +492,20 @@ impl CaptureTable {
         (tbox, gw)
     }
 
-    /// Capture `id` saw the whole handshake of TCP connection `conn` (client → server) with
-    /// `gaps` (SYN → SYN-ACK, SYN-ACK → the client's next, ns) that place it at the client's
-    /// end (`at_client`) or the server's: unless its host is stated, or it is paired (the
-    /// pair decides), the T-Box's or the gateway's. The first such handshake decides; true
-    /// when this one did.
+    /// Capture `id` saw a packet `src` → `dst` (`up`: from the client) of a connection with
+    /// `evidence` that places it at the client's end (`at_client`) or the server's: unless
+    /// its host is stated, or it is paired (the pair decides), the T-Box's or the gateway's,
+    /// said. The first such evidence decides; when this one did, the packet's direction there.
     pub fn infer_end(
         &mut self,
         id: CaptureId,
         at_client: bool,
-        conn: &str,
-        gaps: (u64, u64),
-    ) -> bool {
-        let Some(c) = self.caps.get_mut(&id) else {
-            return false;
-        };
+        (src, dst, up): (SocketAddr, SocketAddr, Option<bool>),
+        evidence: EndEvidence,
+    ) -> Option<Dir> {
+        let c = self.caps.get_mut(&id)?;
         if c.host != Host::Unknown || c.paired.is_some() {
-            return false;
+            return None;
         }
         let (host, end, host_name) = if at_client {
             (Host::Tbox, "client's", "the T-Box")
@@ -457,14 +515,36 @@ impl CaptureTable {
         c.host = host;
         c.host_inferred = true;
         let name = c.point.name.clone();
+        let dir = c.dir_of_pair(&src, &dst, up);
+        let (client, server) = if up.unwrap_or(true) {
+            (src, dst)
+        } else {
+            (dst, src)
+        };
         let ms = |ns: u64| ns as f64 / 1e6;
+        let (protocol, why) = match evidence {
+            EndEvidence::Handshake { first, second } => (
+                "TCP ",
+                format!(
+                    "SYN to SYN-ACK {:.3} ms, SYN-ACK to the client's next {:.3} ms",
+                    ms(first),
+                    ms(second)
+                ),
+            ),
+            EndEvidence::Ttl { client, server } => (
+                "",
+                format!(
+                    "the client's packets have TTL {client}, the server's {server}: the {} leave \
+                 this host at their first TTL",
+                    if at_client { "client's" } else { "server's" }
+                ),
+            ),
+        };
         self.say(format!(
-            "capture `{name}` is on {host_name}: at the {end} end of TCP {conn} (SYN to SYN-ACK \
-             {:.3} ms, SYN-ACK to the client's next {:.3} ms)",
-            ms(gaps.0),
-            ms(gaps.1)
+            "capture `{name}` is on {host_name}: at the {end} end of {protocol}{client} → \
+             {server} ({why})"
         ));
-        true
+        Some(dir)
     }
 
     /// Whether two captures or more are not paired (yet): two of them may show the same path

@@ -144,6 +144,10 @@ pub struct PacketMeta {
     /// Bytes on the wire attributed to this observation (IP header included). When one datagram
     /// carries several segments, attribute the datagram to its first segment and 0 to the rest.
     pub wire_len: u32,
+    /// The IP packet's TTL (IPv6: hop limit) as captured, 0 when not known: a sender's
+    /// initial value (64, 128, 255) at its own host, less by each router passed.
+    #[serde(default, skip_serializing_if = "crate::units::is_zero")]
+    pub ttl: u8,
 }
 
 impl Default for PacketMeta {
@@ -156,6 +160,7 @@ impl Default for PacketMeta {
             src: unspecified,
             dst: unspecified,
             wire_len: 0,
+            ttl: 0,
         }
     }
 }

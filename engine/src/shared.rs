@@ -64,6 +64,25 @@ pub(crate) struct Pkt {
     pub up: Option<bool>,
 }
 
+/// What a packet's capture `c` says of it (`up`: client → server): the capture's path, the
+/// packet's direction there, the capture's clock offset, whether it is paired, and whether
+/// the packet's TTL may place it.
+#[inline(always)]
+fn capture_facts(
+    c: &crate::capture::CaptureState,
+    meta: &PacketMeta,
+    up: Option<bool>,
+) -> (PathIdx, Dir, i64, bool, bool) {
+    let dir = c.dir_of_pair(&meta.src, &meta.dst, up);
+    (
+        c.path,
+        dir,
+        c.offset_ns,
+        c.paired.is_some(),
+        c.ttl_may_place(),
+    )
+}
+
 impl Pkt {
     /// The sighting of the copy of a message this packet carries: `bytes` of message `key`
     /// (named `id`) of flow `flow`; one fragment, nothing known of an earlier closure (set
@@ -421,10 +440,6 @@ impl Shared {
         // path carries (compared once per path id).
         let (up, tuple) = crate::matcher::pair_facts(&meta.src, &meta.dst);
         let up = if turned { up.map(|u| !u) } else { up };
-        let facts = |c: &crate::capture::CaptureState| {
-            let dir = c.dir_of_pair(&meta.src, &meta.dst, up);
-            (c.path, dir, c.offset_ns, c.paired.is_some())
-        };
         let paths = &mut self.paths;
         let known = match self.caps.get_mut(meta.capture) {
             Some(c) if c.own_path == Some(meta.path) => Some(c),
@@ -433,19 +448,23 @@ impl Shared {
                 Some(c)
             }
             _ => None,
-        }
-        .map(|c| {
-            c.packets += 1;
-            facts(c)
-        });
-        let (cap_path, dir, off, paired) = match known {
-            Some(f) => f,
+        };
+        let (cap_path, mut dir, off, paired, ttl_may_place) = match known {
+            Some(c) => {
+                c.packets += 1;
+                capture_facts(c, meta, up)
+            }
             None => {
                 let label = self.paths.label_of(meta.path).to_owned();
                 let label_path = self.paths.intern(&label)?;
-                facts(self.caps.touch(meta.capture, &label, label_path))
+                capture_facts(self.caps.touch(meta.capture, &label, label_path), meta, up)
             }
         };
+        if ttl_may_place && meta.ttl != 0 {
+            if let Some(d) = self.place_by_ttl(meta, up) {
+                dir = d;
+            }
+        }
         let path = self.paths.canonical(cap_path);
         let ts = meta.ts_ns.saturating_add_signed(off);
         self.advance(ts);
@@ -486,6 +505,20 @@ impl Shared {
             tuple,
             up,
         })
+    }
+
+    /// A packet (`up`: client → server) seen at a capture its TTLs may still place: its TTL
+    /// noted; when the capture's TTLs place it ([`crate::capture::CaptureState::note_ttl`]),
+    /// that is said and the packet's direction there returned.
+    #[inline(never)]
+    fn place_by_ttl(&mut self, meta: &PacketMeta, up: Option<bool>) -> Option<Dir> {
+        let from_client = up?;
+        let (at_client, evidence) = self
+            .caps
+            .get_mut(meta.capture)?
+            .note_ttl(from_client, meta.ttl)?;
+        self.caps
+            .infer_end(meta.capture, at_client, (meta.src, meta.dst, up), evidence)
     }
 
     /// Something arrived over `path` at `ts`: it is alive; an open outage ends (out of line:

@@ -337,16 +337,16 @@ pub struct CaptureHealth {
     pub ring_buffer_dropped: u64,
     /// Kernel TCP events read but not given to the engine (refused by the decoder, not
     /// convertible, or the queue to the UI full); filled by the capture driver.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::units::is_zero")]
     pub tcp_events_dropped: u64,
     /// Runs of the eBPF TCP hooks the kernel skipped (the same hook already running on that
     /// CPU): their events never existed; filled by the capture driver.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::units::is_zero")]
     pub tcp_hook_runs_skipped: u64,
     /// Retransmitted segments the kernel counted (`total_retrans`) that no kernel TCP record
     /// shows, whatever the cause (skipped runs of the retransmit hook among them); filled by
     /// the capture driver.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::units::is_zero")]
     pub tcp_retrans_unrecorded: u64,
     /// QUIC packets that could not be decrypted; filled by the decode glue.
     #[serde(default)]
@@ -355,10 +355,6 @@ pub struct CaptureHealth {
     pub captures: Vec<CaptureView>,
     /// Sentences describing inferences (pairing, sender end, clock offset).
     pub inferences: Vec<String>,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// One capture point and what the engine inferred about it.

@@ -27,6 +27,11 @@ pub fn latency_ns(ns: u64) -> String {
     latency(ns.saturating_add(500) / 1_000)
 }
 
+/// Whether `v` is zero (its type's default): serde leaves such fields out.
+pub(crate) fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ fn datagram(ts: u64, path: PathId, capture: u16) -> Observation {
             src: addr("10.0.0.2:40000"),
             dst: addr("192.0.2.1:9000"),
             wire_len: 100,
+            ttl: 0,
         },
         payload_hash: ts,
         payload_len: 50,

@@ -19,6 +19,8 @@ struct Conn {
     e: Engine,
     cli: std::net::SocketAddr,
     srv: std::net::SocketAddr,
+    /// The TTLs the client's and the server's packets have at the capture (0: not known).
+    ttls: (u8, u8),
 }
 
 impl Conn {
@@ -27,6 +29,7 @@ impl Conn {
             e: Engine::new(Config::default()),
             cli: addr("10.0.0.2:41000"),
             srv: addr("192.0.2.1:8883"),
+            ttls: (0, 0),
         }
     }
 
@@ -49,8 +52,10 @@ impl Conn {
             options.sack[i] = *b;
         }
         options.sack_count = sack.len() as u8;
+        let mut meta = meta(T0 + ms * MS, "eth0", 0, src, dst, 40 + len);
+        meta.ttl = if up { self.ttls.0 } else { self.ttls.1 };
         self.e.handle(Observation::TcpSegment(TcpSegment {
-            meta: meta(T0 + ms * MS, "eth0", 0, src, dst, 40 + len),
+            meta,
             seq,
             ack,
             flags: TcpFlags(flags),
@@ -73,8 +78,10 @@ impl Conn {
 
     /// Data from the client carrying the timestamps option (TSval, TSecr).
     fn data_echo(&mut self, ms: u64, seq: u32, len: u32, timestamps: (u32, u32)) {
+        let mut meta = meta(T0 + ms * MS, "eth0", 0, self.cli, self.srv, 52 + len);
+        meta.ttl = self.ttls.0;
         self.e.handle(Observation::TcpSegment(TcpSegment {
-            meta: meta(T0 + ms * MS, "eth0", 0, self.cli, self.srv, 52 + len),
+            meta,
             seq,
             ack: 5001,
             flags: TcpFlags(ACK),
@@ -463,7 +470,12 @@ fn a_capture_at_the_servers_end_is_told_by_its_handshake() {
     // The same traffic seen at the client (a round trip between SYN and SYN-ACK): sent
     // here, not the receiver's arrivals.
     let mut c = Conn::established(999);
-    let s = one_loss(&mut c, true);
+    placed_at_the_client(&one_loss(&mut c, true));
+}
+
+/// `s` says its capture is on the T-Box, where the client's data is sent: no stall from the
+/// receiver's arrivals.
+fn placed_at_the_client(s: &tboxscope_engine::Summary) {
     let said = s.health.inferences.join("\n");
     assert!(
         said.contains("is on the T-Box: at the client's end"),
@@ -474,6 +486,83 @@ fn a_capture_at_the_servers_end_is_told_by_its_handshake() {
             .iter()
             .all(|i| i.stall_from != Some(HolStallFrom::ReceiverArrivals)),
         "{said}"
+    );
+}
+
+/// [`one_loss`] seen by a capture begun mid-connection (no handshake) where the client's and
+/// the server's packets have `ttls`.
+fn one_loss_mid_connection(ttls: (u8, u8)) -> tboxscope_engine::Summary {
+    let mut c = Conn::new();
+    c.ttls = ttls;
+    c.ack(0, 1000, &[]);
+    c.data(40, 1000, 100);
+    one_loss(&mut c, true)
+}
+
+#[test]
+fn a_capture_begun_mid_connection_is_placed_by_its_ttls() {
+    // At the server, no handshake: the server's ACK leaves at its initial TTL (64), the
+    // client's data arrives 12 routers lower. Its hole is the receiver's own stall, as after
+    // a handshake.
+    let s = one_loss_mid_connection((52, 64));
+    let said = s.health.inferences.join("\n");
+    assert!(
+        said.contains(
+            "is on the gateway: at the server's end of 10.0.0.2:41000 → 192.0.2.1:8883 \
+             (the client's packets have TTL 52, the server's 64"
+        ),
+        "{said}"
+    );
+    let stalls: Vec<_> = s
+        .hol_incidents
+        .iter()
+        .map(|i| (i.missing.as_str(), i.stall_from))
+        .collect();
+    assert_eq!(
+        stalls,
+        [("seq 1100", Some(HolStallFrom::ReceiverArrivals))],
+        "{said}"
+    );
+    // At the client (a Windows one: 128) the same traffic is sent: no receiver's stall.
+    placed_at_the_client(&one_loss_mid_connection((128, 50)));
+    // Both sent from here (no router between them) or neither (a capture in the middle): no
+    // verdict, the capture stays assumed to be the T-Box's.
+    for ttls in [(64, 64), (60, 52)] {
+        let s = one_loss_mid_connection(ttls);
+        assert!(
+            s.health.inferences.is_empty(),
+            "{ttls:?}: {:?}",
+            s.health.inferences
+        );
+    }
+}
+
+#[test]
+fn the_receivers_ack_fills_a_hole_its_capture_did_not_see_filled() {
+    // At the server, begun during a loss episode: bytes 1200..1300 had arrived before the
+    // capture began. The receiver's ACK past them says it holds them: no stall, and the
+    // next hole is a stall of its own.
+    let mut c = Conn::new();
+    c.ttls = (52, 64);
+    c.ack(0, 1000, &[]);
+    c.data(1, 1100, 100);
+    c.data(2, 1300, 100);
+    c.ack(3, 1400, &[]);
+    c.data(10, 1500, 100);
+    c.ack(10, 1400, &[(1500, 1600)]);
+    c.data(50, 1400, 100);
+    c.ack(50, 1600, &[]);
+    let s = c.e.finish(T0 + 61_000 * MS);
+    let stalls: Vec<_> = s
+        .hol_incidents
+        .iter()
+        .map(|i| (i.missing.as_str(), i.stall_ns / MS, i.end_ns.is_some()))
+        .collect();
+    assert_eq!(
+        stalls,
+        [("seq 1200", 1, true), ("seq 1400", 40, true)],
+        "{:?}",
+        s.health.inferences
     );
 }
 

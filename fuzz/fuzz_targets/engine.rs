@@ -60,6 +60,7 @@ impl World {
             src,
             dst,
             wire_len: u.int_in_range(0..=1500)?,
+            ttl: u.arbitrary()?,
         })
     }
 }

@@ -432,6 +432,7 @@ fn unit_meta(
         src: packet.src,
         dst: packet.dst,
         wire_len: if first_in_frame { frame_len } else { 0 },
+        ttl: packet.ttl,
     }
 }
 

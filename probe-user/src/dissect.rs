@@ -144,6 +144,9 @@ pub struct DecodedPacket {
     pub src: SocketAddr,
     /// UDP receiver.
     pub dst: SocketAddr,
+    /// The IP packet's TTL (IPv6: hop limit) as captured; 0 where not read (a router's path
+    /// MTU signal).
+    pub ttl: u8,
     /// The decoded content.
     pub decoded: Decoded,
     /// Application message id read with [`DissectConfig::app_id`] from a KCP segment's or UDP
@@ -657,6 +660,7 @@ impl Dissector {
                 framing,
                 src,
                 dst,
+                ttl: udp.ttl,
                 frame,
                 ts_ns,
             };
@@ -734,6 +738,7 @@ impl Dissector {
                     ts_ns,
                     src,
                     dst,
+                    ttl: udp.ttl,
                     app_msg_id: None,
                     content_hash: None,
                     stream_heads,
@@ -759,6 +764,7 @@ impl Dissector {
                 ts_ns,
                 src,
                 dst,
+                ttl: udp.ttl,
                 app_msg_id,
                 content_hash: None,
                 stream_heads: Vec::new(),
@@ -779,6 +785,7 @@ struct KcpSource<'f> {
     framing: KcpFraming,
     src: SocketAddr,
     dst: SocketAddr,
+    ttl: u8,
     frame: &'f [u8],
     ts_ns: u64,
 }
@@ -797,6 +804,7 @@ fn kcp_records(
         framing,
         src,
         dst,
+        ttl,
         frame,
         ts_ns,
     } = source;
@@ -825,6 +833,7 @@ fn kcp_records(
             ts_ns,
             src,
             dst,
+            ttl,
             app_msg_id,
             content_hash,
             stream_heads: Vec::new(),
@@ -868,6 +877,7 @@ impl Dissector {
                     framing: KcpFraming::Raw,
                     src: udp.src,
                     dst: udp.dst,
+                    ttl: udp.ttl,
                     frame,
                     ts_ns,
                 };
@@ -938,6 +948,7 @@ impl Dissector {
             ts_ns,
             src: seg.src,
             dst: seg.dst,
+            ttl: seg.ttl,
             decoded: Decoded::TcpSegment(TcpSegmentRecord {
                 seq: t.seq(),
                 ack: t.ack(),
@@ -985,6 +996,7 @@ impl Dissector {
             ts_ns,
             src: SocketAddr::new(s.router, 0),
             dst: SocketAddr::new(s.to, 0),
+            ttl: 0,
             decoded: Decoded::PathMtu(PathMtuRecord {
                 mtu: s.mtu,
                 segment_src: s.segment_src,

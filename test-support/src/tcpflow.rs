@@ -363,7 +363,9 @@ fn write_seg(w: &mut PcapFile, f: &mut Vec<u8>, s: &Seg) {
     f.extend([2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00]);
     f.extend([0x45, 0]);
     f.extend((total as u16).to_be_bytes());
-    f.extend([0, 0, 0x40, 0, 64, 6, 0, 0]);
+    // TTL: the sender's own packets leave at 64, the server's arrive through 12 routers.
+    let ttl = if s.to_server { 64 } else { 52 };
+    f.extend([0, 0, 0x40, 0, ttl, 6, 0, 0]);
     f.extend(src);
     f.extend(dst);
     f.extend(sport.to_be_bytes());

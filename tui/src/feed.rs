@@ -166,6 +166,7 @@ impl EngineFeed {
                 src: seg.src,
                 dst: seg.dst,
                 wire_len: p.orig_len,
+                ttl: seg.ttl,
             },
             seq: seg.tcp.seq(),
             ack: seg.tcp.ack(),

@@ -2,11 +2,16 @@
 //! as it connects), one connection per path carrying the same messages: the write-through
 //! pcapng files decrypt alone (the key log embedded as Decryption Secrets Blocks), and the
 //! capture's `message` records equal `analyze --json` of those files without a key log.
+//!
+//! And through a router: a capture at either end analysed alone is placed there by its TTLs.
 #![expect(clippy::unwrap_used)]
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
+mod tcp_common;
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,8 +74,9 @@ fn server(addr: SocketAddr, cert: Identity, conns: usize) {
     });
 }
 
-/// Connects from `local` and sends the messages, one uni stream each, 50 ms apart.
-fn client(local: SocketAddr, server: SocketAddr, cert: Identity) {
+/// Connects from `local` and sends the messages, one uni stream each, 50 ms apart; the TLS
+/// secrets go to the file SSLKEYLOGFILE names, or to `keys`.
+fn client(local: SocketAddr, server: SocketAddr, cert: Identity, keys: Option<PathBuf>) {
     runtime().block_on(async move {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(cert.0).unwrap();
@@ -80,8 +86,11 @@ fn client(local: SocketAddr, server: SocketAddr, cert: Identity) {
             .with_root_certificates(roots)
             .with_no_client_auth();
         tls.alpn_protocols = vec![b"tbox".to_vec()];
-        // rustls appends the secrets to the file SSLKEYLOGFILE names.
-        tls.key_log = Arc::new(rustls::KeyLogFile::new());
+        tls.key_log = match keys {
+            Some(file) => Arc::new(KeyLogTo(file)),
+            // rustls appends the secrets to the file SSLKEYLOGFILE names.
+            None => Arc::new(rustls::KeyLogFile::new()),
+        };
         let crypto = QuicClientConfig::try_from(tls).unwrap();
         let ep = quinn::Endpoint::client(local).unwrap();
         let work = async {
@@ -104,6 +113,22 @@ fn client(local: SocketAddr, server: SocketAddr, cert: Identity) {
             .await
             .unwrap();
     });
+}
+
+/// TLS secrets appended to a file, in the NSS key log format.
+#[derive(Debug)]
+struct KeyLogTo(PathBuf);
+
+impl rustls::KeyLog for KeyLogTo {
+    fn log(&self, label: &str, client_random: &[u8], secret: &[u8]) {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.0)
+            .unwrap();
+        writeln!(f, "{label} {} {}", hex(client_random), hex(secret)).unwrap();
+    }
 }
 
 /// A process ended on every way out of the test (the lab's Drop removes the namespaces).
@@ -187,7 +212,7 @@ fn write_through_pcapng_decrypts_alone_and_matches_the_capture() {
             let local: SocketAddr = format!("{}:0", lab.links[i].2).parse().unwrap();
             let remote: SocketAddr = format!("{}:4433", lab.links[i].3).parse().unwrap();
             let cert = cert.clone();
-            spawn_in(&lab.tbox, move || client(local, remote, cert))
+            spawn_in(&lab.tbox, move || client(local, remote, cert, None))
         })
         .collect();
     for c in clients {
@@ -237,4 +262,97 @@ fn write_through_pcapng_decrypts_alone_and_matches_the_capture() {
         both >= MESSAGES - 2,
         "{both} messages on both paths: {live:?}"
     );
+}
+
+/// Through a router (the client's packets reach the server one TTL lower, and the reverse),
+/// quinn's connection captured at both ends, each capture analysed alone with the key log and
+/// nothing stated: the gateway's is placed at the server's end and the T-Box's at the client's
+/// by their TTLs, and each gives exactly what it gives with its host stated (`--host`).
+#[test]
+#[ignore = "needs root"]
+fn a_capture_alone_is_placed_by_its_ttls_as_if_stated() {
+    let chain = tcp_common::Routed::new(0);
+    chain.sysctl("net.ipv4.ip_local_port_range", "55000 60999");
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.log");
+    let port = 4433;
+    let filter = format!("udp port {port}");
+    let (gw_pcap, tbox_pcap) = (dir.path().join("gw.pcap"), dir.path().join("tbox.pcap"));
+    let gw_dump = tcp_common::Tcpdump::start_on(&chain.b, &chain.dev_b, &filter, &gw_pcap);
+    let tbox_dump = tcp_common::Tcpdump::start_on(&chain.a, &chain.dev_a, &filter, &tbox_pcap);
+    let ck = rcgen::generate_simple_self_signed(vec![NAME.to_owned()]).unwrap();
+    let cert: Identity = (ck.cert.der().clone(), ck.key_pair.serialize_der());
+    let server_addr = SocketAddr::new(chain.server.ip(), port);
+    let srv_cert = cert.clone();
+    let srv = spawn_in(&chain.b, move || server(server_addr, srv_cert, 1));
+    std::thread::sleep(Duration::from_millis(200));
+    let client_keys = keys.clone();
+    let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+    spawn_in(&chain.a, move || {
+        client(any, server_addr, cert, Some(client_keys));
+    })
+    .join()
+    .unwrap();
+    srv.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop((gw_dump, tbox_dump));
+
+    for (pcap, label, host, end) in [
+        (&gw_pcap, "gw", "gateway", "server's"),
+        (&tbox_pcap, "tbox", "T-Box", "client's"),
+    ] {
+        let file = pcap.as_os_str();
+        let keylog = [std::ffi::OsStr::new("--keylog"), keys.as_os_str()];
+        let mut args = vec![file];
+        args.extend(keylog);
+        let inferred = tcp_common::analyze_json(&args);
+        let stated_host = format!("{label}={}", if label == "gw" { "gateway" } else { "tbox" });
+        args.extend([std::ffi::OsStr::new("--host"), stated_host.as_ref()]);
+        let stated = tcp_common::analyze_json(&args);
+        let summary = |lines: &[Value]| {
+            lines
+                .iter()
+                .find(|r| r["type"] == "summary")
+                .cloned()
+                .unwrap()
+        };
+        let (mut a, mut b) = (summary(&inferred), summary(&stated));
+        let said = a["health"]["inferences"].to_string();
+        let (ttl_here, ttl_there) = (64, 63);
+        let (client_ttl, server_ttl) = if label == "gw" {
+            (ttl_there, ttl_here)
+        } else {
+            (ttl_here, ttl_there)
+        };
+        assert!(
+            said.contains(&format!(
+                "capture `{label}` is on the {host}: at the {end} end of "
+            )) && said.contains(&format!(
+                "(the client's packets have TTL {client_ttl}, the server's {server_ttl}"
+            )),
+            "{said}"
+        );
+        assert!(
+            a["quic"]["decrypted"].as_u64().unwrap() > 40,
+            "{}",
+            a["quic"]
+        );
+        // All else alike: the records, and the summary but for the inference said.
+        a["health"]["inferences"] = Value::Null;
+        b["health"]["inferences"] = Value::Null;
+        assert_eq!(a, b, "{label}: placed by its TTLs against stated");
+        let records = |lines: &[Value]| -> Vec<Value> {
+            lines
+                .iter()
+                .filter(|r| r["type"] != "summary" && r["type"] != "header")
+                .cloned()
+                .collect()
+        };
+        assert_eq!(records(&inferred), records(&stated), "{label}");
+        assert_eq!(
+            inferred.iter().filter(|r| r["type"] == "message").count(),
+            MESSAGES,
+            "{label}"
+        );
+    }
 }

@@ -131,3 +131,40 @@ fn smtp_resends_after_path_mtu_match_tshark_and_the_idle_user_is_no_outage() {
         "{text}"
     );
 }
+
+/// The same capture from its 8th frame on: no handshake, the session under way (a capture
+/// started late). Its TTLs place it at the client's end — the Windows client's packets leave
+/// at 128, the server's arrive at 50 — and the client's resends after the path MTU signals are
+/// still its own, as in the whole capture.
+#[test]
+fn smtp_begun_mid_session_is_placed_by_its_ttls() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = dir.path().join("smtp-mid.pcap");
+    let cut = Command::new("editcap")
+        .args(["-r", FIXTURE])
+        .arg(&mid)
+        .arg("8-60")
+        .status()
+        .expect("editcap runs (it comes with tshark)");
+    assert!(cut.success());
+    let records = analyze_json(&[&mid]);
+    let summary = records.iter().find(|r| r["type"] == "summary").unwrap();
+    assert_eq!(
+        summary["health"]["inferences"],
+        serde_json::json!([format!(
+            "capture `smtp-mid` is on the T-Box: at the client's end of {CLIENT} → \
+             74.53.140.153:25 (the client's packets have TTL 128, the server's 50: the \
+             client's leave this host at their first TTL)"
+        )])
+    );
+    let kinds: Vec<(&Value, &Value)> = records
+        .iter()
+        .filter(|r| r["type"] == "tcp_retransmit")
+        .map(|r| (&r["src"], &r["kind"]))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(&Value::from(CLIENT), &Value::from("path_mtu")); 5],
+        "{kinds:?}"
+    );
+}

@@ -12,8 +12,11 @@
 //! length, TSval, TSecr).
 //!
 //! The two captures given together pair by the segments both saw (no `--framing`), and the
-//! receiver's capture alone stated to be at the server's end (`--host LABEL=gateway`): the
-//! same HOL stalls, from the receiver's arrivals, each said to be filled by a resend.
+//! receiver's capture alone, with nothing stated, is placed at the server's end by its TTLs
+//! (the server's packets leave at 64, the client's arrive through the router at 63): the same
+//! HOL stalls, from the receiver's arrivals, each said to be filled by a resend. So does the
+//! receiver's capture begun mid-connection (its first third cut off: no handshake), for the
+//! holes after its start.
 #![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
@@ -164,8 +167,9 @@ fn amplification(lines: &[serde_json::Value]) -> f64 {
         .unwrap()
 }
 
-/// Both captures together, and the receiver's alone stated to be at the server's end: the
-/// stalls the receiver's arrivals show, each filled by a resend of the kind the sender used.
+/// Both captures together, and the receiver's alone (placed at the server's end by its TTLs):
+/// the stalls the receiver's arrivals show, each filled by a resend of the kind the sender
+/// used.
 fn stalls_at_the_receiver(
     (sender_pcap, receiver_pcap): (&Path, &Path),
     timestamps: bool,
@@ -181,8 +185,18 @@ fn stalls_at_the_receiver(
     let both = analyze_json(&[sender, receiver]);
     let summary = both.iter().find(|r| r["type"] == "summary").unwrap();
     let inferences = summary["health"]["inferences"].to_string();
+    // Each placed by its own TTLs before they pair.
+    let label = |p: &Path| p.file_stem().unwrap().to_str().unwrap().to_owned();
     assert!(
-        inferences.contains("show the same path at its two ends"),
+        inferences.contains("show the same path at its two ends")
+            && inferences.contains(&format!(
+                "`{}` is on the T-Box: at the client's end",
+                label(sender_pcap)
+            ))
+            && inferences.contains(&format!(
+                "`{}` is on the gateway: at the server's end",
+                label(receiver_pcap)
+            )),
         "{line}; {inferences}"
     );
     let (amp_both, amp_sender) = (
@@ -193,10 +207,9 @@ fn stalls_at_the_receiver(
         (amp_both / amp_sender - 1.0).abs() < 0.02,
         "{line}; amplification {amp_both} with both, {amp_sender} at the sender"
     );
-    let label = receiver_pcap.file_stem().unwrap().to_str().unwrap();
-    let host = format!("{label}=gateway");
-    let alone = analyze_json(&[receiver, "--host", &host]);
-    let (both, alone) = (stalls(&both), stalls(&alone));
+    let alone_lines = analyze_json(&[receiver]);
+    placed_at_the_server(&alone_lines, receiver_pcap, line);
+    let (both, alone) = (stalls(&both), stalls(&alone_lines));
     let why = format!("{line}; stalls with both captures {both:?}, at the receiver {alone:?}");
     assert!(!both.is_empty(), "{why}");
     assert!(both.len() as u64 <= arrived + reordered, "{why}");
@@ -234,9 +247,97 @@ fn stalls_at_the_receiver(
     if timestamps {
         assert!(unknown <= receiver_ooo, "{why}");
     }
+    begun_mid_connection(receiver_pcap, &alone_lines, line);
+}
+
+/// `lines` (of `pcap` analysed alone) say it is at the server's end, told by the TTLs.
+fn placed_at_the_server(lines: &[serde_json::Value], pcap: &Path, line: &str) {
+    let label = pcap.file_stem().unwrap().to_str().unwrap();
+    let summary = lines.iter().find(|r| r["type"] == "summary").unwrap();
+    let said = summary["health"]["inferences"].to_string();
+    assert!(
+        said.contains(&format!("`{label}` is on the gateway: at the server's end"))
+            && said.contains("the client's packets have TTL 63, the server's 64"),
+        "{line}; {said}"
+    );
+}
+
+/// The receiver's capture from a third of its frames on (no handshake, the connection under
+/// way: the client told by its higher port), analysed alone: placed at the server's end by
+/// its TTLs, with the stalls the whole capture (`whole_lines`) has after its start, from the
+/// same arrivals — once a stall under way when it begins is over (seen from its middle, its
+/// holes are stalls of their own).
+fn begun_mid_connection(receiver_pcap: &Path, whole_lines: &[serde_json::Value], line: &str) {
+    let frames = Command::new("capinfos")
+        .args(["-M", "-c", "-T", "-r"])
+        .arg(receiver_pcap)
+        .output()
+        .expect("capinfos runs (it comes with tshark)");
+    let frames: usize = String::from_utf8_lossy(&frames.stdout)
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let mid = receiver_pcap.with_file_name(format!(
+        "{}-mid.pcap",
+        receiver_pcap.file_stem().unwrap().to_str().unwrap()
+    ));
+    let cut = Command::new("editcap")
+        .arg("-r")
+        .arg(receiver_pcap)
+        .arg(&mid)
+        .arg(format!("{}-{frames}", frames / 3 + 1))
+        .status()
+        .expect("editcap runs (it comes with tshark)");
+    assert!(cut.success());
+    let lines = analyze_json(&[&mid]);
+    placed_at_the_server(&lines, &mid, line);
+    let (mid_stalls, whole) = (stalls(&lines), stalls(whole_lines));
+    // The capture's start (its first frame), or the end of the whole capture's stall under
+    // way then.
+    let start = first_frame_ns(&mid);
+    let start = whole_lines
+        .iter()
+        .filter(|r| r["type"] == "hol_incident" && r["start_ns"].as_u64() <= Some(start))
+        .filter_map(|r| r["end_ns"].as_u64())
+        .fold(start, u64::max);
+    let holes = |v: &[(String, String, String, u64)]| {
+        v.iter()
+            .filter(|s| s.3 > start)
+            .map(|s| s.2.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let why = format!(
+        "{line}; {frames} frames, the last {} analysed, compared from {start}: stalls \
+         {mid_stalls:?}, of the whole capture {whole:?}",
+        frames - frames / 3
+    );
+    assert!(!mid_stalls.is_empty(), "{why}");
+    assert!(
+        mid_stalls.iter().all(|s| s.0 == "receiver_arrivals"),
+        "{why}"
+    );
+    assert_eq!(holes(&mid_stalls), holes(&whole), "{why}");
+}
+
+/// The capture time of `pcap`'s first frame, Unix epoch ns.
+fn first_frame_ns(pcap: &Path) -> u64 {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-c", "1", "-T", "fields", "-e", "frame.time_epoch"])
+        .output()
+        .expect("tshark runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (s, ns) = text.trim().split_once('.').unwrap();
+    let ns = format!("{ns:0<9}");
+    s.parse::<u64>().unwrap() * 1_000_000_000 + ns[..9].parse::<u64>().unwrap()
 }
 
 fn case(chain: &Routed, port: u16, timestamps: bool, dir: &Path) -> String {
+    // The client's port above the server's, as a server's well-known one usually is: a
+    // capture begun mid-connection tells the client by it.
+    chain.sysctl("net.ipv4.ip_local_port_range", "55000 60999");
     chain.sysctl(
         "net.ipv4.tcp_timestamps",
         if timestamps { "1" } else { "0" },

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use crate::capture::{is_uplink, Dir};
+use crate::capture::{is_uplink, Dir, EndEvidence};
 use crate::flow::{FlowKey, FlowRef, Proto};
 use crate::hol::push_evidence;
 use crate::input::{CongState, RetransmitKind, TcpEvent, TcpEventKind, TcpFigures, TcpSegment};
@@ -90,13 +90,13 @@ fn capture_end(first: u64, second: u64) -> Option<bool> {
 
 /// Follows connection `s`'s handshake with segment `t` (seen as `pkt`, from the client when
 /// `from_client`); when the client's first segment after the SYN-ACK completes it at the
-/// capture that saw all three: which end that capture is at, and the two gaps (ns).
+/// capture that saw all three: which end that capture is at, and the two gaps.
 fn handshake(
     s: &mut TcpState,
     t: &TcpSegment,
     pkt: &Pkt,
     from_client: bool,
-) -> Option<(bool, (u64, u64))> {
+) -> Option<(bool, EndEvidence)> {
     match (t.flags.syn(), t.flags.ack(), from_client) {
         (true, false, true) => {
             s.handshake = Some(Handshake {
@@ -115,11 +115,11 @@ fn handshake(
         (false, _, true) => {
             let h = s.handshake.take()?;
             let syn_ack = h.syn_ack_ns.filter(|_| h.capture == pkt.capture)?;
-            let gaps = (
+            let (first, second) = (
                 syn_ack.saturating_sub(h.syn_ns),
                 pkt.raw_ns.saturating_sub(syn_ack),
             );
-            capture_end(gaps.0, gaps.1).map(|end| (end, gaps))
+            capture_end(first, second).map(|end| (end, EndEvidence::Handshake { first, second }))
         }
         _ => None,
     }
@@ -285,19 +285,12 @@ impl Shared {
                 p.answer_owed(pkt.ts_ns);
             }
         }
-        if let Some((at_client, gaps)) = end_of_capture {
-            let (client, server) = if src_is_client {
-                (t.meta.src, t.meta.dst)
-            } else {
-                (t.meta.dst, t.meta.src)
-            };
-            let conn = format!("{client} → {server}");
-            if self.caps.infer_end(pkt.capture, at_client, &conn, gaps) {
-                // The segment that told (the client's first after the SYN-ACK, often its
-                // first data) goes the way the capture's end now says.
-                if let Some(c) = self.caps.get(pkt.capture) {
-                    pkt.dir = c.dir_of_pair(&t.meta.src, &t.meta.dst, pkt.up);
-                }
+        if let Some((at_client, evidence)) = end_of_capture {
+            // The segment that told (the client's first after the SYN-ACK, often its first
+            // data) goes the way the capture's end now says.
+            let ends = (t.meta.src, t.meta.dst, pkt.up);
+            if let Some(dir) = self.caps.infer_end(pkt.capture, at_client, ends, evidence) {
+                pkt.dir = dir;
             }
         }
         if let Some(at) = close_at {

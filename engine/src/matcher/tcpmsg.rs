@@ -228,6 +228,10 @@ fn acknowledged(
     a: &Acked,
     msgs: &mut Outstanding,
 ) {
+    if pkt.dir == Dir::Out {
+        receiver_acked(shared, fr, pkt, data_up, a);
+        return;
+    }
     // Only where the ACK reached the data's sender: this capture saw the data sent.
     if pkt.dir != Dir::In {
         return;
@@ -248,6 +252,33 @@ fn acknowledged(
             shared.maybe_complete(fr, slot);
         }
     }
+}
+
+/// The receiver's own cumulative ACK (`a`, leaving the receiver's capture): it holds every
+/// byte below it, also those this capture never saw arrive (sent before the capture began,
+/// or dropped by it), so a hole it passes is filled — by what, this capture cannot say.
+fn receiver_acked(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, data_up: bool, a: &Acked) {
+    if !settled(shared, pkt) || !arrivals_seen(shared, fr, data_up, false) {
+        return;
+    }
+    if let Some(t) = tracker(shared, fr, data_up) {
+        t.arriving = None;
+        t.behind = 0;
+    }
+    let sel = GapSel::Tcp {
+        up: data_up,
+        from_acks: false,
+    };
+    shared.gap_deliver(
+        fr,
+        sel,
+        a.from,
+        a.to - a.from,
+        0,
+        false,
+        pkt.path,
+        pkt.ts_ns,
+    );
 }
 
 /// At the sender's capture alone: the receiver's delivery as its ACKs show it. Data the ACK

@@ -52,6 +52,7 @@ pub fn meta(
         src,
         dst,
         wire_len: wire,
+        ttl: 0,
     }
 }
 

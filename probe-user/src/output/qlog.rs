@@ -870,6 +870,7 @@ mod tests {
             ts_ns,
             src: "10.0.0.1:50000".parse().unwrap(),
             dst: "10.0.0.2:443".parse().unwrap(),
+            ttl: 64,
             decoded: Decoded::QuicPacket(Box::new(PacketSummary {
                 packet_type: PacketType::OneRtt,
                 version: None,
