@@ -99,11 +99,21 @@ fn analyze_joins_the_kernel_recording_with_captures_before_and_behind_the_loss()
     assert!(ok.success(), "nft {log}");
     // The live join: capture --json with the probes and the sender's interface, in its
     // namespace (its recording is also the kernel's for analyze: its tcp_* kernel lines).
+    // 2 MB go out in one burst over a veth while four tcpdumps run beside it: with tcpdump's
+    // 2 MiB buffer a loaded two-core CI machine once dropped 12 packets, among them the
+    // original of a resend (then no resend on the wire to match the kernel's).
     let iface = format!("{}=t-eth0", net.dev_a);
     let cap = Capture::start_in(
         Some(&net.a),
         "join",
-        &["--port", &port.to_string(), "-i", &iface],
+        &[
+            "--port",
+            &port.to_string(),
+            "-i",
+            &iface,
+            "--buffer-size",
+            "32MiB",
+        ],
     );
     let before_dump = Tcpdump::start(&net.a, &net.dev_a, port, &before);
     let behind_dump = Tcpdump::start_on(&net.b, &format!("nflog:{NFLOG_GROUP}"), "", &behind);
