@@ -35,10 +35,10 @@ use crate::sys;
 const ALPN: &[u8] = b"tboxscope-lab";
 /// Longest sleep of the event loop (the queue and the stop flag are looked at this often).
 const TICK: Duration = Duration::from_millis(2);
-/// How long the client waits for the handshake and path B's validation: a lost Initial or
-/// PATH_CHALLENGE costs tquic a probe timeout of 1 s, then 2 s, 4 s…, so a lossy preset (or a
-/// loaded machine, as in CI once) can need more than 5 s for two of them, and S3 (5 % loss on
-/// path A, where the handshake runs) needed more than 15 s twice in CI.
+/// How long the client waits for the handshake and path B's validation: a lost Initial costs
+/// tquic a probe timeout of 1 s, then 2 s, 4 s, 8 s (a PATH_CHALLENGE is retried 8 times from
+/// 25 ms, doubling), so a lossy preset (or a loaded machine, as in CI once) can need more than
+/// 5 s, and S3 (5 % loss on path A, where the handshake runs) went past 15 s twice in CI.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much longer than [`HANDSHAKE_TIMEOUT`] the caller waits for the T-Box thread's own
 /// verdict before giving up on the thread itself.
