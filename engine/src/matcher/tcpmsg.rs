@@ -85,16 +85,25 @@ fn tracker(shared: &mut Shared, fr: FlowRef, up: bool) -> Option<&mut GapTracker
     }
 }
 
-/// Whether the data of flow `fr` in direction `up` was seen arriving at a receiver's capture;
-/// `seen_now` notes that it is.
-fn arrivals_seen(shared: &mut Shared, fr: FlowRef, up: bool, seen_now: bool) -> bool {
+/// The receiver's tracker of flow `fr`'s data in direction `up`, once that data was seen
+/// arriving at a receiver's capture (`seen_now` notes that it is); `None` before.
+fn seen_arriving(
+    shared: &mut Shared,
+    fr: FlowRef,
+    up: bool,
+    seen_now: bool,
+) -> Option<&mut GapTracker> {
     match shared.flows.get_mut(fr).map(|f| &mut f.proto) {
         Some(Proto::Tcp(s)) => {
             let seen = &mut s.rx_arrivals[usize::from(up)];
             *seen |= seen_now;
-            *seen
+            if *seen {
+                s.rx.get_mut(usize::from(up))
+            } else {
+                None
+            }
         }
-        _ => false,
+        _ => None,
     }
 }
 
@@ -167,8 +176,7 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
         Dir::In => {
             // Arrived at the receiver's capture: the messages it completes past its own end
             // were held behind a hole it fills.
-            arrivals_seen(shared, fr, up, true);
-            if let Some(t) = tracker(shared, fr, up) {
+            if let Some(t) = seen_arriving(shared, fr, up, true) {
                 t.behind = f.messages.iter().filter(|m| m.1 > e).count() as u64;
                 // A resend as this capture tells it (its ACKs and timestamps): what filled the
                 // hole, also where the sender is not captured.
@@ -189,7 +197,7 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
             if let Some(kind) = f.resent {
                 let sel = GapSel::Tcp {
                     up,
-                    from_acks: !arrivals_seen(shared, fr, up, false),
+                    from_acks: seen_arriving(shared, fr, up, false).is_none(),
                 };
                 shared.gap_resent(fr, sel, s, resend_of(kind), pkt.path, pkt.ts_ns);
             }
@@ -238,7 +246,7 @@ fn acknowledged(
     }
     if !pkt.paired
         && settled(shared, pkt)
-        && !arrivals_seen(shared, fr, data_up, false)
+        && seen_arriving(shared, fr, data_up, false).is_none()
         && !kernel_follows(shared, fr)
     {
         infer_stall(shared, fr, pkt, data_up, a, msgs);
@@ -258,13 +266,14 @@ fn acknowledged(
 /// byte below it, also those this capture never saw arrive (sent before the capture began,
 /// or dropped by it), so a hole it passes is filled — by what, this capture cannot say.
 fn receiver_acked(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, data_up: bool, a: &Acked) {
-    if !settled(shared, pkt) || !arrivals_seen(shared, fr, data_up, false) {
+    if !settled(shared, pkt) {
         return;
     }
-    if let Some(t) = tracker(shared, fr, data_up) {
-        t.arriving = None;
-        t.behind = 0;
-    }
+    let Some(t) = seen_arriving(shared, fr, data_up, false) else {
+        return;
+    };
+    t.arriving = None;
+    t.behind = 0;
     let sel = GapSel::Tcp {
         up: data_up,
         from_acks: false,
