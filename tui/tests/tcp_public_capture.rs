@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use serde_json::Value;
-use tcp_common::analyze_json;
+use tcp_common::{analyze_json, sh};
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/smtp.pcap");
 const CLIENT: &str = "10.10.1.4:1470";
@@ -140,13 +140,7 @@ fn smtp_resends_after_path_mtu_match_tshark_and_the_idle_user_is_no_outage() {
 fn smtp_begun_mid_session_is_placed_by_its_ttls() {
     let dir = tempfile::tempdir().unwrap();
     let mid = dir.path().join("smtp-mid.pcap");
-    let cut = Command::new("editcap")
-        .args(["-r", FIXTURE])
-        .arg(&mid)
-        .arg("8-60")
-        .status()
-        .expect("editcap runs (it comes with tshark)");
-    assert!(cut.success());
+    sh(&["editcap", "-r", FIXTURE, mid.to_str().unwrap(), "8-60"]);
     let records = analyze_json(&[&mid]);
     let summary = records.iter().find(|r| r["type"] == "summary").unwrap();
     assert_eq!(

@@ -28,7 +28,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use tcp_common::{analyze_json, connect_from, spawn_receiver, wire_direction, Routed, Tcpdump};
+use tcp_common::{
+    analyze_json, connect_from, sh, spawn_receiver, tshark_fields, wire_direction, Routed, Tcpdump,
+};
 
 /// A data packet: (raw sequence, length, (TSval, TSecr) or zeros).
 type Data = (u32, u32, (u32, u32));
@@ -282,14 +284,13 @@ fn begun_mid_connection(receiver_pcap: &Path, whole_lines: &[serde_json::Value],
         "{}-mid.pcap",
         receiver_pcap.file_stem().unwrap().to_str().unwrap()
     ));
-    let cut = Command::new("editcap")
-        .arg("-r")
-        .arg(receiver_pcap)
-        .arg(&mid)
-        .arg(format!("{}-{frames}", frames / 3 + 1))
-        .status()
-        .expect("editcap runs (it comes with tshark)");
-    assert!(cut.success());
+    sh(&[
+        "editcap",
+        "-r",
+        receiver_pcap.to_str().unwrap(),
+        mid.to_str().unwrap(),
+        &format!("{}-{frames}", frames / 3 + 1),
+    ]);
     let lines = analyze_json(&[&mid]);
     placed_at_the_server(&lines, &mid, line);
     let (mid_stalls, whole) = (stalls(&lines), stalls(whole_lines));
@@ -322,14 +323,8 @@ fn begun_mid_connection(receiver_pcap: &Path, whole_lines: &[serde_json::Value],
 
 /// The capture time of `pcap`'s first frame, Unix epoch ns.
 fn first_frame_ns(pcap: &Path) -> u64 {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .args(["-c", "1", "-T", "fields", "-e", "frame.time_epoch"])
-        .output()
-        .expect("tshark runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let (s, ns) = text.trim().split_once('.').unwrap();
+    let rows = tshark_fields(pcap, "frame.number == 1", &["frame.time_epoch"]);
+    let (s, ns) = rows[0][0].trim().split_once('.').unwrap();
     let ns = format!("{ns:0<9}");
     s.parse::<u64>().unwrap() * 1_000_000_000 + ns[..9].parse::<u64>().unwrap()
 }
