@@ -9,7 +9,6 @@
 mod tcp_common;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use serde_json::Value;
+use tboxscope_lab::peers::quic::FileKeyLog;
 use tboxscope_test_support::netns::{spawn_in, Lab};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tboxscope");
@@ -87,7 +87,7 @@ fn client(local: SocketAddr, server: SocketAddr, cert: Identity, keys: Option<Pa
             .with_no_client_auth();
         tls.alpn_protocols = vec![b"tbox".to_vec()];
         tls.key_log = match keys {
-            Some(file) => Arc::new(KeyLogTo(file)),
+            Some(file) => Arc::new(FileKeyLog::append_to(&file).unwrap()),
             // rustls appends the secrets to the file SSLKEYLOGFILE names.
             None => Arc::new(rustls::KeyLogFile::new()),
         };
@@ -113,22 +113,6 @@ fn client(local: SocketAddr, server: SocketAddr, cert: Identity, keys: Option<Pa
             .await
             .unwrap();
     });
-}
-
-/// TLS secrets appended to a file, in the NSS key log format.
-#[derive(Debug)]
-struct KeyLogTo(PathBuf);
-
-impl rustls::KeyLog for KeyLogTo {
-    fn log(&self, label: &str, client_random: &[u8], secret: &[u8]) {
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.0)
-            .unwrap();
-        writeln!(f, "{label} {} {}", hex(client_random), hex(secret)).unwrap();
-    }
 }
 
 /// A process ended on every way out of the test (the lab's Drop removes the namespaces).

@@ -23,13 +23,14 @@
 //! peers are removed by Drop guards, also when a check fails; the peers run at most 30 s.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tboxscope_lab::peers::quic::FileKeyLog;
 use tboxscope_test_support::netns;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tboxscope");
@@ -95,18 +96,6 @@ impl Drop for Proc {
         }
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// Writes the TLS secrets in the SSLKEYLOGFILE format to one file.
-#[derive(Debug)]
-struct FileKeyLog(Mutex<std::fs::File>);
-
-impl rustls::KeyLog for FileKeyLog {
-    fn log(&self, label: &str, client_random: &[u8], secret: &[u8]) {
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        let mut f = self.0.lock().unwrap();
-        let _ = writeln!(f, "{label} {} {}", hex(client_random), hex(secret));
     }
 }
 
@@ -240,8 +229,7 @@ fn client(
             .with_root_certificates(roots)
             .with_no_client_auth();
         tls.alpn_protocols = vec![b"tbox".to_vec()];
-        let file = std::fs::File::create(&keylog).unwrap();
-        tls.key_log = Arc::new(FileKeyLog(Mutex::new(file)));
+        tls.key_log = Arc::new(FileKeyLog::append_to(&keylog).unwrap());
         let crypto = noq::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
         let mut cc = noq::ClientConfig::new(Arc::new(crypto));
         cc.transport_config(transport());

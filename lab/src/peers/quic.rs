@@ -54,7 +54,19 @@ fn transport_config() -> Arc<quinn::TransportConfig> {
 
 /// Writes TLS secrets in the SSLKEYLOGFILE format to one file.
 #[derive(Debug)]
-struct FileKeyLog(Mutex<std::fs::File>);
+pub struct FileKeyLog(Mutex<std::fs::File>);
+
+impl FileKeyLog {
+    /// Secrets appended to the file at `path` (made when missing).
+    pub fn append_to(path: &Path) -> Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| LabError::io(format!("open key log {}", path.display()), e))?;
+        Ok(Self(Mutex::new(file)))
+    }
+}
 
 impl rustls::KeyLog for FileKeyLog {
     fn log(&self, label: &str, client_random: &[u8], secret: &[u8]) {
@@ -148,12 +160,7 @@ pub async fn connect(t: Transport, path: PathId, keylog: &Path) -> Result<quinn:
         .with_root_certificates(roots)
         .with_no_client_auth();
     tls.alpn_protocols = vec![ALPN.to_vec()];
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(keylog)
-        .map_err(|e| LabError::io(format!("open key log {}", keylog.display()), e))?;
-    tls.key_log = Arc::new(FileKeyLog(Mutex::new(file)));
+    tls.key_log = Arc::new(FileKeyLog::append_to(keylog)?);
     let crypto = QuicClientConfig::try_from(tls).map_err(|e| LabError::peer(t.name(), e))?;
     let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
     cc.transport_config(transport_config());
