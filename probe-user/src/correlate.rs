@@ -51,6 +51,13 @@ pub fn unmet_statements<'a>(
 pub trait ObservationSink {
     /// Takes one observation, in order.
     fn handle(&mut self, obs: Observation);
+
+    /// Takes the observation `build` makes, in order: a sink that stores observations builds
+    /// it where it keeps it (no copy of a large value).
+    #[inline]
+    fn handle_built(&mut self, build: impl FnOnce() -> Observation) {
+        self.handle(build());
+    }
 }
 
 impl ObservationSink for Engine {
@@ -230,8 +237,15 @@ impl<S: ObservationSink> Correlator<S> {
         first_in_frame: bool,
         packet: &DecodedPacket,
     ) {
-        let obs = self.observation_keyed(key, path, frame_len, first_in_frame, packet);
-        self.sink.handle(obs);
+        let (capture, path) = self.note_capture(key, path, packet.ts_ns);
+        let meta = || unit_meta(capture, path, frame_len, first_in_frame, packet);
+        match &packet.decoded {
+            // The common case spelled out here so that it is built in place.
+            Decoded::TcpSegment(t) if packet.tcp_messages.is_empty() => self
+                .sink
+                .handle_built(|| Observation::TcpSegment(tcp_segment(meta(), t))),
+            _ => self.sink.handle_built(|| observation(meta(), packet)),
+        }
     }
 
     /// The capture id and path id of a unit seen on `path` (named by the caller's `key`, if
@@ -418,6 +432,7 @@ impl FrameFeed {
 
 /// The engine's facts about a decoded unit seen by `capture` on path `path`: its frame's wire
 /// length `frame_len` goes to the frame's first unit.
+#[inline]
 fn unit_meta(
     capture: CaptureId,
     path: PathId,
@@ -474,6 +489,7 @@ pub fn observation(meta: PacketMeta, packet: &DecodedPacket) -> Observation {
 }
 
 /// The TCP segment `t`, seen as `meta`.
+#[inline]
 pub fn tcp_segment(meta: PacketMeta, t: &TcpSegmentRecord) -> TcpSegment {
     TcpSegment {
         meta,

@@ -148,10 +148,23 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
 
 impl<T: Send + 'static, E: Send + 'static> ObservationSink for EngineThread<T, E> {
     fn handle(&mut self, obs: Observation) {
+        self.handle_built(|| obs);
+    }
+
+    #[inline]
+    fn handle_built(&mut self, build: impl FnOnce() -> Observation) {
         if self.stopped {
             return;
         }
-        self.batch.push(obs);
+        // Room for one is always there (a full batch is handed over at once); `reserve` makes
+        // sure. Built in the batch's free slot, not on the stack and copied in.
+        self.batch.reserve(1);
+        let len = self.batch.len();
+        if let Some(slot) = self.batch.spare_capacity_mut().first_mut() {
+            slot.write(build());
+            // SAFETY: the slot past the batch's length was just written.
+            unsafe { self.batch.set_len(len + 1) };
+        }
         if self.batch.len() >= BATCH {
             self.hand_over();
         }
