@@ -1,6 +1,7 @@
 //! TCP segments (RFC 9293): a header validated once by [`TcpView::new`], after which every
 //! accessor is infallible; the options a retransmission analysis needs (MSS, window scale,
-//! SACK permitted, SACK blocks, timestamps) are read during that one validation.
+//! SACK permitted, SACK blocks, timestamps) are read from the validated option bytes when
+//! asked for ([`TcpView::options`]; reading them cannot fail).
 //!
 //! Options are read as Linux reads them (`tcp_parse_options`): a malformed option ends the
 //! option list and is flagged ([`TcpOptions::malformed`]), the segment itself stays usable.
@@ -145,6 +146,14 @@ impl TcpOptions {
     pub fn parse(mut bytes: &[u8]) -> Self {
         let mut o = Self::default();
         let be32 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        // Linux starts nearly every segment's options with NOP, NOP, timestamps: read those
+        // twelve bytes at once, as the loop below would.
+        if let Some((head, rest)) = bytes.split_first_chunk::<12>() {
+            if head[..4] == [1, 1, 8, 10] {
+                o.timestamps = Some((be32(&head[4..8]), be32(&head[8..])));
+                bytes = rest;
+            }
+        }
         while let Some((&kind, rest)) = bytes.split_first() {
             match kind {
                 0 => break,
@@ -189,7 +198,6 @@ impl TcpOptions {
 pub struct TcpView<'a> {
     header: &'a [u8],
     payload: &'a [u8],
-    options: TcpOptions,
 }
 
 impl<'a> TcpView<'a> {
@@ -214,11 +222,9 @@ impl<'a> TcpView<'a> {
                 actual: segment.len(),
             });
         };
-        Ok(Self {
-            header,
-            payload,
-            options: TcpOptions::parse(&header[MIN_HEADER_LEN..]),
-        })
+        // The options are read when asked for: a view is copied on its way out of the decoder,
+        // and a small one copies cheaply.
+        Ok(Self { header, payload })
     }
 
     fn be16(&self, at: usize) -> u16 {
@@ -266,9 +272,9 @@ impl<'a> TcpView<'a> {
     pub fn urgent(&self) -> u16 {
         self.be16(18)
     }
-    /// The options read during validation.
-    pub fn options(&self) -> &TcpOptions {
-        &self.options
+    /// The header's options, read from its option bytes.
+    pub fn options(&self) -> TcpOptions {
+        TcpOptions::parse(&self.header[MIN_HEADER_LEN..])
     }
     /// The raw option bytes.
     pub fn option_bytes(&self) -> &'a [u8] {
@@ -426,6 +432,22 @@ mod tests {
                     }
                     Err(e) => prop_assert_eq!(e.reject(), TcpReject::Truncated),
                 }
+            }
+        }
+
+        /// Options led by NOP, NOP, timestamps (read at once) read as the option loop reads
+        /// them with one NOP less in front, whatever follows.
+        #[test]
+        fn timestamps_first(ts in proptest::collection::vec(any::<u8>(), 8..=8),
+                            rest in proptest::collection::vec(any::<u8>(), 0..28),
+                            cut in 0usize..40) {
+            let mut opts = vec![1, 1, 8, 10];
+            opts.extend(&ts);
+            opts.extend(&rest);
+            let opts = &opts[..cut.min(opts.len())];
+            let o = TcpOptions::parse(opts);
+            if let Some(one_nop_less) = opts.get(1..) {
+                prop_assert_eq!(o, TcpOptions::parse(one_nop_less));
             }
         }
     }

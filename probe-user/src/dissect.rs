@@ -955,7 +955,7 @@ impl Dissector {
                 flags: t.flags(),
                 window: t.window(),
                 len: seg.payload_len,
-                options: *t.options(),
+                options: t.options(),
             }),
             app_msg_id: None,
             content_hash: None,

@@ -173,7 +173,7 @@ impl EngineFeed {
             flags: seg.tcp.flags(),
             window: seg.tcp.window(),
             len: seg.payload_len,
-            options: *seg.tcp.options(),
+            options: seg.tcp.options(),
             messages: self
                 .dissector
                 .tcp_messages(label, seg)
