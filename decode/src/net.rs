@@ -575,6 +575,7 @@ pub enum Transport<'a> {
 /// [`ip_direct`]), each header read and validated once, without building a [`SlicedPacket`];
 /// `None` for anything else, which [`NetParser::udp`] and [`tcp_segment`] then classify (and
 /// where this finds a datagram or a segment, they find the same one).
+#[inline(always)]
 pub fn transport_direct(link: LinkType, frame: &[u8]) -> Option<Transport<'_>> {
     let (src_ip, dst_ip, ttl, ip) = ip_direct(link, frame)?;
     if let Some(udp) = unfragmented_udp(&ip) {

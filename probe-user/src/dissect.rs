@@ -931,6 +931,7 @@ impl Dissector {
     }
 
     /// A TCP segment read from a frame of `capture`.
+    #[inline(always)]
     fn segment(
         &mut self,
         capture: &str,
