@@ -240,7 +240,8 @@ impl<S: ObservationSink> Correlator<S> {
         let (capture, path) = self.note_capture(key, path, packet.ts_ns);
         let meta = || unit_meta(capture, path, frame_len, first_in_frame, packet);
         match &packet.decoded {
-            // The common case spelled out here so that it is built in place.
+            // The common unit spelled out here so that it is built in place (through
+            // `observation`, which does not inline, it is built aside and copied in).
             Decoded::TcpSegment(t) if packet.tcp_messages.is_empty() => self
                 .sink
                 .handle_built(|| Observation::TcpSegment(tcp_segment(meta(), t))),
