@@ -603,7 +603,35 @@ pub fn transport_direct(link: LinkType, frame: &[u8]) -> Option<Transport<'_>> {
 /// without building a [`SlicedPacket`] (the common frame, at a fraction of the cost). `None`
 /// for anything else (errors, MACsec, PPPoE, link types other than Ethernet, Linux cooked and
 /// raw IP), which [`slice`] then classifies.
+#[inline(always)]
 pub(crate) fn ip_direct(link: LinkType, frame: &[u8]) -> Option<IpParts<'_>> {
+    // The common frame (Ethernet, then IPv4 or IPv6) read inline, in the caller's frame:
+    // through the calls every other frame takes, its parts were copied at each on the way back.
+    if link == LinkType::Ethernet {
+        if let Some(parts) = ip_in_common_ether(frame) {
+            return Some(parts);
+        }
+    }
+    ip_direct_other(link, frame)
+}
+
+/// [`ip_direct`] of an Ethernet frame that carries the common IPv4 or IPv6 packet right after
+/// its header (no VLAN tag); `None` for anything else, which [`ip_direct_other`] then reads.
+#[inline(always)]
+fn ip_in_common_ether(frame: &[u8]) -> Option<IpParts<'_>> {
+    let p = Ethernet2Slice::from_slice_without_fcs(frame)
+        .ok()?
+        .payload();
+    match p.ether_type {
+        EtherType::IPV4 => ipv4_common(p.payload),
+        EtherType::IPV6 => ipv6_common(p.payload),
+        _ => None,
+    }
+}
+
+/// [`ip_direct`] of every other frame.
+#[inline(never)]
+fn ip_direct_other(link: LinkType, frame: &[u8]) -> Option<IpParts<'_>> {
     match link {
         LinkType::Ethernet => ip_in_ether_payload(
             Ethernet2Slice::from_slice_without_fcs(frame)
@@ -704,6 +732,7 @@ fn ip(version: u8, packet: &[u8]) -> Option<IpParts<'_>> {
 
 /// The common IPv4 packet (no authentication header), read with the checks and the result of
 /// etherparse's `Ipv4Slice` at a fraction of its cost; `None` for anything else.
+#[inline(always)]
 fn ipv4_common(packet: &[u8]) -> Option<IpParts<'_>> {
     let h: &[u8; 20] = packet.get(..20)?.try_into().ok()?;
     let header_len = usize::from(h[0] & 0x0f) * 4;
@@ -733,6 +762,7 @@ fn ipv4_common(packet: &[u8]) -> Option<IpParts<'_>> {
 
 /// The common IPv6 packet (TCP or UDP right after the fixed header, no jumbogram), read with
 /// the checks and the result of etherparse's `Ipv6Slice`; `None` for anything else.
+#[inline]
 fn ipv6_common(packet: &[u8]) -> Option<IpParts<'_>> {
     let h: &[u8; 40] = packet.get(..40)?.try_into().ok()?;
     let payload_len = usize::from(u16::from_be_bytes([h[4], h[5]]));

@@ -47,7 +47,8 @@
 //! (the ≤ 30 % goal), `decode FILE --engine-only [--messages]` runs decode + engine alone (for
 //! `perf record`), `decode FILE --engine-alone` times the engine alone on the file's
 //! observations decoded beforehand, `decode FILE --own-thread` runs decode + engine on its own
-//! thread alone, and `decode FILE --observations` decodes and builds the observations only.
+//! thread alone, `decode FILE --observations` decodes and builds the observations only, and
+//! `decode FILE --reader` runs the file reader alone (the decoding thread's floor).
 #![expect(clippy::unwrap_used)]
 
 use std::io::Read;
@@ -729,12 +730,13 @@ fn engine_goal(args: &[String]) {
 /// on top of it ([`engine_overhead`]); with `--engine-only`, only decode + engine rounds.
 fn decode_only(args: &[String]) {
     // One configuration alone, `rounds` times (for `perf record`).
-    const ALONE: [(&str, &str); 4] = [
+    const ALONE: [(&str, &str); 5] = [
         (
             "--observations",
             "decode + observations built, each over the last",
         ),
         ("--engine-alone", "engine alone"),
+        ("--reader", "the file reader alone"),
         ("--own-thread", "decode + engine on its own thread"),
         ("--engine-only", "decode + engine"),
     ];
@@ -759,6 +761,7 @@ fn decode_only(args: &[String]) {
         for _ in 0..rounds {
             let (wall, cpu) = match flag {
                 "--observations" => decode_to_observations(&file, &config),
+                "--reader" => reader_alone(&file),
                 "--engine-alone" => engine_alone(&file, &config),
                 "--own-thread" => {
                     let (wall, cpu, waits) = decode_and_match_timed(&file, &config, false, true);
@@ -1221,4 +1224,20 @@ fn live_round(lab: &netns::Lab, cfg: LiveConfig, seconds: u64, rate: u64, stop_e
         "combined: sent {:.0} k packets/s for {seconds} s, captured {total_captured} of {total_sent}",
         total_sent as f64 / seconds as f64 / 1e3
     );
+}
+
+/// The file reader alone (`read()` and the capture's records; one byte of each frame read):
+/// the floor of the decoding thread. (wall s, CPU s).
+fn reader_alone(file: &Path) -> (f64, f64) {
+    let (t, cpu0) = (Instant::now(), thread_cpu_ns());
+    let mut reader = CaptureFile::open_with(file, FileReading::Auto).unwrap();
+    let mut sum = 0u64;
+    while let Ok(Some(p)) = reader.next_packet() {
+        sum += u64::from(p.data.first().copied().unwrap_or(0));
+    }
+    std::hint::black_box(sum);
+    (
+        t.elapsed().as_secs_f64(),
+        (thread_cpu_ns() - cpu0) as f64 / 1e9,
+    )
 }
