@@ -943,7 +943,11 @@ impl Dissector {
         if seg.cut() {
             self.stats.tcp_cut += 1;
         }
-        let tcp_messages = self.tcp_messages(capture, seg);
+        // Without `--framing` (most runs) no call for each segment.
+        let tcp_messages = match self.config.framing {
+            Some(_) => self.tcp_messages(capture, seg),
+            None => Vec::new(),
+        };
         let t = &seg.tcp;
         each(DecodedPacket {
             ts_ns,
