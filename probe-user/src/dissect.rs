@@ -943,11 +943,7 @@ impl Dissector {
         if seg.cut() {
             self.stats.tcp_cut += 1;
         }
-        // Without `--framing` (most runs) no call for each segment.
-        let tcp_messages = match self.config.framing {
-            Some(_) => self.tcp_messages(capture, seg),
-            None => Vec::new(),
-        };
+        let tcp_messages = self.tcp_messages(capture, seg);
         let t = &seg.tcp;
         each(DecodedPacket {
             ts_ns,
@@ -1024,8 +1020,18 @@ impl Dissector {
     /// message (counted in [`Dissector::tcp_framing`]): right where the sender writes whole
     /// messages with pauses between them; otherwise the first messages are cut wrong
     /// (length-prefixed: until a hole is given up on; `fixed:N`: throughout).
-    #[inline]
+    #[inline(always)]
     pub fn tcp_messages(&mut self, capture: &str, seg: &TcpSegment<'_>) -> Vec<(u32, u32)> {
+        match self.config.framing {
+            // Most runs: no call for each segment.
+            None => Vec::new(),
+            Some(_) => self.tcp_messages_framed(capture, seg),
+        }
+    }
+
+    /// [`Dissector::tcp_messages`] with a framing.
+    #[inline(never)]
+    fn tcp_messages_framed(&mut self, capture: &str, seg: &TcpSegment<'_>) -> Vec<(u32, u32)> {
         let t = &seg.tcp;
         let key = || {
             (
