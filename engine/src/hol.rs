@@ -198,6 +198,12 @@ impl GapTracker {
         self.next
     }
 
+    /// Sets the first unit expected (a stream's start seen before any of it arrived), unless
+    /// something was delivered already.
+    pub fn start_at(&mut self, unit: u64) {
+        self.next.get_or_insert(unit);
+    }
+
     /// Whether `unit` was already delivered in order or is buffered.
     pub fn has(&self, unit: u64) -> bool {
         self.next.is_some_and(|n| unit < n) || self.buffered.contains_key(&unit)

@@ -407,3 +407,75 @@ fn the_syn_names_the_client_whatever_its_port() {
         );
     }
 }
+
+/// A segment as [`Conn::seg`] takes it, after the capture that sees it.
+type Seg = (
+    u16,
+    u64,
+    bool,
+    (u32, u32),
+    u8,
+    u32,
+    &'static [(u32, u32)],
+    &'static [(u32, u32)],
+);
+
+/// The first data segment lost between the T-Box and the gateway: the gateway holds the
+/// second from its arrival until the resend, as it would behind any later hole. Seen with
+/// the captures in `seen` (0 the T-Box's, 1 the gateway's), declared when `declared`.
+fn lost_first_segment(seen: &[u16], declared: bool) -> Vec<HolIncident> {
+    let mut c = Conn::new(if declared {
+        vec![
+            capture(0, "t-eth0", "eth0", Host::Tbox, None),
+            capture(1, "gw-g0", "eth0", Host::Gateway, None),
+        ]
+    } else {
+        Vec::new()
+    });
+    let segs: [Seg; 15] = [
+        (0, 0, true, (999, 0), SYN, 0, &[], &[]),
+        (1, 20, true, (999, 0), SYN, 0, &[], &[]),
+        (1, 20, false, (5000, 1000), SYN | ACK, 0, &[], &[]),
+        (0, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]),
+        (0, 40, true, (1000, 5001), ACK, 0, &[], &[]),
+        (0, 41, true, (1000, 5001), ACK, 100, &[], &[(1000, 1100)]),
+        (1, 60, true, (1000, 5001), ACK, 0, &[], &[]),
+        (0, 60, true, (1100, 5001), ACK, 100, &[], &[(1100, 1200)]),
+        (1, 80, true, (1100, 5001), ACK, 100, &[], &[]),
+        (1, 80, false, (5001, 1000), ACK, 0, &[(1100, 1200)], &[]),
+        (0, 100, false, (5001, 1000), ACK, 0, &[(1100, 1200)], &[]),
+        (0, 300, true, (1000, 5001), ACK, 100, &[], &[]),
+        (
+            1,
+            320,
+            true,
+            (1000, 5001),
+            ACK,
+            100,
+            &[],
+            &[(1000, 1100), (1100, 1200)],
+        ),
+        (1, 320, false, (5001, 1200), ACK, 0, &[], &[]),
+        (0, 340, false, (5001, 1200), ACK, 0, &[], &[]),
+    ];
+    for (cap, ms, up, sa, flags, len, sack, msgs) in segs {
+        if seen.contains(&cap) {
+            c.seg(cap, ms, up, sa, flags, len, sack, msgs);
+        }
+    }
+    c.finish();
+    c.wire_incidents().into_iter().cloned().collect()
+}
+
+/// Both ends captured, or the gateway's alone: the stall of a lost first segment is the same.
+#[test]
+fn a_lost_first_segment_is_a_stall_at_both_ends_and_at_the_gateway_alone() {
+    for (seen, declared) in [(&[0, 1][..], true), (&[1][..], false), (&[1][..], true)] {
+        let inc = lost_first_segment(seen, declared);
+        assert_eq!(inc.len(), 1, "{seen:?} {declared}: {inc:#?}");
+        let i = &inc[0];
+        assert_eq!(i.missing, "seq 1000", "{seen:?} {declared}");
+        assert_eq!(i.stall_from, Some(HolStallFrom::ReceiverArrivals));
+        assert_eq!((i.start_ns, i.end_ns), (T0 + 80 * MS, Some(T0 + 320 * MS)));
+    }
+}

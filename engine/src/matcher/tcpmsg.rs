@@ -39,6 +39,8 @@ pub(crate) const MAX_RESENDS_PER_ACK: usize = 16;
 pub(crate) struct Facts {
     /// Its payload, as unwrapped sequence numbers `[start, end)`.
     pub data: Option<(u64, u64)>,
+    /// It was a SYN: its sender's first data byte, unwrapped.
+    pub first_byte: Option<u64>,
     /// It resent data, of this kind.
     pub resent: Option<TcpRetransmitKind>,
     /// It moved the cumulative ACK of the other direction's data.
@@ -138,6 +140,9 @@ pub(crate) fn follow(
             u64::from(tsecr),
         ])
     };
+    if let Some(first) = facts.first_byte {
+        syn_arrived(shared, fr, pkt, up, first);
+    }
     if let Some(range) = facts.data {
         if facts.resent.is_none() {
             // New bytes seen at two captures not yet paired: evidence that they show one
@@ -165,6 +170,18 @@ pub(crate) fn follow(
 /// each is taken to be the T-Box's: the receiver's would see its arrivals as sends.)
 fn settled(shared: &Shared, pkt: &Pkt) -> bool {
     pkt.paired || !shared.caps.several_unpaired()
+}
+
+/// A SYN from the `up` side whose first data byte is `first`: arrived at the receiver's
+/// capture, the stream starts there, so a first data segment lost on the way opens a hole like
+/// any later one (the first arrival would otherwise be taken for the stream's start).
+fn syn_arrived(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, first: u64) {
+    if pkt.dir != Dir::In || !settled(shared, pkt) {
+        return;
+    }
+    if let Some(t) = seen_arriving(shared, fr, up, true) {
+        t.start_at(first);
+    }
 }
 
 /// A data segment `[s, e)` from the `up` side.

@@ -777,6 +777,9 @@ fn send(
 ) -> (u64, u64) {
     let start = h.unwrap(t.seq);
     let end = start + u64::from(seq_len);
+    if t.flags.syn() {
+        facts.first_byte = Some(start + 1);
+    }
     if t.len > 0 {
         let from = start + u64::from(t.flags.syn());
         facts.data = Some((from, from + u64::from(t.len)));
