@@ -423,7 +423,7 @@ type Seg = (
 /// The first data segment lost between the T-Box and the gateway: the gateway holds the
 /// second from its arrival until the resend, as it would behind any later hole. Seen with
 /// the captures in `seen` (0 the T-Box's, 1 the gateway's), declared when `declared`.
-fn lost_first_segment(seen: &[u16], declared: bool) -> Vec<HolIncident> {
+fn lost_first_segment(seen: &[u16], declared: bool) -> (Vec<HolIncident>, Vec<String>) {
     let mut c = Conn::new(if declared {
         vec![
             capture(0, "t-eth0", "eth0", Host::Tbox, None),
@@ -463,15 +463,35 @@ fn lost_first_segment(seen: &[u16], declared: bool) -> Vec<HolIncident> {
             c.seg(cap, ms, up, sa, flags, len, sack, msgs);
         }
     }
+    let said = c.e.snapshot().health.inferences;
     c.finish();
-    c.wire_incidents().into_iter().cloned().collect()
+    (c.wire_incidents().into_iter().cloned().collect(), said)
 }
 
-/// Both ends captured, or the gateway's alone: the stall of a lost first segment is the same.
+/// Both ends captured (declared, or paired and placed by their own evidence), or the
+/// gateway's alone: the stall of a lost first segment is the same.
 #[test]
 fn a_lost_first_segment_is_a_stall_at_both_ends_and_at_the_gateway_alone() {
-    for (seen, declared) in [(&[0, 1][..], true), (&[1][..], false), (&[1][..], true)] {
-        let inc = lost_first_segment(seen, declared);
+    for (seen, declared) in [
+        (&[0, 1][..], true),
+        (&[0, 1][..], false),
+        (&[1][..], false),
+        (&[1][..], true),
+    ] {
+        let (inc, said) = lost_first_segment(seen, declared);
+        if !declared {
+            // Each capture placed by the handshake it saw, also where the other end saw it
+            // too (one handshake per capture).
+            for (cap, end) in [(0, "client's"), (1, "server's")] {
+                if seen.contains(&cap) {
+                    assert!(
+                        said.iter()
+                            .any(|s| s.contains(&format!("capture {cap} (")) && s.contains(end)),
+                        "{said:?}"
+                    );
+                }
+            }
+        }
         assert_eq!(inc.len(), 1, "{seen:?} {declared}: {inc:#?}");
         let i = &inc[0];
         assert_eq!(i.missing, "seq 1000", "{seen:?} {declared}");

@@ -59,8 +59,9 @@ pub struct TcpState {
     /// Data of each direction was seen arriving at the receiver's capture (its stalls are
     /// then seen there, not inferred from ACKs at the sender's).
     pub rx_arrivals: [bool; 2],
-    /// The handshake so far, at the capture that saw its SYN last.
-    handshake: Option<Handshake>,
+    /// The handshake so far at the (at most two) captures that saw its SYN last: the two
+    /// ends of its path each place their own capture.
+    handshakes: [Option<Handshake>; 2],
 }
 
 /// A handshake seen at one capture: its SYN and SYN-ACK (capture clock).
@@ -97,24 +98,39 @@ fn handshake(
     pkt: &Pkt,
     from_client: bool,
 ) -> Option<(bool, EndEvidence)> {
+    let at = pkt.capture;
+    let here = |h: &Option<Handshake>| h.is_some_and(|h| h.capture == at);
     match (t.flags.syn(), t.flags.ack(), from_client) {
         (true, false, true) => {
-            s.handshake = Some(Handshake {
-                capture: pkt.capture,
-                syn_ns: pkt.raw_ns,
-                syn_ack_ns: None,
-            });
+            // This capture's, a free one, or the older capture's (the newer kept first).
+            let i = match s.handshakes.iter().position(here) {
+                Some(i) => i,
+                None => match s.handshakes.iter().position(Option::is_none) {
+                    Some(i) => i,
+                    None => {
+                        s.handshakes.swap(0, 1);
+                        1
+                    }
+                },
+            };
+            if let Some(slot) = s.handshakes.get_mut(i) {
+                *slot = Some(Handshake {
+                    capture: at,
+                    syn_ns: pkt.raw_ns,
+                    syn_ack_ns: None,
+                });
+            }
             None
         }
         (true, true, false) => {
-            if let Some(h) = s.handshake.as_mut().filter(|h| h.capture == pkt.capture) {
+            if let Some(h) = s.handshakes.iter_mut().flatten().find(|h| h.capture == at) {
                 h.syn_ack_ns = Some(pkt.raw_ns);
             }
             None
         }
         (false, _, true) => {
-            let h = s.handshake.take()?;
-            let syn_ack = h.syn_ack_ns.filter(|_| h.capture == pkt.capture)?;
+            let h = s.handshakes.iter_mut().find(|h| here(h))?.take()?;
+            let syn_ack = h.syn_ack_ns?;
             let (first, second) = (
                 syn_ack.saturating_sub(h.syn_ns),
                 pkt.raw_ns.saturating_sub(syn_ack),
@@ -221,7 +237,7 @@ impl Shared {
             let d = usize::from(src_is_client);
             let mut new_bytes = 0u64;
             if let Proto::Tcp(s) = &mut f.proto {
-                if t.flags.syn() || s.handshake.is_some() {
+                if t.flags.syn() || s.handshakes.iter().any(Option::is_some) {
                     end_of_capture = handshake(s, t, &pkt, src_is_client);
                 }
                 if t.len == 0

@@ -39,7 +39,7 @@ pub(crate) const MAX_RESENDS_PER_ACK: usize = 16;
 pub(crate) struct Facts {
     /// Its payload, as unwrapped sequence numbers `[start, end)`.
     pub data: Option<(u64, u64)>,
-    /// It was a SYN: its sender's first data byte, unwrapped.
+    /// Its sender's first data byte, unwrapped, when the capture saw the SYN.
     pub first_byte: Option<u64>,
     /// It resent data, of this kind.
     pub resent: Option<TcpRetransmitKind>,
@@ -140,9 +140,6 @@ pub(crate) fn follow(
             u64::from(tsecr),
         ])
     };
-    if let Some(first) = facts.first_byte {
-        syn_arrived(shared, fr, pkt, up, first);
-    }
     if let Some(range) = facts.data {
         if facts.resent.is_none() {
             // New bytes seen at two captures not yet paired: evidence that they show one
@@ -166,22 +163,13 @@ pub(crate) fn follow(
 }
 
 /// Whether the capture's role at its end of the path is settled: paired with the capture at
-/// the other end, or no other capture that could be that end. (Until two captures pair,
-/// each is taken to be the T-Box's: the receiver's would see its arrivals as sends.)
+/// the other end, no other capture that could be that end, or placed at its end (stated, or
+/// inferred from a handshake or TTLs). (Until then each capture is taken to be the T-Box's:
+/// the receiver's would see its arrivals as sends.)
 fn settled(shared: &Shared, pkt: &Pkt) -> bool {
-    pkt.paired || !shared.caps.several_unpaired()
-}
-
-/// A SYN from the `up` side whose first data byte is `first`: arrived at the receiver's
-/// capture, the stream starts there, so a first data segment lost on the way opens a hole like
-/// any later one (the first arrival would otherwise be taken for the stream's start).
-fn syn_arrived(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, first: u64) {
-    if pkt.dir != Dir::In || !settled(shared, pkt) {
-        return;
-    }
-    if let Some(t) = seen_arriving(shared, fr, up, true) {
-        t.start_at(first);
-    }
+    pkt.paired
+        || !shared.caps.several_unpaired()
+        || shared.caps.get(pkt.capture).is_some_and(|c| !c.unplaced())
 }
 
 /// A data segment `[s, e)` from the `up` side.
@@ -194,6 +182,12 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
             // Arrived at the receiver's capture: the messages it completes past its own end
             // were held behind a hole it fills.
             if let Some(t) = seen_arriving(shared, fr, up, true) {
+                // Where the capture saw the SYN, the stream starts after it: a first data
+                // segment lost on the way is a hole like any later one (the first arrival
+                // would otherwise be taken for the stream's start).
+                if let Some(first) = f.first_byte {
+                    t.start_at(first);
+                }
                 t.behind = f.messages.iter().filter(|m| m.1 > e).count() as u64;
                 // A resend as this capture tells it (its ACKs and timestamps): what filled the
                 // hole, also where the sender is not captured.

@@ -233,6 +233,8 @@ struct Half {
     stats: TcpWireDirection,
     /// Messages sent and not yet acknowledged ([`tcpmsg`]).
     msgs: Outstanding,
+    /// The first data byte, when this capture saw the SYN.
+    first_byte: Option<u64>,
 }
 
 impl Half {
@@ -778,11 +780,12 @@ fn send(
     let start = h.unwrap(t.seq);
     let end = start + u64::from(seq_len);
     if t.flags.syn() {
-        facts.first_byte = Some(start + 1);
+        h.first_byte = Some(start + 1);
     }
     if t.len > 0 {
         let from = start + u64::from(t.flags.syn());
         facts.data = Some((from, from + u64::from(t.len)));
+        facts.first_byte = h.first_byte;
     }
     h.stats.segments += 1;
     if h.stats.segments == 1 {
