@@ -273,26 +273,64 @@ fn tboxscope_measures_the_tcp_baseline() {
             );
         }
     }
-    gateway_capture_alone(dir.path(), &incidents);
+    tcp_stalls_offline(dir.path(), &incidents);
 }
 
-/// The gateway's capture of the path the TCP baseline took, analysed alone and with nothing
-/// stated: its handshake (the SYN-ACK answering at once, the client's ACK a round trip later)
-/// places it at the server's end, on the gateway, so the T-Box's data arrives there and its
-/// stalls are the ones the live run found from the same arrivals.
-fn gateway_capture_alone(dir: &Path, live: &[&probe_user::engine::HolIncident]) {
+/// The TCP baseline's path analysed offline with nothing stated. The gateway's capture alone:
+/// its handshake (the SYN-ACK answering at once, the client's ACK a round trip later) places
+/// it at the server's end, so the T-Box's data arrives there and its stalls are the ones the
+/// live run found from the same arrivals. The path's two ends: each capture placed by the
+/// handshake it saw, the same stalls, from the first segment on.
+fn tcp_stalls_offline(dir: &Path, live: &[&probe_user::engine::HolIncident]) {
     let label = ["gateway-g0", "gateway-g1"]
         .into_iter()
         .max_by_key(|l| std::fs::metadata(dir.join(format!("{l}.pcap"))).map_or(0, |m| m.len()))
         .unwrap();
-    let lines = analyze(&[dir.join(format!("{label}.pcap")).display().to_string()]);
-    let summary = lines.iter().find(|r| r["type"] == "summary").unwrap();
-    let said = summary["health"]["inferences"].to_string();
+    let pcap = |l: &str| dir.join(format!("{l}.pcap")).display().to_string();
+    let lines = analyze(&[pcap(label)]);
+    let said = inferences(&lines);
     assert!(
         said.contains(&format!("`{label}` is on the gateway: at the server's end")),
         "{said}"
     );
-    let missing = |i: &&serde_json::Value| i["missing"].as_str().unwrap_or_default().to_owned();
+    let mut both: Vec<String> = live
+        .iter()
+        .filter(|i| i.stall_from == Some(probe_user::engine::HolStallFrom::ReceiverArrivals))
+        .map(|i| i.missing.clone())
+        .collect();
+    both.sort();
+    let alone = arrival_stalls(&lines);
+    println!("{label} alone: {said}; stalls {alone:?}, live {both:?}");
+    assert_eq!(alone, both, "{said}");
+    // The same path's two ends, given with nothing stated: each capture is placed by the
+    // handshake it saw, and the stalls are the live run's from the first segment on.
+    let tbox = if label == "gateway-g0" {
+        "tbox-eth0"
+    } else {
+        "tbox-eth1"
+    };
+    let lines = analyze(&[pcap(tbox), pcap(label)]);
+    let said = inferences(&lines);
+    for placed in [
+        format!("`{tbox}` is on the T-Box: at the client's end"),
+        format!("`{label}` is on the gateway: at the server's end"),
+    ] {
+        assert!(said.contains(&placed), "{said}");
+    }
+    let ends = arrival_stalls(&lines);
+    println!("{tbox} and {label}: {said}; stalls {ends:?}");
+    assert_eq!(ends, both, "{said}");
+}
+
+/// What an analysis said it inferred (its summary's health).
+fn inferences(lines: &[serde_json::Value]) -> String {
+    let summary = lines.iter().find(|r| r["type"] == "summary").unwrap();
+    summary["health"]["inferences"].to_string()
+}
+
+/// The missing sequence numbers of an analysis's TCP stalls from the wire, sorted; every one
+/// measured between the receiver's arrivals.
+fn arrival_stalls(lines: &[serde_json::Value]) -> Vec<String> {
     let stalls: Vec<&serde_json::Value> = lines
         .iter()
         .filter(|r| r["type"] == "hol_incident" && r["source"] == "wire")
@@ -303,14 +341,10 @@ fn gateway_capture_alone(dir: &Path, live: &[&probe_user::engine::HolIncident]) 
             .all(|i| i["stall_from"] == "receiver_arrivals"),
         "{stalls:#?}"
     );
-    let mut alone: Vec<String> = stalls.iter().map(missing).collect();
-    let mut both: Vec<String> = live
+    let mut v: Vec<String> = stalls
         .iter()
-        .filter(|i| i.stall_from == Some(probe_user::engine::HolStallFrom::ReceiverArrivals))
-        .map(|i| i.missing.clone())
+        .map(|i| i["missing"].as_str().unwrap_or_default().to_owned())
         .collect();
-    alone.sort();
-    both.sort();
-    println!("{label} alone: {said}; stalls {alone:?}, live {both:?}");
-    assert_eq!(alone, both, "{said}");
+    v.sort();
+    v
 }
