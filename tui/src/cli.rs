@@ -580,10 +580,11 @@ pub struct StatedArgs {
     #[arg(long = "pair", value_name = "LABEL=LABEL", value_parser = parse_pair)]
     pub pairs: Vec<(String, String)>,
     /// The host a capture was taken on, `LABEL=tbox` or `LABEL=gateway` (repeatable);
-    /// otherwise inferred from which end saw client-to-server copies first; a capture with
-    /// no far end is placed at a connection's end by its packets' TTLs (one side's leave at
-    /// 64, 128 or 255, the other's arrive lower) or a TCP handshake it saw whole (at the
-    /// server's end: the gateway), else taken to be the T-Box's (the client's end).
+    /// otherwise inferred from which end saw client-to-server copies first; a capture not
+    /// (yet) paired with its far end is placed at a connection's end by its packets' TTLs (one
+    /// side's leave at 64, 128 or 255, the other's arrive lower) or a TCP handshake it saw
+    /// whole (at the server's end: the gateway; each capture by its own), else taken to be the
+    /// T-Box's (the client's end).
     #[arg(long = "host", value_name = "LABEL=tbox|gateway", value_parser = parse_host)]
     pub hosts: Vec<(String, probe_user::engine::Host)>,
     /// A capture's clock offset, `LABEL=MS`: milliseconds added to its timestamps to bring
