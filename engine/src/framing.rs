@@ -173,6 +173,8 @@ pub struct Delimiter {
     pub holes_given_up: u64,
     /// Pieces held past a hole that were dropped when it was given up on.
     pub evicted_pieces: u64,
+    /// The stream's final size, once its end (a FIN) was seen.
+    final_size: Option<u64>,
 }
 
 impl Delimiter {
@@ -211,6 +213,37 @@ impl Delimiter {
         let from = usize::try_from(self.known - offset).unwrap_or(usize::MAX);
         self.feed(data.get(from..).unwrap_or_default(), &mut emit);
         self.drain_ahead(&mut emit);
+    }
+
+    /// A delimiter for one stream cut by `framing` that is known to begin in the capture: a
+    /// later piece seen first (the first one lost, or reordered) waits for the bytes before
+    /// it instead of being taken for the point where the capture joined the stream.
+    pub fn from_start(framing: Framing) -> Self {
+        Self {
+            framing,
+            started: true,
+            ..Self::default()
+        }
+    }
+
+    /// The stream ends at `final_size` (its sender said so: a FIN).
+    pub fn end_at(&mut self, final_size: u64) {
+        self.final_size = Some(final_size);
+    }
+
+    /// Whether every byte up to the stream's end was cut: nothing more can come but copies
+    /// of bytes seen.
+    pub fn is_finished(&self) -> bool {
+        let Some(f) = self.final_size else {
+            return false;
+        };
+        match self.framing {
+            // Every frame's bytes, from the first.
+            Framing::Frames => {
+                self.cut.len() == 1 && self.cut.front().is_some_and(|r| r.0 == 0 && r.1 >= f)
+            }
+            _ => self.started && self.known >= f && self.ahead.is_empty(),
+        }
     }
 
     /// Starts cutting at `offset` (aligned up for fixed-size messages), dropping what was
@@ -565,5 +598,34 @@ mod tests {
             got.iter().map(|m| (m.0, m.1)).collect::<Vec<_>>(),
             [(0, 30), (60, 100), (30, 60)]
         );
+    }
+
+    /// A stream known to begin in the capture is finished once its FIN was seen and every
+    /// byte before it arrived, in any order, whatever the framing; not before. Its later piece
+    /// seen first waits for the bytes before it: the message they make is cut whole.
+    #[test]
+    fn finished_when_every_byte_up_to_the_fin_arrived() {
+        for framing in [Framing::Fixed(4), Framing::Line, Framing::Frames] {
+            let mut d = Delimiter::from_start(framing);
+            d.push(4, b"efgh", |_, _| {});
+            d.end_at(8);
+            assert!(!d.is_finished(), "{framing}: a hole before the end");
+            d.push(0, b"abc\n", |_, _| {});
+            assert!(d.is_finished(), "{framing}");
+        }
+        let mut d = Delimiter::new(Framing::Fixed(4));
+        d.push(0, b"abcd", |_, _| {});
+        assert!(!d.is_finished(), "no FIN seen");
+        let mut d = Delimiter::from_start(Framing::Fixed(6));
+        let mut cut = Vec::new();
+        d.push(4, b"ef", |m, h| cut.push((m.start, m.end, h.to_vec())));
+        d.push(0, b"abcd", |m, h| cut.push((m.start, m.end, h.to_vec())));
+        assert_eq!(cut, [(0, 6, b"abcdef".to_vec())]);
+        // Joined mid-stream instead, the first piece seen starts the cutting.
+        let mut d = Delimiter::new(Framing::Fixed(6));
+        let mut cut = Vec::new();
+        d.push(4, b"ef", |m, h| cut.push((m.start, m.end, h.to_vec())));
+        d.push(0, b"abcd", |m, h| cut.push((m.start, m.end, h.to_vec())));
+        assert!(cut.is_empty());
     }
 }

@@ -381,6 +381,32 @@ pub struct Dissector {
 /// Streams whose start is being gathered or was named, at most this many each.
 const MAX_STREAM_STARTS: usize = 8192;
 
+/// Pieces of a stream's start held past a hole, per stream (the oldest dropped beyond).
+const MAX_HELD_PIECES: usize = 8;
+
+/// A stream's start being gathered.
+#[derive(Debug, Default)]
+struct Gathered {
+    /// Its bytes from offset 0, contiguous.
+    bytes: Vec<u8>,
+    /// Pieces past a hole: (offset, bytes).
+    ahead: Vec<(usize, Vec<u8>)>,
+    /// Its final size, once its FIN was seen.
+    final_size: Option<usize>,
+}
+
+impl Gathered {
+    /// Appends what `piece` at `offset` (not past the gathered bytes) adds.
+    fn append(&mut self, offset: usize, piece: &[u8]) {
+        let have = self.bytes.len();
+        if let Some(new) = piece.get(have.saturating_sub(offset)..) {
+            if offset + piece.len() > have {
+                self.bytes.extend_from_slice(new);
+            }
+        }
+    }
+}
+
 /// Which QUIC stream, one way, at which capture: (capture label's hash, connection, stream id,
 /// sender's port).
 type StreamKey = (u64, u64, u64, u16);
@@ -391,13 +417,20 @@ type StreamKey = (u64, u64, u64, u16);
 /// first frame was cut short (a packet nearly full) is named like its copy that was not.
 #[derive(Debug, Default)]
 struct StreamStarts {
-    /// Streams whose start is incomplete: the bytes from offset 0 so far.
-    gathering: HashMap<StreamKey, Vec<u8>>,
+    /// Streams whose start is incomplete.
+    gathering: HashMap<StreamKey, Gathered>,
     /// Streams already named (their start again, retransmitted, names nothing).
     named: HashSet<StreamKey>,
     /// Streams cut into messages, each by its delimiter (looked up for every STREAM frame of
     /// a bidirectional stream: a fast hash).
     delimiters: tboxscope_engine::FastMap<StreamKey, Delimiter>,
+    /// Per capture, connection, sender's port and stream type (the id's two low bits): the
+    /// lowest stream id seen from its first byte. Streams of higher ids were opened after it,
+    /// within the capture: they begin at offset 0 whatever piece of them is seen first.
+    opened: tboxscope_engine::FastMap<(u64, u64, u16, u8), u64>,
+    /// Delimited streams cut to their end (a FIN and every byte before it): their later
+    /// pieces are copies of bytes seen, not the start of a stream joined mid-way.
+    finished: HashSet<StreamKey>,
     /// Delimited streams forgotten to keep [`MAX_DELIMITED_STREAMS`].
     forgotten: u64,
     /// Holes given up on by the delimiters forgotten so far.
@@ -439,22 +472,30 @@ impl StreamStarts {
             if self.gathering.len() >= MAX_STREAM_STARTS && !self.gathering.contains_key(&key) {
                 self.gathering.clear();
             }
-            let buf = self.gathering.entry(key).or_default();
-            // Contiguous bytes from offset 0 only (a piece past a hole waits for the hole).
-            if start > buf.len() {
-                return None;
+            let g = self.gathering.entry(key).or_default();
+            if fin {
+                g.final_size = Some(start + data.len());
             }
-            let end = (start + data.len()).min(need);
-            if end > buf.len() {
-                let from = buf.len() - start;
-                buf.extend_from_slice(data.get(from..end - start)?);
+            let piece = data.get(..need.min(start + data.len()) - start)?;
+            if start > g.bytes.len() {
+                // Past a hole (its first piece lost or late): held until the hole fills.
+                if g.ahead.len() >= MAX_HELD_PIECES {
+                    g.ahead.remove(0);
+                }
+                g.ahead.push((start, piece.to_vec()));
+            } else {
+                g.append(start, piece);
+                while let Some(i) = g.ahead.iter().position(|(o, _)| *o <= g.bytes.len()) {
+                    let (o, p) = g.ahead.swap_remove(i);
+                    g.append(o, &p);
+                }
             }
-            let done = buf.len() >= need || (fin && start + data.len() <= buf.len());
+            let done = g.bytes.len() >= need || g.final_size.is_some_and(|f| g.bytes.len() >= f);
             if !done {
                 return None;
             }
-            let buf = self.gathering.remove(&key)?;
-            Self::name(&buf, rule)
+            let g = self.gathering.remove(&key)?;
+            Self::name(&g.bytes, rule)
         };
         if self.named.len() >= MAX_STREAM_STARTS {
             self.named.clear();
@@ -470,17 +511,26 @@ impl StreamStarts {
         })
     }
 
-    /// A STREAM frame of a stream cut into messages by `framing`: a head for each message it
-    /// completes.
+    /// A STREAM frame of a stream cut into messages by `framing` (`fin`: it ends the stream):
+    /// a head for each message it completes. A stream cut to its end leaves the bound on
+    /// streams cut at once to those still open.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one STREAM frame's fields and the cut's settings"
+    )]
     fn delimit(
         &mut self,
         key: StreamKey,
         offset: u64,
         data: &[u8],
+        fin: bool,
         framing: Framing,
         rule: Option<AppIdRule>,
         out: &mut Vec<StreamHead>,
     ) {
+        if !self.finished.is_empty() && self.finished.contains(&key) {
+            return;
+        }
         if self.delimiters.len() >= MAX_DELIMITED_STREAMS && !self.delimiters.contains_key(&key) {
             self.forgotten += self.delimiters.len() as u64;
             self.holes_given_up += self
@@ -490,10 +540,24 @@ impl StreamStarts {
                 .sum::<u64>();
             self.delimiters.clear();
         }
-        let d = self
-            .delimiters
-            .entry(key)
-            .or_insert_with(|| Delimiter::new(framing));
+        let kind = (key.0, key.1, key.3, (key.2 & 3) as u8);
+        if offset == 0 {
+            if self.opened.len() >= MAX_STREAM_STARTS && !self.opened.contains_key(&kind) {
+                self.opened.clear();
+            }
+            let lowest = self.opened.entry(kind).or_insert(key.2);
+            *lowest = (*lowest).min(key.2);
+        }
+        let opened = &self.opened;
+        let d = self.delimiters.entry(key).or_insert_with(|| {
+            // Opened within the capture: cut from its first byte. Otherwise it may have been
+            // open before the capture began: joined at the first piece seen.
+            if offset == 0 || opened.get(&kind).is_some_and(|&lowest| key.2 > lowest) {
+                Delimiter::from_start(framing)
+            } else {
+                Delimiter::new(framing)
+            }
+        });
         d.push(offset, data, |m, head| {
             out.push(StreamHead {
                 stream_id: key.2,
@@ -503,6 +567,18 @@ impl StreamStarts {
                 framed: Some((m.start, m.end)),
             });
         });
+        if fin {
+            d.end_at(offset.saturating_add(data.len() as u64));
+        }
+        if d.is_finished() {
+            if let Some(d) = self.delimiters.remove(&key) {
+                self.holes_given_up += d.holes_given_up;
+            }
+            if self.finished.len() >= MAX_STREAM_STARTS {
+                self.finished.clear();
+            }
+            self.finished.insert(key);
+        }
     }
 
     /// Whether stream `stream_id`'s bytes are cut into messages: all streams with a stated
@@ -1161,7 +1237,7 @@ fn stream_heads(
         {
             let key = (capture, conn, stream_id, port);
             match StreamStarts::delimited(framing, stream_id) {
-                Some(f) => starts.delimit(key, offset, data, f, rule, &mut out),
+                Some(f) => starts.delimit(key, offset, data, fin, f, rule, &mut out),
                 None => out.extend(starts.frame(key, offset, data, fin, rule)),
             }
         }
@@ -1349,5 +1425,118 @@ mod tests {
             head.content_hash,
             Some(tboxscope_engine::content_hash(short))
         );
+    }
+
+    /// One message per stream (a QUIC peer's unidirectional streams), cut by a stated
+    /// framing, many more streams than are cut at once: each stream cut to its end makes room,
+    /// so a message in two frames far apart still completes after thousands of streams (the
+    /// bound once dropped its first half, and with it the message); a copy of a finished
+    /// stream's bytes completes nothing again.
+    #[test]
+    fn streams_cut_to_their_end_leave_the_bound_to_open_ones() {
+        let mut starts = StreamStarts::default();
+        let framing = Framing::Fixed(600);
+        let key = |id: u64| (0, 1, 4 * id + 2, 5000);
+        let mut heads = Vec::new();
+        // Message 0 sends its first 453 bytes, then thousands of whole messages go by.
+        let held = message(0);
+        starts.delimit(
+            key(0),
+            0,
+            &held[..453],
+            false,
+            framing,
+            Some(LAB),
+            &mut heads,
+        );
+        let many = 3 * MAX_DELIMITED_STREAMS as u64;
+        for id in 1..=many {
+            let m = message(id);
+            starts.delimit(key(id), 0, &m, true, framing, Some(LAB), &mut heads);
+        }
+        starts.delimit(
+            key(0),
+            453,
+            &held[453..],
+            true,
+            framing,
+            Some(LAB),
+            &mut heads,
+        );
+        let mut ids: Vec<u64> = heads.iter().filter_map(|h| h.app_msg_id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..=many).collect::<Vec<_>>());
+        assert_eq!(starts.forgotten, 0);
+        assert_eq!(starts.delimiters.len(), 0);
+        // A retransmission of a finished stream's bytes.
+        let m = message(5);
+        let before = heads.len();
+        starts.delimit(key(5), 0, &m, true, framing, Some(LAB), &mut heads);
+        assert_eq!(heads.len(), before);
+    }
+
+    /// A stream's first piece lost and resent after the next one: held past the hole, the
+    /// start is named when it arrives, as the whole message is; a short message whose FIN
+    /// came first ends there too.
+    #[test]
+    fn a_start_whose_first_piece_comes_last_is_named() {
+        let m = message(9);
+        let mut whole = StreamStarts::default();
+        let named = whole
+            .frame((0, 1, 2, 5000), 0, &m, true, Some(LAB))
+            .unwrap();
+        let mut starts = StreamStarts::default();
+        let key = (0, 1, 6, 5000);
+        assert_eq!(starts.frame(key, 30, &m[30..], true, Some(LAB)), None);
+        let head = starts.frame(key, 0, &m[..30], false, Some(LAB)).unwrap();
+        assert_eq!(
+            (head.app_msg_id, head.content_hash),
+            (named.app_msg_id, named.content_hash)
+        );
+        let short = b"ping";
+        let mut starts = StreamStarts::default();
+        assert_eq!(starts.frame(key, 2, &short[2..], true, None), None);
+        let head = starts.frame(key, 0, &short[..2], false, None).unwrap();
+        assert_eq!(
+            head.content_hash,
+            Some(tboxscope_engine::content_hash(short))
+        );
+    }
+
+    /// Cut by a stated framing, a stream opened after one seen from its first byte begins at
+    /// offset 0: its first piece lost and resent after the next, the message is still cut
+    /// whole. The first stream seen mid-way may have been open before the capture: joined
+    /// where it is first seen (the message it was in is not cut).
+    #[test]
+    fn a_stream_opened_in_the_capture_is_cut_from_its_first_byte() {
+        let framing = Framing::Fixed(600);
+        let key = |id: u64| (0, 1, 4 * id + 2, 5000);
+        let mut starts = StreamStarts::default();
+        let mut heads = Vec::new();
+        let (m1, m2, m3) = (message(1), message(2), message(3));
+        starts.delimit(
+            key(1),
+            100,
+            &m1[100..],
+            true,
+            framing,
+            Some(LAB),
+            &mut heads,
+        );
+        starts.delimit(key(1), 0, &m1[..100], false, framing, Some(LAB), &mut heads);
+        assert!(heads.is_empty(), "{heads:?}");
+        starts.delimit(key(2), 0, &m2, true, framing, Some(LAB), &mut heads);
+        starts.delimit(
+            key(3),
+            453,
+            &m3[453..],
+            true,
+            framing,
+            Some(LAB),
+            &mut heads,
+        );
+        starts.delimit(key(3), 0, &m3[..453], false, framing, Some(LAB), &mut heads);
+        let ids: Vec<u64> = heads.iter().filter_map(|h| h.app_msg_id).collect();
+        assert_eq!(ids, [2, 3]);
     }
 }
