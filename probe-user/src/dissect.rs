@@ -400,9 +400,7 @@ impl Gathered {
     fn append(&mut self, offset: usize, piece: &[u8]) {
         let have = self.bytes.len();
         if let Some(new) = piece.get(have.saturating_sub(offset)..) {
-            if offset + piece.len() > have {
-                self.bytes.extend_from_slice(new);
-            }
+            self.bytes.extend_from_slice(new);
         }
     }
 }
@@ -1297,15 +1295,18 @@ mod tests {
         m
     }
 
+    /// The head `m` names sent whole in one frame (ends its stream).
+    fn sent_whole(m: &[u8], rule: Option<AppIdRule>) -> StreamHead {
+        let mut whole = StreamStarts::default();
+        whole.frame((0, 1, 2, 5000), 0, m, true, rule).unwrap()
+    }
+
     /// A message cut after `cut` bytes in its first frame is named on the frame that completes
     /// its start exactly as its copy sent whole; its start again (retransmitted) names nothing.
     #[test]
     fn a_start_cut_short_is_named_like_a_whole_one() {
         let m = message(42);
-        let mut whole = StreamStarts::default();
-        let named = whole
-            .frame((0, 1, 2, 5000), 0, &m, true, Some(LAB))
-            .unwrap();
+        let named = sent_whole(&m, Some(LAB));
         assert_eq!(named.app_msg_id, Some(42));
         assert!(named.content_hash.is_some());
         for cut in [1usize, 10, 12, 63, 64, 100] {
@@ -1413,8 +1414,7 @@ mod tests {
         assert_eq!(starts.frame(key, 20, &m[20..40], false, None), None);
         assert_eq!(starts.frame(key, 0, &m[..20], false, None), None);
         let head = starts.frame(key, 20, &m[20..], true, None).unwrap();
-        let mut whole = StreamStarts::default();
-        let named = whole.frame((0, 2, 6, 5000), 0, &m, true, None).unwrap();
+        let named = sent_whole(&m, None);
         assert_eq!(head.content_hash, named.content_hash);
         assert_eq!(head.app_msg_id, None);
         let short = b"ping";
@@ -1481,10 +1481,7 @@ mod tests {
     #[test]
     fn a_start_whose_first_piece_comes_last_is_named() {
         let m = message(9);
-        let mut whole = StreamStarts::default();
-        let named = whole
-            .frame((0, 1, 2, 5000), 0, &m, true, Some(LAB))
-            .unwrap();
+        let named = sent_whole(&m, Some(LAB));
         let mut starts = StreamStarts::default();
         let key = (0, 1, 6, 5000);
         assert_eq!(starts.frame(key, 30, &m[30..], true, Some(LAB)), None);
