@@ -73,8 +73,8 @@ impl Engine {
             Observation::Kcp(k) => self.kcp.on_segment(shared, k),
             Observation::Quic(q) => self.quic.on_packet(shared, q),
             Observation::TcpSegment(t) => {
-                if let Some((pkt, fr)) = shared.on_tcp_segment(t) {
-                    let sent = self.tcp_wire.on_segment(shared, t, &pkt, fr);
+                if let Some((mut pkt, fr)) = shared.on_tcp_segment(t) {
+                    let sent = self.tcp_wire.on_segment(shared, t, &mut pkt, fr);
                     if let Some((_, kind)) = sent.filter(|_| t.len > 0 && pkt.count_wire) {
                         // The path's data sends, and those sent again, as the wire shows them
                         // (the kernel's events count only for connections no capture sees).

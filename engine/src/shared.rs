@@ -785,10 +785,11 @@ impl Shared {
     /// (ACKs travel the other way than data: with data alone there would be samples in one
     /// direction only, and no estimate). With `votes` (a first copy, never a resend, whose
     /// identity no other packet of its connection shares) it is also evidence, as a copy is,
-    /// that two captures not yet paired show the same path at its two ends.
-    pub(crate) fn echo(&mut self, identity: impl FnOnce() -> u64, pkt: &Pkt, votes: bool) {
+    /// that two captures not yet paired show the same path at its two ends: true when it
+    /// paired the packet's own capture (see [`Shared::repaired`]).
+    pub(crate) fn echo(&mut self, identity: impl FnOnce() -> u64, pkt: &Pkt, votes: bool) -> bool {
         if !(pkt.paired || votes && self.caps.several_unpaired()) {
-            return;
+            return false;
         }
         let other_end = self.caps.paired(pkt.capture);
         let identity = identity();
@@ -800,6 +801,7 @@ impl Shared {
                             .vote((first, first_raw), (pkt.capture, pkt.raw_ns), pkt.up)
                     {
                         self.pair_paths(keep, alias);
+                        return true;
                     }
                 }
             }
@@ -824,6 +826,19 @@ impl Shared {
                 self.echoes.insert(identity, (pkt.capture, pkt.raw_ns));
             }
         }
+        false
+    }
+
+    /// `pkt` again, after its own capture was paired while it was being handled: the path,
+    /// direction, clock and pairing the pair gives it (its wire bytes stay counted as they were).
+    pub(crate) fn repaired(&self, pkt: &mut Pkt, meta: &PacketMeta) {
+        let Some(c) = self.caps.get(pkt.capture) else {
+            return;
+        };
+        pkt.path = self.paths.canonical(c.path);
+        pkt.dir = c.dir_of_pair(&meta.src, &meta.dst, pkt.up);
+        pkt.ts_ns = pkt.raw_ns.saturating_add_signed(c.offset_ns);
+        pkt.paired = c.paired.is_some();
     }
 
     /// Closes the message held in `slot` (of flow `flow`) now if every path of its flow has a

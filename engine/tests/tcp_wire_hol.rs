@@ -368,6 +368,53 @@ fn with_both_ends_messages_are_one_way_and_the_stall_is_the_receivers() {
     let _ = off;
 }
 
+/// Both ends captured and nothing stated: the two captures pair on the first data seen at
+/// both, and that segment goes on as the pair places it (the far end of the T-Box's path, not
+/// a path of its own). Every message is then one copy on the T-Box's path, timed one way, and
+/// none says it was not sent on the gateway's capture (the demo's TCP row said 0.1 %
+/// duplication and "not sent on gateway-g0" for every message when the segment that paired
+/// the captures kept the facts it had before).
+#[test]
+fn undeclared_ends_pair_and_each_message_is_one_copy_on_one_path() {
+    let mut c = Conn::new(Vec::new());
+    // As `analyze` sets it for capture files: messages wait for the captures to pair.
+    c.e = engine(Config {
+        await_pairing: true,
+        ..Config::default()
+    });
+    let g = |ms: u64| ms + 20;
+    c.seg(0, 0, true, (999, 0), SYN, 0, &[], &[]);
+    c.seg(1, g(0), true, (999, 0), SYN, 0, &[], &[]);
+    c.seg(1, g(0), false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+    c.seg(0, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+    c.seg(0, 40, true, (1000, 5001), ACK, 0, &[], &[]);
+    c.seg(1, g(40), true, (1000, 5001), ACK, 0, &[], &[]);
+    let mut seq = 1000u32;
+    for round in 0..10u64 {
+        let t = 100 + round * 100;
+        c.seg(0, t, true, (seq, 5001), ACK, 100, &[], &one(seq));
+        c.seg(1, g(t), true, (seq, 5001), ACK, 100, &[], &one(seq));
+        c.seg(1, g(t), false, (5001, seq + 100), ACK, 0, &[], &[]);
+        c.seg(0, t + 40, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        seq += 100;
+    }
+    let said = c.e.snapshot().health.inferences;
+    c.finish();
+    assert!(
+        said.iter().any(|s| s.contains("same path at its two ends")),
+        "{said:?}"
+    );
+    let m = c.messages();
+    assert_eq!(m.len(), 10, "{m:#?}");
+    for m in &m {
+        let paths: Vec<&str> = m.copies.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, ["eth0"], "{m:?}");
+        assert!(m.not_sent_on.is_empty(), "{m:?}");
+        assert_eq!(m.latency_kind, LatencyKind::OneWay, "{m:?}");
+        assert_eq!(m.latency_us, Some(20_000), "{m:?}");
+    }
+}
+
 /// A client on the lower port (`10.0.0.2:8000` → `192.0.2.1:50000`): the port guess (client =
 /// higher port) is wrong, the SYN says otherwise. The kernel's socket reported first (the flow
 /// made the wrong way round), then the handshake and two messages at the sender's capture

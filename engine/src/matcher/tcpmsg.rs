@@ -120,7 +120,7 @@ fn kernel_follows(shared: &mut Shared, fr: FlowRef) -> bool {
 pub(crate) fn follow(
     shared: &mut Shared,
     fr: FlowRef,
-    pkt: &Pkt,
+    pkt: &mut Pkt,
     t: &TcpSegment,
     facts: &Facts,
     sent: &mut Outstanding,
@@ -128,10 +128,11 @@ pub(crate) fn follow(
 ) {
     let up = pkt.up.unwrap_or(true);
     let (tsval, tsecr) = t.options.timestamps.unwrap_or((0, 0));
+    let tuple = pkt.tuple;
     let identity = |tag: u64| {
         mix(&[
             tag,
-            pkt.tuple,
+            tuple,
             u64::from(t.seq),
             u64::from(t.ack),
             u64::from(t.len),
@@ -145,8 +146,11 @@ pub(crate) fn follow(
             // New bytes seen at two captures not yet paired: evidence that they show one
             // path at its two ends (a capture's data is its own evidence, with or without
             // `--framing`); at both ends of a paired path, a delay sample. A resend is
-            // left out: its copies look alike.
-            shared.echo(|| identity(16), pkt, true);
+            // left out: its copies look alike. The segment that pairs its capture goes on as
+            // the pair places it (its path is the far end's now).
+            if shared.echo(|| identity(16), pkt, true) {
+                shared.repaired(pkt, &t.meta);
+            }
         }
         data(shared, fr, pkt, up, range, facts);
     } else if !t.flags.syn() && !t.flags.fin() {

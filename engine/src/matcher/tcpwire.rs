@@ -401,7 +401,7 @@ impl TcpWireMatcher {
         &mut self,
         shared: &mut Shared,
         t: &TcpSegment,
-        pkt: &Pkt,
+        pkt: &mut Pkt,
         fr: FlowRef,
     ) -> Option<(u32, Option<TcpRetransmitKind>)> {
         let (ts_ns, path) = (pkt.ts_ns, pkt.path);
