@@ -149,9 +149,11 @@ pub const MAX_AHEAD: usize = 16 << 10;
 const MAX_CUT_RANGES: usize = 256;
 
 /// Cuts one byte stream into messages by a [`Framing`], from pieces seen in any order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Delimiter {
     framing: Framing,
+    /// Bytes it holds past a hole before giving up on the hole ([`MAX_AHEAD`] unless set).
+    max_ahead: usize,
     /// The first piece was seen (where the stream is joined: at its start, or mid-stream when
     /// the capture began after it).
     started: bool,
@@ -177,13 +179,42 @@ pub struct Delimiter {
     final_size: Option<u64>,
 }
 
+impl Default for Delimiter {
+    fn default() -> Self {
+        Self::new(Framing::default())
+    }
+}
+
 impl Delimiter {
     /// A delimiter for one stream cut by `framing`.
     pub fn new(framing: Framing) -> Self {
         Self {
             framing,
-            ..Self::default()
+            max_ahead: MAX_AHEAD,
+            started: false,
+            cursor: 0,
+            known: 0,
+            head: Vec::new(),
+            end: None,
+            ahead: BTreeMap::new(),
+            ahead_bytes: 0,
+            cut: VecDeque::new(),
+            holes_given_up: 0,
+            evicted_pieces: 0,
+            final_size: None,
         }
+    }
+
+    /// The same delimiter holding up to `max_ahead` bytes past a hole (a TCP receiver holds
+    /// out-of-order data up to its receive window, far more than [`MAX_AHEAD`]).
+    pub fn holding(mut self, max_ahead: usize) -> Self {
+        self.max_ahead = max_ahead;
+        self
+    }
+
+    /// Bytes held past a hole now.
+    pub fn held(&self) -> usize {
+        self.ahead_bytes
     }
 
     /// The piece `data` at stream offset `offset`: `emit` is called with each message it
@@ -220,9 +251,8 @@ impl Delimiter {
     /// it instead of being taken for the point where the capture joined the stream.
     pub fn from_start(framing: Framing) -> Self {
         Self {
-            framing,
             started: true,
-            ..Self::default()
+            ..Self::new(framing)
         }
     }
 
@@ -259,33 +289,30 @@ impl Delimiter {
         self.end = None;
     }
 
-    /// Holds a piece past a hole; past [`MAX_AHEAD`], gives up on the hole.
+    /// Holds a piece past a hole; past its bound, gives up on the hole.
     fn hold(&mut self, offset: u64, data: &[u8], emit: &mut impl FnMut(Delimited, &[u8])) {
-        if self.ahead_bytes + data.len() > MAX_AHEAD {
-            self.holes_given_up += 1;
-            self.evicted_pieces += self.ahead.len() as u64;
-            let first = self
-                .ahead
-                .keys()
-                .next()
-                .copied()
-                .unwrap_or(offset)
-                .min(offset);
-            self.ahead.insert(offset, data.to_vec());
-            self.ahead_bytes += data.len();
-            self.restart(first);
-            self.drain_ahead(emit);
-            // What could not follow the restart is dropped too.
-            self.evicted_pieces += self.ahead.len() as u64;
-            self.ahead.clear();
-            self.ahead_bytes = 0;
-            return;
-        }
         let e = self.ahead.entry(offset).or_default();
         if data.len() > e.len() {
             self.ahead_bytes += data.len() - e.len();
             *e = data.to_vec();
         }
+        if self.ahead_bytes > self.max_ahead {
+            self.give_up(emit);
+        }
+    }
+
+    /// Gives up on the hole before the pieces held (counted): cutting starts again at the
+    /// first of them, and those that cannot follow it are dropped (counted).
+    pub fn give_up(&mut self, emit: &mut impl FnMut(Delimited, &[u8])) {
+        let Some(&first) = self.ahead.keys().next() else {
+            return;
+        };
+        self.holes_given_up += 1;
+        self.restart(first);
+        self.drain_ahead(emit);
+        self.evicted_pieces += self.ahead.len() as u64;
+        self.ahead.clear();
+        self.ahead_bytes = 0;
     }
 
     /// Feeds the pieces held past the hole that now follow the contiguous bytes.
@@ -578,6 +605,42 @@ mod tests {
         assert!(out
             .iter()
             .all(|m| m.start >= 1000 && m.end - m.start == 1000));
+    }
+
+    /// A delimiter set to hold more (TCP's) waits through a burst far past [`MAX_AHEAD`] and
+    /// cuts every message when the hole fills; given up on by its owner, it cuts what follows
+    /// the held pieces' start and holds nothing more.
+    #[test]
+    fn a_larger_bound_holds_a_long_burst_and_give_up_restarts_at_the_held_pieces() {
+        let burst = 100 << 10;
+        let mut d = Delimiter::from_start(Framing::Fixed(600)).holding(256 << 10);
+        let mut out = Vec::new();
+        let piece = vec![3u8; 1448];
+        let mut off = 1448u64;
+        while off < burst {
+            d.push(off, &piece, |m, _| out.push(m));
+            off += 1448;
+        }
+        assert!(out.is_empty());
+        assert!(d.held() > MAX_AHEAD);
+        d.push(0, &piece, |m, _| out.push(m));
+        assert_eq!(d.holes_given_up, 0);
+        assert_eq!(d.held(), 0);
+        let whole = (off / 600) as usize;
+        assert_eq!(out.len(), whole);
+        assert!(out
+            .iter()
+            .enumerate()
+            .all(|(i, m)| m.start == 600 * i as u64));
+
+        let mut d = Delimiter::new(Framing::Fixed(600)).holding(256 << 10);
+        let mut out = Vec::new();
+        d.push(0, &[1u8; 600], |m, _| out.push(m));
+        d.push(1800, &[2u8; 1200], |m, _| out.push(m));
+        d.give_up(&mut |m, _| out.push(m));
+        assert_eq!((d.holes_given_up, d.held()), (1, 0));
+        let got: Vec<(u64, u64)> = out.iter().map(|m| (m.start, m.end)).collect();
+        assert_eq!(got, [(0, 600), (1800, 2400), (2400, 3000)]);
     }
 
     /// Frames: each frame's new bytes are a message; repeats name nothing; a retransmission

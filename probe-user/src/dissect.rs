@@ -18,7 +18,7 @@ use tboxscope_decode::quic::{
     QuicDecoder, QuicStats, Undecrypted,
 };
 use tboxscope_decode::tcp::{TcpFlags, TcpOptions, TcpReject};
-use tboxscope_engine::{AppIdRule, Delimiter, Framing};
+use tboxscope_engine::{AppIdRule, Delimited, Delimiter, Framing};
 
 /// What the dissector looks for.
 #[derive(Debug, Clone, Default)]
@@ -1142,10 +1142,18 @@ impl Dissector {
                 .map(|c| c.delimiter.holes_given_up)
                 .sum::<u64>();
             cuts.streams.clear();
+            cuts.held = 0;
         }
         let mut joined = false;
         let cut = cuts.streams.entry(key).or_insert_with(|| TcpCut {
-            delimiter: Delimiter::new(framing),
+            // Seen from its SYN, the stream starts there: a first data segment lost or
+            // reordered leaves a hole like any later one.
+            delimiter: if syn {
+                Delimiter::from_start(framing)
+            } else {
+                Delimiter::new(framing)
+            }
+            .holding(MAX_TCP_AHEAD),
             ..TcpCut::default()
         });
         if syn && cut.anchor.is_none() {
@@ -1168,12 +1176,19 @@ impl Dissector {
             let base = data_seq
                 .wrapping_add(skip as u32)
                 .wrapping_sub(offset as u32);
-            cut.delimiter.push(offset, data, |m, _| {
+            let mut emit = |m: Delimited, _: &[u8]| {
                 out.push((
                     base.wrapping_add(m.start as u32),
                     base.wrapping_add(m.end as u32),
                 ));
-            });
+            };
+            let before = cut.delimiter.held();
+            cut.delimiter.push(offset, data, &mut emit);
+            cuts.held = (cuts.held + cut.delimiter.held()).saturating_sub(before);
+            if cuts.held > MAX_TCP_HELD {
+                cuts.held = cuts.held.saturating_sub(cut.delimiter.held());
+                cut.delimiter.give_up(&mut emit);
+            }
         }
         cuts.joined_mid_stream += u64::from(joined);
         out
@@ -1208,7 +1223,18 @@ struct TcpCuts {
     holes_given_up: u64,
     /// Streams forgotten to stay within [`MAX_DELIMITED_STREAMS`].
     forgotten: u64,
+    /// Bytes all streams hold past holes now (at most [`MAX_TCP_HELD`]).
+    held: usize,
 }
+
+/// Bytes one TCP stream's cutting holds past a hole, waiting for the retransmission: a
+/// receiver holds out-of-order data up to its receive window, and the burst that clears a
+/// handover's backlog (5 s of a control channel's messages) runs hundreds of KiB past the
+/// hole its first lost segment leaves.
+pub const MAX_TCP_AHEAD: usize = 1 << 20;
+/// Bytes all TCP streams' cutting holds past holes at once; beyond, the stream that went over
+/// gives up on its hole (counted with the holes given up on).
+pub const MAX_TCP_HELD: usize = 4 << 20;
 
 /// The message heads the STREAM frames of a decrypted QUIC packet sent from `port` and seen by
 /// `capture` complete ([`StreamStarts`]).
@@ -1373,6 +1399,59 @@ mod tests {
         );
         assert!(d.tcp_cut(|| key, s0, false, &[0; 150]).is_empty());
         assert_eq!(d.tcp_framing(), (0, 0, 0));
+    }
+
+    /// The burst that clears a handover's backlog: 300 KiB past the hole its first lost
+    /// segment leaves, all cut when the resend fills it (the receiver's capture then times
+    /// each message one way). Streams together hold at most [`MAX_TCP_HELD`] past their holes:
+    /// the one that goes over gives up on its hole (counted) and cuts on from its held pieces.
+    #[test]
+    fn a_tcp_stream_holds_a_long_burst_past_a_hole_within_the_shared_bound() {
+        let key = |port: u16| {
+            (
+                1,
+                std::net::SocketAddr::from(([10, 0, 0, 2], port)),
+                "10.0.0.1:80".parse().unwrap(),
+            )
+        };
+        let mut d = tcp_dissector("fixed:600");
+        let isn = 1_000u32;
+        let s0 = isn + 1;
+        let mss = 1448u32;
+        let burst = 300u32 << 10;
+        let mut got = d.tcp_cut(|| key(4000), isn, true, &[]);
+        let mut seq = mss;
+        while seq < burst {
+            got.extend(d.tcp_cut(|| key(4000), s0 + seq, false, &[0; 1448]));
+            seq += mss;
+        }
+        assert!(got.is_empty(), "{got:?}");
+        let got = d.tcp_cut(|| key(4000), s0, false, &[0; 1448]);
+        assert_eq!(got.len(), (seq / 600) as usize);
+        assert_eq!(got[0], (s0, s0 + 600));
+        assert_eq!(d.tcp_framing(), (0, 0, 0));
+
+        // Five streams each 1 MiB past a hole (more than all may hold): each one that goes
+        // over the shared bound gives up, and what is held stays within it.
+        let mut d = tcp_dissector("fixed:600");
+        for port in 5000..5005u16 {
+            let _ = d.tcp_cut(|| key(port), isn, true, &[]);
+            let mut seq = mss;
+            while seq < 1 << 20 {
+                let _ = d.tcp_cut(|| key(port), s0 + seq, false, &[0; 1448]);
+                seq += mss;
+            }
+            assert!(d.tcp_cuts.held <= MAX_TCP_HELD);
+        }
+        let (_, holes, _) = d.tcp_framing();
+        assert!(holes >= 1, "{holes}");
+        let held: usize = d
+            .tcp_cuts
+            .streams
+            .values()
+            .map(|c| c.delimiter.held())
+            .sum();
+        assert_eq!(held, d.tcp_cuts.held);
     }
 
     /// Joined mid-connection (no SYN): the first data segment starts a message; length
