@@ -231,6 +231,9 @@ pub struct SightResult {
     /// Late, and the first copy of the closed message seen on its path: a late copy, with
     /// when its message closed (engine clock, to the millisecond).
     pub late_copy: Option<u64>,
+    /// It paired its capture with the far end's: the packet's path, direction and clock are
+    /// the pair's from now on.
+    pub paired_now: bool,
 }
 
 /// A resolved copy.

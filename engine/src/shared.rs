@@ -662,7 +662,7 @@ impl Shared {
     /// Adds a sighting of a message copy; handles pairing evidence, clock offsets, retransmission
     /// counters and closes the message when complete.
     pub(crate) fn sight(&mut self, a: SightArgs) -> SightResult {
-        let r = self.msgs.sight(&a);
+        let mut r = self.msgs.sight(&a);
         let mut redundant = false;
         if let Some(f) = self.flows.get_mut(a.flow) {
             if a.path < 64 {
@@ -713,6 +713,7 @@ impl Shared {
                         .vote((other, other_raw), (a.capture, a.raw_ns), a.up)
                 {
                     self.pair_paths(keep, alias);
+                    r.paired_now = true;
                 }
             }
         }

@@ -170,6 +170,59 @@ fn quic_connection_per_path_split_frames_and_acks_give_one_message_each() {
     );
 }
 
+/// One QUIC connection on path A, both ends captured and nothing stated, each packet
+/// carrying two messages (a stream each): the captures pair on a copy seen at both, and the
+/// packet's second message, sighted after its first paired them, is the far end's arrival
+/// like the first (not a copy on a path of its own). Every message is then one copy on `eth0`
+/// timed one way, and none says it was not sent on `g0`.
+#[test]
+fn a_packet_that_pairs_the_captures_goes_on_as_the_pair_places_it() {
+    let mut obs = Vec::new();
+    for i in 0..N / 2 {
+        let t = T0 + 1_000_000_000 + i * GAP;
+        both_ends(&mut obs, 0, t, true, |ts, l, c| {
+            let mut q = quic(ts, l, c, 0, true, i);
+            for k in 0..2 {
+                q.streams.push(StreamRange {
+                    stream_id: 4 * (2 * i + k) + 2,
+                    offset: 0,
+                    len: 300,
+                    fin: true,
+                    data_hash: None,
+                    app_msg_id: Some(2 * i + k),
+                    framed: None,
+                });
+            }
+            Observation::Quic(Box::new(q))
+        });
+    }
+    let mut e = engine(Config {
+        await_pairing: true,
+        ..Config::default()
+    });
+    let end = obs.iter().map(Observation::ts_ns).max().unwrap_or(T0);
+    let mut records = Vec::new();
+    for o in sorted(obs) {
+        e.handle(o);
+        records.extend(e.drain_records());
+    }
+    let said = e.snapshot().health.inferences;
+    let _ = e.finish(end + 10_000 * MS);
+    records.extend(e.drain_records());
+    assert!(
+        said.iter().any(|s| s.contains("same path at its two ends")),
+        "{said:?}"
+    );
+    let m = messages(&records);
+    assert_eq!(m.len() as u64, N, "{m:#?}");
+    for m in &m {
+        let paths: Vec<&str> = m.copies.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, ["eth0"], "{m:?}");
+        assert!(m.not_sent_on.is_empty(), "{m:?}");
+        assert_eq!(m.latency_us, Some(DELAY[0] / 1000), "{m:?}");
+    }
+}
+
 fn kcp(
     ts: u64,
     label: &str,

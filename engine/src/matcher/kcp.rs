@@ -505,6 +505,7 @@ impl KcpMatcher {
         pkt: &Pkt,
         past: PastClosure,
     ) {
+        let mut pkt = *pkt;
         let (mfr, mode) = held;
         let up = pkt.up.unwrap_or(true);
         let msg_sn = k.header.sn.wrapping_add(u32::from(k.header.frg));
@@ -548,6 +549,9 @@ impl KcpMatcher {
             content: named,
             ..pkt.sighting(mfr, mkey, id.into(), u64::from(k.header.len))
         });
+        if r.paired_now {
+            shared.repaired(&mut pkt, &k.meta);
+        }
         let max_unacked = shared.cfg.max_unacked_per_flow;
         let mut evicted = 0u64;
         let retrans = (r.repeat || r.late) && pkt.dir != Dir::In;
@@ -683,7 +687,7 @@ impl KcpMatcher {
                 pkt.ts_ns,
             );
             // A data segment's una acknowledges the other direction's data.
-            self.una(shared, fr, !up, pkt, k.header.una, !other_seen);
+            self.una(shared, fr, !up, &pkt, k.header.una, !other_seen);
         }
     }
 

@@ -368,7 +368,7 @@ impl QuicMatcher {
     pub(crate) fn on_packet(&mut self, shared: &mut Shared, q: &QuicPacket) {
         // A packet of ACKs alone asks for no answer (an idle connection's last ACK is no
         // unanswered send).
-        let Some(pkt) = shared.packet_turned(&q.meta, false, !q.ack_only) else {
+        let Some(mut pkt) = shared.packet_turned(&q.meta, false, !q.ack_only) else {
             return;
         };
         let up = pkt.up.unwrap_or(true);
@@ -570,6 +570,9 @@ impl QuicMatcher {
                     },
                     ..pkt.sighting(fr, mkey, id, bytes)
                 });
+                if r.paired_now {
+                    shared.repaired(&mut pkt, &q.meta);
+                }
                 if r.repeat || r.late {
                     repeated += bytes;
                 }

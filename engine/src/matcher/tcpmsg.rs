@@ -159,7 +159,9 @@ pub(crate) fn follow(
         shared.echo(|| identity(15), pkt, false);
     }
     for &(a, b) in &facts.messages {
-        message(shared, fr, pkt, up, (a, b), sent);
+        if message(shared, fr, pkt, up, (a, b), sent) {
+            shared.repaired(pkt, &t.meta);
+        }
     }
     if let Some(a) = &facts.acked {
         acknowledged(shared, fr, pkt, !up, a, acked);
@@ -221,7 +223,8 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
     }
 }
 
-/// A message `[a, b)` of the `up` direction completed at this capture.
+/// A message `[a, b)` of the `up` direction completed at this capture; true when its copy
+/// paired the capture with the far end's.
 fn message(
     shared: &mut Shared,
     fr: FlowRef,
@@ -229,7 +232,7 @@ fn message(
     up: bool,
     (a, b): (u64, u64),
     sent: &mut Outstanding,
-) {
+) -> bool {
     let (seq, len) = (a as u32, u32::try_from(b - a).unwrap_or(u32::MAX));
     let key = mix(&[14, u64::from(up), u64::from(seq), u64::from(len)]);
     let r = shared.sight(pkt.sighting(fr, key, MsgId::Tcp { up, seq, len }, b - a));
@@ -240,6 +243,7 @@ fn message(
         }
         sent.queue.push_back((b, key, r.slot.unwrap_or(u32::MAX)));
     }
+    r.paired_now
 }
 
 /// The cumulative ACK of the `data_up` direction moved (`a`), seen as `pkt`.
