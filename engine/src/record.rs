@@ -511,6 +511,11 @@ pub struct TcpWireDirection {
     /// The smallest path MTU they named (bytes; 0 when none named one).
     #[serde(default)]
     pub path_mtu: u32,
+    /// Its data was seen arriving at this capture (the receiver's end): its RTT samples time
+    /// the receiver's ACKs (the ACK delay), not a round trip, and `rto_ms` estimates no timer
+    /// of the sender's.
+    #[serde(default)]
+    pub at_receiver: bool,
 }
 
 /// Counts per [`TcpRetransmitKind`] from a list that may be shorter (made before the last kinds

@@ -324,7 +324,7 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
         };
         let _ = writeln!(
             o,
-            "  {} {} → {}: {} segments, {} retransmitted{}{}{}{}{}{}; srtt {}, RTO {} ms ({} RTT samples)",
+            "  {} {} → {}: {} segments, {} retransmitted{}{}{}{}{}{}; {}",
             d.path,
             d.src,
             d.dst,
@@ -359,9 +359,21 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
                 (n, m) => format!(", {n} ICMP too-big signals from routers (path MTU {m} bytes)"),
             },
             ladder,
-            ms(d.srtt_us),
-            d.rto_ms,
-            d.rtt_samples
+            if d.at_receiver {
+                // Data to ACK at the receiver's end is its ACK delay, not a round trip.
+                format!(
+                    "at the receiver: ACK delay {} ({} samples)",
+                    ms(d.srtt_us),
+                    d.rtt_samples
+                )
+            } else {
+                format!(
+                    "srtt {}, RTO {} ms ({} RTT samples)",
+                    ms(d.srtt_us),
+                    d.rto_ms,
+                    d.rtt_samples
+                )
+            }
         );
     }
     if t.directions.len() > MAX_TCP_LISTED {

@@ -415,6 +415,64 @@ fn undeclared_ends_pair_and_each_message_is_one_copy_on_one_path() {
     }
 }
 
+/// Both ends captured: each direction's round trip is timed at its sender's capture; at the
+/// receiver's, data to ACK is the receiver's ACK delay, and the direction says so
+/// (`at_receiver`) instead of passing it off as an RTT.
+#[test]
+fn at_the_receivers_capture_the_data_to_ack_time_is_the_ack_delay() {
+    let mut c = Conn::new(vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "gw-g0", "eth0", Host::Gateway, None),
+    ]);
+    // One way 20 ms; the gateway acknowledges 1 ms after each arrival.
+    c.seg(0, 0, true, (999, 0), SYN, 0, &[], &[]);
+    c.seg(1, 20, true, (999, 0), SYN, 0, &[], &[]);
+    c.seg(1, 20, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+    c.seg(0, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+    c.seg(0, 40, true, (1000, 5001), ACK, 0, &[], &[]);
+    c.seg(1, 60, true, (1000, 5001), ACK, 0, &[], &[]);
+    let mut seq = 1000u32;
+    for round in 0..10u64 {
+        let t = 100 + round * 100;
+        c.seg(0, t, true, (seq, 5001), ACK, 100, &[], &[]);
+        c.seg(1, t + 20, true, (seq, 5001), ACK, 100, &[], &[]);
+        c.seg(1, t + 21, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        c.seg(0, t + 41, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        seq += 100;
+    }
+    let s = c.e.finish(T0 + 60_000 * MS);
+    // The two captures show one path: each direction is listed once per capture.
+    let dir = |up: bool, at_receiver: bool| {
+        let src = if up {
+            "10.0.0.2:41000"
+        } else {
+            "192.0.2.1:8883"
+        };
+        let found: Vec<_> = s
+            .tcp_wire
+            .directions
+            .iter()
+            .filter(|d| d.src == src && d.at_receiver == at_receiver)
+            .collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "{up} {at_receiver}: {:#?}",
+            s.tcp_wire.directions
+        );
+        found[0].clone()
+    };
+    let sender = dir(true, false);
+    // The SYN's 40 ms round trip smoothed with the data's 41 ms ones.
+    assert!((40_000..=41_000).contains(&sender.srtt_us), "{sender:?}");
+    assert_eq!(sender.segments, 11);
+    let receiver = dir(true, true);
+    assert!(receiver.srtt_us <= 1_000, "{receiver:?}");
+    assert_eq!(receiver.segments, 11);
+    // The SYN-ACK's direction: sent at the gateway, received at the T-Box.
+    let _ = (dir(false, false), dir(false, true));
+}
+
 /// A client on the lower port (`10.0.0.2:8000` → `192.0.2.1:50000`): the port guess (client =
 /// higher port) is wrong, the SYN says otherwise. The kernel's socket reported first (the flow
 /// made the wrong way round), then the handshake and two messages at the sender's capture

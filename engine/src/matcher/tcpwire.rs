@@ -440,6 +440,9 @@ impl TcpWireMatcher {
             data.stats.window_probes += 1;
         }
         if seq_len > 0 && !t.flags.rst() {
+            // As the capture is placed now (a capture not yet placed is taken to be the
+            // T-Box's at first: its view of the last data segment stands).
+            data.stats.at_receiver = pkt.dir == crate::capture::Dir::In;
             let label = || shared_label(shared, path);
             let (segments, pending) = send(
                 data,

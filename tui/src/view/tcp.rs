@@ -548,8 +548,18 @@ impl TcpModel {
                         n(TcpRetransmitKind::LossProbe),
                         d.spurious.to_string(),
                         d.rto_ladder.len().saturating_sub(1).to_string(),
-                        format::micros(d.srtt_us),
-                        format::micros(d.rto_ms.saturating_mul(1000)),
+                        // At the receiver's end, data to ACK is its ACK delay: no round trip
+                        // and no timer of the sender's to show.
+                        if d.at_receiver {
+                            "-".to_owned()
+                        } else {
+                            format::micros(d.srtt_us)
+                        },
+                        if d.at_receiver {
+                            "-".to_owned()
+                        } else {
+                            format::micros(d.rto_ms.saturating_mul(1000))
+                        },
                     ],
                     style,
                 )
