@@ -77,6 +77,19 @@ impl Conn {
         self.records.extend(self.e.drain_records());
     }
 
+    /// The handshake seen at both ends, one way 20 ms: the T-Box's capture (0) at 0, 40 and
+    /// 40 ms, the gateway's (1) at 20, 20 and 60 ms of its own clock, `gateway_ahead_ms`
+    /// ahead of the T-Box's.
+    fn handshake_at_both_ends(&mut self, gateway_ahead_ms: u64) {
+        let g = |ms: u64| ms + gateway_ahead_ms;
+        self.seg(0, 0, true, (999, 0), SYN, 0, &[], &[]);
+        self.seg(1, g(20), true, (999, 0), SYN, 0, &[], &[]);
+        self.seg(1, g(20), false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+        self.seg(0, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+        self.seg(0, 40, true, (1000, 5001), ACK, 0, &[], &[]);
+        self.seg(1, g(60), true, (1000, 5001), ACK, 0, &[], &[]);
+    }
+
     fn finish(&mut self) {
         let _ = self.e.finish(T0 + 60_000 * MS);
         self.records.extend(self.e.drain_records());
@@ -270,12 +283,7 @@ fn with_both_ends_messages_are_one_way_and_the_stall_is_the_receivers() {
     ]);
     let g = |ms: u64| ms + 3_000;
     // Handshake and a first round, both ends (one-way 20 ms).
-    c.seg(0, 0, true, (999, 0), SYN, 0, &[], &[]);
-    c.seg(1, g(20), true, (999, 0), SYN, 0, &[], &[]);
-    c.seg(1, g(20), false, (5000, 1000), SYN | ACK, 0, &[], &[]);
-    c.seg(0, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
-    c.seg(0, 40, true, (1000, 5001), ACK, 0, &[], &[]);
-    c.seg(1, g(60), true, (1000, 5001), ACK, 0, &[], &[]);
+    c.handshake_at_both_ends(3_000);
     let mut seq = 1000u32;
     for round in 0..10u64 {
         let t = 100 + round * 100;
@@ -383,12 +391,7 @@ fn undeclared_ends_pair_and_each_message_is_one_copy_on_one_path() {
         ..Config::default()
     });
     let g = |ms: u64| ms + 20;
-    c.seg(0, 0, true, (999, 0), SYN, 0, &[], &[]);
-    c.seg(1, g(0), true, (999, 0), SYN, 0, &[], &[]);
-    c.seg(1, g(0), false, (5000, 1000), SYN | ACK, 0, &[], &[]);
-    c.seg(0, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
-    c.seg(0, 40, true, (1000, 5001), ACK, 0, &[], &[]);
-    c.seg(1, g(40), true, (1000, 5001), ACK, 0, &[], &[]);
+    c.handshake_at_both_ends(0);
     let mut seq = 1000u32;
     for round in 0..10u64 {
         let t = 100 + round * 100;
@@ -425,12 +428,7 @@ fn at_the_receivers_capture_the_data_to_ack_time_is_the_ack_delay() {
         capture(1, "gw-g0", "eth0", Host::Gateway, None),
     ]);
     // One way 20 ms; the gateway acknowledges 1 ms after each arrival.
-    c.seg(0, 0, true, (999, 0), SYN, 0, &[], &[]);
-    c.seg(1, 20, true, (999, 0), SYN, 0, &[], &[]);
-    c.seg(1, 20, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
-    c.seg(0, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
-    c.seg(0, 40, true, (1000, 5001), ACK, 0, &[], &[]);
-    c.seg(1, 60, true, (1000, 5001), ACK, 0, &[], &[]);
+    c.handshake_at_both_ends(0);
     let mut seq = 1000u32;
     for round in 0..10u64 {
         let t = 100 + round * 100;
