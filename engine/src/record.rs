@@ -516,6 +516,12 @@ pub struct TcpWireDirection {
     /// of the sender's.
     #[serde(default)]
     pub at_receiver: bool,
+    /// At the receiver, with the capture at the sender's end given too (the two paired): the
+    /// retransmission and RTO records of this direction are the sender's capture's (its
+    /// kinds, timers and backoff levels), not written again from here; counted here all the
+    /// same.
+    #[serde(default)]
+    pub sender_captured: bool,
 }
 
 /// Counts per [`TcpRetransmitKind`] from a list that may be shorter (made before the last kinds
@@ -564,6 +570,10 @@ pub struct TcpWireSummary {
     /// followed at its capture (sent before the capture began, or forgotten).
     #[serde(default)]
     pub path_mtu_unmatched: u64,
+    /// Retransmission and RTO records of data as it arrived at a receiver's capture paired
+    /// with its sender's, not written: the sender's capture writes each once.
+    #[serde(default)]
+    pub left_to_sender: u64,
 }
 
 /// Where the kernel's and the wire's views of one TCP retransmission disagree.

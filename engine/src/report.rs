@@ -362,9 +362,14 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
             if d.at_receiver {
                 // Data to ACK at the receiver's end is its ACK delay, not a round trip.
                 format!(
-                    "at the receiver: ACK delay {} ({} samples)",
+                    "at the receiver: ACK delay {} ({} samples){}",
                     ms(d.srtt_us),
-                    d.rtt_samples
+                    d.rtt_samples,
+                    if d.sender_captured {
+                        "; its retransmissions recorded at the sender's capture"
+                    } else {
+                        ""
+                    }
                 )
             } else {
                 format!(
@@ -384,6 +389,13 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
             o,
             "  {} ICMP too-big signals about segments of no connection followed",
             t.path_mtu_unmatched
+        );
+    }
+    if t.left_to_sender > 0 {
+        let _ = writeln!(
+            o,
+            "  {} retransmission and timeout records of data seen arriving at a capture paired with its sender's: written once, from the sender's",
+            t.left_to_sender
         );
     }
     if t.evicted_connections + t.evicted_segments + t.evicted_pending > 0 {

@@ -9,8 +9,8 @@ use common::*;
 use tboxscope_engine::snapshot::LatencyKind;
 use tboxscope_engine::{
     Config, Engine, HolIncident, HolProtocol, HolStallFrom, Host, MessageRecord, Observation,
-    Record, Recovery, TcpEvent, TcpEventKind, TcpFigures, TcpFlags, TcpOptions, TcpSegment,
-    TcpSource,
+    Record, Recovery, TcpEvent, TcpEventKind, TcpFigures, TcpFlags, TcpOptions, TcpRetransmitKind,
+    TcpSegment, TcpSource,
 };
 
 const MS: u64 = 1_000_000;
@@ -469,6 +469,154 @@ fn at_the_receivers_capture_the_data_to_ack_time_is_the_ack_delay() {
     assert_eq!(receiver.segments, 11);
     // The SYN-ACK's direction: sent at the gateway, received at the T-Box.
     let _ = (dir(false, false), dir(false, true));
+}
+
+/// Both ends captured, a segment lost after the receiver's capture point (seen arriving
+/// there, never acknowledged) and resent twice by the timer (300 ms, then 600 ms: backoff 0,
+/// then 1): each resend is one retransmission, the sender's (its kind, timer and backoff),
+/// not once more from the receiver's capture, which saw the same copies arrive. The
+/// receiver's direction still counts them and says its records are the sender's capture's.
+/// Given alone, the receiver's capture writes its own.
+#[test]
+fn with_both_ends_each_retransmission_is_written_once_by_the_senders_capture() {
+    let run = |captures: &[u16]| {
+        let mut c = Conn::new(vec![
+            capture(0, "t-eth0", "eth0", Host::Tbox, None),
+            capture(1, "gw-g0", "eth0", Host::Gateway, None),
+        ]);
+        let seg = |c: &mut Conn, cap: u16, ms: u64, up: bool, sa: (u32, u32), len: u32| {
+            if captures.contains(&cap) {
+                c.seg(cap, ms, up, sa, ACK, len, &[], &[]);
+            }
+        };
+        // One way 20 ms; the gateway acknowledges 1 ms after each arrival.
+        if captures.len() == 2 {
+            c.handshake_at_both_ends(0);
+        }
+        let mut seq = 1000u32;
+        for round in 0..10u64 {
+            let t = 100 + round * 100;
+            seg(&mut c, 0, t, true, (seq, 5001), 100);
+            seg(&mut c, 1, t + 20, true, (seq, 5001), 100);
+            seg(&mut c, 1, t + 21, false, (5001, seq + 100), 0);
+            seg(&mut c, 0, t + 41, false, (5001, seq + 100), 0);
+            seq += 100;
+        }
+        // Sent at 1100, resent at 1400 and 2000; only the last copy is acknowledged.
+        for t in [1_100, 1_400, 2_000] {
+            seg(&mut c, 0, t, true, (seq, 5001), 100);
+            seg(&mut c, 1, t + 20, true, (seq, 5001), 100);
+        }
+        seg(&mut c, 1, 2_021, false, (5001, seq + 100), 0);
+        seg(&mut c, 0, 2_041, false, (5001, seq + 100), 0);
+        let summary = c.e.finish(T0 + 60_000 * MS);
+        c.records.extend(c.e.drain_records());
+        let resent: Vec<(TcpRetransmitKind, u8)> = c
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::TcpRetransmit(x) => Some((x.kind, x.backoff)),
+                _ => None,
+            })
+            .collect();
+        let timeouts: Vec<u8> = c
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::TcpRto(x) => Some(x.backoff),
+                _ => None,
+            })
+            .collect();
+        (resent, timeouts, summary.tcp_wire.directions)
+    };
+    let rto = TcpRetransmitKind::Rto;
+    let (resent, timeouts, directions) = run(&[0, 1]);
+    assert_eq!(resent, [(rto, 0), (rto, 1)], "{directions:#?}");
+    assert_eq!(timeouts, [0, 1]);
+    let up: Vec<_> = directions
+        .iter()
+        .filter(|d| d.src == "10.0.0.2:41000")
+        .collect();
+    assert_eq!(up.len(), 2, "{directions:#?}");
+    for d in &up {
+        // Both captures count the two resends; the receiver's says who writes them.
+        assert_eq!(d.retransmits_total(), 2, "{d:?}");
+        assert_eq!(d.sender_captured, d.at_receiver, "{d:?}");
+    }
+    assert!(up.iter().any(|d| d.at_receiver), "{up:#?}");
+    // Each capture alone writes what it saw.
+    let (sender_alone, _, _) = run(&[0]);
+    assert_eq!(sender_alone, resent);
+    let (receiver_alone, _, directions) = run(&[1]);
+    assert_eq!(
+        receiver_alone.len(),
+        2,
+        "{receiver_alone:?} {directions:#?}"
+    );
+    assert!(
+        directions.iter().all(|d| !d.sender_captured),
+        "{directions:#?}"
+    );
+}
+
+/// Both ends captured and nothing stated: the captures pair on the third new segment both
+/// saw, and a segment resent before that (the first, 250 ms on) is seen resent at both. The
+/// receiver's records of it wait for the pair and are then left to the sender's capture: one
+/// record of each kind, the receiver's counted as left to the sender.
+#[test]
+fn undeclared_ends_a_resend_before_the_captures_pair_is_written_once() {
+    let mut c = Conn::new(Vec::new());
+    c.e = engine(Config {
+        await_pairing: true,
+        ..Config::default()
+    });
+    c.handshake_at_both_ends(0);
+    let both = |c: &mut Conn, t: u64, seq: u32| {
+        c.seg(0, t, true, (seq, 5001), ACK, 100, &[], &[]);
+        c.seg(1, t + 20, true, (seq, 5001), ACK, 100, &[], &[]);
+    };
+    both(&mut c, 100, 1000);
+    both(&mut c, 101, 1100);
+    c.seg(1, 122, false, (5001, 1000), ACK, 0, &[(1100, 1200)], &[]);
+    c.seg(0, 142, false, (5001, 1000), ACK, 0, &[(1100, 1200)], &[]);
+    // Not yet paired: two votes.
+    assert!(c
+        .e
+        .snapshot()
+        .health
+        .inferences
+        .iter()
+        .all(|s| !s.contains("two ends")));
+    both(&mut c, 350, 1000);
+    both(&mut c, 351, 1200);
+    c.seg(1, 372, false, (5001, 1300), ACK, 0, &[], &[]);
+    c.seg(0, 392, false, (5001, 1300), ACK, 0, &[], &[]);
+    let said = c.e.snapshot().health.inferences;
+    assert!(said.iter().any(|s| s.contains("two ends")), "{said:?}");
+    let summary = c.e.finish(T0 + 60_000 * MS);
+    c.records.extend(c.e.drain_records());
+    let resent: Vec<u32> = c
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::TcpRetransmit(x) => Some(x.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resent, [1000], "{:#?}", summary.tcp_wire);
+    // 250 ms of silence: a timeout, one `tcp_rto` record too.
+    let timeouts = c
+        .records
+        .iter()
+        .filter(|r| matches!(r, Record::TcpRto(_)))
+        .count();
+    assert_eq!(timeouts, 1);
+    // The receiver's two (the timeout's, held until the pair; the resend's, at its verdict).
+    assert_eq!(
+        summary.tcp_wire.left_to_sender, 2,
+        "{:#?}",
+        summary.tcp_wire
+    );
 }
 
 /// A client on the lower port (`10.0.0.2:8000` → `192.0.2.1:50000`): the port guess (client =

@@ -3,7 +3,8 @@
 //! retransmitted segments as the kernel counted (`nstat` TcpRetransSegs, `ss` retrans), and
 //! under a blackout the RTO backoff levels 0, 1, 2 from the spacing of the timeouts. One
 //! namespace pair runs the matrix: IPv4, IPv6, SACK off, timestamps off; tshark's
-//! `tcp.analysis` flags are a second oracle on every capture.
+//! `tcp.analysis` flags are a second oracle on every capture. The two captures given together
+//! pair (nothing stated) and say each retransmission once, as the sender's capture does.
 #![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
@@ -92,11 +93,11 @@ struct WireView {
     out_of_order: u64,
 }
 
-/// `tboxscope analyze --json` of `pcap`: the wire records of the data sent from `local`.
-fn analyze(pcap: &Path, local: &str, mss: u64) -> WireView {
+/// `tboxscope analyze --json` of `pcaps`: the wire records of the data sent from `local`.
+fn analyze(pcaps: &[&Path], local: &str, mss: u64) -> WireView {
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
         .arg("analyze")
-        .arg(pcap)
+        .args(pcaps)
         .args(["--json", "-"])
         .output()
         .unwrap();
@@ -270,8 +271,9 @@ fn run_case(net: &NetnsPair, case: &Case, port: u16, dir: &Path) -> String {
     let mss = ss.mss;
     assert!(mss > 1000, "{}: ss mss {mss}", case.name);
 
-    let sender = analyze(&sender_pcap, &local, mss);
-    let receiver = analyze(&receiver_pcap, &local, mss);
+    let sender = analyze(&[&sender_pcap], &local, mss);
+    let receiver = analyze(&[&receiver_pcap], &local, mss);
+    let both = analyze(&[&sender_pcap, &receiver_pcap], &local, mss);
     let (tshark_sender, _) = tshark_segments(&sender_pcap, port, mss);
     let (tshark_receiver, tshark_receiver_frames) = tshark_segments(&receiver_pcap, port, mss);
     let line = format!(
@@ -334,6 +336,14 @@ fn run_case(net: &NetnsPair, case: &Case, port: u16, dir: &Path) -> String {
         receiver.frames + receiver.out_of_order,
         "{}: tshark's flagged frames vs tboxscope's retransmitted and out-of-order frames \
          (receiver's capture)",
+        case.name
+    );
+    // Both captures together: each retransmission once, the sender's capture's (its kinds and
+    // backoff levels), not once more as the receiver's capture saw it arrive.
+    assert_eq!(
+        (both.segs, &both.kinds, &both.levels),
+        (kernel, &sender.kinds, &sender.levels),
+        "{}: both captures vs the kernel and the sender's capture",
         case.name
     );
     for level in [0, 1, 2] {

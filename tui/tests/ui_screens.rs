@@ -243,6 +243,7 @@ fn tcp_screen_shows_the_wire_in_a_pcap_replay() {
             path_mtu_signals: 2,
             path_mtu: 1400,
             at_receiver: false,
+            sender_captured: false,
         },
         TcpWireDirection {
             path: "tbox-eth0".to_owned(),

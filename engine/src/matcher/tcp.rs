@@ -59,6 +59,10 @@ pub struct TcpState {
     /// Data of each direction was seen arriving at the receiver's capture (its stalls are
     /// then seen there, not inferred from ACKs at the sender's).
     pub rx_arrivals: [bool; 2],
+    /// The (at most two) captures that last saw data of each direction leave, and when
+    /// (engine clock): paired with the receiver's, such a capture writes the direction's
+    /// retransmissions.
+    pub sent_at_sender: [[Option<(crate::input::CaptureId, u64)>; 2]; 2],
     /// The handshake so far at the (at most two) captures that saw its SYN last: the two
     /// ends of its path each place their own capture.
     handshakes: [Option<Handshake>; 2],
@@ -149,6 +153,7 @@ impl TcpState {
         self.sent.swap(0, 1);
         self.rx.swap(0, 1);
         self.rx_arrivals.swap(0, 1);
+        self.sent_at_sender.swap(0, 1);
         if let Some(inc) = &mut self.incident {
             inc.2 = 1 - inc.2.min(1);
         }

@@ -16,7 +16,8 @@ use std::net::SocketAddr;
 
 use tboxscope_decode::tcp::TcpOptions;
 
-use crate::flow::FlowRef;
+use crate::capture::Dir;
+use crate::flow::{FlowRef, Proto};
 use crate::input::{PathMtuSignal, TcpSegment};
 use crate::matcher::after;
 use crate::matcher::tcpmsg::{self, Acked, Facts, Outstanding};
@@ -131,6 +132,8 @@ struct Pending {
     end: u64,
     /// TSval the retransmission carried (Eifel detection).
     tsval: Option<u32>,
+    /// Its record is written from this capture (not when the sender's capture writes it).
+    write: bool,
 }
 
 /// The timeouts of one backoff episode on the same data.
@@ -185,6 +188,11 @@ impl TooBig {
 /// One direction: the data one end sends, and what the other end acknowledges of it.
 #[derive(Debug, Default)]
 struct Half {
+    /// Retransmission and RTO records not written: the sender's capture writes them.
+    left_to_sender: u64,
+    /// When this capture last noted its data leaving (for [`sender_writes`]; noted at most
+    /// every [`NOTE_EVERY_NS`]).
+    noted_ns: u64,
     /// The last 32-bit sequence number seen and its unwrapped value.
     anchor: Option<(u32, u64)>,
     /// Highest sequence end sent.
@@ -391,7 +399,31 @@ pub struct TcpWireMatcher {
     path_mtu_unmatched: u64,
     /// Directions of evicted connections, kept for the summary (bounded like the table).
     retired: Vec<TcpWireDirection>,
+    /// Records made at a capture not yet paired while another capture could still be the
+    /// other end of its path, oldest first (see [`TcpWireMatcher::release_held`]).
+    held: VecDeque<Held>,
+    /// Records not written: made where the data arrived, at a capture paired with the
+    /// sender's (which writes them).
+    left_to_sender: u64,
 }
+
+/// A record held until its capture pairs or [`HOLD_NS`] passes: whether it is the receiver's
+/// view of a retransmission the sender's capture also writes is told by the pair.
+#[derive(Debug)]
+struct Held {
+    capture: crate::input::CaptureId,
+    /// The ends of the data's direction (sender first), and whether it is client → server.
+    ends: (SocketAddr, SocketAddr),
+    up: Option<bool>,
+    since_ns: u64,
+    record: Record,
+}
+
+/// How long a record made at a capture not yet paired waits for the pair (captures pair on
+/// the third new segment both saw).
+const HOLD_NS: u64 = 2_000_000_000;
+/// Records held at most (the oldest is then decided as if its wait were over).
+const MAX_HELD: usize = 4096;
 
 impl TcpWireMatcher {
     /// Feeds one segment of flow `fr`, seen as `pkt` (its time on the reference clock, its
@@ -422,8 +454,15 @@ impl TcpWireMatcher {
         let mut out = Vec::new();
         let mut facts = Facts::default();
         if t.flags.ack() {
+            if pkt.dir == Dir::Out && pkt.paired {
+                // The ACK leaves here: the data it answers arrived here (its verdicts are the
+                // sender's capture's to write, if that capture saw the data).
+                peer.stats.sender_captured = sender_writes(shared, fr, pkt, pkt.up.map(|u| !u));
+            }
             facts.acked = ack(peer, t, ts_ns, &mut out);
         }
+        // Records before this index are of the other direction's data (its verdicts).
+        let acked_records = out.len();
         let seq_len = t
             .len
             .wrapping_add(u32::from(t.flags.syn()))
@@ -442,7 +481,18 @@ impl TcpWireMatcher {
         if seq_len > 0 && !t.flags.rst() {
             // As the capture is placed now (a capture not yet placed is taken to be the
             // T-Box's at first: its view of the last data segment stands).
-            data.stats.at_receiver = pkt.dir == crate::capture::Dir::In;
+            data.stats.at_receiver = pkt.dir == Dir::In;
+            data.stats.sender_captured = match pkt.dir {
+                Dir::In => sender_writes(shared, fr, pkt, pkt.up),
+                Dir::Out => {
+                    if ts_ns.saturating_sub(data.noted_ns) >= NOTE_EVERY_NS {
+                        data.noted_ns = ts_ns;
+                        note_sent(shared, fr, pkt);
+                    }
+                    false
+                }
+                Dir::Unknown => false,
+            };
             let label = || shared_label(shared, path);
             let (segments, pending) = send(
                 data,
@@ -466,11 +516,44 @@ impl TcpWireMatcher {
             }
             sent = Some((seq_len, facts.resent));
         }
-        for r in out {
-            shared.push_record(r);
+        if !out.is_empty() {
+            write_or_hold(&mut self.held, shared, out, acked_records, t, pkt);
         }
         tcpmsg::follow(shared, fr, pkt, t, &facts, &mut data.msgs, &mut peer.msgs);
+        if !self.held.is_empty() {
+            self.release_held(shared, ts_ns, false);
+        }
         sent
+    }
+
+    /// Writes or drops the held records whose wait is over (`all`: every one): once their
+    /// capture is paired, those of data that arrived there are the receiver's copies of the
+    /// sender's capture's records, and are dropped (counted); the others are written, and so
+    /// is every record whose capture did not pair within [`HOLD_NS`] or can no longer pair.
+    fn release_held(&mut self, shared: &mut Shared, now_ns: u64, all: bool) {
+        let may_pair = shared.caps.several_unpaired();
+        while let Some(h) = self.held.front() {
+            let capture = shared.caps.get(h.capture);
+            let paired = capture.is_some_and(|c| c.paired.is_some());
+            let over = all
+                || paired
+                || !may_pair
+                || now_ns.saturating_sub(h.since_ns) >= HOLD_NS
+                || self.held.len() > MAX_HELD;
+            if !over {
+                break;
+            }
+            let Some(h) = self.held.pop_front() else {
+                break;
+            };
+            let arrived = paired
+                && capture.is_some_and(|c| c.dir_of_pair(&h.ends.0, &h.ends.1, h.up) == Dir::In);
+            if arrived {
+                self.left_to_sender += 1;
+            } else {
+                shared.push_record(h.record);
+            }
+        }
     }
 
     /// Takes a router's path MTU signal `m` about a segment of a connection followed at the
@@ -539,12 +622,13 @@ impl TcpWireMatcher {
         let (_, horizon, _) = times.select_nth_unstable(cut);
         let horizon = *horizon;
         let before = self.conns.len();
-        let retired = &mut self.retired;
+        let (retired, left) = (&mut self.retired, &mut self.left_to_sender);
         self.conns.retain_mut(|c| {
             if c.last_ns > horizon {
                 return true;
             }
             for h in &mut c.halves {
+                *left += h.left_to_sender;
                 if h.stats.retransmits_total() > 0 && retired.len() < MAX_CONNECTIONS {
                     retired.push(std::mem::take(&mut h.stats));
                 }
@@ -565,10 +649,16 @@ impl TcpWireMatcher {
     /// Ends the run: every retransmission still awaiting its verdict is written as it
     /// stands.
     pub(crate) fn finish(&mut self, shared: &mut Shared) {
+        self.release_held(shared, u64::MAX, true);
         for c in &mut self.conns {
             for h in &mut c.halves {
+                let here = !h.stats.sender_captured;
                 for p in h.pending.drain(..) {
-                    shared.push_record(Record::TcpRetransmit(p.record));
+                    if p.write && here {
+                        shared.push_record(Record::TcpRetransmit(p.record));
+                    } else {
+                        h.left_to_sender += 1;
+                    }
                 }
             }
         }
@@ -602,7 +692,90 @@ impl TcpWireMatcher {
             evicted_segments: self.evicted_segments,
             evicted_pending: self.evicted_pending,
             path_mtu_unmatched: self.path_mtu_unmatched,
+            left_to_sender: self.left_to_sender
+                + self
+                    .conns
+                    .iter()
+                    .flat_map(|c| &c.halves)
+                    .map(|h| h.left_to_sender)
+                    .sum::<u64>(),
         }
+    }
+}
+
+/// Writes the records `out` made on segment `t` (seen as `pkt`; those before
+/// `acked_records` are of the other direction's data), or holds them while its capture is
+/// not yet paired and another could still be the other end of its path (in `held`).
+#[inline(never)]
+fn write_or_hold(
+    held: &mut VecDeque<Held>,
+    shared: &mut Shared,
+    out: Vec<Record>,
+    acked_records: usize,
+    t: &TcpSegment,
+    pkt: &Pkt,
+) {
+    if pkt.paired || !shared.caps.several_unpaired() {
+        for record in out {
+            shared.push_record(record);
+        }
+        return;
+    }
+    let (src, dst) = (t.meta.src, t.meta.dst);
+    for (i, record) in out.into_iter().enumerate() {
+        let (ends, up) = if i < acked_records {
+            ((dst, src), pkt.up.map(|u| !u))
+        } else {
+            ((src, dst), pkt.up)
+        };
+        held.push_back(Held {
+            capture: t.meta.capture,
+            ends,
+            up,
+            since_ns: pkt.ts_ns,
+            record,
+        });
+    }
+}
+
+/// How long after the sender's capture last saw a direction's data a copy arriving at the
+/// receiver's capture may have left the sender (a one-way delay, bufferbloat included).
+const SENDER_LAG_NS: u64 = 5_000_000_000;
+
+/// Whether the sender's capture writes the retransmission records of flow `fr`'s data in
+/// direction `up` (client → server when true), which arrives at `pkt`'s capture: the two are
+/// paired, and the other saw this direction's data leave within [`SENDER_LAG_NS`] of `pkt`
+/// (the sender's kinds, timers and backoff levels are the ones to write; this capture only
+/// counts them).
+fn sender_writes(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: Option<bool>) -> bool {
+    if !pkt.paired {
+        return false;
+    }
+    let Some(Proto::Tcp(s)) = shared.flows.get_mut(fr).map(|f| &mut f.proto) else {
+        return false;
+    };
+    s.sent_at_sender[usize::from(up.unwrap_or(true))]
+        .iter()
+        .flatten()
+        .any(|&(capture, at)| {
+            capture != pkt.capture && pkt.ts_ns.saturating_sub(at) <= SENDER_LAG_NS
+        })
+}
+
+/// How often a capture notes its data leaving, at most (well within [`SENDER_LAG_NS`]).
+const NOTE_EVERY_NS: u64 = 500_000_000;
+
+/// Notes data of flow `fr` seen leaving at `pkt`'s capture (for [`sender_writes`]).
+fn note_sent(shared: &mut Shared, fr: FlowRef, pkt: &Pkt) {
+    if let Some(Proto::Tcp(s)) = shared.flows.get_mut(fr).map(|f| &mut f.proto) {
+        let notes = &mut s.sent_at_sender[usize::from(pkt.up.unwrap_or(true))];
+        // This capture's note, else a free one, else the older one.
+        let i = notes
+            .iter()
+            .position(|n| n.is_some_and(|(c, _)| c == pkt.capture))
+            .or_else(|| notes.iter().position(Option::is_none))
+            .unwrap_or(usize::from(notes[1].map(|n| n.1) < notes[0].map(|n| n.1)));
+        notes[i] = Some((pkt.capture, pkt.ts_ns));
     }
 }
 
@@ -715,7 +888,13 @@ fn ack(h: &mut Half, t: &TcpSegment, ts_ns: u64, out: &mut Vec<Record>) -> Optio
             } else if acked.resends.len() < tcpmsg::MAX_RESENDS_PER_ACK {
                 acked.resends.push((p.start, p.end, p.record.kind));
             }
-            out.push(Record::TcpRetransmit(p.record));
+            // Made before the capture was known to be at the receiver of a paired sender's
+            // capture, perhaps: told again now.
+            if p.write && !h.stats.sender_captured {
+                out.push(Record::TcpRetransmit(p.record));
+            } else {
+                h.left_to_sender += 1;
+            }
         }
         return Some(acked);
     } else if ack == h.una && t.len == 0 && !t.flags.syn() && !t.flags.fin() && h.nxt > h.una {
@@ -782,6 +961,8 @@ fn send(
 ) -> (u64, u64) {
     let start = h.unwrap(t.seq);
     let end = start + u64::from(seq_len);
+    // The records of what this capture sees resent, unless the sender's writes them.
+    let write = !h.stats.sender_captured;
     if t.flags.syn() {
         h.first_byte = Some(start + 1);
     }
@@ -959,7 +1140,7 @@ fn send(
         h.stats.rto_ladder[level] += 1;
         let gap_ms = chain.last_gap_ns / 1_000_000;
         h.stats.max_rto_ms = h.stats.max_rto_ms.max(gap_ms);
-        out.push(Record::TcpRto(TcpRtoRecord {
+        let rto = TcpRtoRecord {
             source: TcpSource::Wire,
             path: label.clone(),
             src: h.stats.src.clone(),
@@ -969,7 +1150,12 @@ fn send(
             backoff,
             seq: t.seq,
             ts_ns,
-        }));
+        };
+        if write {
+            out.push(Record::TcpRto(rto));
+        } else {
+            h.left_to_sender += 1;
+        }
     }
     h.last_retx_ns = ts_ns;
     if let Some(i) = TcpRetransmitKind::ALL.iter().position(|k| *k == kind) {
@@ -992,7 +1178,11 @@ fn send(
     };
     if already_acked {
         h.stats.spurious += 1;
-        out.push(Record::TcpRetransmit(record));
+        if write {
+            out.push(Record::TcpRetransmit(record));
+        } else {
+            h.left_to_sender += 1;
+        }
         return (evicted, 0);
     }
     h.pending.push_back(Pending {
@@ -1000,10 +1190,15 @@ fn send(
         start,
         end,
         tsval: t.options.timestamps.map(|(v, _)| v),
+        write,
     });
     if h.pending.len() > MAX_PENDING {
         if let Some(p) = h.pending.pop_front() {
-            out.push(Record::TcpRetransmit(p.record));
+            if p.write && !h.stats.sender_captured {
+                out.push(Record::TcpRetransmit(p.record));
+            } else {
+                h.left_to_sender += 1;
+            }
         }
         return (evicted, 1);
     }
