@@ -427,7 +427,8 @@ pub struct TcpRetransmitRecord {
     /// otherwise the level the connection was at).
     pub backoff: u8,
     /// The retransmission timeout estimated from the RTT samples seen (RFC 6298, Linux's
-    /// 200 ms floor), ms.
+    /// 200 ms floor), ms; at the receiver's capture, from the round trips it timed on its own
+    /// sends (the path's, in the other direction).
     pub rto_ms: u64,
     /// Time since the data was first sent, ms.
     pub since_first_ms: u64,

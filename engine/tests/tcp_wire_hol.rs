@@ -24,6 +24,8 @@ struct Conn {
     cli: std::net::SocketAddr,
     srv: std::net::SocketAddr,
     records: Vec<Record>,
+    /// The timestamps option (TSval, TSecr) the next segment carries, if any.
+    stamps: Option<(u32, u32)>,
 }
 
 impl Conn {
@@ -37,6 +39,7 @@ impl Conn {
             cli: addr("10.0.0.2:41000"),
             srv: addr("192.0.2.1:8883"),
             records: Vec::new(),
+            stamps: None,
         }
     }
 
@@ -64,6 +67,7 @@ impl Conn {
             options.sack[i] = *b;
         }
         options.sack_count = sack.len() as u8;
+        options.timestamps = self.stamps.take();
         self.e.handle(Observation::TcpSegment(TcpSegment {
             meta: meta(T0 + ms * MS, label, capture, src, dst, 40 + len),
             seq,
@@ -617,6 +621,71 @@ fn undeclared_ends_a_resend_before_the_captures_pair_is_written_once() {
         "{:#?}",
         summary.tcp_wire
     );
+}
+
+/// The gateway's capture alone, timestamps on, one way 40 ms: the handshake times the round
+/// trip on the gateway's own SYN-ACK (80 ms: the sender's timeout is about 280 ms). A segment
+/// is lost before the gateway; the segment behind it arrives, the fast retransmit and four
+/// timeouts (280, 560, 1120, 2240 ms) are lost too, and the fifth timeout's copy, 4480 ms
+/// later, gets through. It is one retransmission at the receiver: a timeout at backoff level
+/// 4, against the 280 ms the round trip gives (not the receiver's ACK delay plus 200 ms, nor
+/// level 5 from the silence read as one doubled timeout).
+#[test]
+fn at_the_receiver_alone_a_timeout_after_lost_ones_has_the_senders_level() {
+    let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
+    // TSvals: the client's clock in ms (sending time), the gateway's in ms + 50 000.
+    let gw = |ms: u64| 50_000 + ms as u32;
+    c.stamps = Some((0, 0));
+    c.seg(1, 40, true, (999, 0), SYN, 0, &[], &[]);
+    c.stamps = Some((gw(40), 0));
+    c.seg(1, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+    c.stamps = Some((80, gw(40)));
+    c.seg(1, 120, true, (1000, 5001), ACK, 0, &[], &[]);
+    // Ten rounds of data (sent at 100 + 100 k, acknowledged 1 ms after arrival).
+    let mut seq = 1000u32;
+    let mut last_ack = gw(120);
+    for round in 0..10u64 {
+        let sent = 100 + round * 100;
+        c.stamps = Some((sent as u32, last_ack));
+        c.seg(1, sent + 40, true, (seq, 5001), ACK, 100, &[], &[]);
+        last_ack = gw(sent + 41);
+        c.stamps = Some((last_ack, sent as u32));
+        c.seg(1, sent + 41, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        seq += 100;
+    }
+    // Sent at 1100: `seq` lost; `seq + 100` (sent at 1101) arrives and is SACKed.
+    c.stamps = Some((1_101, last_ack));
+    c.seg(1, 1_141, true, (seq + 100, 5001), ACK, 100, &[], &[]);
+    c.stamps = Some((gw(1_142), 1_101));
+    c.seg(
+        1,
+        1_142,
+        false,
+        (5001, seq),
+        ACK,
+        0,
+        &[(seq + 100, seq + 200)],
+        &[],
+    );
+    // Fast retransmit at 1182, timeouts at 1462, 2022, 3142, 5382 lost; the one at 9862
+    // arrives at 9902.
+    c.stamps = Some((9_862, gw(1_142)));
+    c.seg(1, 9_902, true, (seq, 5001), ACK, 100, &[], &[]);
+    c.stamps = Some((gw(9_903), 9_862));
+    c.seg(1, 9_903, false, (5001, seq + 200), ACK, 0, &[], &[]);
+    c.finish();
+    let resent: Vec<_> = c
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::TcpRetransmit(x) => Some((x.kind, x.backoff, x.rto_ms)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resent.len(), 1, "{resent:?}");
+    let (kind, backoff, rto_ms) = resent[0];
+    assert_eq!((kind, backoff), (TcpRetransmitKind::Rto, 4), "{resent:?}");
+    assert!((270..=290).contains(&rto_ms), "{resent:?}");
 }
 
 /// A client on the lower port (`10.0.0.2:8000` → `192.0.2.1:50000`): the port guess (client =

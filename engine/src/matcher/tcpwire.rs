@@ -494,11 +494,17 @@ impl TcpWireMatcher {
                 Dir::Unknown => false,
             };
             let label = || shared_label(shared, path);
+            // Data arriving here: the sender's timer is the round trip this capture times on
+            // its own sends (the other direction's), not data to ACK here (the ACK delay).
+            let rto_est = match pkt.dir {
+                Dir::In if peer.srtt.is_some() => Some(peer.rto_ns()),
+                _ => data.srtt.map(|_| data.rto_ns()),
+            };
             let (segments, pending) = send(
                 data,
                 t,
-                seq_len,
-                ts_ns,
+                (seq_len, ts_ns),
+                rto_est,
                 (*src, *dst),
                 &label,
                 &mut out,
@@ -942,9 +948,11 @@ fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
     !above.is_some_and(sent_after)
 }
 
-/// A segment carrying `seq_len` of sequence space from `ends.0` (path label from `label`);
-/// returns the sent segments and pending verdicts forgotten to stay within the bounds, and
-/// notes its payload's range and its retransmission kind in `facts`.
+/// A segment carrying `seq_len` of sequence space from `ends.0` (path label from `label`), a
+/// resend timed against `timed_rto`, the sender's timeout as this capture estimates it from
+/// the round trips it timed (`None`: none yet, the initial timeout); returns the sent segments
+/// and pending verdicts forgotten to stay within the bounds, and notes its payload's range and
+/// its retransmission kind in `facts`.
 #[expect(
     clippy::too_many_arguments,
     reason = "one segment's figures and outputs"
@@ -952,8 +960,8 @@ fn is_fill(h: &Half, start: u64, end: u64, t: &TcpSegment) -> bool {
 fn send(
     h: &mut Half,
     t: &TcpSegment,
-    seq_len: u32,
-    ts_ns: u64,
+    (seq_len, ts_ns): (u32, u64),
+    timed_rto: Option<u64>,
     ends: (SocketAddr, SocketAddr),
     label: &dyn Fn() -> String,
     out: &mut Vec<Record>,
@@ -1041,12 +1049,12 @@ fn send(
         evicted = h.remember(h.nxt, end, ts_ns, timestamps);
         h.nxt = end;
     }
-    let rto_est = h.rto_ns();
+    let rto_est = timed_rto.unwrap_or(RTO_INITIAL_NS);
     let timer_start = h.una_ns.max(h.last_retx_ns).max(head_sent_ns);
     let silence = ts_ns.saturating_sub(timer_start);
     let already_acked = end <= h.una;
     // Bytes a router said did not fit, resent smaller.
-    let slack = h.rto_ns();
+    let slack = rto_est;
     let too_big = !already_acked
         && h.too_big.as_mut().is_some_and(|b| {
             b.covers(start, first_ns, original_len, slack) && {
@@ -1109,10 +1117,11 @@ fn send(
                 }
             }
             _ => {
-                // The first timeout seen: level 0 unless the silence says the capture began
-                // inside an episode (a timeout twice the estimate or more).
-                let level = if h.srtt.is_some() && silence > rto_est {
-                    let l = (silence as f64 / rto_est as f64).log2().round();
+                // The first timeout seen: level 0 unless the silence holds timeouts not seen
+                // (the capture began inside the episode, or their copies were lost before
+                // it), the estimate doubled at each: rto × (2^(level+1) − 1).
+                let level = if timed_rto.is_some() && silence > rto_est {
+                    let l = ((silence as f64 / rto_est as f64 + 1.0).log2() - 1.0).round();
                     if l.is_finite() && l >= 1.0 {
                         l.min(f64::from(MAX_LEVEL)) as u8
                     } else {
