@@ -557,6 +557,19 @@ impl CaptureTable {
             .is_some()
     }
 
+    /// Whether capture `id` is not paired (yet) while another could still be the other end of
+    /// its path: unpaired too, and not stated or inferred to be on the same host.
+    pub fn may_yet_pair(&self, id: CaptureId) -> bool {
+        let Some(me) = self.caps.get(&id).filter(|c| c.paired.is_none()) else {
+            return false;
+        };
+        self.caps.values().any(|c| {
+            !std::ptr::eq(c, me)
+                && c.paired.is_none()
+                && (c.host == Host::Unknown || me.host == Host::Unknown || c.host != me.host)
+        })
+    }
+
     /// Whether the clock of capture `id` is settled: its offset given, estimated, or not needed
     /// (it is the reference: unpaired, or the T-Box end of its path).
     pub fn clock_settled(&self, id: CaptureId) -> bool {

@@ -623,6 +623,33 @@ fn undeclared_ends_a_resend_before_the_captures_pair_is_written_once() {
     );
 }
 
+/// The T-Box's two interfaces captured, nothing of the gateway's: neither capture can be the
+/// other's far end (both on the T-Box), so a retransmission's record is written at its
+/// verdict, not held for a pair that cannot come.
+#[test]
+fn captures_on_one_host_do_not_wait_for_a_pair() {
+    let mut c = Conn::new(vec![
+        capture(0, "t-eth0", "eth0", Host::Tbox, None),
+        capture(1, "t-eth1", "eth1", Host::Tbox, None),
+    ]);
+    let mut seq = 1000u32;
+    for round in 0..5u64 {
+        let t = 100 + round * 100;
+        c.seg(0, t, true, (seq, 5001), ACK, 100, &[], &[]);
+        c.seg(0, t + 40, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        seq += 100;
+    }
+    c.seg(0, 600, true, (seq, 5001), ACK, 100, &[], &[]);
+    c.seg(0, 900, true, (seq, 5001), ACK, 100, &[], &[]);
+    c.seg(0, 940, false, (5001, seq + 100), ACK, 0, &[], &[]);
+    let resent = c
+        .records
+        .iter()
+        .filter(|r| matches!(r, Record::TcpRetransmit(_)))
+        .count();
+    assert_eq!(resent, 1, "{:#?}", c.records);
+}
+
 /// The gateway's capture alone, timestamps on, one way 40 ms: the handshake times the round
 /// trip on the gateway's own SYN-ACK (80 ms: the sender's timeout is about 280 ms). A segment
 /// is lost before the gateway; the segment behind it arrives, the fast retransmit and four

@@ -537,13 +537,12 @@ impl TcpWireMatcher {
     /// sender's capture's records, and are dropped (counted); the others are written, and so
     /// is every record whose capture did not pair within [`HOLD_NS`] or can no longer pair.
     fn release_held(&mut self, shared: &mut Shared, now_ns: u64, all: bool) {
-        let may_pair = shared.caps.several_unpaired();
         while let Some(h) = self.held.front() {
             let capture = shared.caps.get(h.capture);
             let paired = capture.is_some_and(|c| c.paired.is_some());
             let over = all
                 || paired
-                || !may_pair
+                || !shared.caps.may_yet_pair(h.capture)
                 || now_ns.saturating_sub(h.since_ns) >= HOLD_NS
                 || self.held.len() > MAX_HELD;
             if !over {
@@ -711,7 +710,8 @@ impl TcpWireMatcher {
 
 /// Writes the records `out` made on segment `t` (seen as `pkt`; those before
 /// `acked_records` are of the other direction's data), or holds them while its capture is
-/// not yet paired and another could still be the other end of its path (in `held`).
+/// not yet paired and another could still be the other end of its path (in `held`; see
+/// [`crate::capture::CaptureTable::may_yet_pair`]).
 #[inline(never)]
 fn write_or_hold(
     held: &mut VecDeque<Held>,
@@ -721,7 +721,7 @@ fn write_or_hold(
     t: &TcpSegment,
     pkt: &Pkt,
 ) {
-    if pkt.paired || !shared.caps.several_unpaired() {
+    if pkt.paired || !shared.caps.may_yet_pair(t.meta.capture) {
         for record in out {
             shared.push_record(record);
         }
