@@ -10,7 +10,7 @@ use tboxscope_engine::snapshot::LatencyKind;
 use tboxscope_engine::{
     Config, Engine, HolIncident, HolProtocol, HolStallFrom, Host, MessageRecord, Observation,
     Record, Recovery, TcpEvent, TcpEventKind, TcpFigures, TcpFlags, TcpOptions, TcpRetransmitKind,
-    TcpSegment, TcpSource,
+    TcpRetransmitRecord, TcpRtoRecord, TcpSegment, TcpSource,
 };
 
 const MS: u64 = 1_000_000;
@@ -108,6 +108,28 @@ impl Conn {
 
     fn messages(&self) -> Vec<&MessageRecord> {
         messages(&self.records)
+    }
+
+    /// The `tcp_retransmit` records so far.
+    fn resent(&self) -> Vec<&TcpRetransmitRecord> {
+        self.records
+            .iter()
+            .filter_map(|r| match r {
+                Record::TcpRetransmit(x) => Some(x),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The `tcp_rto` records so far.
+    fn timeouts(&self) -> Vec<&TcpRtoRecord> {
+        self.records
+            .iter()
+            .filter_map(|r| match r {
+                Record::TcpRto(x) => Some(x),
+                _ => None,
+            })
+            .collect()
     }
 }
 
@@ -515,22 +537,9 @@ fn with_both_ends_each_retransmission_is_written_once_by_the_senders_capture() {
         seg(&mut c, 0, 2_041, false, (5001, seq + 100), 0);
         let summary = c.e.finish(T0 + 60_000 * MS);
         c.records.extend(c.e.drain_records());
-        let resent: Vec<(TcpRetransmitKind, u8)> = c
-            .records
-            .iter()
-            .filter_map(|r| match r {
-                Record::TcpRetransmit(x) => Some((x.kind, x.backoff)),
-                _ => None,
-            })
-            .collect();
-        let timeouts: Vec<u8> = c
-            .records
-            .iter()
-            .filter_map(|r| match r {
-                Record::TcpRto(x) => Some(x.backoff),
-                _ => None,
-            })
-            .collect();
+        let resent: Vec<(TcpRetransmitKind, u8)> =
+            c.resent().iter().map(|x| (x.kind, x.backoff)).collect();
+        let timeouts: Vec<u8> = c.timeouts().iter().map(|x| x.backoff).collect();
         (resent, timeouts, summary.tcp_wire.directions)
     };
     let rto = TcpRetransmitKind::Rto;
@@ -599,22 +608,10 @@ fn undeclared_ends_a_resend_before_the_captures_pair_is_written_once() {
     assert!(said.iter().any(|s| s.contains("two ends")), "{said:?}");
     let summary = c.e.finish(T0 + 60_000 * MS);
     c.records.extend(c.e.drain_records());
-    let resent: Vec<u32> = c
-        .records
-        .iter()
-        .filter_map(|r| match r {
-            Record::TcpRetransmit(x) => Some(x.seq),
-            _ => None,
-        })
-        .collect();
+    let resent: Vec<u32> = c.resent().iter().map(|x| x.seq).collect();
     assert_eq!(resent, [1000], "{:#?}", summary.tcp_wire);
     // 250 ms of silence: a timeout, one `tcp_rto` record too.
-    let timeouts = c
-        .records
-        .iter()
-        .filter(|r| matches!(r, Record::TcpRto(_)))
-        .count();
-    assert_eq!(timeouts, 1);
+    assert_eq!(c.timeouts().len(), 1);
     // The receiver's two (the timeout's, held until the pair; the resend's, at its verdict).
     assert_eq!(
         summary.tcp_wire.left_to_sender, 2,
@@ -642,12 +639,7 @@ fn captures_on_one_host_do_not_wait_for_a_pair() {
     c.seg(0, 600, true, (seq, 5001), ACK, 100, &[], &[]);
     c.seg(0, 900, true, (seq, 5001), ACK, 100, &[], &[]);
     c.seg(0, 940, false, (5001, seq + 100), ACK, 0, &[], &[]);
-    let resent = c
-        .records
-        .iter()
-        .filter(|r| matches!(r, Record::TcpRetransmit(_)))
-        .count();
-    assert_eq!(resent, 1, "{:#?}", c.records);
+    assert_eq!(c.resent().len(), 1, "{:#?}", c.records);
 }
 
 /// The gateway's capture alone, timestamps on, one way 40 ms: the handshake times the round
@@ -702,12 +694,9 @@ fn at_the_receiver_alone_a_timeout_after_lost_ones_has_the_senders_level() {
     c.seg(1, 9_903, false, (5001, seq + 200), ACK, 0, &[], &[]);
     c.finish();
     let resent: Vec<_> = c
-        .records
+        .resent()
         .iter()
-        .filter_map(|r| match r {
-            Record::TcpRetransmit(x) => Some((x.kind, x.backoff, x.rto_ms)),
-            _ => None,
-        })
+        .map(|x| (x.kind, x.backoff, x.rto_ms))
         .collect();
     assert_eq!(resent.len(), 1, "{resent:?}");
     let (kind, backoff, rto_ms) = resent[0];
