@@ -9,8 +9,8 @@ use common::*;
 use tboxscope_engine::snapshot::LatencyKind;
 use tboxscope_engine::{
     Config, Engine, HolIncident, HolProtocol, HolStallFrom, Host, MessageRecord, Observation,
-    Record, Recovery, TcpEvent, TcpEventKind, TcpFigures, TcpFlags, TcpOptions, TcpRetransmitKind,
-    TcpRetransmitRecord, TcpRtoRecord, TcpSegment, TcpSource,
+    Record, Recovery, Spurious, TcpEvent, TcpEventKind, TcpFigures, TcpFlags, TcpOptions,
+    TcpRetransmitKind, TcpRetransmitRecord, TcpRtoRecord, TcpSegment, TcpSource,
 };
 
 const MS: u64 = 1_000_000;
@@ -702,6 +702,50 @@ fn at_the_receiver_alone_a_timeout_after_lost_ones_has_the_senders_level() {
     let (kind, backoff, rto_ms) = resent[0];
     assert_eq!((kind, backoff), (TcpRetransmitKind::Rto, 4), "{resent:?}");
     assert!((270..=290).contains(&rto_ms), "{resent:?}");
+}
+
+/// The gateway's capture alone: the last segments arrive and are acknowledged, but the ACKs
+/// are lost in a handover and the sender's timer resends the oldest unacknowledged one after
+/// 8.7 s (timeouts of 280, 560, 1120, 2240 and 4480 ms, the copies before it lost). At the
+/// receiver this is a spurious timeout retransmission at backoff level 4, not a loss probe.
+#[test]
+fn at_the_receiver_alone_a_timeout_resend_of_acknowledged_data_is_a_spurious_timeout() {
+    let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
+    // The handshake times the round trip at the gateway: 80 ms.
+    c.seg(1, 40, true, (999, 0), SYN, 0, &[], &[]);
+    c.seg(1, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+    c.seg(1, 120, true, (1000, 5001), ACK, 0, &[], &[]);
+    let mut seq = 1000u32;
+    for round in 0..10u64 {
+        let sent = 100 + round * 100;
+        c.seg(1, sent + 40, true, (seq, 5001), ACK, 100, &[], &[]);
+        c.seg(1, sent + 41, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        seq += 100;
+    }
+    // The last one, sent at 1000, acknowledged at 1041: that ACK never reached the sender.
+    let last = seq - 100;
+    c.seg(1, 1_040 + 8_680, true, (last, 5001), ACK, 100, &[], &[]);
+    c.seg(
+        1,
+        1_041 + 8_680,
+        false,
+        (5001, seq),
+        ACK,
+        0,
+        &[(last, seq)],
+        &[],
+    );
+    c.finish();
+    let resent: Vec<_> = c
+        .resent()
+        .iter()
+        .map(|x| (x.kind, x.backoff, x.spurious))
+        .collect();
+    assert_eq!(
+        resent,
+        [(TcpRetransmitKind::Rto, 4, Some(Spurious::AckedBefore))],
+        "{resent:?}"
+    );
 }
 
 /// A client on the lower port (`10.0.0.2:8000` → `192.0.2.1:50000`): the port guess (client =

@@ -1064,7 +1064,10 @@ fn send(
         });
     let kind = if too_big {
         TcpRetransmitKind::PathMtu
-    } else if silence >= rto_est - rto_est / 4 && !already_acked {
+    } else if silence >= rto_est - rto_est / 4 && (!already_acked || h.stats.at_receiver) {
+        // Acknowledged data resent after a timeout's silence: at the sender's capture the
+        // sender had the ACK (no timer of its own resends it); at the receiver's the ACK may
+        // have been lost on its way back, and the sender's timer resent it (spurious).
         TcpRetransmitKind::Rto
     } else if h.loss_until.is_some() {
         TcpRetransmitKind::LossRecovery
