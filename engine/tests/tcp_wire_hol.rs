@@ -112,24 +112,12 @@ impl Conn {
 
     /// The `tcp_retransmit` records so far.
     fn resent(&self) -> Vec<&TcpRetransmitRecord> {
-        self.records
-            .iter()
-            .filter_map(|r| match r {
-                Record::TcpRetransmit(x) => Some(x),
-                _ => None,
-            })
-            .collect()
+        retransmits(&self.records)
     }
 
     /// The `tcp_rto` records so far.
     fn timeouts(&self) -> Vec<&TcpRtoRecord> {
-        self.records
-            .iter()
-            .filter_map(|r| match r {
-                Record::TcpRto(x) => Some(x),
-                _ => None,
-            })
-            .collect()
+        timeouts(&self.records)
     }
 }
 

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use tboxscope_engine::{
     CaptureId, Config, Engine, HolIncident, Host, MessageRecord, Observation, PacketMeta, PathId,
-    PathName, Record, Summary,
+    PathName, Record, Summary, TcpRetransmitRecord, TcpRtoRecord,
 };
 
 pub const T0: u64 = 1_796_000_000_000_000_000;
@@ -132,6 +132,28 @@ pub fn incidents(records: &[Record]) -> Vec<&HolIncident> {
         .iter()
         .filter_map(|r| match r {
             Record::HolIncident(h) => Some(h),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `tcp_retransmit` records among `records`.
+pub fn retransmits(records: &[Record]) -> Vec<&TcpRetransmitRecord> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::TcpRetransmit(x) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `tcp_rto` records among `records`.
+pub fn timeouts(records: &[Record]) -> Vec<&TcpRtoRecord> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::TcpRto(x) => Some(x),
             _ => None,
         })
         .collect()
