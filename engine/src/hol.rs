@@ -204,6 +204,19 @@ impl GapTracker {
         self.next.get_or_insert(unit);
     }
 
+    /// The receiver says its in-order data ends at `unit`, below `origin`, where the first
+    /// delivery seen set the start (a capture begun after the stream's start): forgets the
+    /// deliveries since and returns them as `[origin, end)` to deliver again, now past a hole.
+    /// `None`, with nothing changed, once a gap opened or a piece is held.
+    pub fn restart_below(&mut self, origin: u64, unit: u64) -> Option<(u64, u64)> {
+        let end = self.next?;
+        if unit >= origin || end <= origin || self.gap.is_some() || !self.buffered.is_empty() {
+            return None;
+        }
+        self.next = Some(unit);
+        Some((origin, end))
+    }
+
     /// Whether `unit` was already delivered in order or is buffered.
     pub fn has(&self, unit: u64) -> bool {
         self.next.is_some_and(|n| unit < n) || self.buffered.contains_key(&unit)

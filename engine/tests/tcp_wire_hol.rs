@@ -26,6 +26,8 @@ struct Conn {
     records: Vec<Record>,
     /// The timestamps option (TSval, TSecr) the next segment carries, if any.
     stamps: Option<(u32, u32)>,
+    /// The TTLs of the client's and the server's segments (0: not read).
+    ttls: (u8, u8),
 }
 
 impl Conn {
@@ -40,6 +42,7 @@ impl Conn {
             srv: addr("192.0.2.1:8883"),
             records: Vec::new(),
             stamps: None,
+            ttls: (0, 0),
         }
     }
 
@@ -68,8 +71,10 @@ impl Conn {
         }
         options.sack_count = sack.len() as u8;
         options.timestamps = self.stamps.take();
+        let mut meta = meta(T0 + ms * MS, label, capture, src, dst, 40 + len);
+        meta.ttl = if up { self.ttls.0 } else { self.ttls.1 };
         self.e.handle(Observation::TcpSegment(TcpSegment {
-            meta: meta(T0 + ms * MS, label, capture, src, dst, 40 + len),
+            meta,
             seq,
             ack,
             flags: TcpFlags(flags),
@@ -865,5 +870,45 @@ fn a_lost_first_segment_is_a_stall_at_both_ends_and_at_the_gateway_alone() {
         assert_eq!(i.missing, "seq 1000", "{seen:?} {declared}");
         assert_eq!(i.stall_from, Some(HolStallFrom::ReceiverArrivals));
         assert_eq!((i.start_ns, i.end_ns), (T0 + 80 * MS, Some(T0 + 320 * MS)));
+    }
+}
+
+/// The gateway's capture begun mid-connection (no handshake), just after the client's
+/// segment 2000 was lost upstream: the first data it sees, 2100 and 2200, lies past the hole,
+/// which the gateway's first ACK (2000, SACKing them) says. One stall from 2100's arrival to
+/// the resend's, holding both; a capture whose first arrival the first ACK passes has none.
+/// So does the capture with nothing stated, placed at the server by the TTLs of the first two
+/// segments (the first data taken for sent until then).
+#[test]
+fn a_capture_begun_just_past_a_hole_sees_the_hole() {
+    let begun = |hole: bool, declared: bool| {
+        let mut c = if declared {
+            Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)])
+        } else {
+            Conn::new(Vec::new())
+        };
+        c.ttls = (63, 64);
+        c.seg(1, 100, true, (2100, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 101, true, (2200, 5001), ACK, 100, &[], &[]);
+        if hole {
+            c.seg(1, 101, false, (5001, 2000), ACK, 0, &[(2100, 2300)], &[]);
+            c.seg(1, 300, true, (2000, 5001), ACK, 100, &[], &[]);
+        }
+        c.seg(1, 301, false, (5001, 2300), ACK, 0, &[], &[]);
+        c.seg(1, 400, true, (2300, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 440, false, (5001, 2400), ACK, 0, &[], &[]);
+        c.finish();
+        c.wire_incidents().into_iter().cloned().collect::<Vec<_>>()
+    };
+    for declared in [true, false] {
+        let inc = begun(true, declared);
+        assert_eq!(inc.len(), 1, "{inc:#?}");
+        let i = &inc[0];
+        assert_eq!(i.stall_from, Some(HolStallFrom::ReceiverArrivals));
+        assert_eq!(i.missing, "seq 2000");
+        assert_eq!((i.start_ns, i.end_ns), (T0 + 100 * MS, Some(T0 + 300 * MS)));
+        assert_eq!(i.bytes_held, 200);
+        let none = begun(false, declared);
+        assert!(none.is_empty(), "{none:#?}");
     }
 }

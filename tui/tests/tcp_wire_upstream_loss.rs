@@ -16,7 +16,7 @@
 //! (the server's packets leave at 64, the client's arrive through the router at 63): the same
 //! HOL stalls, from the receiver's arrivals, each said to be filled by a resend. So does the
 //! receiver's capture begun mid-connection (its first third cut off: no handshake), for the
-//! holes after its start.
+//! holes after its start, also when it begins with a segment past a hole.
 #![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
@@ -264,11 +264,14 @@ fn placed_at_the_server(lines: &[serde_json::Value], pcap: &Path, line: &str) {
     );
 }
 
-/// The receiver's capture from a third of its frames on (no handshake, the connection under
-/// way: the client told by its higher port), analysed alone: placed at the server's end by
-/// its TTLs, with the stalls the whole capture (`whole_lines`) has after its start, from the
-/// same arrivals — once a stall under way when it begins is over (seen from its middle, its
-/// holes are stalls of their own).
+/// The receiver's capture begun mid-connection (no handshake, the connection under way: the
+/// client told by its higher port), analysed alone, cut twice: from a third of its frames on,
+/// and from the first segment after that which arrived past a hole and opened one of the
+/// whole capture's stalls, with none under way (the hole lost before the cut: only the
+/// receiver's ACK says it is there). Each is placed at the server's end by its TTLs, with the stalls the whole capture
+/// (`whole_lines`) has after its start, from the same arrivals — once a stall under way when
+/// it begins is over (seen from its middle, its holes are stalls of their own); the second
+/// also with the stall its first segment opened.
 fn begun_mid_connection(receiver_pcap: &Path, whole_lines: &[serde_json::Value], line: &str) {
     let frames = Command::new("capinfos")
         .args(["-M", "-c", "-T", "-r"])
@@ -280,53 +283,93 @@ fn begun_mid_connection(receiver_pcap: &Path, whole_lines: &[serde_json::Value],
         .last()
         .and_then(|n| n.parse().ok())
         .unwrap();
-    let mid = receiver_pcap.with_file_name(format!(
-        "{}-mid.pcap",
-        receiver_pcap.file_stem().unwrap().to_str().unwrap()
-    ));
-    sh(&[
-        "editcap",
-        "-r",
-        receiver_pcap.to_str().unwrap(),
-        mid.to_str().unwrap(),
-        &format!("{}-{frames}", frames / 3 + 1),
-    ]);
-    let lines = analyze_json(&[&mid]);
-    placed_at_the_server(&lines, &mid, line);
-    let (mid_stalls, whole) = (stalls(&lines), stalls(whole_lines));
-    // The capture's start (its first frame), or the end of the whole capture's stall under
-    // way then.
-    let start = first_frame_ns(&mid);
-    let start = whole_lines
-        .iter()
-        .filter(|r| r["type"] == "hol_incident" && r["start_ns"].as_u64() <= Some(start))
-        .filter_map(|r| r["end_ns"].as_u64())
-        .fold(start, u64::max);
-    let holes = |v: &[(String, String, String, u64)]| {
-        v.iter()
-            .filter(|s| s.3 > start)
-            .map(|s| s.2.clone())
-            .collect::<std::collections::BTreeSet<_>>()
+    let whole = stalls(whole_lines);
+    // Whether a stall of the whole capture was under way at `ns` (begun before, not over).
+    let under_way = |ns: u64| {
+        whole_lines.iter().any(|r| {
+            r["type"] == "hol_incident"
+                && r["start_ns"].as_u64().is_some_and(|s| s < ns)
+                && r["end_ns"].as_u64().is_none_or(|e| e >= ns)
+        })
     };
-    let why = format!(
-        "{line}; {frames} frames, the last {} analysed, compared from {start}: stalls \
-         {mid_stalls:?}, of the whole capture {whole:?}",
-        frames - frames / 3
-    );
-    assert!(!mid_stalls.is_empty(), "{why}");
-    assert!(
-        mid_stalls.iter().all(|s| s.0 == "receiver_arrivals"),
-        "{why}"
-    );
-    assert_eq!(holes(&mid_stalls), holes(&whole), "{why}");
+    // The first frame past a third in that arrived past a hole and opened a stall, none
+    // under way (inside one, the receiver's ACKs show the older hole).
+    let past_hole = tshark_fields(
+        receiver_pcap,
+        &format!("frame.number > {} && tcp.analysis.lost_segment", frames / 3),
+        &["frame.number", "frame.time_epoch"],
+    )
+    .into_iter()
+    .map(|r| (r[0].parse::<usize>().unwrap(), epoch_ns(&r[1])))
+    .find(|&(_, ns)| whole.iter().any(|s| s.3 == ns) && !under_way(ns));
+    let past_hole = past_hole.unwrap_or_else(|| {
+        panic!(
+            "{line}: no stall opened after frame {} {whole:?}",
+            frames / 3
+        )
+    });
+    for (cut, name) in [(frames / 3 + 1, "third"), (past_hole.0, "hole")] {
+        let mid = receiver_pcap.with_file_name(format!(
+            "{}-{name}.pcap",
+            receiver_pcap.file_stem().unwrap().to_str().unwrap()
+        ));
+        sh(&[
+            "editcap",
+            "-r",
+            receiver_pcap.to_str().unwrap(),
+            mid.to_str().unwrap(),
+            &format!("{cut}-{frames}"),
+        ]);
+        let lines = analyze_json(&[&mid]);
+        placed_at_the_server(&lines, &mid, line);
+        let mid_stalls = stalls(&lines);
+        // The capture's start (its first frame), or the end of the whole capture's stall
+        // under way then.
+        let first = first_frame_ns(&mid);
+        let start = whole_lines
+            .iter()
+            .filter(|r| r["type"] == "hol_incident" && r["start_ns"].as_u64() <= Some(first))
+            .filter_map(|r| r["end_ns"].as_u64())
+            .fold(first, u64::max);
+        let holes = |v: &[(String, String, String, u64)]| {
+            v.iter()
+                .filter(|s| s.3 > start)
+                .map(|s| s.2.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let why = format!(
+            "{line}; {frames} frames, from frame {cut} analysed, compared from {start}: stalls \
+             {mid_stalls:?}, of the whole capture {whole:?}"
+        );
+        assert!(!mid_stalls.is_empty(), "{why}");
+        assert!(
+            mid_stalls.iter().all(|s| s.0 == "receiver_arrivals"),
+            "{why}"
+        );
+        assert_eq!(holes(&mid_stalls), holes(&whole), "{why}");
+        if name == "hole" {
+            let opened = |v: &[(String, String, String, u64)]| {
+                v.iter()
+                    .filter(|s| s.3 == first)
+                    .map(|s| s.2.clone())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(opened(&mid_stalls), opened(&whole), "{why}");
+        }
+    }
+}
+
+/// Unix epoch ns of tshark's `frame.time_epoch` text (`s.fraction`).
+fn epoch_ns(text: &str) -> u64 {
+    let (s, ns) = text.trim().split_once('.').unwrap();
+    let ns = format!("{ns:0<9}");
+    s.parse::<u64>().unwrap() * 1_000_000_000 + ns[..9].parse::<u64>().unwrap()
 }
 
 /// The capture time of `pcap`'s first frame, Unix epoch ns.
 fn first_frame_ns(pcap: &Path) -> u64 {
     let rows = tshark_fields(pcap, "frame.number == 1", &["frame.time_epoch"]);
-    let (s, ns) = rows[0][0].trim().split_once('.').unwrap();
-    let ns = format!("{ns:0<9}");
-    s.parse::<u64>().unwrap() * 1_000_000_000 + ns[..9].parse::<u64>().unwrap()
+    epoch_ns(&rows[0][0])
 }
 
 fn case(chain: &Routed, port: u16, timestamps: bool, dir: &Path) -> String {

@@ -47,6 +47,24 @@ pub(crate) struct Facts {
     pub acked: Option<Acked>,
     /// The messages it completes at its capture, unwrapped.
     pub messages: SmallVec<[(u64, u64); 1]>,
+    /// The first ACK leaving a capture begun mid-stream: the other direction's data seen
+    /// there first had arrived past a hole.
+    pub begun_past_hole: Option<BegunPastHole>,
+}
+
+/// A capture begun after a stream's start, whose first data seen arriving lay past a hole
+/// (lost before the capture began, or on its way): the receiver's first ACK leaving it says
+/// its in-order data ends below (all unwrapped sequence numbers).
+#[derive(Debug)]
+pub(crate) struct BegunPastHole {
+    /// The receiver's cumulative ACK: the hole's start.
+    pub from: u64,
+    /// The first data seen: the hole's end.
+    pub origin: u64,
+    /// The end of the data seen since.
+    pub seen_end: u64,
+    /// When the first data was seen.
+    pub at_ns: u64,
 }
 
 /// A cumulative ACK that moved.
@@ -163,9 +181,41 @@ pub(crate) fn follow(
             shared.repaired(pkt, &t.meta);
         }
     }
+    if let Some(h) = &facts.begun_past_hole {
+        begun_past_hole(shared, fr, pkt, !up, h);
+    }
     if let Some(a) = &facts.acked {
         acknowledged(shared, fr, pkt, !up, a, acked);
     }
+}
+
+/// The receiver's capture began after the `data_up` stream's start, just past a hole (`h`):
+/// its receive tracking, begun at the first data seen, starts at the hole instead, and what
+/// the capture saw from then on was held behind it from its first arrival.
+fn begun_past_hole(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, data_up: bool, h: &BegunPastHole) {
+    if !settled(shared, pkt) {
+        return;
+    }
+    let Some(t) = seen_arriving(shared, fr, data_up, true) else {
+        return;
+    };
+    let end = if t.next().is_none() {
+        // The data seen so far was taken for sent (the capture was not placed yet).
+        t.start_at(h.from);
+        h.seen_end
+    } else if let Some((_, end)) = t.restart_below(h.origin, h.from) {
+        end
+    } else {
+        return;
+    };
+    t.arriving = None;
+    t.behind = 0;
+    let sel = GapSel::Tcp {
+        up: data_up,
+        from_acks: false,
+    };
+    let len = end.saturating_sub(h.origin);
+    shared.gap_deliver(fr, sel, h.origin, len, len, false, pkt.path, h.at_ns);
 }
 
 /// Whether the capture's role at its end of the path is settled: paired with the capture at

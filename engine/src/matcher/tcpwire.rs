@@ -20,7 +20,7 @@ use crate::capture::Dir;
 use crate::flow::{FlowRef, Proto};
 use crate::input::{PathMtuSignal, TcpSegment};
 use crate::matcher::after;
-use crate::matcher::tcpmsg::{self, Acked, Facts, Outstanding};
+use crate::matcher::tcpmsg::{self, Acked, BegunPastHole, Facts, Outstanding};
 use crate::paths::PathIdx;
 use crate::record::{
     Record, Spurious, TcpRetransmitKind, TcpRetransmitRecord, TcpRtoRecord, TcpSource,
@@ -243,6 +243,9 @@ struct Half {
     msgs: Outstanding,
     /// The first data byte, when this capture saw the SYN.
     first_byte: Option<u64>,
+    /// Where this capture, begun after the stream's start, first saw its data (unwrapped
+    /// sequence, when), until the first ACK leaving the capture says whether a hole lay below.
+    begun_at: Option<(u64, u64)>,
 }
 
 impl Half {
@@ -460,6 +463,20 @@ impl TcpWireMatcher {
                 peer.stats.sender_captured = sender_writes(shared, fr, pkt, pkt.up.map(|u| !u));
             }
             facts.acked = ack(peer, t, ts_ns, &mut out);
+            if pkt.dir == Dir::Out {
+                if let Some((origin, at_ns)) = peer.begun_at.take() {
+                    // The receiver's first word on where its in-order data ends.
+                    facts.begun_past_hole =
+                        peer.peek(t.ack)
+                            .filter(|&ack| ack < origin)
+                            .map(|from| BegunPastHole {
+                                from,
+                                origin,
+                                seen_end: peer.nxt,
+                                at_ns,
+                            });
+                }
+            }
         }
         // Records before this index are of the other direction's data (its verdicts).
         let acked_records = out.len();
@@ -985,6 +1002,9 @@ fn send(
         // before this segment (a capture begun mid-connection) counts as seen.
         h.history_from = start;
         h.seen_floor = start;
+        if h.first_byte.is_none() && t.len > 0 {
+            h.begun_at = Some((start, ts_ns));
+        }
         h.una_ns = ts_ns;
         h.stats.path = label();
         // Written once here; every record of this direction takes its copy.
