@@ -912,3 +912,54 @@ fn a_capture_begun_just_past_a_hole_sees_the_hole() {
         assert!(none.is_empty(), "{none:#?}");
     }
 }
+
+/// The gateway's capture alone, begun mid-connection (no handshake: no round trip of its own
+/// data to time), uplink only: the round trip is timed from each of its ACKs leaving to the
+/// client's next segment echoing it (sent every 100 ms: 99 ms), and the timeout that gets
+/// through after a handover is timed against that, as the sender's timer ran: ~300 ms, not
+/// the 200 ms floor of the gateway's ACK delay.
+#[test]
+fn at_the_receiver_begun_mid_connection_the_echoes_of_its_acks_time_round_trips() {
+    let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
+    let gw = |ms: u64| 50_000 + ms as u32;
+    let mut seq = 1000u32;
+    let mut last_ack = gw(0);
+    for round in 0..10u64 {
+        let sent = 100 + round * 100;
+        c.stamps = Some((sent as u32, last_ack));
+        c.seg(1, sent + 40, true, (seq, 5001), ACK, 100, &[], &[]);
+        last_ack = gw(sent + 41);
+        c.stamps = Some((last_ack, sent as u32));
+        c.seg(1, sent + 41, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        seq += 100;
+    }
+    // Sent at 1100: `seq` lost; `seq + 100` arrives and is SACKed; the copy the timer sends
+    // after 8.7 s (the ones before lost) arrives at 9902.
+    c.stamps = Some((1_101, last_ack));
+    c.seg(1, 1_141, true, (seq + 100, 5001), ACK, 100, &[], &[]);
+    c.stamps = Some((gw(1_142), 1_101));
+    c.seg(
+        1,
+        1_142,
+        false,
+        (5001, seq),
+        ACK,
+        0,
+        &[(seq + 100, seq + 200)],
+        &[],
+    );
+    c.stamps = Some((9_862, gw(1_142)));
+    c.seg(1, 9_902, true, (seq, 5001), ACK, 100, &[], &[]);
+    c.stamps = Some((gw(9_903), 9_862));
+    c.seg(1, 9_903, false, (5001, seq + 200), ACK, 0, &[], &[]);
+    c.finish();
+    let resent: Vec<_> = c
+        .resent()
+        .iter()
+        .map(|x| (x.kind, x.backoff, x.rto_ms))
+        .collect();
+    assert_eq!(resent.len(), 1, "{resent:?}");
+    let (kind, backoff, rto_ms) = resent[0];
+    assert_eq!((kind, backoff), (TcpRetransmitKind::Rto, 4), "{resent:?}");
+    assert!((280..=310).contains(&rto_ms), "{resent:?}");
+}

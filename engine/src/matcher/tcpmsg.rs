@@ -47,9 +47,6 @@ pub(crate) struct Facts {
     pub acked: Option<Acked>,
     /// The messages it completes at its capture, unwrapped.
     pub messages: SmallVec<[(u64, u64); 1]>,
-    /// The first ACK leaving a capture begun mid-stream: the other direction's data seen
-    /// there first had arrived past a hole.
-    pub begun_past_hole: Option<BegunPastHole>,
 }
 
 /// A capture begun after a stream's start, whose first data seen arriving lay past a hole
@@ -181,9 +178,6 @@ pub(crate) fn follow(
             shared.repaired(pkt, &t.meta);
         }
     }
-    if let Some(h) = &facts.begun_past_hole {
-        begun_past_hole(shared, fr, pkt, !up, h);
-    }
     if let Some(a) = &facts.acked {
         acknowledged(shared, fr, pkt, !up, a, acked);
     }
@@ -192,7 +186,13 @@ pub(crate) fn follow(
 /// The receiver's capture began after the `data_up` stream's start, just past a hole (`h`):
 /// its receive tracking, begun at the first data seen, starts at the hole instead, and what
 /// the capture saw from then on was held behind it from its first arrival.
-fn begun_past_hole(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, data_up: bool, h: &BegunPastHole) {
+pub(crate) fn begun_past_hole(
+    shared: &mut Shared,
+    fr: FlowRef,
+    pkt: &Pkt,
+    data_up: bool,
+    h: &BegunPastHole,
+) {
     if !settled(shared, pkt) {
         return;
     }

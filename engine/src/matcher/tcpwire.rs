@@ -352,6 +352,33 @@ impl Half {
     }
 
     /// One RTT sample (RFC 6298 2.2–2.3).
+    /// Remembers when `tsval` was first sent (its echo times a round trip).
+    #[inline]
+    fn note_tsval(&mut self, tsval: u32, ts_ns: u64) {
+        // Segments sent within a tick share the newest TSval: checked first.
+        let known = self.tsvals.back().is_some_and(|(v, _)| *v == tsval)
+            || self.tsvals.iter().any(|(v, _)| *v == tsval);
+        if !known {
+            if self.tsvals.len() >= MAX_TSVALS {
+                self.tsvals.pop_front();
+            }
+            self.tsvals.push_back((tsval, ts_ns));
+        }
+    }
+
+    /// A round trip timed from this capture's ACKs to the data that echoes them, for a half
+    /// that sends no data of its own (the receiver's, at its capture): its ACK's TSval left
+    /// here, the sender's next new segment echoes it. (The sender may have waited for data
+    /// to send: a control channel's samples are longer by that wait, well under the RTO's
+    /// 200 ms floor.) Each TSval times one round trip, its first echo.
+    fn sample_echo(&mut self, tsecr: u32, ts_ns: u64) {
+        if let Some(i) = self.tsvals.iter().rposition(|(v, _)| *v == tsecr) {
+            let at = self.tsvals[i].1;
+            self.tsvals.drain(..=i);
+            self.sample(ts_ns.saturating_sub(at));
+        }
+    }
+
     fn sample(&mut self, r: u64) {
         self.stats.rtt_samples += 1;
         match self.srtt {
@@ -464,17 +491,8 @@ impl TcpWireMatcher {
             }
             facts.acked = ack(peer, t, ts_ns, &mut out);
             if pkt.dir == Dir::Out {
-                if let Some((origin, at_ns)) = peer.begun_at.take() {
-                    // The receiver's first word on where its in-order data ends.
-                    facts.begun_past_hole =
-                        peer.peek(t.ack)
-                            .filter(|&ack| ack < origin)
-                            .map(|from| BegunPastHole {
-                                from,
-                                origin,
-                                seen_end: peer.nxt,
-                                at_ns,
-                            });
+                if let Some(begun) = peer.begun_at.take() {
+                    begun_past_hole(shared, fr, pkt, peer, t.ack, begun);
                 }
             }
         }
@@ -538,6 +556,16 @@ impl TcpWireMatcher {
                     .collect();
             }
             sent = Some((seq_len, facts.resent));
+            if let (Dir::In, None, Some((_, ecr))) = (pkt.dir, facts.resent, t.options.timestamps) {
+                if peer.stats.segments == 0 {
+                    peer.sample_echo(ecr, ts_ns);
+                }
+            }
+        } else if pkt.dir == Dir::Out && data.stats.segments == 0 && !t.flags.rst() {
+            // An ACK leaving a receiver that sends no data: its echo times the round trip.
+            if let Some((tsval, _)) = t.options.timestamps {
+                data.note_tsval(tsval, ts_ns);
+            }
         }
         if !out.is_empty() {
             write_or_hold(&mut self.held, shared, out, acked_records, t, pkt);
@@ -802,6 +830,28 @@ fn note_sent(shared: &mut Shared, fr: FlowRef, pkt: &Pkt) {
     }
 }
 
+/// The first ACK (`ack`) leaving a capture that began after the start of `h`'s data, first
+/// seen at `begun` (unwrapped sequence, when): below it, that data had arrived past a hole.
+#[cold]
+fn begun_past_hole(
+    shared: &mut Shared,
+    fr: FlowRef,
+    pkt: &Pkt,
+    h: &Half,
+    ack: u32,
+    (origin, at_ns): (u64, u64),
+) {
+    if let Some(from) = h.peek(ack).filter(|&ack| ack < origin) {
+        let hole = BegunPastHole {
+            from,
+            origin,
+            seen_end: h.nxt,
+            at_ns,
+        };
+        tcpmsg::begun_past_hole(shared, fr, pkt, !pkt.up.unwrap_or(true), &hole);
+    }
+}
+
 fn shared_label(shared: &Shared, path: PathIdx) -> String {
     shared.paths.label(path).to_owned()
 }
@@ -1012,15 +1062,7 @@ fn send(
         h.stats.dst = ends.1.to_string();
     }
     if let Some((tsval, _)) = t.options.timestamps {
-        // Segments sent within a tick share the newest TSval: checked first.
-        let known = h.tsvals.back().is_some_and(|(v, _)| *v == tsval)
-            || h.tsvals.iter().any(|(v, _)| *v == tsval);
-        if !known {
-            if h.tsvals.len() >= MAX_TSVALS {
-                h.tsvals.pop_front();
-            }
-            h.tsvals.push_back((tsval, ts_ns));
-        }
+        h.note_tsval(tsval, ts_ns);
     }
     let timestamps = t.options.timestamps;
     let first_in_direction = h.stats.segments == 1;
