@@ -351,7 +351,6 @@ impl Half {
         true
     }
 
-    /// One RTT sample (RFC 6298 2.2–2.3).
     /// Remembers when `tsval` was first sent (its echo times a round trip).
     #[inline]
     fn note_tsval(&mut self, tsval: u32, ts_ns: u64) {
@@ -379,6 +378,7 @@ impl Half {
         }
     }
 
+    /// One RTT sample (RFC 6298 2.2–2.3).
     fn sample(&mut self, r: u64) {
         self.stats.rtt_samples += 1;
         match self.srtt {
