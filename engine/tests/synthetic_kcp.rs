@@ -702,3 +702,64 @@ fn an_ack_before_an_idle_stretch_is_no_send_left_unanswered() {
     let s = e.finish(T0 + 20_000 * ms);
     assert!(s.outages.is_empty(), "{:?}", s.outages);
 }
+
+/// The gateway's capture begun mid-session just after sn 40 and 41 were lost on the way: the
+/// first segments it sees, 42 and 43, lie past the hole, which the gateway's first ACK says
+/// (una 40). One stall from 42's arrival to the resends', holding both; a capture whose first
+/// segment the first ACK's una passes has none.
+#[test]
+fn a_capture_begun_just_past_a_hole_sees_the_hole() {
+    let begun = |hole: bool| {
+        let mut e = engine(Config::default());
+        e.handle(capture(5, "gw-g0", "g0", Host::Gateway, None));
+        let ms = |m: u64| T0 + m * 1_000_000;
+        let push = |at: u64, sn: u32| {
+            seg(
+                at,
+                "g0",
+                5,
+                ONE_PATH.0,
+                ONE_PATH.1,
+                KcpCmd::Push,
+                sn,
+                sn,
+                500,
+            )
+        };
+        let ack = |at: u64, sn: u32, una: u32| {
+            let mut o = seg(at, "g0", 5, ONE_PATH.1, ONE_PATH.0, KcpCmd::Ack, sn, sn, 0);
+            if let Observation::Kcp(k) = &mut o {
+                k.header.una = una;
+            }
+            o
+        };
+        let first = if hole { 42 } else { 40 };
+        let mut obs = Vec::new();
+        for sn in first..44 {
+            obs.push(push(ms(100 + u64::from(sn)), sn));
+        }
+        obs.push(ack(ms(150), 43, if hole { 40 } else { 44 }));
+        if hole {
+            obs.push(push(ms(300), 40));
+            obs.push(push(ms(301), 41));
+            obs.push(ack(ms(310), 41, 44));
+        }
+        for o in obs {
+            e.handle(o);
+        }
+        let _ = e.finish(ms(60_000));
+        let records: Vec<Record> = e.drain_records().collect();
+        incidents(&records).into_iter().cloned().collect::<Vec<_>>()
+    };
+    let incs = begun(true);
+    assert_eq!(incs.len(), 1, "{incs:?}");
+    let h = &incs[0];
+    assert_eq!(h.missing, "sn 40–41");
+    assert_eq!(
+        (h.start_ns, h.end_ns),
+        (T0 + 142_000_000, Some(T0 + 301_000_000))
+    );
+    assert_eq!((h.messages_held, h.bytes_held), (2, 1000));
+    let none = begun(false);
+    assert!(none.is_empty(), "{none:?}");
+}

@@ -128,6 +128,96 @@ fn tboxscope_measures_what_the_peers_saw() {
     // Each redundant transport's messages of those 5 s came over path B alone (50/s each).
     assert!(o.carried_by_others >= 2 * 240, "{o:?}");
     offline_analysis_agrees(dir.path(), m);
+    kcp_begun_past_a_hole(dir.path());
+}
+
+/// The gateway's capture of path A (stated to be the gateway's: the lab's namespaces are one
+/// hop apart, their TTLs alike) cut to begin at the first KCP segment that arrived past a
+/// hole and opened a stall of 20 ms or more, with no stall of its conversation under way:
+/// the cut capture has
+/// the same stall (missing sn, start, end, messages and bytes held), which only the
+/// receiver's first ACK (its una) shows.
+fn kcp_begun_past_a_hole(dir: &Path) {
+    let whole_pcap = dir.join("gateway-g0.pcap");
+    let mid_pcap = dir.join("gateway-mid.pcap");
+    let host = |label: &str| vec!["--host".to_owned(), format!("{label}=gateway")];
+    let mut args = host("gateway-g0");
+    args.push(whole_pcap.display().to_string());
+    let whole = analyze(&args);
+    let stall = |v: &serde_json::Value| {
+        (
+            v["flow"].as_str().unwrap_or_default().to_owned(),
+            v["missing"].as_str().unwrap_or_default().to_owned(),
+            v["start_ns"].as_u64().unwrap_or(0),
+            v["end_ns"].as_u64(),
+            v["messages_held"].as_u64(),
+            v["bytes_held"].as_u64(),
+        )
+    };
+    let kcp: Vec<_> = whole
+        .iter()
+        .filter(|v| v["type"] == "hol_incident" && v["protocol"] == "kcp")
+        .map(stall)
+        .collect();
+    // Frame numbers by capture time (ns).
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&whole_pcap)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+            "-e",
+            "frame.time_epoch",
+        ])
+        .output()
+        .expect("tshark runs (cargo xtask setup installs it)");
+    let frames: Vec<(u64, u64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (n, t) = l.split_once('\t')?;
+            let (s, f) = t.trim().split_once('.')?;
+            let f = format!("{f:0<9}");
+            Some((
+                n.parse().ok()?,
+                s.parse::<u64>().ok()? * 1_000_000_000 + f[..9].parse::<u64>().ok()?,
+            ))
+        })
+        .collect();
+    let under_way = |s: &(String, String, u64, Option<u64>, Option<u64>, Option<u64>)| {
+        kcp.iter()
+            .any(|o| o.0 == s.0 && o.2 < s.2 && o.3.is_none_or(|e| e >= s.2))
+    };
+    // Long enough for the receiver's first ACK to leave before it ends (KCP acknowledges at
+    // its 10 ms update interval): a shorter one, reordering, is over before any ACK says so.
+    let long = |s: &(String, String, u64, Option<u64>, Option<u64>, Option<u64>)| {
+        s.3.is_some_and(|e| e >= s.2 + 20_000_000)
+    };
+    let (target, frame) = kcp
+        .iter()
+        .filter(|s| !under_way(s) && long(s))
+        .find_map(|s| Some((s.clone(), frames.iter().find(|f| f.1 == s.2)?.0)))
+        .unwrap_or_else(|| panic!("no KCP stall to cut at: {kcp:#?}"));
+    let cut = Command::new("editcap")
+        .arg("-r")
+        .arg(&whole_pcap)
+        .arg(&mid_pcap)
+        .arg(format!("{frame}-{}", frames.len()))
+        .status()
+        .unwrap();
+    assert!(cut.success());
+    let mut args = host("gateway-mid");
+    args.push(mid_pcap.display().to_string());
+    let mid: Vec<_> = analyze(&args)
+        .iter()
+        .filter(|v| v["type"] == "hol_incident" && v["protocol"] == "kcp")
+        .map(stall)
+        .collect();
+    assert!(
+        mid.contains(&target),
+        "cut at frame {frame}: {target:?} not among {mid:#?}"
+    );
 }
 
 /// The JSON Lines of `tboxscope analyze ARGS --json -`.

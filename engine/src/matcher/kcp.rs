@@ -223,6 +223,10 @@ pub struct KcpState {
     pub closed_msgs: [ClosedRuns; 2],
     /// Receiver in-order delivery, per direction (index: up as usize).
     pub rx: [GapTracker; 2],
+    /// Per direction, at a receiver's capture begun mid-session: the segments delivered from
+    /// the first one seen until the receiver's first ACK leaving the capture says (by its
+    /// una) whether they lay past a hole.
+    begun: [Option<Box<Begun>>; 2],
     /// Newest KCP `ts` seen on data per direction (receiver-side retransmission heuristic).
     pub newest_ts: [Option<u32>; 2],
     /// The flow this conversation's messages belong to when it is one of several per-path
@@ -239,6 +243,18 @@ pub struct KcpState {
     /// the path table changed, and the per-segment look-up is skipped.
     alone: Option<Alone>,
 }
+
+/// Segments delivered at a receiver's capture from the first one seen on, before the
+/// receiver's first ACK: (sn, bytes, last fragment, when, path) each.
+#[derive(Debug, Default)]
+struct Begun {
+    pieces: Vec<(u64, u64, bool, u64, PathIdx)>,
+    /// More were delivered than [`BEGUN_PIECES`]: the start is left as it is.
+    overflow: bool,
+}
+
+/// Segments kept per direction until the receiver's first ACK.
+const BEGUN_PIECES: usize = 16;
 
 /// What [`KcpState::alone`] was found under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,6 +314,38 @@ pub(crate) struct KcpMatcher {
     sessions: Sessions,
     /// Scratch for segments acknowledged by una (sn, segment).
     una_done: Vec<(u64, Unacked)>,
+}
+
+/// An ACK leaving the receiver of the `data_up` direction (`una`: the first sn it has not
+/// received in order). The first one after the capture began mid-session: below the first
+/// segment seen, that segment and those since arrived past a hole, held behind it from
+/// their arrival; the receive tracking starts at the hole instead.
+fn begun_past_hole(shared: &mut Shared, fr: FlowRef, data_up: bool, una: u64) {
+    let d = usize::from(data_up);
+    let Some(Proto::Kcp(s)) = shared.flows.get_mut(fr).map(|f| &mut f.proto) else {
+        return;
+    };
+    let Some(b) = s.begun[d].take() else {
+        return;
+    };
+    let Some(&(origin, ..)) = b.pieces.first() else {
+        return;
+    };
+    if b.overflow || s.rx[d].restart_below(origin, una).is_none() {
+        return;
+    }
+    for &(sn, bytes, msg_end, ts_ns, path) in &b.pieces {
+        shared.gap_deliver(
+            fr,
+            GapSel::Kcp { up: data_up },
+            sn,
+            1,
+            bytes,
+            msg_end,
+            path,
+            ts_ns,
+        );
+    }
 }
 
 impl KcpMatcher {
@@ -429,6 +477,8 @@ impl KcpMatcher {
                 shared.echo(identity, &pkt, false);
                 if pkt.dir == Dir::In {
                     self.ack_at_sender(shared, fr, k, &pkt, !up);
+                } else if pkt.dir == Dir::Out {
+                    begun_past_hole(shared, fr, !up, u64::from(k.header.una));
                 }
             }
             KcpCmd::Wask | KcpCmd::Wins => {}
@@ -637,6 +687,7 @@ impl KcpMatcher {
             );
         }
         if pkt.dir != Dir::Out {
+            let msg_end = k.header.frg == 0;
             // Seen only at the receiver: the piece that fills a gap was retransmitted if the
             // sender stamped it after the pieces that overtook it (KCP ts is the send time).
             let unpaired = shared.caps.paired(pkt.capture).is_none();
@@ -662,6 +713,19 @@ impl KcpMatcher {
                         Some(n) if (k.header.ts.wrapping_sub(n) as i32) <= 0 => n,
                         _ => k.header.ts,
                     });
+                    if s.rx[d].next().is_none() && s.begun[d].is_none() {
+                        // The first segment seen: the session's start, unless the receiver's
+                        // first ACK says a hole lay below it.
+                        s.begun[d] = Some(Box::default());
+                    }
+                    if let Some(b) = s.begun[d].as_mut() {
+                        if b.pieces.len() < BEGUN_PIECES {
+                            let (sn, len) = (u64::from(k.header.sn), u64::from(k.header.len));
+                            b.pieces.push((sn, len, msg_end, pkt.ts_ns, pkt.path));
+                        } else {
+                            b.overflow = true;
+                        }
+                    }
                 }
             }
             if retransmitted_fill {
@@ -676,16 +740,7 @@ impl KcpMatcher {
             }
             let (sn, bytes) = (u64::from(k.header.sn), u64::from(k.header.len));
             let sel = GapSel::Kcp { up };
-            shared.gap_deliver(
-                fr,
-                sel,
-                sn,
-                1,
-                bytes,
-                k.header.frg == 0,
-                pkt.path,
-                pkt.ts_ns,
-            );
+            shared.gap_deliver(fr, sel, sn, 1, bytes, msg_end, pkt.path, pkt.ts_ns);
             // A data segment's una acknowledges the other direction's data.
             self.una(shared, fr, !up, &pkt, k.header.una, !other_seen);
         }
