@@ -301,6 +301,29 @@ impl Delimiter {
         }
     }
 
+    /// The bytes from `offset` back to those cut so far will never be seen (the receiver
+    /// acknowledged them before this capture saw them: sent before it began): cutting starts
+    /// again at the first piece held from `offset` on, or else at the next piece, as where the
+    /// capture joined the stream. False, with nothing done, when no byte below `offset` is
+    /// missing.
+    pub fn skip_unseen(&mut self, offset: u64, emit: &mut impl FnMut(Delimited, &[u8])) -> bool {
+        if !self.started || self.framing == Framing::Frames || self.known >= offset {
+            return false;
+        }
+        let kept = self.ahead.split_off(&offset);
+        self.evicted_pieces += self.ahead.len() as u64;
+        self.ahead = kept;
+        self.ahead_bytes = self.ahead.values().map(Vec::len).sum();
+        match self.ahead.keys().next() {
+            Some(&first) => {
+                self.restart(first);
+                self.drain_ahead(emit);
+            }
+            None => self.started = false,
+        }
+        true
+    }
+
     /// Gives up on the hole before the pieces held (counted): cutting starts again at the
     /// first of them, and those that cannot follow it are dropped (counted).
     pub fn give_up(&mut self, emit: &mut impl FnMut(Delimited, &[u8])) {

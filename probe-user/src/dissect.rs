@@ -1107,6 +1107,14 @@ impl Dissector {
     #[inline(never)]
     fn tcp_messages_framed(&mut self, capture: &str, seg: &TcpSegment<'_>) -> Vec<(u32, u32)> {
         let t = &seg.tcp;
+        if t.flags().ack() && self.tcp_cuts.joined_mid_stream > 0 {
+            let reverse = (
+                tboxscope_engine::payload_hash(capture.as_bytes()),
+                seg.dst,
+                seg.src,
+            );
+            self.tcp_acked(&reverse, t.ack());
+        }
         let key = || {
             (
                 tboxscope_engine::payload_hash(capture.as_bytes()),
@@ -1115,6 +1123,22 @@ impl Dissector {
             )
         };
         self.tcp_cut(key, t.seq(), t.flags().syn(), t.payload())
+    }
+
+    /// The cumulative ACK `ack` of the stream `key` names, from its receiver: in a stream
+    /// joined mid-connection, bytes below it that this capture never saw (sent before it
+    /// began) will not come; its next piece cuts on without them.
+    fn tcp_acked(&mut self, key: &(u64, SocketAddr, SocketAddr), ack: u32) {
+        let Some(cut) = self.tcp_cuts.streams.get_mut(key) else {
+            return;
+        };
+        if let (true, Some((seq0, off0))) = (cut.joined_mid_stream, cut.anchor) {
+            let offset =
+                i64::try_from(off0).unwrap_or(i64::MAX) + i64::from(ack.wrapping_sub(seq0) as i32);
+            if let Ok(offset) = u64::try_from(offset) {
+                cut.acked = cut.acked.max(Some(offset));
+            }
+        }
     }
 
     /// [`Dissector::tcp_messages`] of a segment of the stream `key` names (made only for a
@@ -1164,6 +1188,7 @@ impl Dissector {
             joined = true;
             (data_seq, 0)
         });
+        cut.joined_mid_stream |= joined;
         let mut out = Vec::new();
         // Unwrapped near the newest offset seen; bytes before the stream's start are skipped.
         let offset =
@@ -1183,6 +1208,9 @@ impl Dissector {
                 ));
             };
             let before = cut.delimiter.held();
+            if let Some(acked) = cut.acked.take() {
+                cuts.rejoined += u64::from(cut.delimiter.skip_unseen(acked, &mut emit));
+            }
             cut.delimiter.push(offset, data, &mut emit);
             cuts.held = (cuts.held + cut.delimiter.held()).saturating_sub(before);
             if cuts.held > MAX_TCP_HELD {
@@ -1194,13 +1222,31 @@ impl Dissector {
         out
     }
 
-    /// Cutting TCP byte streams into messages: (streams joined mid-connection at their first
-    /// data segment, holes given up on, streams forgotten to keep the bound).
-    pub fn tcp_framing(&self) -> (u64, u64, u64) {
+    /// Cutting TCP byte streams into messages: what it had to guess or give up.
+    pub fn tcp_framing(&self) -> TcpFraming {
         let c = &self.tcp_cuts;
         let live: u64 = c.streams.values().map(|s| s.delimiter.holes_given_up).sum();
-        (c.joined_mid_stream, c.holes_given_up + live, c.forgotten)
+        TcpFraming {
+            joined_mid_stream: c.joined_mid_stream,
+            rejoined: c.rejoined,
+            holes_given_up: c.holes_given_up + live,
+            forgotten: c.forgotten,
+        }
     }
+}
+
+/// What cutting TCP byte streams into messages had to guess or give up ([`Dissector::tcp_framing`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpFraming {
+    /// Streams whose capture began after their SYN, cut from their first data segment seen.
+    pub joined_mid_stream: u64,
+    /// Times such a stream cut on past bytes its receiver acknowledged but the capture never
+    /// saw (sent before it began), from its next data.
+    pub rejoined: u64,
+    /// Holes given up on (bytes past them waited beyond the bounds).
+    pub holes_given_up: u64,
+    /// Streams forgotten to keep the bound.
+    pub forgotten: u64,
 }
 
 /// One direction of a TCP connection at one capture, cut into messages.
@@ -1210,6 +1256,11 @@ struct TcpCut {
     /// mid-connection, the first data byte seen), moved to the newest data to unwrap.
     anchor: Option<(u32, u64)>,
     delimiter: Delimiter,
+    /// The capture began after the SYN.
+    joined_mid_stream: bool,
+    /// Joined mid-stream: the stream offset the receiver's cumulative ACK reached since the
+    /// last piece (bytes below it not seen by then never will be).
+    acked: Option<u64>,
 }
 
 /// The TCP byte streams being cut into messages.
@@ -1219,6 +1270,8 @@ struct TcpCuts {
     streams: tboxscope_engine::FastMap<(u64, SocketAddr, SocketAddr), TcpCut>,
     /// Streams whose capture began after their SYN.
     joined_mid_stream: u64,
+    /// Cuts resumed past bytes acknowledged but never seen ([`TcpFraming::rejoined`]).
+    rejoined: u64,
     /// Holes given up on by the streams forgotten so far.
     holes_given_up: u64,
     /// Streams forgotten to stay within [`MAX_DELIMITED_STREAMS`].
@@ -1398,7 +1451,7 @@ mod tests {
             ]
         );
         assert!(d.tcp_cut(|| key, s0, false, &[0; 150]).is_empty());
-        assert_eq!(d.tcp_framing(), (0, 0, 0));
+        assert_eq!(d.tcp_framing(), TcpFraming::default());
     }
 
     /// The burst that clears a handover's backlog: 300 KiB past the hole its first lost
@@ -1429,7 +1482,7 @@ mod tests {
         let got = d.tcp_cut(|| key(4000), s0, false, &[0; 1448]);
         assert_eq!(got.len(), (seq / 600) as usize);
         assert_eq!(got[0], (s0, s0 + 600));
-        assert_eq!(d.tcp_framing(), (0, 0, 0));
+        assert_eq!(d.tcp_framing(), TcpFraming::default());
 
         // Five streams each 1 MiB past a hole (more than all may hold): each one that goes
         // over the shared bound gives up, and what is held stays within it.
@@ -1443,7 +1496,7 @@ mod tests {
             }
             assert!(d.tcp_cuts.held <= MAX_TCP_HELD);
         }
-        let (_, holes, _) = d.tcp_framing();
+        let holes = d.tcp_framing().holes_given_up;
         assert!(holes >= 1, "{holes}");
         let held: usize = d
             .tcp_cuts
@@ -1477,10 +1530,54 @@ mod tests {
             d.tcp_cut(|| key, s + 7, false, &stream[7..]),
             [(s + 5, s + 12), (s + 12, s + 15)]
         );
-        assert_eq!(d.tcp_framing(), (1, 0, 0));
+        assert_eq!(
+            d.tcp_framing(),
+            TcpFraming {
+                joined_mid_stream: 1,
+                ..TcpFraming::default()
+            }
+        );
         // No framing: no messages.
         let mut plain = Dissector::new(DissectConfig::default());
         assert!(plain.tcp_cut(|| key, s, false, &stream).is_empty());
+    }
+
+    /// Joined mid-connection at a resend of old bytes (a whole message): the next new data
+    /// starts past bytes sent before the capture began, which never come. Once the receiver's
+    /// ACK passes them the stream cuts on from its next piece (counted), instead of holding
+    /// everything behind a hole that will not fill.
+    #[test]
+    fn a_tcp_stream_joined_at_a_resend_cuts_on_past_the_bytes_acknowledged_unseen() {
+        let key = (
+            1,
+            "10.0.0.2:4000".parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        );
+        let message = |n: u16| {
+            let mut m = n.to_be_bytes().to_vec();
+            m.extend(std::iter::repeat_n(7u8, usize::from(n)));
+            m
+        };
+        let s = 7_000u32;
+        let run = |acked: bool| {
+            let mut d = tcp_dissector("len:u16be@0");
+            let mut got = d.tcp_cut(|| key, s, false, &message(132));
+            if acked {
+                d.tcp_acked(&key, s + 305);
+            }
+            let mut burst = message(10);
+            burst.extend(message(20));
+            got.extend(d.tcp_cut(|| key, s + 305, false, &burst));
+            (got, d.tcp_framing().rejoined)
+        };
+        assert_eq!(
+            run(true),
+            (
+                vec![(s, s + 134), (s + 305, s + 317), (s + 317, s + 339)],
+                1
+            )
+        );
+        assert_eq!(run(false), (vec![(s, s + 134)], 0));
     }
 
     /// A piece past a hole waits for the hole; a short message ends at its FIN; without an id

@@ -327,11 +327,18 @@ pub fn framing_line(dissector: &Dissector) -> Option<String> {
             probe_user::dissect::MAX_DELIMITED_STREAMS
         )
     });
-    let (joined, holes, forgotten) = dissector.tcp_framing();
+    let f = dissector.tcp_framing();
+    let (joined, rejoined, holes, forgotten) = (
+        f.joined_mid_stream,
+        f.rejoined,
+        f.holes_given_up,
+        f.forgotten,
+    );
     let tcp = (joined + holes + forgotten > 0).then(|| {
         format!(
             "TCP streams cut into messages: {joined} joined mid-connection (cut from their first \
-             data segment seen), {holes} holes given up on (bytes past them waited beyond {} KiB \
+             data segment seen; {rejoined} times cut on past bytes acknowledged before the \
+             capture began), {holes} holes given up on (bytes past them waited beyond {} KiB \
              in one stream or {} KiB in all), {forgotten} streams forgotten",
             probe_user::dissect::MAX_TCP_AHEAD >> 10,
             probe_user::dissect::MAX_TCP_HELD >> 10

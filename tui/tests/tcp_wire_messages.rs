@@ -13,7 +13,8 @@
 //! - the sender's capture cut to begin mid-connection (no SYN): messages from the first one
 //!   it can find on, each one of the real messages, the join counted in the health line
 //!   (without a SYN the client is guessed from the ports, here wrongly: the messages are
-//!   found all the same).
+//!   found all the same); also cut to begin at a resend, whose new data then starts past
+//!   bytes sent before the cut.
 #![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
@@ -354,7 +355,9 @@ fn wire_messages_latency_and_stalls_match_the_peers() {
     );
     assert!(compared > 0);
 
-    // The sender's capture from 1 s in: no SYN.
+    // The sender's capture from 1 s in: no SYN; and from the first resend after that (its
+    // first data a resend of old bytes: the new data after it starts past bytes sent before
+    // the cut, which only the receiver's ACK says will not come).
     let cut = dir.path().join("a-mid.pcap");
     let from = (truth.sent_ns[N / 3] / 1_000_000_000).to_string();
     let from_frac = format!("{from}.{:09}", truth.sent_ns[N / 3] % 1_000_000_000);
@@ -365,30 +368,76 @@ fn wire_messages_latency_and_stalls_match_the_peers() {
         pa.to_str().unwrap(),
         cut.to_str().unwrap(),
     ]);
-    let mid = analyze(&[&cut]);
-    let msgs = of_type(&mid, "message");
-    // Messages written before the cut may still wait in the socket behind a recovery: what
-    // the cut capture holds is every message first sent after the cut, and at most those
-    // still in flight or retransmitted after it (arrived after the cut).
-    let cut_ns = truth.sent_ns[N / 3] as i64;
-    let first_sent_after = on_wire.iter().filter(|(s, _)| *s >= cut_ns).count();
-    let arrived_after = on_wire.iter().filter(|(_, a)| *a >= cut_ns).count();
-    println!(
-        "mid-connection: {} messages; {first_sent_after} first sent after the cut, \
-         {arrived_after} arrived after it",
-        msgs.len()
-    );
-    assert!(
-        msgs.len() + 2 >= first_sent_after && msgs.len() <= arrived_after + 2,
-        "{}",
-        msgs.len()
-    );
-    for m in &msgs {
-        let off = u64::from(seq_of(m).wrapping_sub(seq0));
-        assert!(
-            index.contains_key(&off),
-            "{m} is not one of the messages sent"
+    let resends = Command::new("tshark")
+        .arg("-r")
+        .arg(&pa)
+        .args([
+            "-Y",
+            &format!(
+                "frame.time_epoch >= {from_frac} && tcp.analysis.retransmission && tcp.len > 0"
+            ),
+        ])
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+            "-e",
+            "frame.time_epoch",
+        ])
+        .output()
+        .unwrap();
+    let resend = String::from_utf8_lossy(&resends.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.split_once('\t'))
+        .map(|(n, t)| (n.to_owned(), t.trim().to_owned()))
+        .expect("a resend after the cut (4 % of data segments dropped)");
+    let at_resend = dir.path().join("a-resend.pcap");
+    sh(&[
+        "editcap",
+        "-r",
+        pa.to_str().unwrap(),
+        at_resend.to_str().unwrap(),
+        &format!("{}-{}", resend.0, u32::MAX),
+    ]);
+    let (secs, frac) = resend.1.split_once('.').unwrap();
+    let resend_ns = secs.parse::<i64>().unwrap() * 1_000_000_000
+        + format!("{frac:0<9}")[..9].parse::<i64>().unwrap();
+    if let Ok(keep) = std::env::var("TBX_KEEP_PCAP") {
+        std::fs::copy(&cut, format!("{keep}.mid.pcap")).unwrap();
+        std::fs::copy(&at_resend, format!("{keep}.resend.pcap")).unwrap();
+        std::fs::copy(&pa, format!("{keep}.sender.pcap")).unwrap();
+    }
+    for (file, cut_ns, name) in [
+        (&cut, truth.sent_ns[N / 3] as i64, "mid-connection"),
+        (&at_resend, resend_ns, "from a resend"),
+    ] {
+        let mid = analyze(&[file]);
+        let msgs = of_type(&mid, "message");
+        // Messages written before the cut may still wait in the socket behind a recovery:
+        // what the cut capture holds is every message first sent after the cut, and at most
+        // those still in flight or retransmitted after it (arrived after the cut).
+        let first_sent_after = on_wire.iter().filter(|(s, _)| *s >= cut_ns).count();
+        let arrived_after = on_wire.iter().filter(|(_, a)| *a >= cut_ns).count();
+        println!(
+            "{name}: {} messages; {first_sent_after} first sent after the cut, \
+             {arrived_after} arrived after it",
+            msgs.len()
         );
+        assert!(
+            msgs.len() + 2 >= first_sent_after && msgs.len() <= arrived_after + 2,
+            "{name}: {} messages; {first_sent_after} first sent after the cut, \
+             {arrived_after} arrived after it",
+            msgs.len()
+        );
+        for m in &msgs {
+            let off = u64::from(seq_of(m).wrapping_sub(seq0));
+            assert!(
+                index.contains_key(&off),
+                "{name}: {m} is not one of the messages sent"
+            );
+        }
     }
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
         .args(["analyze", "--framing", FRAMING])
