@@ -27,7 +27,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use tcp_common::{analyze_json, in_netns, sh, Routed, Tcpdump};
+use tcp_common::{analyze_json, epoch_ns, in_netns, sh, tshark_fields, Routed, Tcpdump};
 
 /// Messages sent, in bursts of [`BURST`] (one write each) every [`GAP`]: several segments in
 /// flight, so that a loss holds the ones behind it.
@@ -368,42 +368,23 @@ fn wire_messages_latency_and_stalls_match_the_peers() {
         pa.to_str().unwrap(),
         cut.to_str().unwrap(),
     ]);
-    let resends = Command::new("tshark")
-        .arg("-r")
-        .arg(&pa)
-        .args([
-            "-Y",
-            &format!(
-                "frame.time_epoch >= {from_frac} && tcp.analysis.retransmission && tcp.len > 0"
-            ),
-        ])
-        .args([
-            "-T",
-            "fields",
-            "-e",
-            "frame.number",
-            "-e",
-            "frame.time_epoch",
-        ])
-        .output()
-        .unwrap();
-    let resend = String::from_utf8_lossy(&resends.stdout)
-        .lines()
-        .next()
-        .and_then(|l| l.split_once('\t'))
-        .map(|(n, t)| (n.to_owned(), t.trim().to_owned()))
-        .expect("a resend after the cut (4 % of data segments dropped)");
+    let resend = tshark_fields(
+        &pa,
+        &format!("frame.time_epoch >= {from_frac} && tcp.analysis.retransmission && tcp.len > 0"),
+        &["frame.number", "frame.time_epoch"],
+    )
+    .into_iter()
+    .next()
+    .expect("a resend after the cut (4 % of data segments dropped)");
     let at_resend = dir.path().join("a-resend.pcap");
     sh(&[
         "editcap",
         "-r",
         pa.to_str().unwrap(),
         at_resend.to_str().unwrap(),
-        &format!("{}-{}", resend.0, u32::MAX),
+        &format!("{}-{}", resend[0], u32::MAX),
     ]);
-    let (secs, frac) = resend.1.split_once('.').unwrap();
-    let resend_ns = secs.parse::<i64>().unwrap() * 1_000_000_000
-        + format!("{frac:0<9}")[..9].parse::<i64>().unwrap();
+    let resend_ns = epoch_ns(&resend[1]) as i64;
     if let Ok(keep) = std::env::var("TBX_KEEP_PCAP") {
         std::fs::copy(&cut, format!("{keep}.mid.pcap")).unwrap();
         std::fs::copy(&at_resend, format!("{keep}.resend.pcap")).unwrap();

@@ -29,7 +29,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use tcp_common::{
-    analyze_json, connect_from, sh, spawn_receiver, tshark_fields, wire_direction, Routed, Tcpdump,
+    analyze_json, connect_from, epoch_ns, sh, spawn_receiver, tshark_fields, wire_direction,
+    Routed, Tcpdump,
 };
 
 /// A data packet: (raw sequence, length, (TSval, TSecr) or zeros).
@@ -357,13 +358,6 @@ fn begun_mid_connection(receiver_pcap: &Path, whole_lines: &[serde_json::Value],
             assert_eq!(opened(&mid_stalls), opened(&whole), "{why}");
         }
     }
-}
-
-/// Unix epoch ns of tshark's `frame.time_epoch` text (`s.fraction`).
-fn epoch_ns(text: &str) -> u64 {
-    let (s, ns) = text.trim().split_once('.').unwrap();
-    let ns = format!("{ns:0<9}");
-    s.parse::<u64>().unwrap() * 1_000_000_000 + ns[..9].parse::<u64>().unwrap()
 }
 
 /// The capture time of `pcap`'s first frame, Unix epoch ns.

@@ -510,6 +510,13 @@ pub fn tshark_fields(pcap: &std::path::Path, filter: &str, fields: &[&str]) -> V
         .collect()
 }
 
+/// Unix epoch ns of tshark's `frame.time_epoch` text (`s.fraction`).
+pub fn epoch_ns(text: &str) -> u64 {
+    let (s, ns) = text.trim().split_once('.').unwrap_or((text.trim(), "0"));
+    let ns = format!("{ns:0<9}");
+    s.parse::<u64>().unwrap_or(0) * 1_000_000_000 + ns[..9].parse::<u64>().unwrap_or(0)
+}
+
 /// Runs `args` (program first); panics with its standard error when it fails.
 pub fn sh(args: &[&str]) {
     run(Command::new(args[0]).args(&args[1..]));
