@@ -963,3 +963,42 @@ fn at_the_receiver_begun_mid_connection_the_echoes_of_its_acks_time_round_trips(
     assert_eq!((kind, backoff), (TcpRetransmitKind::Rto, 4), "{resent:?}");
     assert!((280..=310).contains(&rto_ms), "{resent:?}");
 }
+
+/// The client's capture begun mid-connection, the client's port below the server's (so the
+/// ports guess the connection the wrong way round) and nothing stated: its first data segment
+/// is read under the guess, as arriving, until the server's first ACK brings the second TTL
+/// (64 leaving, 63 arriving) that places the capture at the data's sender. The stall is then
+/// inferred from the ACKs, as at a sender's capture that saw the handshake.
+#[test]
+fn a_sender_capture_turned_round_by_the_ports_still_infers_stalls() {
+    let mut c = Conn::new(Vec::new());
+    c.cli = addr("10.0.0.2:4000");
+    c.ttls = (64, 63);
+    for k in 0..5u32 {
+        let seq = 1000 + 100 * k;
+        c.seg(0, 100 + u64::from(k), true, (seq, 5001), ACK, 100, &[], &[]);
+    }
+    c.seg(0, 140, false, (5001, 1100), ACK, 0, &[], &[]);
+    for (k, r) in [1300u32, 1400, 1500].iter().enumerate() {
+        c.seg(
+            0,
+            142 + k as u64,
+            false,
+            (5001, 1100),
+            ACK,
+            0,
+            &[(1200, *r)],
+            &[],
+        );
+    }
+    c.seg(0, 145, true, (1100, 5001), ACK, 100, &[], &[]);
+    c.seg(0, 185, false, (5001, 1500), ACK, 0, &[], &[]);
+    c.finish();
+    let inc = c.wire_incidents();
+    assert_eq!(inc.len(), 1, "{inc:#?}");
+    let i = inc[0];
+    assert_eq!(i.stall_from, Some(HolStallFrom::SentToAcked));
+    assert_eq!(i.missing, "seq 1100");
+    assert_eq!((i.start_ns, i.end_ns), (T0 + 101 * MS, Some(T0 + 185 * MS)));
+    assert_eq!(i.bytes_held, 300);
+}

@@ -13,8 +13,8 @@
 //! - the sender's capture cut to begin mid-connection (no SYN): messages from the first one
 //!   it can find on, each one of the real messages, the join counted in the health line
 //!   (without a SYN the client is guessed from the ports, here wrongly: the messages are
-//!   found all the same); also cut to begin at a resend, whose new data then starts past
-//!   bytes sent before the cut.
+//!   found all the same, and its stalls inferred from the ACKs as the whole capture's); also
+//!   cut to begin at a resend, whose new data then starts past bytes sent before the cut.
 #![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
@@ -419,6 +419,29 @@ fn wire_messages_latency_and_stalls_match_the_peers() {
                 "{name}: {m} is not one of the messages sent"
             );
         }
+        // Its stalls, inferred from the ACKs (the ports guess the connection the wrong way
+        // round: the first data segment is read as arriving until the TTLs place the
+        // capture), are the whole capture's from a second after the cut on.
+        let after = |v: &[&Value]| {
+            v.iter()
+                .filter(|i| {
+                    i["start_ns"]
+                        .as_i64()
+                        .is_some_and(|s| s >= cut_ns + 1_000_000_000)
+                })
+                .map(|i| i["missing"].as_str().unwrap_or_default().to_owned())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let cut_stalls = of_type(&mid, "hol_incident");
+        assert!(
+            cut_stalls
+                .iter()
+                .all(|i| i["stall_from"] == "sent_to_acked"),
+            "{name}: {cut_stalls:?}"
+        );
+        let whole_after = after(&inferred);
+        assert_eq!(after(&cut_stalls), whole_after, "{name}");
+        assert!(name != "mid-connection" || !whole_after.is_empty());
     }
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
         .args(["analyze", "--framing", FRAMING])

@@ -58,7 +58,7 @@ pub struct TcpState {
     pub rx: [crate::hol::GapTracker; 2],
     /// Data of each direction was seen arriving at the receiver's capture (its stalls are
     /// then seen there, not inferred from ACKs at the sender's).
-    pub rx_arrivals: [bool; 2],
+    pub rx_arrivals: [Arrivals; 2],
     /// The (at most two) captures that last saw data of each direction leave, and when
     /// (engine clock): paired with the receiver's, such a capture writes the direction's
     /// retransmissions.
@@ -66,6 +66,19 @@ pub struct TcpState {
     /// The handshake so far at the (at most two) captures that saw its SYN last: the two
     /// ends of its path each place their own capture.
     handshakes: [Option<Handshake>; 2],
+}
+
+/// Whether a direction's data was seen arriving at a receiver's capture.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Arrivals {
+    /// Not (yet).
+    #[default]
+    None,
+    /// Only at this capture, before anything placed it: its direction there a guess (the
+    /// T-Box's, by the ports), undone if it turns out to be the data's sender.
+    Guessed(crate::input::CaptureId),
+    /// At a capture placed or paired.
+    Seen,
 }
 
 /// A handshake seen at one capture: its SYN and SYN-ACK (capture clock).

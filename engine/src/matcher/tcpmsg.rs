@@ -24,6 +24,7 @@ use crate::hol::{GapTracker, Resend, Transmission};
 use crate::input::TcpSegment;
 use crate::matcher::gaps::GapSel;
 use crate::matcher::mix;
+use crate::matcher::tcp::Arrivals;
 use crate::message::MsgId;
 use crate::record::TcpRetransmitKind;
 use crate::shared::{Pkt, Shared};
@@ -102,22 +103,55 @@ fn tracker(shared: &mut Shared, fr: FlowRef, up: bool) -> Option<&mut GapTracker
     }
 }
 
+/// What packet `pkt` shows of the receiver of flow `fr`'s data in direction `up`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shows {
+    /// Nothing.
+    Nothing,
+    /// The data arriving at `pkt`'s capture (its receiver's).
+    Arriving,
+    /// `pkt`'s capture at the data's sender (the data leaving, its ACK arriving).
+    Sender,
+}
+
 /// The receiver's tracker of flow `fr`'s data in direction `up`, once that data was seen
-/// arriving at a receiver's capture (`seen_now` notes that it is); `None` before.
-fn seen_arriving(
-    shared: &mut Shared,
+/// arriving at a receiver's capture (`shows` may say it is now); `None` before. Arrivals seen
+/// at a capture not placed yet (their direction a guess) are undone when a later packet shows
+/// that capture at the data's sender.
+fn seen_arriving<'a>(
+    shared: &'a mut Shared,
     fr: FlowRef,
     up: bool,
-    seen_now: bool,
-) -> Option<&mut GapTracker> {
+    pkt: &Pkt,
+    shows: Shows,
+) -> Option<&'a mut GapTracker> {
+    let guessed = shows == Shows::Arriving
+        && !pkt.paired
+        && shared
+            .caps
+            .get(pkt.capture)
+            .is_some_and(crate::capture::CaptureState::unplaced);
     match shared.flows.get_mut(fr).map(|f| &mut f.proto) {
         Some(Proto::Tcp(s)) => {
             let seen = &mut s.rx_arrivals[usize::from(up)];
-            *seen |= seen_now;
-            if *seen {
-                s.rx.get_mut(usize::from(up))
-            } else {
+            match (shows, *seen) {
+                (Shows::Arriving, Arrivals::Seen) | (Shows::Nothing, _) => {}
+                (Shows::Arriving, _) if guessed => *seen = Arrivals::Guessed(pkt.capture),
+                (Shows::Arriving, _) => *seen = Arrivals::Seen,
+                (Shows::Sender, Arrivals::Guessed(c))
+                    if c == pkt.capture && s.rx[usize::from(up)].gap.is_none() =>
+                {
+                    // What the guess delivered was sent, not received: the receiver's stream
+                    // is followed from the ACKs instead, from scratch.
+                    *seen = Arrivals::None;
+                    s.rx[usize::from(up)] = GapTracker::default();
+                }
+                (Shows::Sender, _) => {}
+            }
+            if *seen == Arrivals::None {
                 None
+            } else {
+                s.rx.get_mut(usize::from(up))
             }
         }
         _ => None,
@@ -196,7 +230,7 @@ pub(crate) fn begun_past_hole(
     if !settled(shared, pkt) {
         return;
     }
-    let Some(t) = seen_arriving(shared, fr, data_up, true) else {
+    let Some(t) = seen_arriving(shared, fr, data_up, pkt, Shows::Arriving) else {
         return;
     };
     let end = if t.next().is_none() {
@@ -237,7 +271,7 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
         Dir::In => {
             // Arrived at the receiver's capture: the messages it completes past its own end
             // were held behind a hole it fills.
-            if let Some(t) = seen_arriving(shared, fr, up, true) {
+            if let Some(t) = seen_arriving(shared, fr, up, pkt, Shows::Arriving) {
                 // Where the capture saw the SYN, the stream starts after it: a first data
                 // segment lost on the way is a hole like any later one (the first arrival
                 // would otherwise be taken for the stream's start).
@@ -264,7 +298,7 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
             if let Some(kind) = f.resent {
                 let sel = GapSel::Tcp {
                     up,
-                    from_acks: seen_arriving(shared, fr, up, false).is_none(),
+                    from_acks: seen_arriving(shared, fr, up, pkt, Shows::Sender).is_none(),
                 };
                 shared.gap_resent(fr, sel, s, resend_of(kind), pkt.path, pkt.ts_ns);
             }
@@ -315,7 +349,7 @@ fn acknowledged(
     }
     if !pkt.paired
         && settled(shared, pkt)
-        && seen_arriving(shared, fr, data_up, false).is_none()
+        && seen_arriving(shared, fr, data_up, pkt, Shows::Sender).is_none()
         && !kernel_follows(shared, fr)
     {
         infer_stall(shared, fr, pkt, data_up, a, msgs);
@@ -338,7 +372,7 @@ fn receiver_acked(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, data_up: bool, a:
     if !settled(shared, pkt) {
         return;
     }
-    let Some(t) = seen_arriving(shared, fr, data_up, false) else {
+    let Some(t) = seen_arriving(shared, fr, data_up, pkt, Shows::Nothing) else {
         return;
     };
     t.arriving = None;
