@@ -337,8 +337,8 @@ pub fn framing_line(dissector: &Dissector) -> Option<String> {
     let tcp = (joined + holes + forgotten > 0).then(|| {
         format!(
             "TCP streams cut into messages: {joined} joined mid-connection (cut from their first \
-             data segment seen; {rejoined} times cut on past bytes acknowledged before the \
-             capture began), {holes} holes given up on (bytes past them waited beyond {} KiB \
+             data segment seen, and on past bytes acknowledged before the capture began \
+             {rejoined} time(s)), {holes} holes given up on (bytes past them waited beyond {} KiB \
              in one stream or {} KiB in all), {forgotten} streams forgotten",
             probe_user::dissect::MAX_TCP_AHEAD >> 10,
             probe_user::dissect::MAX_TCP_HELD >> 10
