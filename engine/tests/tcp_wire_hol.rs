@@ -644,18 +644,33 @@ fn captures_on_one_host_do_not_wait_for_a_pair() {
 /// level 5 from the silence read as one doubled timeout).
 #[test]
 fn at_the_receiver_alone_a_timeout_after_lost_ones_has_the_senders_level() {
+    let resent = receiver_alone_through_a_handover(true);
+    assert_eq!(resent.len(), 1, "{resent:?}");
+    let (kind, backoff, rto_ms) = resent[0];
+    assert_eq!((kind, backoff), (TcpRetransmitKind::Rto, 4), "{resent:?}");
+    assert!((270..=290).contains(&rto_ms), "{resent:?}");
+}
+
+/// The gateway's capture alone (timestamps on, one way 40 ms; with the `handshake` or begun
+/// mid-connection): ten rounds of a segment every 100 ms, each acknowledged 1 ms after it
+/// arrives; then one lost before the gateway, the segment behind it arriving and SACKed, and
+/// the copy the sender's fifth timeout sends arriving at 9 902 ms. The retransmission records
+/// made there: (kind, backoff, rto_ms).
+fn receiver_alone_through_a_handover(handshake: bool) -> Vec<(TcpRetransmitKind, u8, u64)> {
     let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
     // TSvals: the client's clock in ms (sending time), the gateway's in ms + 50 000.
     let gw = |ms: u64| 50_000 + ms as u32;
-    c.stamps = Some((0, 0));
-    c.seg(1, 40, true, (999, 0), SYN, 0, &[], &[]);
-    c.stamps = Some((gw(40), 0));
-    c.seg(1, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
-    c.stamps = Some((80, gw(40)));
-    c.seg(1, 120, true, (1000, 5001), ACK, 0, &[], &[]);
-    // Ten rounds of data (sent at 100 + 100 k, acknowledged 1 ms after arrival).
+    let mut last_ack = gw(0);
+    if handshake {
+        c.stamps = Some((0, 0));
+        c.seg(1, 40, true, (999, 0), SYN, 0, &[], &[]);
+        c.stamps = Some((gw(40), 0));
+        c.seg(1, 40, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+        c.stamps = Some((80, gw(40)));
+        c.seg(1, 120, true, (1000, 5001), ACK, 0, &[], &[]);
+        last_ack = gw(120);
+    }
     let mut seq = 1000u32;
-    let mut last_ack = gw(120);
     for round in 0..10u64 {
         let sent = 100 + round * 100;
         c.stamps = Some((sent as u32, last_ack));
@@ -686,15 +701,10 @@ fn at_the_receiver_alone_a_timeout_after_lost_ones_has_the_senders_level() {
     c.stamps = Some((gw(9_903), 9_862));
     c.seg(1, 9_903, false, (5001, seq + 200), ACK, 0, &[], &[]);
     c.finish();
-    let resent: Vec<_> = c
-        .resent()
+    c.resent()
         .iter()
         .map(|x| (x.kind, x.backoff, x.rto_ms))
-        .collect();
-    assert_eq!(resent.len(), 1, "{resent:?}");
-    let (kind, backoff, rto_ms) = resent[0];
-    assert_eq!((kind, backoff), (TcpRetransmitKind::Rto, 4), "{resent:?}");
-    assert!((270..=290).contains(&rto_ms), "{resent:?}");
+        .collect()
 }
 
 /// The gateway's capture alone: the last segments arrive and are acknowledged, but the ACKs
@@ -920,44 +930,7 @@ fn a_capture_begun_just_past_a_hole_sees_the_hole() {
 /// the 200 ms floor of the gateway's ACK delay.
 #[test]
 fn at_the_receiver_begun_mid_connection_the_echoes_of_its_acks_time_round_trips() {
-    let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
-    let gw = |ms: u64| 50_000 + ms as u32;
-    let mut seq = 1000u32;
-    let mut last_ack = gw(0);
-    for round in 0..10u64 {
-        let sent = 100 + round * 100;
-        c.stamps = Some((sent as u32, last_ack));
-        c.seg(1, sent + 40, true, (seq, 5001), ACK, 100, &[], &[]);
-        last_ack = gw(sent + 41);
-        c.stamps = Some((last_ack, sent as u32));
-        c.seg(1, sent + 41, false, (5001, seq + 100), ACK, 0, &[], &[]);
-        seq += 100;
-    }
-    // Sent at 1100: `seq` lost; `seq + 100` arrives and is SACKed; the copy the timer sends
-    // after 8.7 s (the ones before lost) arrives at 9902.
-    c.stamps = Some((1_101, last_ack));
-    c.seg(1, 1_141, true, (seq + 100, 5001), ACK, 100, &[], &[]);
-    c.stamps = Some((gw(1_142), 1_101));
-    c.seg(
-        1,
-        1_142,
-        false,
-        (5001, seq),
-        ACK,
-        0,
-        &[(seq + 100, seq + 200)],
-        &[],
-    );
-    c.stamps = Some((9_862, gw(1_142)));
-    c.seg(1, 9_902, true, (seq, 5001), ACK, 100, &[], &[]);
-    c.stamps = Some((gw(9_903), 9_862));
-    c.seg(1, 9_903, false, (5001, seq + 200), ACK, 0, &[], &[]);
-    c.finish();
-    let resent: Vec<_> = c
-        .resent()
-        .iter()
-        .map(|x| (x.kind, x.backoff, x.rto_ms))
-        .collect();
+    let resent = receiver_alone_through_a_handover(false);
     assert_eq!(resent.len(), 1, "{resent:?}");
     let (kind, backoff, rto_ms) = resent[0];
     assert_eq!((kind, backoff), (TcpRetransmitKind::Rto, 4), "{resent:?}");
