@@ -217,6 +217,13 @@ impl GapTracker {
         Some((origin, end))
     }
 
+    /// The next delivery is by a transmission this capture cannot name, with no messages
+    /// known behind it (clears what [`GapTracker::arriving`] and [`GapTracker::behind`] said).
+    pub fn untold(&mut self) {
+        self.arriving = None;
+        self.behind = 0;
+    }
+
     /// Whether `unit` was already delivered in order or is buffered.
     pub fn has(&self, unit: u64) -> bool {
         self.next.is_some_and(|n| unit < n) || self.buffered.contains_key(&unit)

@@ -158,6 +158,15 @@ fn seen_arriving<'a>(
     }
 }
 
+/// The receive tracker of the `up` direction as its receiver's capture follows it (deliveries
+/// seen there, not inferred from ACKs at the sender's).
+fn at_receiver(up: bool) -> GapSel {
+    GapSel::Tcp {
+        up,
+        from_acks: false,
+    }
+}
+
 /// Whether the kernel's probes report on flow `fr`: they then make its stalls' incidents from
 /// the socket itself, and the wire does not infer a second one from the sender's capture.
 fn kernel_follows(shared: &mut Shared, fr: FlowRef) -> bool {
@@ -242,13 +251,9 @@ pub(crate) fn begun_past_hole(
     } else {
         return;
     };
-    t.arriving = None;
-    t.behind = 0;
-    let sel = GapSel::Tcp {
-        up: data_up,
-        from_acks: false,
-    };
+    t.untold();
     let len = end.saturating_sub(h.origin);
+    let sel = at_receiver(data_up);
     shared.gap_deliver(fr, sel, h.origin, len, len, false, pkt.path, h.at_ns);
 }
 
@@ -283,10 +288,7 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
                 // hole, also where the sender is not captured.
                 t.arriving = f.resent.map(|k| Transmission::Retransmission(resend_of(k)));
             }
-            let sel = GapSel::Tcp {
-                up,
-                from_acks: false,
-            };
+            let sel = at_receiver(up);
             shared.gap_deliver(fr, sel, s, e - s, e - s, false, pkt.path, pkt.ts_ns);
         }
         Dir::Out => {
@@ -375,15 +377,10 @@ fn receiver_acked(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, data_up: bool, a:
     let Some(t) = seen_arriving(shared, fr, data_up, pkt, Shows::Nothing) else {
         return;
     };
-    t.arriving = None;
-    t.behind = 0;
-    let sel = GapSel::Tcp {
-        up: data_up,
-        from_acks: false,
-    };
+    t.untold();
     shared.gap_deliver(
         fr,
-        sel,
+        at_receiver(data_up),
         a.from,
         a.to - a.from,
         0,
