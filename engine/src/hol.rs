@@ -217,6 +217,17 @@ impl GapTracker {
         Some((origin, end))
     }
 
+    /// The receiver says its in-order data ends at `unit` (a capture begun after the stream's
+    /// start saw it otherwise): forgets what was delivered and held since, to be delivered
+    /// again from `unit` on; returns the incident of the gap it had open, which was none.
+    pub fn restart_at(&mut self, unit: u64) -> Option<u64> {
+        self.next = Some(unit);
+        self.buffered.clear();
+        (self.held_messages, self.held_bytes) = (0, 0);
+        self.untold();
+        self.gap.take().map(|g| g.incident)
+    }
+
     /// The next delivery is by a transmission this capture cannot name, with no messages
     /// known behind it (clears what [`GapTracker::arriving`] and [`GapTracker::behind`] said).
     pub fn untold(&mut self) {
@@ -479,6 +490,16 @@ impl IncidentBook {
             self.evicted += 1;
         }
         id
+    }
+
+    /// Withdraws open incident `id`, shown to be none (as if never opened).
+    pub fn withdraw(&mut self, id: u64) {
+        if let Some(inc) = self.open.remove(&id) {
+            self.total -= 1;
+            if let Some(t) = self.by_protocol.get_mut(protocol_index(inc.protocol)) {
+                t.stalls -= 1;
+            }
+        }
     }
 
     /// An open incident.

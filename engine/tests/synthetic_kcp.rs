@@ -763,3 +763,68 @@ fn a_capture_begun_just_past_a_hole_sees_the_hole() {
     let none = begun(false);
     assert!(none.is_empty(), "{none:?}");
 }
+
+/// The gateway's capture begun mid-session, its first segments not where the receiver's
+/// in-order data ended: a resend of sn 20, which the gateway had (with 21–23, never seen),
+/// beside sn 25, past sn 24 lost on the way: its first ACK (una 24) shows one hole, sn 24,
+/// from 25's arrival; and sn 32 past 30–31, 30 arriving next, before the first ACK (una 31):
+/// one hole, sn 30–31, holding 32, as a capture of the whole session has them.
+#[test]
+fn a_capture_begun_at_a_resend_of_data_the_receiver_had_sees_the_hole_after_it() {
+    let begun = |first: &[(u64, u32)], una: u32, fill: &[(u64, u32)]| {
+        let mut e = engine(Config::default());
+        e.handle(capture(5, "gw-g0", "g0", Host::Gateway, None));
+        let ms = |m: u64| T0 + m * 1_000_000;
+        let push = |at: u64, sn: u32| {
+            seg(
+                ms(at),
+                "g0",
+                5,
+                ONE_PATH.0,
+                ONE_PATH.1,
+                KcpCmd::Push,
+                sn,
+                sn,
+                500,
+            )
+        };
+        let mut obs: Vec<Observation> = first.iter().map(|&(at, sn)| push(at, sn)).collect();
+        let mut ack = seg(
+            ms(150),
+            "g0",
+            5,
+            ONE_PATH.1,
+            ONE_PATH.0,
+            KcpCmd::Ack,
+            0,
+            0,
+            0,
+        );
+        if let Observation::Kcp(k) = &mut ack {
+            k.header.una = una;
+        }
+        obs.push(ack);
+        obs.extend(fill.iter().map(|&(at, sn)| push(at, sn)));
+        for o in obs {
+            e.handle(o);
+        }
+        let summary = e.finish(ms(60_000));
+        let records: Vec<Record> = e.drain_records().collect();
+        let stalls: Vec<_> = incidents(&records)
+            .into_iter()
+            .map(|h| (h.missing.clone(), h.start_ns, h.end_ns, h.messages_held))
+            .collect();
+        // The hole taken for one before the first ACK is not counted either.
+        assert_eq!(summary.incidents_total, stalls.len() as u64);
+        stalls
+    };
+    let at = |m: u64| T0 + m * 1_000_000;
+    assert_eq!(
+        begun(&[(100, 20), (100, 25)], 24, &[(200, 24)]),
+        [("sn 24".to_owned(), at(100), Some(at(200)), 1)]
+    );
+    assert_eq!(
+        begun(&[(100, 32), (110, 30)], 31, &[(200, 31)]),
+        [("sn 30–31".to_owned(), at(100), Some(at(200)), 1)]
+    );
+}

@@ -472,6 +472,22 @@ impl Shared {
         }
     }
 
+    /// The receiver's own word that its in-order data ends at `unit` (a capture begun
+    /// mid-stream): the tracker `sel` starts over there, and a stall it had open, never one,
+    /// is withdrawn.
+    pub(crate) fn gap_restart(&mut self, fr: FlowRef, sel: GapSel, unit: u64) {
+        let Some(f) = self.flows.get_mut(fr) else {
+            return;
+        };
+        let Some(t) = tracker(&mut f.proto, sel, None) else {
+            return;
+        };
+        if let Some(id) = t.restart_at(unit) {
+            f.incidents = f.incidents.saturating_sub(1);
+            self.incidents.withdraw(id);
+        }
+    }
+
     /// A retransmission of `unit` was seen: if it is missing in front of the held data, count
     /// it as fast (at least two later pieces had arrived) or timeout. Used where the sender's
     /// side is not observed or its timing not interpreted (QUIC, KCP seen at the receiver).

@@ -317,9 +317,12 @@ pub(crate) struct KcpMatcher {
 }
 
 /// An ACK leaving the receiver of the `data_up` direction (`una`: the first sn it has not
-/// received in order). The first one after the capture began mid-session: below the first
-/// segment seen, that segment and those since arrived past a hole, held behind it from
-/// their arrival; the receive tracking starts at the hole instead.
+/// received in order). The first one after the capture began mid-session tells where the
+/// receiver's in-order data ended when the capture began: below `una`, the sns not seen
+/// since had arrived before, and the run of sns seen just below `una` after. So the first
+/// segment seen lay past a hole when that point is below it, and the first sns seen were
+/// resends of data the receiver had when the point is above them; the receive tracking
+/// starts over there, what was seen since delivered again from its arrival.
 fn begun_past_hole(shared: &mut Shared, fr: FlowRef, data_up: bool, una: u64) {
     let d = usize::from(data_up);
     let Some(Proto::Kcp(s)) = shared.flows.get_mut(fr).map(|f| &mut f.proto) else {
@@ -331,20 +334,18 @@ fn begun_past_hole(shared: &mut Shared, fr: FlowRef, data_up: bool, una: u64) {
     let Some(&(origin, ..)) = b.pieces.first() else {
         return;
     };
-    if b.overflow || s.rx[d].restart_below(origin, una).is_none() {
+    let mut from = una;
+    while from > 0 && b.pieces.iter().any(|p| p.0 == from - 1) {
+        from -= 1;
+    }
+    let behind = s.rx[d].next().is_some_and(|n| n < from);
+    if b.overflow || !(from < origin || behind) {
         return;
     }
-    for &(sn, bytes, msg_end, ts_ns, path) in &b.pieces {
-        shared.gap_deliver(
-            fr,
-            GapSel::Kcp { up: data_up },
-            sn,
-            1,
-            bytes,
-            msg_end,
-            path,
-            ts_ns,
-        );
+    let sel = GapSel::Kcp { up: data_up };
+    shared.gap_restart(fr, sel, from);
+    for &(sn, bytes, msg_end, ts_ns, path) in b.pieces.iter().filter(|p| p.0 >= from) {
+        shared.gap_deliver(fr, sel, sn, 1, bytes, msg_end, path, ts_ns);
     }
 }
 
