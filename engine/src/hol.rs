@@ -492,14 +492,17 @@ impl IncidentBook {
         id
     }
 
-    /// Withdraws open incident `id`, shown to be none (as if never opened).
-    pub fn withdraw(&mut self, id: u64) {
-        if let Some(inc) = self.open.remove(&id) {
-            self.total -= 1;
-            if let Some(t) = self.by_protocol.get_mut(protocol_index(inc.protocol)) {
-                t.stalls -= 1;
-            }
+    /// Withdraws open incident `id`, shown to be none (as if never opened); false if it was
+    /// not open.
+    pub fn withdraw(&mut self, id: u64) -> bool {
+        let Some(inc) = self.open.remove(&id) else {
+            return false;
+        };
+        self.total -= 1;
+        if let Some(t) = self.by_protocol.get_mut(protocol_index(inc.protocol)) {
+            t.stalls -= 1;
         }
+        true
     }
 
     /// An open incident.

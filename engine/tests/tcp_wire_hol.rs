@@ -975,3 +975,24 @@ fn a_sender_capture_turned_round_by_the_ports_still_infers_stalls() {
     assert_eq!((i.start_ns, i.end_ns), (T0 + 101 * MS, Some(T0 + 185 * MS)));
     assert_eq!(i.bytes_held, 300);
 }
+
+/// As above, the capture begun at a resend of bytes sent before it (900–1000), then new data
+/// past bytes it never saw (1000–1100, sent before it began): read under the ports' guess as
+/// arriving, that is a hole. The server's ACK places the capture at the data's sender: what
+/// the guess made of it, the hole too, is undone; no stall, as the ACKs show none.
+#[test]
+fn a_sender_capture_turned_round_begun_at_a_resend_has_no_stall_from_the_guess() {
+    let mut c = Conn::new(Vec::new());
+    c.cli = addr("10.0.0.2:4000");
+    c.ttls = (64, 63);
+    c.seg(0, 100, true, (900, 5001), ACK, 100, &[], &[]);
+    for k in 0..4u32 {
+        let seq = 1100 + 100 * k;
+        c.seg(0, 101 + u64::from(k), true, (seq, 5001), ACK, 100, &[], &[]);
+    }
+    c.seg(0, 140, false, (5001, 1100), ACK, 0, &[], &[]);
+    c.seg(0, 145, false, (5001, 1500), ACK, 0, &[], &[]);
+    c.finish();
+    let inc = c.wire_incidents();
+    assert!(inc.is_empty(), "{inc:#?}");
+}

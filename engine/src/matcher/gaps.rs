@@ -483,8 +483,9 @@ impl Shared {
             return;
         };
         if let Some(id) = t.restart_at(unit) {
-            f.incidents = f.incidents.saturating_sub(1);
-            self.incidents.withdraw(id);
+            if self.incidents.withdraw(id) {
+                f.incidents = f.incidents.saturating_sub(1);
+            }
         }
     }
 

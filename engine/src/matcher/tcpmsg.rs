@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 
 use crate::capture::Dir;
 use crate::flow::{FlowRef, Proto};
-use crate::hol::{GapTracker, Resend, Transmission};
+use crate::hol::{GapTracker, IncidentBook, Resend, Transmission};
 use crate::input::TcpSegment;
 use crate::matcher::gaps::GapSel;
 use crate::matcher::mix;
@@ -114,6 +114,18 @@ enum Shows {
     Sender,
 }
 
+/// Forgets what tracker `t` was told under a guess shown wrong, and the stall it had open
+/// (withdrawn from `book` and from its flow's count of `incidents`).
+#[cold]
+fn undo_guess(t: &mut GapTracker, book: &mut IncidentBook, incidents: &mut u64) {
+    if std::mem::take(t)
+        .gap
+        .is_some_and(|g| book.withdraw(g.incident))
+    {
+        *incidents = incidents.saturating_sub(1);
+    }
+}
+
 /// The receiver's tracker of flow `fr`'s data in direction `up`, once that data was seen
 /// arriving at a receiver's capture (`shows` may say it is now); `None` before. Arrivals seen
 /// at a capture not placed yet (their direction a guess) are undone when a later packet shows
@@ -131,30 +143,32 @@ fn seen_arriving<'a>(
             .caps
             .get(pkt.capture)
             .is_some_and(crate::capture::CaptureState::unplaced);
-    match shared.flows.get_mut(fr).map(|f| &mut f.proto) {
-        Some(Proto::Tcp(s)) => {
-            let seen = &mut s.rx_arrivals[usize::from(up)];
-            match (shows, *seen) {
-                (Shows::Arriving, Arrivals::Seen) | (Shows::Nothing, _) => {}
-                (Shows::Arriving, _) if guessed => *seen = Arrivals::Guessed(pkt.capture),
-                (Shows::Arriving, _) => *seen = Arrivals::Seen,
-                (Shows::Sender, Arrivals::Guessed(c))
-                    if c == pkt.capture && s.rx[usize::from(up)].gap.is_none() =>
-                {
-                    // What the guess delivered was sent, not received: the receiver's stream
-                    // is followed from the ACKs instead, from scratch.
-                    *seen = Arrivals::None;
-                    s.rx[usize::from(up)] = GapTracker::default();
-                }
-                (Shows::Sender, _) => {}
-            }
-            if *seen == Arrivals::None {
-                None
-            } else {
-                s.rx.get_mut(usize::from(up))
-            }
+    let f = shared.flows.get_mut(fr)?;
+    let Proto::Tcp(s) = &mut f.proto else {
+        return None;
+    };
+    let seen = &mut s.rx_arrivals[usize::from(up)];
+    match (shows, *seen) {
+        (Shows::Arriving, Arrivals::Seen) | (Shows::Nothing, _) => {}
+        (Shows::Arriving, _) if guessed => *seen = Arrivals::Guessed(pkt.capture),
+        (Shows::Arriving, _) => *seen = Arrivals::Seen,
+        (Shows::Sender, Arrivals::Guessed(c)) if c == pkt.capture => {
+            // What the guess delivered was sent, not received (a hole among it is bytes
+            // sent before the capture began, no stall): the receiver's stream is followed
+            // from the ACKs instead, from scratch.
+            *seen = Arrivals::None;
+            undo_guess(
+                &mut s.rx[usize::from(up)],
+                &mut shared.incidents,
+                &mut f.incidents,
+            );
         }
-        _ => None,
+        (Shows::Sender, _) => {}
+    }
+    if *seen == Arrivals::None {
+        None
+    } else {
+        s.rx.get_mut(usize::from(up))
     }
 }
 
