@@ -339,6 +339,9 @@ fn tboxscope_measures_the_tcp_baseline() {
     assert!(k.timeout_retransmits >= 2, "{ctx}");
     assert!(k.retransmits >= k.timeout_retransmits, "{ctx}");
     assert!(k.wire_retransmits >= 2, "{ctx}");
+    // The kernel's retransmissions and the T-Box's capture's joined: they are the same ones.
+    let join = k.join.as_ref().expect("the kernel's and the wire's joined");
+    assert!(join.matched >= 2, "{ctx}");
     // The head-of-line stall of the outage: the first segment sent into it holds the stream
     // from its first transmission until a copy reaches the gateway after the path is back.
     // No hold is longer than the message carrying the segment took from application to

@@ -131,6 +131,9 @@ pub struct MeasuredTcp {
     pub max_rto_ms: f64,
     /// Data segments the T-Box's capture shows carrying only bytes sent before.
     pub wire_retransmits: u64,
+    /// The kernel's retransmissions joined with those of the capture that saw most of them:
+    /// how many each side saw that the other did too, and what it did not.
+    pub join: Option<probe_user::engine::record::TcpJoinDirection>,
     /// Head-of-line stall periods of the flow: the engine's incidents, the kernel's (a
     /// retransmitted segment from its first send to the ACK past it) and the wire's (a hole at
     /// the gateway's capture), overlapping ones merged.
@@ -939,6 +942,16 @@ fn measured_tcp(
             .max()
             .unwrap_or(0)
     });
+    let join = connection.and_then(|(client, _)| {
+        let client = client.to_string();
+        summary
+            .tcp_join
+            .directions
+            .iter()
+            .filter(|d| d.src == client)
+            .max_by_key(|d| (d.matched, d.wire))
+            .cloned()
+    });
     let mut k = MeasuredTcp {
         connection: connection.map(|(c, s)| format!("{c} → {s}")),
         delivered: flow.map_or(0, |f| f.latency.count),
@@ -946,6 +959,7 @@ fn measured_tcp(
         kernel_events: mine.len() as u64,
         kernel_dropped: tcp.dropped,
         wire_retransmits,
+        join,
         ..MeasuredTcp::default()
     };
     for e in &mine {
@@ -1092,18 +1106,38 @@ fn tcp_line(truth_stall_ms: f64, k: &MeasuredTcp) -> String {
     }
     format!(
         "kernel (eBPF): {} retransmissions ({} after timeouts, {} fast), RTO backoff up to level {} (RTO {:.0} ms); \
-         {} on the wire; HOL: {} stall periods, {:.0} ms in all, longest hold {} (truth: longest without delivery {truth_stall_ms:.0} ms)",
+         {} on the wire{}; HOL: {} stall periods, {:.0} ms in all, longest hold {} (truth: longest without delivery {truth_stall_ms:.0} ms)",
         k.retransmits,
         k.timeout_retransmits,
         k.fast_retransmits,
         k.max_backoff,
         k.max_rto_ms,
         k.wire_retransmits,
+        k.join.as_ref().map_or_else(String::new, join_words),
         k.hol_stalls,
         k.total_hol_stall_ms,
         k.longest_hol_stall_ms
             .map_or_else(|| "-".to_owned(), |l| format!("{l:.0} ms")),
     )
+}
+
+/// The kernel's and a capture's retransmissions of the socket side by side, in words:
+/// " (26 seen by both, 1 the kernel did not report, …)".
+fn join_words(j: &probe_user::engine::record::TcpJoinDirection) -> String {
+    let mut parts = vec![format!("{} seen by both", j.matched)];
+    for (n, what) in [
+        (j.not_in_kernel, "not reported by the kernel"),
+        (j.not_on_wire, "of the kernel's not on the wire"),
+        (
+            j.original_not_captured,
+            "of the kernel's whose original the capture missed",
+        ),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    format!(" ({})", parts.join(", "))
 }
 
 /// The table of tboxscope's figures next to the peers' ground truth, per transport, and the
