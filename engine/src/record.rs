@@ -523,6 +523,15 @@ pub struct TcpWireDirection {
     /// same.
     #[serde(default)]
     pub sender_captured: bool,
+    /// At the receiver: data segments seen arriving that its ACKs then did not take (neither
+    /// acknowledged nor SACKed 5 ms on): dropped past the capture point, by the receiver's
+    /// kernel (its memory, its window). Stalls told from arrivals may end early there.
+    #[serde(default)]
+    pub arrivals_not_taken: u64,
+    /// At the receiver: arrivals not judged (out of order without SACK, or beyond the bound
+    /// of those awaiting an ACK).
+    #[serde(default)]
+    pub arrivals_not_judged: u64,
 }
 
 /// Counts per [`TcpRetransmitKind`] from a list that may be shorter (made before the last kinds

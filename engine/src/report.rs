@@ -362,13 +362,22 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
             if d.at_receiver {
                 // Data to ACK at the receiver's end is its ACK delay, not a round trip.
                 format!(
-                    "at the receiver: ACK delay {} ({} samples){}",
+                    "at the receiver: ACK delay {} ({} samples){}{}",
                     ms(d.srtt_us),
                     d.rtt_samples,
                     if d.sender_captured {
                         "; its retransmissions recorded at the sender's capture"
                     } else {
                         ""
+                    },
+                    if d.arrivals_not_taken > 0 {
+                        format!(
+                            "; {} arrived here but were not taken by the receiver (dropped \
+                             past the capture point: stalls told from arrivals may end early)",
+                            d.arrivals_not_taken
+                        )
+                    } else {
+                        String::new()
                     }
                 )
             } else {

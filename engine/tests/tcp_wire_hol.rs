@@ -996,3 +996,41 @@ fn a_sender_capture_turned_round_begun_at_a_resend_has_no_stall_from_the_guess()
     let inc = c.wire_incidents();
     assert!(inc.is_empty(), "{inc:#?}");
 }
+
+/// The gateway's capture sees segments arrive that its kernel then drops (its memory, its
+/// window: past the capture point). Its ACKs say so: in order, the cumulative ACK does not
+/// pass the segment; out of order with SACK in use, no block holds it. Judged 5 ms on (an
+/// ACK sent just before by another path of the kernel may not show it yet); an arrival out of
+/// order without SACK is not judged.
+#[test]
+fn arrivals_the_receiver_does_not_take_are_counted() {
+    let run = |sack: bool| {
+        let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
+        c.seg(1, 100, true, (1000, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 100, false, (5001, 1100), ACK, 0, &[], &[]);
+        // In order, dropped: the ACK 1 ms on may not show it yet, the one 10 ms on does.
+        c.seg(1, 110, true, (1100, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 111, false, (5001, 1100), ACK, 0, &[], &[]);
+        c.seg(1, 120, false, (5001, 1100), ACK, 0, &[], &[]);
+        // Out of order, taken (SACKed, or with no SACK not judged), then out of order dropped.
+        c.seg(1, 130, true, (1200, 5001), ACK, 100, &[], &[]);
+        let first: &[(u32, u32)] = if sack { &[(1200, 1300)] } else { &[] };
+        c.seg(1, 130, false, (5001, 1100), ACK, 0, first, &[]);
+        c.seg(1, 140, true, (1400, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 150, false, (5001, 1100), ACK, 0, first, &[]);
+        // The resend fills the hole and is taken.
+        c.seg(1, 300, true, (1100, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 300, false, (5001, 1300), ACK, 0, &[], &[]);
+        let summary = c.e.finish(T0 + 60_000 * MS);
+        let d = summary
+            .tcp_wire
+            .directions
+            .iter()
+            .find(|d| d.at_receiver)
+            .cloned()
+            .expect("the client's data, at the gateway");
+        (d.arrivals_not_taken, d.arrivals_not_judged)
+    };
+    assert_eq!(run(true), (2, 0));
+    assert_eq!(run(false), (1, 2));
+}

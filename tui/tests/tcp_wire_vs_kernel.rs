@@ -91,12 +91,21 @@ struct WireView {
     levels: Vec<u64>,
     spacing: Vec<u64>,
     out_of_order: u64,
+    /// At the receiver's capture: arrivals its ACKs did not take, and arrivals not judged.
+    not_taken: u64,
+    not_judged: u64,
 }
 
 /// `tboxscope analyze --json` of `pcaps`: the wire records of the data sent from `local`.
 fn analyze(pcaps: &[&Path], local: &str, mss: u64) -> WireView {
+    analyze_with(&[], pcaps, local, mss)
+}
+
+/// [`analyze`] with `options` before the files.
+fn analyze_with(options: &[&str], pcaps: &[&Path], local: &str, mss: u64) -> WireView {
     let out = Command::new(env!("CARGO_BIN_EXE_tboxscope"))
         .arg("analyze")
+        .args(options)
         .args(pcaps)
         .args(["--json", "-"])
         .output()
@@ -119,9 +128,12 @@ fn analyze(pcaps: &[&Path], local: &str, mss: u64) -> WireView {
     let rtx = of("tcp_retransmit");
     let rtos = of("tcp_rto");
     // The engine's figures are flattened into the summary.
-    let out_of_order = wire_direction(&lines, local)
-        .and_then(|d| d["out_of_order"].as_u64())
-        .unwrap_or(0);
+    let figure = |name: &str| {
+        wire_direction(&lines, local)
+            .and_then(|d| d[name].as_u64())
+            .unwrap_or(0)
+    };
+    let out_of_order = figure("out_of_order");
     WireView {
         segs: rtx
             .iter()
@@ -138,6 +150,8 @@ fn analyze(pcaps: &[&Path], local: &str, mss: u64) -> WireView {
             .collect(),
         spacing: rtos.iter().map(|r| r["rto_ms"].as_u64().unwrap()).collect(),
         out_of_order,
+        not_taken: figure("arrivals_not_taken"),
+        not_judged: figure("arrivals_not_judged"),
     }
 }
 
@@ -224,19 +238,23 @@ fn run_case(net: &NetnsPair, case: &Case, port: u16, dir: &Path) -> String {
     let receiver = spawn_receiver(&net.b, server);
     let mut s = connect_from(&net.a, server);
     let local = s.local_addr().unwrap().to_string();
-    // 2% loss on the receiver's input: fast retransmits and loss probes.
+    // 2% loss on the receiver's input: fast retransmits and loss probes. Data only (ACKs
+    // and the FIN are short), counted: past the receiver's capture point, each is a segment
+    // that arrived there and that the receiver's ACKs did not take.
     net.set_receiver_rule(&format!(
-        "tcp dport {port} numgen random mod 1000 < 20 drop"
+        "tcp dport {port} meta length > 100 numgen random mod 1000 < 20 counter drop"
     ));
     let chunk = vec![0x5au8; 64 * 1024];
     for _ in 0..64 {
         s.write_all(&chunk).unwrap();
     }
     wait_acked(net, port, Duration::from_secs(10));
+    let mut dropped = net.receiver_rule_counted();
     // A blackout: one message, the RTO backing off 200 → 400 → 800 ms, then through.
-    net.set_receiver_rule(&format!("tcp dport {port} drop"));
+    net.set_receiver_rule(&format!("tcp dport {port} counter drop"));
     s.write_all(b"control message during the outage!").unwrap();
     std::thread::sleep(Duration::from_millis(1700));
+    dropped += net.receiver_rule_counted();
     net.set_receiver_rule("");
     wait_acked(net, port, Duration::from_secs(8));
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -322,6 +340,37 @@ fn run_case(net: &NetnsPair, case: &Case, port: u16, dir: &Path) -> String {
         case.name
     );
     assert_eq!(sender.out_of_order, 0, "{}", case.name);
+    // The segments the receiver's rule dropped arrived at its capture first: its ACKs did
+    // not take them. With SACK each is told; without, only those in order (an arrival out of
+    // order is then not judged, taken or not). The capture stated to be the gateway's (alone,
+    // with the two ends' TTLs alike, it is taken to be the T-Box's, the data's sender).
+    let host = format!("{}-receiver=gateway", case.name);
+    let receiver = analyze_with(&["--host", &host], &[&receiver_pcap], &local, mss);
+    let told = format!(
+        "{}: dropped past the receiver's capture point {dropped}; not taken {}, not judged {}",
+        case.name, receiver.not_taken, receiver.not_judged
+    );
+    eprintln!("{told}");
+    if let Ok(keep) = std::env::var("TBX_KEEP_PCAP") {
+        if receiver.not_taken != dropped {
+            std::fs::copy(
+                &receiver_pcap,
+                format!("{keep}.{}-receiver.pcap", case.name),
+            )
+            .unwrap();
+        }
+    }
+    assert!(dropped > 0, "{told}");
+    if case.sack {
+        assert_eq!(receiver.not_taken, dropped, "{told}");
+    } else {
+        assert!(receiver.not_taken <= dropped, "{told}");
+        assert!(
+            dropped <= receiver.not_taken + receiver.not_judged,
+            "{told}"
+        );
+    }
+    assert_eq!((sender.not_taken, sender.not_judged), (0, 0), "{told}");
     // tshark, the second oracle, flags the same segments at the sender's capture; at the
     // receiver's it also flags the reordered first copies (`out_of_order`, which it also uses
     // for quick resends, so the two are compared together): frame for frame, the

@@ -244,6 +244,8 @@ fn tcp_screen_shows_the_wire_in_a_pcap_replay() {
             path_mtu: 1400,
             at_receiver: false,
             sender_captured: false,
+            arrivals_not_taken: 0,
+            arrivals_not_judged: 0,
         },
         TcpWireDirection {
             path: "tbox-eth0".to_owned(),
@@ -254,6 +256,8 @@ fn tcp_screen_shows_the_wire_in_a_pcap_replay() {
             rtt_samples: 120,
             srtt_us: 40_900,
             rto_ms: 201,
+            at_receiver: true,
+            arrivals_not_taken: 2,
             ..TcpWireDirection::default()
         },
     ];
@@ -296,6 +300,20 @@ fn tcp_screen_shows_the_wire_in_a_pcap_replay() {
         assert!(screen.contains(needle), "{needle}:\n{screen}");
     }
     assert!(!screen.contains("no kernel events: record"), "{screen}");
+    // The server's data, arriving at this capture: two segments its receiver did not take.
+    let mut app = on(Screen::Tcp);
+    app.apply(Action::Down);
+    let screen = text(&draw_from(
+        &pcap,
+        &app,
+        &snap,
+        (140, 45),
+        Theme { color: false },
+    ));
+    assert!(
+        screen.contains("arrived here, not taken by the receiver: 2"),
+        "{screen}"
+    );
 }
 
 /// A filter that hides every row says so, on every list screen.

@@ -37,6 +37,13 @@ pub const MAX_SEGMENTS: usize = 4096;
 pub const MAX_PENDING: usize = 256;
 /// Timestamps (TSval → first send) remembered per direction for RTT samples.
 const MAX_TSVALS: usize = 64;
+/// Arrivals awaiting the receiver's ACK per direction (more are not judged, counted).
+const MAX_ARRIVED: usize = 64;
+/// How long after an arrival the receiver's ACK not taking it says it was dropped past the
+/// capture point: its own ACK leaves within microseconds, in the softirq that takes the
+/// segment; one its application's thread sends meanwhile may not show the segment yet (seen
+/// leaving after the next arrival, on a two-core host), well within this.
+const NOT_TAKEN_AFTER_NS: u64 = 5_000_000;
 /// Linux's minimum RTO (`TCP_RTO_MIN`).
 pub const RTO_MIN_NS: u64 = 200_000_000;
 /// Linux's maximum RTO (`TCP_RTO_MAX`).
@@ -246,6 +253,12 @@ struct Half {
     /// Where this capture, begun after the stream's start, first saw its data (unwrapped
     /// sequence, when), until the first ACK leaving the capture says whether a hole lay below.
     begun_at: Option<(u64, u64)>,
+    /// At the receiver's capture: data seen arriving (unwrapped `[start, end)`, when) that no
+    /// ACK of the receiver's has taken yet, oldest first (see [`judge_arrivals`]).
+    arrived: VecDeque<(u64, u64, u64)>,
+    /// The receiver of this data sent SACK blocks: an ACK of its holds every piece it took
+    /// past its cumulative ACK (the newest first, the rest as room allows).
+    sack_seen: bool,
 }
 
 impl Half {
@@ -265,6 +278,32 @@ impl Half {
     fn peek(&self, seq: u32) -> Option<u64> {
         self.anchor
             .map(|(s, u)| u.saturating_add_signed(i64::from(seq.wrapping_sub(s) as i32)))
+    }
+
+    /// Data `range` seen arriving here at `ts_ns`, to be taken by the receiver's ACKs (see
+    /// [`judge_arrivals`]).
+    fn arrival(&mut self, range: Option<(u64, u64)>, ts_ns: u64) {
+        let Some((start, end)) = range else {
+            return;
+        };
+        // Earlier copies of these bytes no ACK of the receiver's took before this resend came
+        // (a taken segment is acknowledged within the delayed-ACK time, which the sender's
+        // timers wait out): not taken, where an ACK would have shown them.
+        if !self.arrived.is_empty() {
+            let (una, sack_seen) = (self.una, self.sack_seen);
+            let mut not_taken = 0;
+            self.arrived.retain(|&(s, e, ..)| {
+                let resent = s < end && start < e && (s <= una || sack_seen);
+                not_taken += u64::from(resent);
+                !resent
+            });
+            self.stats.arrivals_not_taken += not_taken;
+        }
+        if self.arrived.len() >= MAX_ARRIVED {
+            self.arrived.pop_front();
+            self.stats.arrivals_not_judged += 1;
+        }
+        self.arrived.push_back((start, end, ts_ns));
     }
 
     fn rto_ns(&self) -> u64 {
@@ -494,6 +533,9 @@ impl TcpWireMatcher {
                 if let Some(begun) = peer.begun_at.take() {
                     begun_past_hole(shared, fr, pkt, peer, t.ack, begun);
                 }
+                if !peer.arrived.is_empty() {
+                    judge_arrivals(peer, t, ts_ns);
+                }
             }
         }
         // Records before this index are of the other direction's data (its verdicts).
@@ -556,9 +598,12 @@ impl TcpWireMatcher {
                     .collect();
             }
             sent = Some((seq_len, facts.resent));
-            if let (Dir::In, None, Some((_, ecr))) = (pkt.dir, facts.resent, t.options.timestamps) {
-                if peer.stats.segments == 0 {
-                    peer.sample_echo(ecr, ts_ns);
+            if pkt.dir == Dir::In {
+                data.arrival(facts.data, ts_ns);
+                if let (None, Some((_, ecr))) = (facts.resent, t.options.timestamps) {
+                    if peer.stats.segments == 0 {
+                        peer.sample_echo(ecr, ts_ns);
+                    }
                 }
             }
         } else if pkt.dir == Dir::Out && data.stats.segments == 0 && !t.flags.rst() {
@@ -828,6 +873,43 @@ fn note_sent(shared: &mut Shared, fr: FlowRef, pkt: &Pkt) {
             .unwrap_or(usize::from(notes[1].map(|n| n.1) < notes[0].map(|n| n.1)));
         notes[i] = Some((pkt.capture, pkt.ts_ns));
     }
+}
+
+/// An ACK leaving the receiver of `h`'s data: the arrivals it acknowledges or SACKs were
+/// taken. One it does not take [`NOT_TAKEN_AFTER_NS`] or more after it arrived was dropped
+/// past the capture point when the ACK would show it (in order, or SACK in use), even if a
+/// resend fills its place later (so is one a resend of it reaches first, see
+/// [`Half::arrival`]); an arrival out of order without SACK is not judged (counted).
+fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
+    let Some(ack) = h.peek(t.ack) else {
+        return;
+    };
+    let blocks: smallvec::SmallVec<[(u64, u64); 4]> = t
+        .options
+        .sack_blocks()
+        .iter()
+        .filter_map(|&(l, r)| Some((h.peek(l)?, h.peek(r)?)))
+        .collect();
+    h.sack_seen |= !blocks.is_empty();
+    let sack_seen = h.sack_seen;
+    let sacked = |s: u64, e: u64| blocks.iter().any(|&(l, r)| l <= s && e <= r);
+    let (mut not_taken, mut not_judged) = (0, 0);
+    h.arrived.retain(|&(s, e, at)| {
+        if e <= ack || sacked(s, e) {
+            return false;
+        }
+        if ts_ns < at.saturating_add(NOT_TAKEN_AFTER_NS) {
+            return true;
+        }
+        if s <= ack || sack_seen {
+            not_taken += 1;
+        } else {
+            not_judged += 1;
+        }
+        false
+    });
+    h.stats.arrivals_not_taken += not_taken;
+    h.stats.arrivals_not_judged += not_judged;
 }
 
 /// The first ACK (`ack`) leaving a capture that began after the start of `h`'s data, first

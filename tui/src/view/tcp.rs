@@ -667,6 +667,13 @@ fn render_wire_kinds(
         ),
         theme.dim(),
     ));
+    if d.arrivals_not_taken > 0 {
+        lines.push(Line::raw(format!(
+            "arrived here, not taken by the receiver: {} (dropped past the capture point; \
+             stalls told from arrivals may end early)",
+            d.arrivals_not_taken
+        )));
+    }
     let joined = join
         .directions
         .iter()

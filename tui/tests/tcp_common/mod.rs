@@ -139,6 +139,24 @@ impl NetnsPair {
         run(Command::new("ip").args(["netns", "exec", &self.b, "nft", &ruleset]));
     }
 
+    /// Packets the receiver's rule counted (its `counter`s), 0 without one.
+    pub fn receiver_rule_counted(&self) -> u64 {
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &self.b, "nft", "list", "table", "inet", "tbx",
+            ])
+            .stderr(Stdio::null())
+            .output()
+            .expect("nft runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let words: Vec<&str> = text.split_whitespace().collect();
+        words
+            .windows(3)
+            .filter(|w| w[0] == "counter" && w[1] == "packets")
+            .filter_map(|w| w[2].parse::<u64>().ok())
+            .sum()
+    }
+
     /// `ss -tin` in the sender's namespace for this test's connection.
     pub fn ss(&self) -> Option<SsInfo> {
         let out = Command::new("ip")
