@@ -703,6 +703,40 @@ fn an_ack_before_an_idle_stretch_is_no_send_left_unanswered() {
     assert!(s.outages.is_empty(), "{:?}", s.outages);
 }
 
+/// A 500-byte data segment `sn` arriving at the gateway's capture (5, "g0") at `at_ns`.
+fn gateway_push(at_ns: u64, sn: u32) -> Observation {
+    seg(
+        at_ns,
+        "g0",
+        5,
+        ONE_PATH.0,
+        ONE_PATH.1,
+        KcpCmd::Push,
+        sn,
+        sn,
+        500,
+    )
+}
+
+/// The gateway's ACK of `sn` leaving its capture at `at_ns`, with its `una`.
+fn gateway_ack(at_ns: u64, sn: u32, una: u32) -> Observation {
+    let mut o = seg(
+        at_ns,
+        "g0",
+        5,
+        ONE_PATH.1,
+        ONE_PATH.0,
+        KcpCmd::Ack,
+        sn,
+        sn,
+        0,
+    );
+    if let Observation::Kcp(k) = &mut o {
+        k.header.una = una;
+    }
+    o
+}
+
 /// The gateway's capture begun mid-session just after sn 40 and 41 were lost on the way: the
 /// first segments it sees, 42 and 43, lie past the hole, which the gateway's first ACK says
 /// (una 40). One stall from 42's arrival to the resends', holding both; a capture whose first
@@ -713,26 +747,7 @@ fn a_capture_begun_just_past_a_hole_sees_the_hole() {
         let mut e = engine(Config::default());
         e.handle(capture(5, "gw-g0", "g0", Host::Gateway, None));
         let ms = |m: u64| T0 + m * 1_000_000;
-        let push = |at: u64, sn: u32| {
-            seg(
-                at,
-                "g0",
-                5,
-                ONE_PATH.0,
-                ONE_PATH.1,
-                KcpCmd::Push,
-                sn,
-                sn,
-                500,
-            )
-        };
-        let ack = |at: u64, sn: u32, una: u32| {
-            let mut o = seg(at, "g0", 5, ONE_PATH.1, ONE_PATH.0, KcpCmd::Ack, sn, sn, 0);
-            if let Observation::Kcp(k) = &mut o {
-                k.header.una = una;
-            }
-            o
-        };
+        let (push, ack) = (gateway_push, gateway_ack);
         let first = if hole { 42 } else { 40 };
         let mut obs = Vec::new();
         for sn in first..44 {
@@ -775,35 +790,9 @@ fn a_capture_begun_at_a_resend_of_data_the_receiver_had_sees_the_hole_after_it()
         let mut e = engine(Config::default());
         e.handle(capture(5, "gw-g0", "g0", Host::Gateway, None));
         let ms = |m: u64| T0 + m * 1_000_000;
-        let push = |at: u64, sn: u32| {
-            seg(
-                ms(at),
-                "g0",
-                5,
-                ONE_PATH.0,
-                ONE_PATH.1,
-                KcpCmd::Push,
-                sn,
-                sn,
-                500,
-            )
-        };
+        let push = |at: u64, sn: u32| gateway_push(ms(at), sn);
         let mut obs: Vec<Observation> = first.iter().map(|&(at, sn)| push(at, sn)).collect();
-        let mut ack = seg(
-            ms(150),
-            "g0",
-            5,
-            ONE_PATH.1,
-            ONE_PATH.0,
-            KcpCmd::Ack,
-            0,
-            0,
-            0,
-        );
-        if let Observation::Kcp(k) = &mut ack {
-            k.header.una = una;
-        }
-        obs.push(ack);
+        obs.push(gateway_ack(ms(150), 0, una));
         obs.extend(fill.iter().map(|&(at, sn)| push(at, sn)));
         for o in obs {
             e.handle(o);
