@@ -5,7 +5,9 @@
 //! during the stall.
 
 use crate::flow::{FlowRef, Proto};
-use crate::hol::{filled_by, push_evidence, Delivery, GapTracker, OpenGap, PendingResends, Resend};
+use crate::hol::{
+    filled_by, push_evidence, Delivery, GapTracker, IncidentBook, OpenGap, PendingResends, Resend,
+};
 use crate::paths::{PathIdx, PathTable};
 use crate::record::{HolIncident, HolProtocol, HolStallFrom, Recovery, TcpSource};
 use crate::shared::Shared;
@@ -52,6 +54,14 @@ impl GapSel {
             GapSel::Tcp { .. } => u64::from(unit as u32),
             _ => unit,
         }
+    }
+}
+
+/// Withdraws open stall `incident`, shown to be none, from `book` and from its flow's count
+/// of `incidents` (as if never opened).
+pub(crate) fn withdraw_stall(book: &mut IncidentBook, incidents: &mut u64, incident: u64) {
+    if book.withdraw(incident) {
+        *incidents = incidents.saturating_sub(1);
     }
 }
 
@@ -483,9 +493,7 @@ impl Shared {
             return;
         };
         if let Some(id) = t.restart_at(unit) {
-            if self.incidents.withdraw(id) {
-                f.incidents = f.incidents.saturating_sub(1);
-            }
+            withdraw_stall(&mut self.incidents, &mut f.incidents, id);
         }
     }
 

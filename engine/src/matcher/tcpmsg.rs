@@ -22,7 +22,7 @@ use crate::capture::Dir;
 use crate::flow::{FlowRef, Proto};
 use crate::hol::{GapTracker, IncidentBook, Resend, Transmission};
 use crate::input::TcpSegment;
-use crate::matcher::gaps::GapSel;
+use crate::matcher::gaps::{withdraw_stall, GapSel};
 use crate::matcher::mix;
 use crate::matcher::tcp::Arrivals;
 use crate::message::MsgId;
@@ -118,11 +118,8 @@ enum Shows {
 /// (withdrawn from `book` and from its flow's count of `incidents`).
 #[cold]
 fn undo_guess(t: &mut GapTracker, book: &mut IncidentBook, incidents: &mut u64) {
-    if std::mem::take(t)
-        .gap
-        .is_some_and(|g| book.withdraw(g.incident))
-    {
-        *incidents = incidents.saturating_sub(1);
+    if let Some(g) = std::mem::take(t).gap {
+        withdraw_stall(book, incidents, g.incident);
     }
 }
 
