@@ -3,8 +3,9 @@
 //! two instead of their sum. The engine sees exactly the sequence it would see on one thread,
 //! and whatever runs after each observation (draining records, writing them) runs there too.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,105 @@ use crate::source::pcap::FileError;
 const BATCH: usize = 1024;
 /// Batches on their way to the engine's thread before decoding waits.
 const IN_FLIGHT: usize = 8;
+/// Decoding, once it waited for room, is woken when the engine's thread has left this many
+/// batches on their way or fewer: one wake-up per several batches, not one per batch (each
+/// costs the engine's thread, the slower one, a few microseconds of a shared machine's CPU).
+const WAKE_DECODING_AT: usize = IN_FLIGHT / 2;
+
+/// The batches between the two threads.
+#[derive(Default)]
+struct Handoff {
+    state: Mutex<HandoffState>,
+    /// The engine's thread waits here for a batch.
+    filled: Condvar,
+    /// Decoding waits here for room.
+    room: Condvar,
+}
+
+#[derive(Default)]
+struct HandoffState {
+    /// Batches for the engine's thread, oldest first.
+    full: VecDeque<Vec<Observation>>,
+    /// Batches the engine's thread is done with, observations still in them: they are freed
+    /// by decoding, where they were allocated (freed on the engine's thread, every QUIC packet
+    /// is a remote free for the allocator and decoding keeps taking fresh memory), and reused.
+    spent: Vec<Vec<Observation>>,
+    /// Decoding is done (or gave up): no more batches come.
+    closed: bool,
+    /// The engine's thread is gone: batches handed over now are dropped.
+    stopped: bool,
+    engine_waits: bool,
+    decoding_waits: bool,
+}
+
+impl Handoff {
+    fn lock(&self) -> MutexGuard<'_, HandoffState> {
+        // Neither side panics while holding the lock; if one did, the state is still whole.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The engine's thread: the next batch, `None` once decoding closed and all are taken.
+    fn take(&self, spent: Option<Vec<Observation>>) -> Option<Vec<Observation>> {
+        let mut st = self.lock();
+        if let Some(b) = spent {
+            if st.spent.len() < IN_FLIGHT + 2 {
+                st.spent.push(b);
+            }
+        }
+        loop {
+            if let Some(b) = st.full.pop_front() {
+                if st.decoding_waits && st.full.len() <= WAKE_DECODING_AT {
+                    st.decoding_waits = false;
+                    self.room.notify_one();
+                }
+                return Some(b);
+            }
+            if st.closed {
+                return None;
+            }
+            st.engine_waits = true;
+            st = self.filled.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st.engine_waits = false;
+        }
+    }
+
+    /// Decoding: hands `full` over, waiting while `IN_FLIGHT` are on their way; returns an
+    /// empty batch to fill next (a spent one when there is one), or `None` when the engine's
+    /// thread is gone.
+    fn give(&self, full: Vec<Observation>) -> Option<Vec<Observation>> {
+        let mut st = self.lock();
+        while st.full.len() >= IN_FLIGHT && !st.stopped {
+            st.decoding_waits = true;
+            st = self.room.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        if st.stopped {
+            return None;
+        }
+        st.full.push_back(full);
+        if st.engine_waits {
+            self.filled.notify_one();
+        }
+        let next = st.spent.pop();
+        drop(st);
+        let mut next = next.unwrap_or_else(|| Vec::with_capacity(BATCH));
+        next.clear();
+        Some(next)
+    }
+
+    /// Decoding is done: the engine's thread ends after the batches on their way.
+    fn close(&self) {
+        self.lock().closed = true;
+        self.filled.notify_one();
+    }
+
+    /// The engine's thread ends early: decoding stops waiting for room.
+    fn stop(&self) {
+        let mut st = self.lock();
+        st.stopped = true;
+        st.full.clear();
+        self.room.notify_one();
+    }
+}
 
 /// How long each thread of a pipelined run waited for the other: the one that waited less set
 /// the pace.
@@ -43,16 +143,20 @@ pub fn worth_a_thread() -> bool {
 /// observations, or the first error of `after`.
 type WorkerResult<T, E> = Result<(Engine, T, Duration), E>;
 
+/// Stops the hand-over when the engine's thread ends.
+struct StopOnDrop(Arc<Handoff>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
 /// An [`Engine`] running on its own thread, fed through [`ObservationSink::handle`].
 pub struct EngineThread<T, E> {
     /// The batch being filled.
     batch: Vec<Observation>,
-    to_engine: Option<SyncSender<Vec<Observation>>>,
-    /// Batches the engine's thread is done with, observations still in them: they are freed
-    /// here, where they were allocated (freed on the engine's thread, every QUIC packet is a
-    /// remote free for the allocator and decoding keeps taking fresh memory), and the batch
-    /// is reused.
-    done: Receiver<Vec<Observation>>,
+    handoff: Arc<Handoff>,
     worker: Option<JoinHandle<WorkerResult<T, E>>>,
     stopped: bool,
     /// Time spent waiting to hand a batch over.
@@ -63,16 +167,19 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
     /// Starts `engine` on a thread of its own; `after` runs there after every observation
     /// with `state` (e.g. to drain the engine's records and write them).
     pub fn spawn(engine: Engine, state: T, after: AfterObservation<T, E>) -> std::io::Result<Self> {
-        let (to_engine, batches) = sync_channel::<Vec<Observation>>(IN_FLIGHT);
-        let (give_back, done) = sync_channel::<Vec<Observation>>(IN_FLIGHT + 2);
+        let handoff = Arc::new(Handoff::default());
+        let theirs = Arc::clone(&handoff);
         let worker = std::thread::Builder::new()
             .name("engine".to_owned())
             .spawn(move || {
+                // However the thread ends (an error, a panic), decoding stops waiting for it.
+                let _stop = StopOnDrop(Arc::clone(&theirs));
                 let (mut engine, mut state) = (engine, state);
                 let mut waited = Duration::ZERO;
+                let mut spent = None;
                 loop {
                     let asked = Instant::now();
-                    let Ok(batch) = batches.recv() else {
+                    let Some(batch) = theirs.take(spent.take()) else {
                         break;
                     };
                     waited += asked.elapsed();
@@ -80,15 +187,13 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
                         engine.handle_ref(obs);
                         after(&mut engine, &mut state)?;
                     }
-                    // If decoding does not take it back fast enough, it is dropped here.
-                    let _ = give_back.try_send(batch);
+                    spent = Some(batch);
                 }
                 Ok((engine, state, waited))
             })?;
         Ok(Self {
             batch: Vec::with_capacity(BATCH),
-            to_engine: Some(to_engine),
-            done,
+            handoff,
             worker: Some(worker),
             stopped: false,
             waited: Duration::ZERO,
@@ -106,7 +211,7 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
     /// panic on the engine's thread goes on here.
     pub fn finish(mut self) -> Result<(Engine, T, Waits), E> {
         self.hand_over();
-        self.to_engine = None;
+        self.handoff.close();
         let Some(worker) = self.worker.take() else {
             unreachable!("the worker is taken only here and in drop");
         };
@@ -127,21 +232,13 @@ impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
         if self.batch.is_empty() {
             return;
         }
-        let mut next = self
-            .done
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BATCH));
-        next.clear();
-        let full = std::mem::replace(&mut self.batch, next);
+        let full = std::mem::take(&mut self.batch);
         let asked = Instant::now();
-        let sent = self
-            .to_engine
-            .as_ref()
-            .is_some_and(|t| t.send(full).is_ok());
+        let next = self.handoff.give(full);
         self.waited += asked.elapsed();
-        if !sent {
-            self.stopped = true;
-            self.batch.clear();
+        match next {
+            Some(next) => self.batch = next,
+            None => self.stopped = true,
         }
     }
 }
@@ -173,8 +270,8 @@ impl<T: Send + 'static, E: Send + 'static> ObservationSink for EngineThread<T, E
 
 impl<T, E> Drop for EngineThread<T, E> {
     fn drop(&mut self) {
-        // Not finished (an early return): close the channel and let the thread end.
-        self.to_engine = None;
+        // Not finished (an early return): close the hand-over and let the thread end.
+        self.handoff.close();
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }

@@ -238,3 +238,41 @@ fn an_error_on_the_engine_thread_stops_decoding_and_is_returned() {
         analyzer.stats().frames
     );
 }
+
+#[test]
+fn a_panic_on_the_engine_thread_stops_decoding_and_goes_on_in_the_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = two_path_captures(dir.path(), 6000);
+    let mut analyzer = Analyzer::new(DissectConfig::default());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decode_and_match(
+            &mut analyzer,
+            &files,
+            &[],
+            Engine::new(Config::default()),
+            0u64,
+            |_, seen| {
+                *seen += 1;
+                assert!(*seen != 100, "the engine's thread gave up");
+                Ok::<(), std::io::Error>(())
+            },
+            true,
+        )
+        .map(drop)
+    }));
+    // Decoding did not wait for room the dead thread would never make, and the panic reached
+    // the caller.
+    let Err(panic) = result else {
+        panic!("the panic was lost");
+    };
+    let said = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    assert_eq!(said, Some("the engine's thread gave up"));
+    assert!(
+        analyzer.stats().frames < 12_000,
+        "{} frames decoded",
+        analyzer.stats().frames
+    );
+}
