@@ -528,8 +528,8 @@ pub struct TcpWireDirection {
     /// kernel (its memory, its window). Stalls told from arrivals may end early there.
     #[serde(default)]
     pub arrivals_not_taken: u64,
-    /// At the receiver: arrivals not judged (out of order without SACK, or beyond the bound
-    /// of those awaiting an ACK).
+    /// At the receiver: arrivals not judged (out of order without SACK, beyond the bound of
+    /// those awaiting an ACK, or still awaiting one when the capture ended).
     #[serde(default)]
     pub arrivals_not_judged: u64,
 }

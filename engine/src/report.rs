@@ -362,7 +362,7 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
             if d.at_receiver {
                 // Data to ACK at the receiver's end is its ACK delay, not a round trip.
                 format!(
-                    "at the receiver: ACK delay {} ({} samples){}{}",
+                    "at the receiver: ACK delay {} ({} samples){}{}{}",
                     ms(d.srtt_us),
                     d.rtt_samples,
                     if d.sender_captured {
@@ -375,6 +375,15 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
                             "; {} arrived here but were not taken by the receiver (dropped \
                              past the capture point: stalls told from arrivals may end early)",
                             d.arrivals_not_taken
+                        )
+                    } else {
+                        String::new()
+                    },
+                    if d.arrivals_not_judged > 0 {
+                        format!(
+                            "; {} arrivals not judged (out of order without SACK, or no ACK \
+                             after them before the capture ended)",
+                            d.arrivals_not_judged
                         )
                     } else {
                         String::new()
@@ -570,6 +579,32 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("packets lost on the wire"), "{text}");
+    }
+
+    /// A receiver's capture says what its ACKs showed of the arrivals: those not taken, and
+    /// those it could not judge.
+    #[test]
+    fn arrivals_at_the_receiver_in_words() {
+        let mut s = Summary::default();
+        s.tcp_wire.directions.push(crate::record::TcpWireDirection {
+            path: "gw-eth0".to_owned(),
+            src: "10.0.0.2:40000".to_owned(),
+            dst: "10.0.0.1:443".to_owned(),
+            segments: 10,
+            at_receiver: true,
+            arrivals_not_taken: 2,
+            arrivals_not_judged: 1,
+            ..crate::record::TcpWireDirection::default()
+        });
+        let text = render(&s);
+        assert!(
+            text.contains("; 2 arrived here but were not taken by the receiver"),
+            "{text}"
+        );
+        assert!(
+            text.contains("; 1 arrivals not judged (out of order"),
+            "{text}"
+        );
     }
 
     /// No latency sample at all says why there is no prediction, and claims no path.

@@ -258,6 +258,7 @@ fn tcp_screen_shows_the_wire_in_a_pcap_replay() {
             rto_ms: 201,
             at_receiver: true,
             arrivals_not_taken: 2,
+            arrivals_not_judged: 3,
             ..TcpWireDirection::default()
         },
     ];
@@ -314,6 +315,7 @@ fn tcp_screen_shows_the_wire_in_a_pcap_replay() {
         screen.contains("arrived here, not taken by the receiver: 2"),
         "{screen}"
     );
+    assert!(screen.contains("arrived here, not judged: 3"), "{screen}");
 }
 
 /// A filter that hides every row says so, on every list screen.

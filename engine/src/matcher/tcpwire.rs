@@ -306,6 +306,13 @@ impl Half {
         self.arrived.push_back((start, end, ts_ns));
     }
 
+    /// The capture ends, or the connection is forgotten, with arrivals no ACK judged yet:
+    /// counted as not judged.
+    fn arrivals_left_unjudged(&mut self) {
+        self.stats.arrivals_not_judged += self.arrived.len() as u64;
+        self.arrived.clear();
+    }
+
     fn rto_ns(&self) -> u64 {
         match self.srtt {
             None => RTO_INITIAL_NS,
@@ -724,6 +731,7 @@ impl TcpWireMatcher {
             }
             for h in &mut c.halves {
                 *left += h.left_to_sender;
+                h.arrivals_left_unjudged();
                 if h.stats.retransmits_total() > 0 && retired.len() < MAX_CONNECTIONS {
                     retired.push(std::mem::take(&mut h.stats));
                 }
@@ -742,11 +750,12 @@ impl TcpWireMatcher {
     }
 
     /// Ends the run: every retransmission still awaiting its verdict is written as it
-    /// stands.
+    /// stands, and arrivals still awaiting the receiver's ACK are counted as not judged.
     pub(crate) fn finish(&mut self, shared: &mut Shared) {
         self.release_held(shared, u64::MAX, true);
         for c in &mut self.conns {
             for h in &mut c.halves {
+                h.arrivals_left_unjudged();
                 let here = !h.stats.sender_captured;
                 for p in h.pending.drain(..) {
                     if p.write && here {

@@ -674,6 +674,16 @@ fn render_wire_kinds(
             d.arrivals_not_taken
         )));
     }
+    if d.arrivals_not_judged > 0 {
+        lines.push(Line::styled(
+            format!(
+                "arrived here, not judged: {} (out of order without SACK, or no ACK after them \
+                 before the capture ended)",
+                d.arrivals_not_judged
+            ),
+            theme.dim(),
+        ));
+    }
     let joined = join
         .directions
         .iter()
