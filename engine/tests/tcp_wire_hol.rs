@@ -1036,3 +1036,40 @@ fn arrivals_the_receiver_does_not_take_are_counted() {
     assert_eq!(run(true), (2, 1));
     assert_eq!(run(false), (1, 3));
 }
+
+/// At the gateway's capture the resend that fills the hole arrives, but its kernel drops it:
+/// the ACKs stay at the hole, and the stall goes on until the next resend, which the ACKs
+/// take (also when the dropped resend began below the hole, with bytes the receiver had). A
+/// fill the ACKs take at once ends the stall at its arrival, as before.
+#[test]
+fn a_fill_the_receiver_drops_does_not_end_the_stall() {
+    let run = |dropped: bool, from: u32| {
+        let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
+        c.seg(1, 100, true, (1000, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 100, false, (5001, 1100), ACK, 0, &[], &[]);
+        // 1100 lost on the way: 1200 arrives past the hole.
+        c.seg(1, 110, true, (1200, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 110, false, (5001, 1100), ACK, 0, &[(1200, 1300)], &[]);
+        // The fast resend of 1100 arrives (with bytes below it, from 1000).
+        c.seg(1, 120, true, (from, 5001), ACK, 1200 - from, &[], &[]);
+        if dropped {
+            // Not taken: the ACKs, the last 10 ms on, stay at the hole.
+            c.seg(1, 121, false, (5001, 1100), ACK, 0, &[(1200, 1300)], &[]);
+            c.seg(1, 130, false, (5001, 1100), ACK, 0, &[(1200, 1300)], &[]);
+            // The timeout's resend is taken.
+            c.seg(1, 330, true, (1100, 5001), ACK, 100, &[], &[]);
+            c.seg(1, 330, false, (5001, 1300), ACK, 0, &[], &[]);
+        } else {
+            c.seg(1, 120, false, (5001, 1300), ACK, 0, &[], &[]);
+        }
+        c.seg(1, 400, true, (1300, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 400, false, (5001, 1400), ACK, 0, &[], &[]);
+        c.finish();
+        let inc = c.wire_incidents();
+        assert_eq!(inc.len(), 1, "{inc:#?}");
+        ((inc[0].start_ns - T0) / MS, inc[0].stall_ns / MS)
+    };
+    assert_eq!(run(false, 1100), (110, 10));
+    assert_eq!(run(true, 1100), (110, 220));
+    assert_eq!(run(true, 1000), (110, 220));
+}

@@ -8,6 +8,9 @@
 //!   ACK passes a retransmission and data sent behind it, that data was held at the receiver
 //!   from (at the latest) the hole's first transmission until the retransmission arrived
 //!   (`stall_from: sent_to_acked`: first send → that ACK, about a round trip longer).
+//! - A receiver's capture sees segments before its kernel takes them: where the receiver's
+//!   ACKs are seen there, the arrival that fills a hole ends the stall only once an ACK takes
+//!   it ([`FillWait`]); one its kernel dropped leaves the stall open for the next copy.
 //! - Either way, the retransmissions the sender's capture classified are counted on the stall
 //!   they were sent for, and say how it was filled.
 //! - Messages: sighted where the capture completed them (at the sender: its last byte first
@@ -25,9 +28,90 @@ use crate::input::TcpSegment;
 use crate::matcher::gaps::{withdraw_stall, GapSel};
 use crate::matcher::mix;
 use crate::matcher::tcp::Arrivals;
+use crate::matcher::tcpwire::NOT_TAKEN_AFTER_NS;
 use crate::message::MsgId;
 use crate::record::TcpRetransmitKind;
 use crate::shared::{Pkt, Shared};
+
+/// One direction's hole fill at the receiver's capture, waiting for the receiver's ACK.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FillWait {
+    /// The capture at which the receiver's ACKs of this direction's data were seen leaving
+    /// (fills wait only where they are seen).
+    acks_at: Option<crate::input::CaptureId>,
+    /// The arrival that fills the hole, not taken yet.
+    fill: Option<HoleFill>,
+}
+
+/// An arrival `[start, end)` (unwrapped) that fills the hole starting at `hole`, as [`data`]
+/// would have delivered it.
+#[derive(Clone, Copy, Debug)]
+struct HoleFill {
+    hole: u64,
+    start: u64,
+    end: u64,
+    ts_ns: u64,
+    path: crate::paths::PathIdx,
+    capture: crate::input::CaptureId,
+    behind: u64,
+    arriving: Option<Transmission>,
+}
+
+fn fill_wait(shared: &mut Shared, fr: FlowRef, up: bool) -> Option<&mut FillWait> {
+    match shared.flows.get_mut(fr).map(|f| &mut f.proto) {
+        Some(Proto::Tcp(s)) => s.rx_fill.get_mut(usize::from(up)),
+        _ => None,
+    }
+}
+
+/// An ACK leaving the receiver of the `data_up` direction's data at `pkt`'s capture,
+/// acknowledging up to `ack` (unwrapped): the fill waiting there is taken (the stall ends at
+/// its arrival) if the ACK passes the hole's start, and was dropped past the capture point (the
+/// stall goes on) if the ACK comes [`NOT_TAKEN_AFTER_NS`] or more after it and does not (the
+/// receiver ACKs a segment that fills a hole at once).
+pub(crate) fn fill_judged(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, data_up: bool, ack: u64) {
+    let Some(w) = fill_wait(shared, fr, data_up) else {
+        return;
+    };
+    w.acks_at = Some(pkt.capture);
+    let Some(fill) = w.fill.filter(|f| f.capture == pkt.capture) else {
+        return;
+    };
+    if ack > fill.hole {
+        w.fill = None;
+        deliver_fill(shared, fr, data_up, fill);
+    } else if pkt.ts_ns >= fill.ts_ns.saturating_add(NOT_TAKEN_AFTER_NS) {
+        w.fill = None;
+    }
+}
+
+/// Delivers the fill `f` of the `up` direction at its arrival.
+fn deliver_fill(shared: &mut Shared, fr: FlowRef, up: bool, f: HoleFill) {
+    if let Some(t) = tracker(shared, fr, up) {
+        t.behind = f.behind;
+        t.arriving = f.arriving;
+    }
+    let len = f.end - f.start;
+    shared.gap_deliver(
+        fr,
+        at_receiver(up),
+        f.start,
+        len,
+        len,
+        false,
+        f.path,
+        f.ts_ns,
+    );
+}
+
+/// The run ends: fills no ACK judged are taken as delivered at their arrival.
+pub(crate) fn deliver_waiting_fills(shared: &mut Shared, fr: FlowRef) {
+    for up in [false, true] {
+        if let Some(f) = fill_wait(shared, fr, up).and_then(|w| w.fill.take()) {
+            deliver_fill(shared, fr, up, f);
+        }
+    }
+}
 
 /// Messages awaiting their cumulative ACK, per direction at one capture.
 pub const MAX_OUTSTANDING: usize = 4096;
@@ -154,6 +238,7 @@ fn seen_arriving<'a>(
             // sent before the capture began, no stall): the receiver's stream is followed
             // from the ACKs instead, from scratch.
             *seen = Arrivals::None;
+            s.rx_fill[usize::from(up)] = FillWait::default();
             undo_guess(
                 &mut s.rx[usize::from(up)],
                 &mut shared.incidents,
@@ -287,6 +372,11 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
         Dir::In => {
             // Arrived at the receiver's capture: the messages it completes past its own end
             // were held behind a hole it fills.
+            let mut fills = None;
+            let behind = f.messages.iter().filter(|m| m.1 > e).count() as u64;
+            // A resend as this capture tells it (its ACKs and timestamps): what filled the
+            // hole, also where the sender is not captured.
+            let arriving = f.resent.map(|k| Transmission::Retransmission(resend_of(k)));
             if let Some(t) = seen_arriving(shared, fr, up, pkt, Shows::Arriving) {
                 // Where the capture saw the SYN, the stream starts after it: a first data
                 // segment lost on the way is a hole like any later one (the first arrival
@@ -294,10 +384,36 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
                 if let Some(first) = f.first_byte {
                     t.start_at(first);
                 }
-                t.behind = f.messages.iter().filter(|m| m.1 > e).count() as u64;
-                // A resend as this capture tells it (its ACKs and timestamps): what filled the
-                // hole, also where the sender is not captured.
-                t.arriving = f.resent.map(|k| Transmission::Retransmission(resend_of(k)));
+                fills = t
+                    .gap
+                    .and(t.hole())
+                    .map(|(n, _)| n)
+                    .filter(|&n| s <= n && n < e);
+                t.behind = behind;
+                t.arriving = arriving;
+            }
+            if let Some(hole) = fills {
+                if let Some(w) =
+                    fill_wait(shared, fr, up).filter(|w| w.acks_at == Some(pkt.capture))
+                {
+                    // Ends the stall once the receiver's ACK takes it (an earlier fill still
+                    // waiting was not taken before this copy came).
+                    w.fill = Some(HoleFill {
+                        hole,
+                        start: s,
+                        end: e,
+                        ts_ns: pkt.ts_ns,
+                        path: pkt.path,
+                        capture: pkt.capture,
+                        behind,
+                        arriving,
+                    });
+                    if let Some(t) = tracker(shared, fr, up) {
+                        t.behind = 0;
+                        t.arriving = None;
+                    }
+                    return;
+                }
             }
             let sel = at_receiver(up);
             shared.gap_deliver(fr, sel, s, e - s, e - s, false, pkt.path, pkt.ts_ns);

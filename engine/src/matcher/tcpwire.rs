@@ -43,7 +43,7 @@ const MAX_ARRIVED: usize = 64;
 /// capture point: its own ACK leaves within microseconds, in the softirq that takes the
 /// segment; one its application's thread sends meanwhile may not show the segment yet (seen
 /// leaving after the next arrival, on a two-core host), well within this.
-const NOT_TAKEN_AFTER_NS: u64 = 5_000_000;
+pub(crate) const NOT_TAKEN_AFTER_NS: u64 = 5_000_000;
 /// Linux's minimum RTO (`TCP_RTO_MIN`).
 pub const RTO_MIN_NS: u64 = 200_000_000;
 /// Linux's maximum RTO (`TCP_RTO_MAX`).
@@ -543,6 +543,10 @@ impl TcpWireMatcher {
                 if !peer.arrived.is_empty() {
                     judge_arrivals(peer, t, ts_ns);
                 }
+                if let Some(ack) = peer.peek(t.ack).filter(|_| peer.stats.at_receiver) {
+                    // A fill waiting for this ACK ends its stall, or was dropped.
+                    tcpmsg::fill_judged(shared, fr, pkt, !pkt.up.unwrap_or(true), ack);
+                }
             }
         }
         // Records before this index are of the other direction's data (its verdicts).
@@ -752,6 +756,9 @@ impl TcpWireMatcher {
     /// Ends the run: every retransmission still awaiting its verdict is written as it
     /// stands, and arrivals still awaiting the receiver's ACK are counted as not judged.
     pub(crate) fn finish(&mut self, shared: &mut Shared) {
+        for c in &self.conns {
+            tcpmsg::deliver_waiting_fills(shared, c.flow);
+        }
         self.release_held(shared, u64::MAX, true);
         for c in &mut self.conns {
             for h in &mut c.halves {
