@@ -59,9 +59,6 @@ pub struct TcpState {
     /// Data of each direction was seen arriving at the receiver's capture (its stalls are
     /// then seen there, not inferred from ACKs at the sender's).
     pub rx_arrivals: [Arrivals; 2],
-    /// Per direction, at the receiver's capture: the arrival that fills the hole, waiting
-    /// for the receiver's ACKs to take it before it ends the stall.
-    pub(crate) rx_fill: [crate::matcher::tcpmsg::FillWait; 2],
     /// The (at most two) captures that last saw data of each direction leave, and when
     /// (engine clock): paired with the receiver's, such a capture writes the direction's
     /// retransmissions.
@@ -169,7 +166,6 @@ impl TcpState {
         self.sent.swap(0, 1);
         self.rx.swap(0, 1);
         self.rx_arrivals.swap(0, 1);
-        self.rx_fill.swap(0, 1);
         self.sent_at_sender.swap(0, 1);
         if let Some(inc) = &mut self.incident {
             inc.2 = 1 - inc.2.min(1);

@@ -10,7 +10,7 @@
 //!   (`stall_from: sent_to_acked`: first send → that ACK, about a round trip longer).
 //! - A receiver's capture sees segments before its kernel takes them: where the receiver's
 //!   ACKs are seen there, the arrival that fills a hole ends the stall only once an ACK takes
-//!   it ([`FillWait`]); one its kernel dropped leaves the stall open for the next copy.
+//!   it ([`HoleFill`]); one its kernel dropped leaves the stall open for the next copy.
 //! - Either way, the retransmissions the sender's capture classified are counted on the stall
 //!   they were sent for, and say how it was filled.
 //! - Messages: sighted where the capture completed them (at the sender: its last byte first
@@ -33,83 +33,65 @@ use crate::message::MsgId;
 use crate::record::TcpRetransmitKind;
 use crate::shared::{Pkt, Shared};
 
-/// One direction's hole fill at the receiver's capture, waiting for the receiver's ACK.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct FillWait {
-    /// The capture at which the receiver's ACKs of this direction's data were seen leaving
-    /// (fills wait only where they are seen).
-    acks_at: Option<crate::input::CaptureId>,
-    /// The arrival that fills the hole, not taken yet.
-    fill: Option<HoleFill>,
-}
-
-/// An arrival `[start, end)` (unwrapped) that fills the hole starting at `hole`, as [`data`]
-/// would have delivered it.
+/// An arrival `[start, end)` (unwrapped) at the receiver's capture that fills the hole
+/// starting at `hole`, as [`data`] would have delivered it: it waits for the receiver's ACKs
+/// (seen leaving that capture) to take it before it ends the stall ([`HoleFill::verdict`]).
 #[derive(Clone, Copy, Debug)]
-struct HoleFill {
+pub(crate) struct HoleFill {
+    /// Its direction (client → server).
+    up: bool,
     hole: u64,
     start: u64,
     end: u64,
     ts_ns: u64,
     path: crate::paths::PathIdx,
-    capture: crate::input::CaptureId,
     behind: u64,
     arriving: Option<Transmission>,
 }
 
-fn fill_wait(shared: &mut Shared, fr: FlowRef, up: bool) -> Option<&mut FillWait> {
-    match shared.flows.get_mut(fr).map(|f| &mut f.proto) {
-        Some(Proto::Tcp(s)) => s.rx_fill.get_mut(usize::from(up)),
-        _ => None,
-    }
+/// What an ACK of the receiver's says of a [`HoleFill`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FillVerdict {
+    /// Taken: the stall ends at its arrival.
+    Taken,
+    /// Dropped past the capture point: the stall goes on.
+    Dropped,
+    /// Not told yet.
+    Waiting,
 }
 
-/// An ACK leaving the receiver of the `data_up` direction's data at `pkt`'s capture,
-/// acknowledging up to `ack` (unwrapped): the fill waiting there is taken (the stall ends at
-/// its arrival) if the ACK passes the hole's start, and was dropped past the capture point (the
-/// stall goes on) if the ACK comes [`NOT_TAKEN_AFTER_NS`] or more after it and does not (the
-/// receiver ACKs a segment that fills a hole at once).
-pub(crate) fn fill_judged(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, data_up: bool, ack: u64) {
-    let Some(w) = fill_wait(shared, fr, data_up) else {
-        return;
-    };
-    w.acks_at = Some(pkt.capture);
-    let Some(fill) = w.fill.filter(|f| f.capture == pkt.capture) else {
-        return;
-    };
-    if ack > fill.hole {
-        w.fill = None;
-        deliver_fill(shared, fr, data_up, fill);
-    } else if pkt.ts_ns >= fill.ts_ns.saturating_add(NOT_TAKEN_AFTER_NS) {
-        w.fill = None;
-    }
-}
-
-/// Delivers the fill `f` of the `up` direction at its arrival.
-fn deliver_fill(shared: &mut Shared, fr: FlowRef, up: bool, f: HoleFill) {
-    if let Some(t) = tracker(shared, fr, up) {
-        t.behind = f.behind;
-        t.arriving = f.arriving;
-    }
-    let len = f.end - f.start;
-    shared.gap_deliver(
-        fr,
-        at_receiver(up),
-        f.start,
-        len,
-        len,
-        false,
-        f.path,
-        f.ts_ns,
-    );
-}
-
-/// The run ends: fills no ACK judged are taken as delivered at their arrival.
-pub(crate) fn deliver_waiting_fills(shared: &mut Shared, fr: FlowRef) {
-    for up in [false, true] {
-        if let Some(f) = fill_wait(shared, fr, up).and_then(|w| w.fill.take()) {
-            deliver_fill(shared, fr, up, f);
+impl HoleFill {
+    /// What the receiver's ACK at `ts_ns`, acknowledging up to `ack` (unwrapped), says of it:
+    /// taken if it passes the hole's first byte; dropped if it does not and comes
+    /// [`NOT_TAKEN_AFTER_NS`] or more after the fill (the receiver ACKs a fill at once).
+    pub(crate) fn verdict(&self, ack: Option<u64>, ts_ns: u64) -> FillVerdict {
+        match ack {
+            Some(a) if a > self.hole => FillVerdict::Taken,
+            Some(_) if ts_ns >= self.ts_ns.saturating_add(NOT_TAKEN_AFTER_NS) => {
+                FillVerdict::Dropped
+            }
+            _ => FillVerdict::Waiting,
         }
+    }
+
+    /// Delivers it (to flow `fr`) at its arrival.
+    pub(crate) fn deliver(self, shared: &mut Shared, fr: FlowRef) {
+        let up = self.up;
+        if let Some(t) = tracker(shared, fr, up) {
+            t.behind = self.behind;
+            t.arriving = self.arriving;
+        }
+        let len = self.end - self.start;
+        shared.gap_deliver(
+            fr,
+            at_receiver(up),
+            self.start,
+            len,
+            len,
+            false,
+            self.path,
+            self.ts_ns,
+        );
     }
 }
 
@@ -132,6 +114,9 @@ pub(crate) struct Facts {
     pub acked: Option<Acked>,
     /// The messages it completes at its capture, unwrapped.
     pub messages: SmallVec<[(u64, u64); 1]>,
+    /// It arrived at the receiver's capture, where the receiver's ACKs are seen leaving: an
+    /// arrival that fills a hole waits for them ([`HoleFill`]).
+    pub fill_waits: bool,
 }
 
 /// A capture begun after a stream's start, whose first data seen arriving lay past a hole
@@ -238,7 +223,6 @@ fn seen_arriving<'a>(
             // sent before the capture began, no stall): the receiver's stream is followed
             // from the ACKs instead, from scratch.
             *seen = Arrivals::None;
-            s.rx_fill[usize::from(up)] = FillWait::default();
             undo_guess(
                 &mut s.rx[usize::from(up)],
                 &mut shared.incidents,
@@ -271,6 +255,8 @@ fn kernel_follows(shared: &mut Shared, fr: FlowRef) -> bool {
 
 /// Segment `t` of flow `fr`, seen as `pkt`, as the wire matcher read it (`facts`); `sent`
 /// holds the messages its sender sent at this capture, `acked` those of the other direction.
+/// Returns the arrival that fills a hole at the receiver's capture, to wait for the
+/// receiver's ACKs ([`HoleFill`]).
 pub(crate) fn follow(
     shared: &mut Shared,
     fr: FlowRef,
@@ -279,8 +265,9 @@ pub(crate) fn follow(
     facts: &Facts,
     sent: &mut Outstanding,
     acked: &mut Outstanding,
-) {
+) -> Option<HoleFill> {
     let up = pkt.up.unwrap_or(true);
+    let mut fill = None;
     let (tsval, tsecr) = t.options.timestamps.unwrap_or((0, 0));
     let tuple = pkt.tuple;
     let identity = |tag: u64| {
@@ -306,7 +293,7 @@ pub(crate) fn follow(
                 shared.repaired(pkt, &t.meta);
             }
         }
-        data(shared, fr, pkt, up, range, facts);
+        fill = data(shared, fr, pkt, up, range, facts);
     } else if !t.flags.syn() && !t.flags.fin() {
         // A bare ACK seen at both ends of a paired path: a delay sample the other way than
         // data, for the far end's clock offset.
@@ -320,6 +307,7 @@ pub(crate) fn follow(
     if let Some(a) = &facts.acked {
         acknowledged(shared, fr, pkt, !up, a, acked);
     }
+    fill
 }
 
 /// The receiver's capture began after the `data_up` stream's start, just past a hole (`h`):
@@ -363,10 +351,18 @@ fn settled(shared: &Shared, pkt: &Pkt) -> bool {
         || shared.caps.get(pkt.capture).is_some_and(|c| !c.unplaced())
 }
 
-/// A data segment `[s, e)` from the `up` side.
-fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64), f: &Facts) {
+/// A data segment `[s, e)` from the `up` side; at the receiver's capture, an arrival that
+/// fills the hole is returned instead of delivered when [`Facts::fill_waits`].
+fn data(
+    shared: &mut Shared,
+    fr: FlowRef,
+    pkt: &Pkt,
+    up: bool,
+    (s, e): (u64, u64),
+    f: &Facts,
+) -> Option<HoleFill> {
     if !settled(shared, pkt) {
-        return;
+        return None;
     }
     match pkt.dir {
         Dir::In => {
@@ -392,28 +388,23 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
                 t.behind = behind;
                 t.arriving = arriving;
             }
-            if let Some(hole) = fills {
-                if let Some(w) =
-                    fill_wait(shared, fr, up).filter(|w| w.acks_at == Some(pkt.capture))
-                {
-                    // Ends the stall once the receiver's ACK takes it (an earlier fill still
-                    // waiting was not taken before this copy came).
-                    w.fill = Some(HoleFill {
-                        hole,
-                        start: s,
-                        end: e,
-                        ts_ns: pkt.ts_ns,
-                        path: pkt.path,
-                        capture: pkt.capture,
-                        behind,
-                        arriving,
-                    });
-                    if let Some(t) = tracker(shared, fr, up) {
-                        t.behind = 0;
-                        t.arriving = None;
-                    }
-                    return;
+            if let Some(hole) = fills.filter(|_| f.fill_waits) {
+                // Ends the stall once the receiver's ACK takes it (an earlier fill still
+                // waiting was not taken before this copy came).
+                if let Some(t) = tracker(shared, fr, up) {
+                    t.behind = 0;
+                    t.arriving = None;
                 }
+                return Some(HoleFill {
+                    up,
+                    hole,
+                    start: s,
+                    end: e,
+                    ts_ns: pkt.ts_ns,
+                    path: pkt.path,
+                    behind,
+                    arriving,
+                });
             }
             let sel = at_receiver(up);
             shared.gap_deliver(fr, sel, s, e - s, e - s, false, pkt.path, pkt.ts_ns);
@@ -434,6 +425,7 @@ fn data(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, up: bool, (s, e): (u64, u64
         }
         Dir::Unknown => {}
     }
+    None
 }
 
 /// A message `[a, b)` of the `up` direction completed at this capture; true when its copy

@@ -20,7 +20,7 @@ use crate::capture::Dir;
 use crate::flow::{FlowRef, Proto};
 use crate::input::{PathMtuSignal, TcpSegment};
 use crate::matcher::after;
-use crate::matcher::tcpmsg::{self, Acked, BegunPastHole, Facts, Outstanding};
+use crate::matcher::tcpmsg::{self, Acked, BegunPastHole, Facts, FillVerdict, Outstanding};
 use crate::paths::PathIdx;
 use crate::record::{
     Record, Spurious, TcpRetransmitKind, TcpRetransmitRecord, TcpRtoRecord, TcpSource,
@@ -259,6 +259,10 @@ struct Half {
     /// The receiver of this data sent SACK blocks: an ACK of its holds every piece it took
     /// past its cumulative ACK (the newest first, the rest as room allows).
     sack_seen: bool,
+    /// The receiver's ACKs of this data are seen leaving this capture.
+    receiver_acks_here: bool,
+    /// At the receiver's capture: the arrival that fills the hole, waiting for those ACKs.
+    fill: Option<tcpmsg::HoleFill>,
 }
 
 impl Half {
@@ -543,9 +547,17 @@ impl TcpWireMatcher {
                 if !peer.arrived.is_empty() {
                     judge_arrivals(peer, t, ts_ns);
                 }
-                if let Some(ack) = peer.peek(t.ack).filter(|_| peer.stats.at_receiver) {
-                    // A fill waiting for this ACK ends its stall, or was dropped.
-                    tcpmsg::fill_judged(shared, fr, pkt, !pkt.up.unwrap_or(true), ack);
+                peer.receiver_acks_here = true;
+                if let Some(fill) = peer.fill {
+                    // The fill waiting for this ACK ends its stall, or was dropped.
+                    match fill.verdict(peer.peek(t.ack), ts_ns) {
+                        FillVerdict::Taken => {
+                            peer.fill = None;
+                            fill.deliver(shared, fr);
+                        }
+                        FillVerdict::Dropped => peer.fill = None,
+                        FillVerdict::Waiting => {}
+                    }
                 }
             }
         }
@@ -610,6 +622,7 @@ impl TcpWireMatcher {
             }
             sent = Some((seq_len, facts.resent));
             if pkt.dir == Dir::In {
+                facts.fill_waits = data.receiver_acks_here;
                 data.arrival(facts.data, ts_ns);
                 if let (None, Some((_, ecr))) = (facts.resent, t.options.timestamps) {
                     if peer.stats.segments == 0 {
@@ -626,7 +639,11 @@ impl TcpWireMatcher {
         if !out.is_empty() {
             write_or_hold(&mut self.held, shared, out, acked_records, t, pkt);
         }
-        tcpmsg::follow(shared, fr, pkt, t, &facts, &mut data.msgs, &mut peer.msgs);
+        if let Some(fill) =
+            tcpmsg::follow(shared, fr, pkt, t, &facts, &mut data.msgs, &mut peer.msgs)
+        {
+            data.fill = Some(fill);
+        }
         if !self.held.is_empty() {
             self.release_held(shared, ts_ns, false);
         }
@@ -756,8 +773,14 @@ impl TcpWireMatcher {
     /// Ends the run: every retransmission still awaiting its verdict is written as it
     /// stands, and arrivals still awaiting the receiver's ACK are counted as not judged.
     pub(crate) fn finish(&mut self, shared: &mut Shared) {
-        for c in &self.conns {
-            tcpmsg::deliver_waiting_fills(shared, c.flow);
+        for c in &mut self.conns {
+            // Fills no ACK judged: taken, at their arrival (where the capture is still the
+            // receiver's).
+            for h in &mut c.halves {
+                if let Some(fill) = h.fill.take().filter(|_| h.stats.at_receiver) {
+                    fill.deliver(shared, c.flow);
+                }
+            }
         }
         self.release_held(shared, u64::MAX, true);
         for c in &mut self.conns {
