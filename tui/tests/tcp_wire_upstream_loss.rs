@@ -29,8 +29,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use tcp_common::{
-    analyze_json, connect_from, epoch_ns, sh, spawn_receiver, tshark_fields, wire_direction,
-    Routed, Tcpdump,
+    analyze_json, connect_from, epoch_ns, sh, spawn_receiver, stalls_end_as_the_receiver_acks,
+    tshark_fields, wire_direction, Routed, Tcpdump,
 };
 
 /// A data packet: (raw sequence, length, (TSval, TSecr) or zeros).
@@ -467,48 +467,6 @@ fn case(chain: &Routed, port: u16, timestamps: bool, dir: &Path) -> String {
     );
     stalls_end_as_the_receiver_acks(&receiver_pcap, port, &line);
     line
-}
-
-/// The receiver's capture alone: no stall told from its arrivals ends before the receiver took
-/// the data at the start of its hole, as its own ACKs in the capture say: none of them stays at
-/// the hole's first byte more than 5 ms after the stall's end (the time an ACK takes to show
-/// an arrival, see the engine's `NOT_TAKEN_AFTER_NS`; a filling copy the receiver dropped ends
-/// no stall). (Its ACKs may pass that byte before the end: a hole of several segments filled
-/// one resend at a time.)
-fn stalls_end_as_the_receiver_acks(receiver_pcap: &Path, port: u16, line: &str) {
-    const SHOWN_NS: u64 = 5_000_000;
-    let lines = analyze_json(&[receiver_pcap]);
-    let acks: Vec<(u64, u32)> = tshark_fields(
-        receiver_pcap,
-        &format!("tcp.srcport == {port} && tcp.flags.ack == 1"),
-        &["frame.time_epoch", "tcp.ack_raw"],
-    )
-    .iter()
-    .map(|r| (epoch_ns(&r[0]), r[1].parse().unwrap()))
-    .collect();
-    let mut checked = 0;
-    for r in lines
-        .iter()
-        .filter(|r| r["type"] == "hol_incident" && r["stall_from"] == "receiver_arrivals")
-    {
-        let seq: u32 = r["missing"].as_str().unwrap()[4..].parse().unwrap();
-        let start = r["start_ns"].as_u64().unwrap();
-        let end = start + r["stall_ns"].as_u64().unwrap();
-        let past = |ack: u32| (ack.wrapping_sub(seq) as i32) > 0;
-        let last_at_hole = acks
-            .iter()
-            .filter(|&&(at, a)| at >= start && !past(a))
-            .map(|a| a.0)
-            .max();
-        assert!(
-            last_at_hole.is_none_or(|at| at <= end + SHOWN_NS),
-            "{line}: stall at seq {seq} {start}..{end} ns; the receiver's ACK stayed at the \
-             hole until {last_at_hole:?}"
-        );
-        checked += 1;
-    }
-    eprintln!("{line}: {checked} stalls at the receiver end as its ACKs say");
-    assert!(checked > 0, "{line}: no stall at the receiver");
 }
 
 #[test]

@@ -736,3 +736,53 @@ impl Drop for Routed {
         }
     }
 }
+
+/// The receiver's capture alone: no stall told from its arrivals ends before the receiver took
+/// the data at the start of its hole, as its own ACKs in the capture say: none of them stays at
+/// the hole's first byte more than 5 ms after the stall's end (the time an ACK takes to show
+/// an arrival, see the engine's `NOT_TAKEN_AFTER_NS`; a filling copy the receiver dropped ends
+/// no stall). (Its ACKs may pass that byte before the end: a hole of several segments filled
+/// one resend at a time.)
+pub fn stalls_end_as_the_receiver_acks(
+    receiver_pcap: &std::path::Path,
+    port: u16,
+    line: &str,
+) -> usize {
+    const SHOWN_NS: u64 = 5_000_000;
+    let lines = analyze_json(&[receiver_pcap]);
+    let acks: Vec<(u64, u32)> = tshark_fields(
+        receiver_pcap,
+        &format!("tcp.srcport == {port} && tcp.flags.ack == 1"),
+        &["frame.time_epoch", "tcp.ack_raw"],
+    )
+    .iter()
+    .map(|r| (epoch_ns(&r[0]), r[1].parse().expect("tshark's tcp.ack_raw")))
+    .collect();
+    let mut checked = 0;
+    for r in lines
+        .iter()
+        .filter(|r| r["type"] == "hol_incident" && r["stall_from"] == "receiver_arrivals")
+    {
+        let seq: u32 = r["missing"]
+            .as_str()
+            .and_then(|m| m.strip_prefix("seq ")?.parse().ok())
+            .expect("a TCP stall names its hole's first byte: seq N");
+        let start = r["start_ns"].as_u64().expect("start_ns");
+        let end = start + r["stall_ns"].as_u64().expect("stall_ns");
+        let past = |ack: u32| (ack.wrapping_sub(seq) as i32) > 0;
+        let last_at_hole = acks
+            .iter()
+            .filter(|&&(at, a)| at >= start && !past(a))
+            .map(|a| a.0)
+            .max();
+        assert!(
+            last_at_hole.is_none_or(|at| at <= end + SHOWN_NS),
+            "{line}: stall at seq {seq} {start}..{end} ns; the receiver's ACK stayed at the \
+             hole until {last_at_hole:?}"
+        );
+        checked += 1;
+    }
+    eprintln!("{line}: {checked} stalls at the receiver end as its ACKs say");
+    assert!(checked > 0, "{line}: no stall at the receiver");
+    checked
+}

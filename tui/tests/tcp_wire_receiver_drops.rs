@@ -1,0 +1,87 @@
+//! As root: real kernel TCP through a router that loses 3 % of the data on its way to the
+//! receiver (holes at the receiver's capture), and a receiver whose own input drops 5 % of the
+//! data segments after its capture point (nftables, input hook): some of the segments that
+//! fill a hole arrive at the capture and are then dropped, and the hole stays until the next
+//! copy. `tboxscope analyze` of the receiver's capture alone must not end a stall before the
+//! receiver took the data at its hole, as the receiver's own ACKs in the capture say.
+#![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
+#[expect(dead_code, reason = "each test uses some of the shared helpers")]
+mod tcp_common;
+
+use std::io::Write;
+use std::time::Duration;
+
+use tcp_common::{
+    analyze_json, connect_from, sh, spawn_receiver, stalls_end_as_the_receiver_acks,
+    wire_direction, Routed, Tcpdump,
+};
+
+/// Data segments the receiver's input rule dropped.
+fn dropped_at_the_receiver(chain: &Routed) -> u64 {
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", &chain.b, "nft", "list", "table", "inet", "tbxrx",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_fill_the_receiver_drops_does_not_end_the_stall_at_its_capture() {
+    let chain = Routed::new(30);
+    chain.one_segment_per_packet();
+    let port = chain.server.port();
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &chain.b,
+        "nft",
+        &format!(
+            "table inet tbxrx {{ chain c {{ type filter hook input priority 0; \
+             tcp dport {port} ip length > 80 numgen random mod 1000 < 50 counter drop; }}; }}"
+        ),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("gateway.pcap");
+    let dump = Tcpdump::start(&chain.b, &chain.dev_b, port, &pcap);
+    let receiver = spawn_receiver(&chain.b, chain.server);
+    let mut s = connect_from(&chain.a, chain.server);
+    let local = s.local_addr().unwrap().to_string();
+    let chunk = vec![0x5au8; 64 * 1024];
+    for _ in 0..64 {
+        s.write_all(&chunk).unwrap();
+    }
+    drop(s);
+    assert_eq!(receiver.join().unwrap(), 64 * 64 * 1024);
+    std::thread::sleep(Duration::from_millis(300));
+    drop(dump);
+    let log = std::fs::read_to_string(pcap.with_extension("log")).unwrap_or_default();
+    assert!(
+        log.lines()
+            .any(|l| l.trim() == "0 packets dropped by kernel"),
+        "tcpdump lost packets: {log}"
+    );
+    let (lost, dropped) = (chain.dropped(), dropped_at_the_receiver(&chain));
+    let line = format!("{lost} lost at the router, {dropped} dropped past the receiver's capture");
+    if let Ok(keep) = std::env::var("TBX_KEEP_PCAP") {
+        std::fs::copy(&pcap, format!("{keep}.receiver-drops.pcap")).unwrap();
+    }
+    assert!(lost > 10 && dropped > 10, "{line}");
+    let checked = stalls_end_as_the_receiver_acks(&pcap, port, &line);
+    // The arrivals its ACKs never took, beside the drops: equal in tcp_wire_vs_kernel (no
+    // loss before the capture), only near here (2026-12-06: 143–151 for 146–154 drops; with
+    // holes from upstream the judging is not exact yet), so said, not asserted.
+    let lines = analyze_json(&[&pcap]);
+    let not_taken = wire_direction(&lines, &local)
+        .and_then(|d| d["arrivals_not_taken"].as_u64())
+        .unwrap_or(0);
+    eprintln!("{line}; {checked} stalls checked; arrivals not taken {not_taken}");
+}
