@@ -384,17 +384,16 @@ fn data(
                     .gap
                     .and(t.hole())
                     .map(|(n, _)| n)
-                    .filter(|&n| s <= n && n < e);
-                t.behind = behind;
-                t.arriving = arriving;
+                    .filter(|&n| f.fill_waits && s <= n && n < e);
+                // A fill that waits tells them when it is delivered.
+                (t.behind, t.arriving) = match fills {
+                    None => (behind, arriving),
+                    Some(_) => (0, None),
+                };
             }
-            if let Some(hole) = fills.filter(|_| f.fill_waits) {
+            if let Some(hole) = fills {
                 // Ends the stall once the receiver's ACK takes it (an earlier fill still
                 // waiting was not taken before this copy came).
-                if let Some(t) = tracker(shared, fr, up) {
-                    t.behind = 0;
-                    t.arriving = None;
-                }
                 return Some(HoleFill {
                     up,
                     hole,
