@@ -524,12 +524,16 @@ pub struct TcpWireDirection {
     #[serde(default)]
     pub sender_captured: bool,
     /// At the receiver: data segments seen arriving that its ACKs then did not take (neither
-    /// acknowledged nor SACKed 5 ms on): dropped past the capture point, by the receiver's
-    /// kernel (its memory, its window). Stalls told from arrivals may end early there.
+    /// acknowledged nor SACKed 5 ms on, or before a resend of them came once the receiver had
+    /// them in hand): dropped past the capture point, by the receiver's kernel (its memory,
+    /// its window, its firewall). A lower bound: the arrivals its ACKs cannot tell are not
+    /// judged. Stalls told from arrivals may end early there.
     #[serde(default)]
     pub arrivals_not_taken: u64,
-    /// At the receiver: arrivals not judged (out of order without SACK, beyond the bound of
-    /// those awaiting an ACK, or still awaiting one when the capture ended).
+    /// At the receiver: arrivals not judged (out of order without SACK; resent while the
+    /// receiver may have held them without listing them, its SACK option full, or before it
+    /// had them in hand; beyond the bound of those awaiting an ACK; or still awaiting one when
+    /// the capture ended).
     #[serde(default)]
     pub arrivals_not_judged: u64,
 }

@@ -381,8 +381,9 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
                     },
                     if d.arrivals_not_judged > 0 {
                         format!(
-                            "; {} arrivals not judged (out of order without SACK, or no ACK \
-                             after them before the capture ended)",
+                            "; {} arrivals not judged (out of order without SACK, resent while \
+                             the receiver may have held them unlisted, or no ACK after them \
+                             before the capture ended)",
                             d.arrivals_not_judged
                         )
                     } else {

@@ -3,7 +3,9 @@
 //! data segments after its capture point (nftables, input hook): some of the segments that
 //! fill a hole arrive at the capture and are then dropped, and the hole stays until the next
 //! copy. `tboxscope analyze` of the receiver's capture alone must not end a stall before the
-//! receiver took the data at its hole, as the receiver's own ACKs in the capture say.
+//! receiver took the data at its hole, as the receiver's own ACKs in the capture say; and the
+//! arrivals it counts as not taken by the receiver must be no more than the drops, and at
+//! least a third of them.
 #![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
@@ -30,6 +32,31 @@ fn dropped_at_the_receiver(chain: &Routed) -> u64 {
         .nth(1)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// Data segments the receiver's TCP itself dropped after the input rule (out-of-order queue
+/// or receive queue full, zero window, socket backlog): not taken either.
+fn dropped_by_the_receivers_tcp(ns: &str) -> u64 {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "nstat", "-az"])
+        .output()
+        .unwrap();
+    let counters = [
+        "TcpExtTCPOFODrop",
+        "TcpExtTCPRcvQDrop",
+        "TcpExtTCPZeroWindowDrop",
+        "TcpExtTCPBacklogDrop",
+    ];
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let name = w.next()?;
+            counters
+                .contains(&name)
+                .then(|| w.next()?.parse::<u64>().ok())?
+        })
+        .sum()
 }
 
 #[test]
@@ -69,7 +96,8 @@ fn a_fill_the_receiver_drops_does_not_end_the_stall_at_its_capture() {
             .any(|l| l.trim() == "0 packets dropped by kernel"),
         "tcpdump lost packets: {log}"
     );
-    let (lost, dropped) = (chain.dropped(), dropped_at_the_receiver(&chain));
+    let (lost, by_rule) = (chain.dropped(), dropped_at_the_receiver(&chain));
+    let dropped = by_rule + dropped_by_the_receivers_tcp(&chain.b);
     let line = format!("{lost} lost at the router, {dropped} dropped past the receiver's capture");
     if let Ok(keep) = std::env::var("TBX_KEEP_PCAP") {
         std::fs::copy(&pcap, format!("{keep}.receiver-drops.pcap")).unwrap();
@@ -77,11 +105,20 @@ fn a_fill_the_receiver_drops_does_not_end_the_stall_at_its_capture() {
     assert!(lost > 10 && dropped > 10, "{line}");
     let checked = stalls_end_as_the_receiver_acks(&pcap, port, &line);
     // The arrivals its ACKs never took, beside the drops: equal in tcp_wire_vs_kernel (no
-    // loss before the capture), only near here (2026-12-06: 143–151 for 146–154 drops; with
-    // holes from upstream the judging is not exact yet), so said, not asserted.
+    // loss before the capture). Here, with holes from upstream, a receiver may hold ranges its
+    // ACKs do not list (more than its SACK option's room) and the sender resends them: those
+    // are not judged, so the count is a lower bound, never above the drops (2026-12-06, eight
+    // runs: 102–173 for 125–174 drops, 0 too many by sequence number against a log of the
+    // drops in one of them).
     let lines = analyze_json(&[&pcap]);
-    let not_taken = wire_direction(&lines, &local)
-        .and_then(|d| d["arrivals_not_taken"].as_u64())
-        .unwrap_or(0);
-    eprintln!("{line}; {checked} stalls checked; arrivals not taken {not_taken}");
+    let direction = wire_direction(&lines, &local);
+    let count = |k: &str| direction.as_ref().and_then(|d| d[k].as_u64()).unwrap_or(0);
+    let (not_taken, not_judged) = (count("arrivals_not_taken"), count("arrivals_not_judged"));
+    eprintln!(
+        "{line}; {checked} stalls checked; arrivals not taken {not_taken}, not judged {not_judged}"
+    );
+    assert!(
+        not_taken <= dropped && not_taken * 3 >= dropped,
+        "{not_taken} arrivals not taken ({not_judged} not judged) for {dropped} drops"
+    );
 }

@@ -37,8 +37,9 @@ pub const MAX_SEGMENTS: usize = 4096;
 pub const MAX_PENDING: usize = 256;
 /// Timestamps (TSval → first send) remembered per direction for RTT samples.
 const MAX_TSVALS: usize = 64;
-/// Arrivals awaiting the receiver's ACK per direction (more are not judged, counted).
-const MAX_ARRIVED: usize = 64;
+/// Arrivals awaiting the receiver's ACK per direction (more are not judged, counted): those a
+/// receiver may hold unlisted wait for the cumulative ACK, a round trip or a timeout.
+const MAX_ARRIVED: usize = 1024;
 /// How long after an arrival the receiver's ACK not taking it says it was dropped past the
 /// capture point: its own ACK leaves within microseconds, in the softirq that takes the
 /// segment; one its application's thread sends meanwhile may not show the segment yet (seen
@@ -253,16 +254,38 @@ struct Half {
     /// Where this capture, begun after the stream's start, first saw its data (unwrapped
     /// sequence, when), until the first ACK leaving the capture says whether a hole lay below.
     begun_at: Option<(u64, u64)>,
-    /// At the receiver's capture: data seen arriving (unwrapped `[start, end)`, when) that no
-    /// ACK of the receiver's has taken yet, oldest first (see [`judge_arrivals`]).
-    arrived: VecDeque<(u64, u64, u64)>,
+    /// At the receiver's capture: data seen arriving that no ACK of the receiver's has taken
+    /// yet, oldest first (see [`judge_arrivals`]).
+    arrived: VecDeque<Arrival>,
     /// The receiver of this data sent SACK blocks: an ACK of its holds every piece it took
     /// past its cumulative ACK (the newest first, the rest as room allows).
     sack_seen: bool,
+    /// The receiver may hold data below this (unwrapped) sequence that its ACKs do not list:
+    /// one of them filled the SACK option's room (3 blocks beside timestamps, else 4) while
+    /// Linux keeps 4 ranges and forgets the oldest for a fifth; 0 when none. An arrival below
+    /// it and above the cumulative ACK is not judged by the blocks (see [`judge_arrivals`]).
+    unlisted_below: u64,
+    /// Arrivals seen here (numbering [`Arrival::no`]).
+    arrivals: u64,
+    /// The newest arrival an ACK of the receiver's took ([`Arrival::no`], 0: none).
+    newest_taken: u64,
     /// The receiver's ACKs of this data are seen leaving this capture.
     receiver_acks_here: bool,
     /// At the receiver's capture: the arrival that fills the hole, waiting for those ACKs.
     fill: Option<tcpmsg::HoleFill>,
+}
+
+/// Data seen arriving at the receiver's capture, waiting for the receiver's ACKs.
+#[derive(Clone, Copy, Debug)]
+struct Arrival {
+    /// Unwrapped sequence of the first byte.
+    start: u64,
+    /// Unwrapped sequence past the last byte.
+    end: u64,
+    /// When it arrived.
+    at_ns: u64,
+    /// Its place among the half's arrivals (1, 2, ...).
+    no: u64,
 }
 
 impl Half {
@@ -292,22 +315,47 @@ impl Half {
         };
         // Earlier copies of these bytes no ACK of the receiver's took before this resend came
         // (a taken segment is acknowledged within the delayed-ACK time, which the sender's
-        // timers wait out): not taken, where an ACK would have shown them.
+        // timers wait out): not taken, where the receiver had them in hand and its ACKs would
+        // show them. Not judged where it may not have had them in hand yet (a duplicate right
+        // behind a reordered original), or may hold them unlisted (its report of the resend
+        // as a duplicate, D-SACK, names one range per ACK: not enough to tell).
         if !self.arrived.is_empty() {
-            let (una, sack_seen) = (self.una, self.sack_seen);
-            let mut not_taken = 0;
-            self.arrived.retain(|&(s, e, ..)| {
-                let resent = s < end && start < e && (s <= una || sack_seen);
-                not_taken += u64::from(resent);
-                !resent
+            let (una, sack_seen, unlisted) = (self.una, self.sack_seen, self.unlisted_below);
+            let newest_taken = self.newest_taken;
+            let (mut not_taken, mut not_judged) = (0, 0);
+            self.arrived.retain(|a| {
+                if !(a.start < end && start < a.end) {
+                    return true;
+                }
+                let in_sight = a.start <= una || (sack_seen && a.start >= unlisted);
+                // In hand: the receiver took an arrival after it (it takes them in order), or
+                // had time enough to.
+                let in_hand =
+                    a.no < newest_taken || ts_ns >= a.at_ns.saturating_add(NOT_TAKEN_AFTER_NS);
+                if in_sight && in_hand {
+                    not_taken += 1;
+                    false
+                } else if sack_seen || a.start <= una {
+                    not_judged += 1;
+                    false
+                } else {
+                    true
+                }
             });
             self.stats.arrivals_not_taken += not_taken;
+            self.stats.arrivals_not_judged += not_judged;
         }
         if self.arrived.len() >= MAX_ARRIVED {
             self.arrived.pop_front();
             self.stats.arrivals_not_judged += 1;
         }
-        self.arrived.push_back((start, end, ts_ns));
+        self.arrivals += 1;
+        self.arrived.push_back(Arrival {
+            start,
+            end,
+            at_ns: ts_ns,
+            no: self.arrivals,
+        });
     }
 
     /// The capture ends, or the connection is forgotten, with arrivals no ACK judged yet:
@@ -916,9 +964,11 @@ fn note_sent(shared: &mut Shared, fr: FlowRef, pkt: &Pkt) {
 
 /// An ACK leaving the receiver of `h`'s data: the arrivals it acknowledges or SACKs were
 /// taken. One it does not take [`NOT_TAKEN_AFTER_NS`] or more after it arrived was dropped
-/// past the capture point when the ACK would show it (in order, or SACK in use), even if a
-/// resend fills its place later (so is one a resend of it reaches first, see
-/// [`Half::arrival`]); an arrival out of order without SACK is not judged (counted).
+/// past the capture point when the ACK would show it (in order, or SACK in use and the
+/// receiver not perhaps holding data it does not list, see [`Half::unlisted_below`]), even if
+/// a resend fills its place later (so is one a resend of it reaches first, see
+/// [`Half::arrival`]); an arrival out of order without SACK is not judged (counted), nor one
+/// the receiver may hold unlisted that a resend reaches first.
 fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
     let Some(ack) = h.peek(t.ack) else {
         return;
@@ -931,13 +981,25 @@ fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
         .collect();
     h.sack_seen |= !blocks.is_empty();
     let sack_seen = h.sack_seen;
+    if ack >= h.unlisted_below {
+        h.unlisted_below = 0;
+    }
+    let room = if t.options.timestamps.is_some() { 3 } else { 4 };
+    if t.options.sack_blocks().len() >= room && h.nxt > ack {
+        h.unlisted_below = h.unlisted_below.max(h.nxt);
+    }
+    let unlisted = h.unlisted_below;
     let sacked = |s: u64, e: u64| blocks.iter().any(|&(l, r)| l <= s && e <= r);
     let (mut not_taken, mut not_judged) = (0, 0);
-    h.arrived.retain(|&(s, e, at)| {
+    let mut newest_taken = h.newest_taken;
+    h.arrived.retain(|a| {
+        let (s, e, at) = (a.start, a.end, a.at_ns);
         if e <= ack || sacked(s, e) {
+            newest_taken = newest_taken.max(a.no);
             return false;
         }
-        if ts_ns < at.saturating_add(NOT_TAKEN_AFTER_NS) {
+        // Held unlisted, perhaps: only a cover or a resend tells.
+        if ts_ns < at.saturating_add(NOT_TAKEN_AFTER_NS) || (s > ack && s < unlisted) {
             return true;
         }
         if s <= ack || sack_seen {
@@ -947,6 +1009,7 @@ fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
         }
         false
     });
+    h.newest_taken = newest_taken;
     h.stats.arrivals_not_taken += not_taken;
     h.stats.arrivals_not_judged += not_judged;
 }
