@@ -1045,7 +1045,19 @@ fn arrivals_the_receiver_does_not_take_are_counted() {
 /// its successor, and a fast duplicate); one it had in hand and does not show, not taken.
 #[test]
 fn arrivals_the_receiver_may_hold_unlisted_are_not_judged() {
-    let verdicts = |mut c: Conn| {
+    // Each step: (ms, from the client, its sequence number (data, 100 bytes) or the ACK's
+    // number, the ACK's SACK blocks), after the first segment and its ACK.
+    type Step<'a> = (u64, bool, u32, &'a [(u32, u32)]);
+    let play = |steps: &[Step]| {
+        let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
+        c.seg(1, 100, true, (1000, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 100, false, (5001, 1100), ACK, 0, &[], &[]);
+        for &(ms, up, n, sack) in steps {
+            match up {
+                true => c.seg(1, ms, true, (n, 5001), ACK, 100, &[], &[]),
+                false => c.seg(1, ms, false, (5001, n), ACK, 0, sack, &[]),
+            }
+        }
         let summary = c.e.finish(T0 + 60_000 * MS);
         let d = summary
             .tcp_wire
@@ -1056,45 +1068,42 @@ fn arrivals_the_receiver_may_hold_unlisted_are_not_judged() {
             .expect("the client's data, at the gateway");
         (d.arrivals_not_taken, d.arrivals_not_judged)
     };
-    let start = || {
-        let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
-        c.seg(1, 100, true, (1000, 5001), ACK, 100, &[], &[]);
-        c.seg(1, 100, false, (5001, 1100), ACK, 0, &[], &[]);
-        c
-    };
     // 1100 lost upstream; five ranges arrive together past holes of their own, and the
-    // receiver's ACKs list the four newest (its option's room): 1200 is held unlisted.
-    let mut c = start();
-    for s in [1200, 1400, 1600, 1800, 2000] {
-        c.seg(1, 110, true, (s, 5001), ACK, 100, &[], &[]);
-    }
-    let newest: Vec<(u32, u32)> = [2000, 1800, 1600, 1400].map(|l| (l, l + 100)).to_vec();
-    c.seg(1, 110, false, (5001, 1100), ACK, 0, &newest, &[]);
-    c.seg(1, 130, false, (5001, 1100), ACK, 0, &newest, &[]);
-    // The timeout resends 1100 and 1200 (never SACKed) back to back.
-    c.seg(1, 330, true, (1100, 5001), ACK, 100, &[], &[]);
-    c.seg(1, 330, true, (1200, 5001), ACK, 100, &[], &[]);
-    c.seg(1, 330, false, (5001, 1300), ACK, 0, &newest, &[]);
-    assert_eq!(verdicts(c), (0, 1), "held unlisted, then resent");
-
+    // receiver's ACKs list the four newest (its option's room): 1200 is held unlisted. The
+    // timeout then resends 1100 and 1200 (never SACKed) back to back.
+    let newest = &[(2000, 2100), (1800, 1900), (1600, 1700), (1400, 1500)][..];
+    let unlisted = [
+        (110, true, 1200, &[][..]),
+        (110, true, 1400, &[]),
+        (110, true, 1600, &[]),
+        (110, true, 1800, &[]),
+        (110, true, 2000, &[]),
+        (110, false, 1100, newest),
+        (130, false, 1100, newest),
+        (330, true, 1100, &[]),
+        (330, true, 1200, &[]),
+        (330, false, 1300, newest),
+    ];
+    assert_eq!(play(&unlisted), (0, 1), "held unlisted, then resent");
     // Reordered: 1100 arrives behind 1200, an ACK answering 1200 leaves before the receiver
     // took 1100, and a duplicate of 1100 comes at once.
-    let mut c = start();
-    c.seg(1, 110, true, (1200, 5001), ACK, 100, &[], &[]);
-    c.seg(1, 110, true, (1100, 5001), ACK, 100, &[], &[]);
-    c.seg(1, 110, false, (5001, 1100), ACK, 0, &[(1200, 1300)], &[]);
-    c.seg(1, 110, true, (1100, 5001), ACK, 100, &[], &[]);
-    c.seg(1, 110, false, (5001, 1300), ACK, 0, &[], &[]);
-    assert_eq!(verdicts(c), (0, 1), "resent before it was in hand");
-
+    let reordered = [
+        (110, true, 1200, &[][..]),
+        (110, true, 1100, &[]),
+        (110, false, 1100, &[(1200, 1300)]),
+        (110, true, 1100, &[]),
+        (110, false, 1300, &[]),
+    ];
+    assert_eq!(play(&reordered), (0, 1), "resent before it was in hand");
     // Dropped at the receiver: 1200 after it is taken, then the resend of 1100 comes.
-    let mut c = start();
-    c.seg(1, 110, true, (1100, 5001), ACK, 100, &[], &[]);
-    c.seg(1, 110, true, (1200, 5001), ACK, 100, &[], &[]);
-    c.seg(1, 110, false, (5001, 1100), ACK, 0, &[(1200, 1300)], &[]);
-    c.seg(1, 112, true, (1100, 5001), ACK, 100, &[], &[]);
-    c.seg(1, 112, false, (5001, 1300), ACK, 0, &[], &[]);
-    assert_eq!(verdicts(c), (1, 0), "in hand, not shown, resent");
+    let dropped = [
+        (110, true, 1100, &[][..]),
+        (110, true, 1200, &[]),
+        (110, false, 1100, &[(1200, 1300)]),
+        (112, true, 1100, &[]),
+        (112, false, 1300, &[]),
+    ];
+    assert_eq!(play(&dropped), (1, 0), "in hand, not shown, resent");
 }
 
 /// At the gateway's capture the resend that fills the hole arrives, but its kernel drops it:
