@@ -275,6 +275,27 @@ struct Half {
     fill: Option<tcpmsg::HoleFill>,
 }
 
+/// What the receiver's ACKs of a half's data can show of an arrival, at cumulative ACK `ack`.
+#[derive(Clone, Copy, Debug)]
+struct AckSight {
+    ack: u64,
+    sack_seen: bool,
+    unlisted_below: u64,
+}
+
+impl AckSight {
+    /// An arrival from `start` the ACKs would show if taken: at the cumulative ACK, or past it
+    /// with SACK in use and the receiver not perhaps holding it unlisted.
+    fn shows(self, start: u64) -> bool {
+        start <= self.ack || (self.sack_seen && start >= self.unlisted_below)
+    }
+
+    /// Past the cumulative ACK where the receiver may hold it unlisted.
+    fn maybe_unlisted(self, start: u64) -> bool {
+        start > self.ack && start < self.unlisted_below
+    }
+}
+
 /// Data seen arriving at the receiver's capture, waiting for the receiver's ACKs.
 #[derive(Clone, Copy, Debug)]
 struct Arrival {
@@ -320,22 +341,25 @@ impl Half {
         // behind a reordered original), or may hold them unlisted (its report of the resend
         // as a duplicate, D-SACK, names one range per ACK: not enough to tell).
         if !self.arrived.is_empty() {
-            let (una, sack_seen, unlisted) = (self.una, self.sack_seen, self.unlisted_below);
+            let sight = AckSight {
+                ack: self.una,
+                sack_seen: self.sack_seen,
+                unlisted_below: self.unlisted_below,
+            };
             let newest_taken = self.newest_taken;
             let (mut not_taken, mut not_judged) = (0, 0);
             self.arrived.retain(|a| {
                 if !(a.start < end && start < a.end) {
                     return true;
                 }
-                let in_sight = a.start <= una || (sack_seen && a.start >= unlisted);
                 // In hand: the receiver took an arrival after it (it takes them in order), or
                 // had time enough to.
                 let in_hand =
                     a.no < newest_taken || ts_ns >= a.at_ns.saturating_add(NOT_TAKEN_AFTER_NS);
-                if in_sight && in_hand {
+                if sight.shows(a.start) && in_hand {
                     not_taken += 1;
                     false
-                } else if sack_seen || a.start <= una {
+                } else if sight.sack_seen || a.start <= sight.ack {
                     not_judged += 1;
                     false
                 } else {
@@ -980,7 +1004,6 @@ fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
         .filter_map(|&(l, r)| Some((h.peek(l)?, h.peek(r)?)))
         .collect();
     h.sack_seen |= !blocks.is_empty();
-    let sack_seen = h.sack_seen;
     if ack >= h.unlisted_below {
         h.unlisted_below = 0;
     }
@@ -988,7 +1011,11 @@ fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
     if t.options.sack_blocks().len() >= room && h.nxt > ack {
         h.unlisted_below = h.unlisted_below.max(h.nxt);
     }
-    let unlisted = h.unlisted_below;
+    let sight = AckSight {
+        ack,
+        sack_seen: h.sack_seen,
+        unlisted_below: h.unlisted_below,
+    };
     let sacked = |s: u64, e: u64| blocks.iter().any(|&(l, r)| l <= s && e <= r);
     let (mut not_taken, mut not_judged) = (0, 0);
     let mut newest_taken = h.newest_taken;
@@ -999,10 +1026,10 @@ fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
             return false;
         }
         // Held unlisted, perhaps: only a cover or a resend tells.
-        if ts_ns < at.saturating_add(NOT_TAKEN_AFTER_NS) || (s > ack && s < unlisted) {
+        if ts_ns < at.saturating_add(NOT_TAKEN_AFTER_NS) || sight.maybe_unlisted(s) {
             return true;
         }
-        if s <= ack || sack_seen {
+        if sight.shows(s) {
             not_taken += 1;
         } else {
             not_judged += 1;
