@@ -6,7 +6,6 @@
 //! receiver took the data at its hole, as the receiver's own ACKs in the capture say; and the
 //! arrivals it counts as not taken by the receiver must be no more than the drops, and at
 //! least a third of them (also from the capture begun mid-connection).
-#![expect(clippy::unwrap_used)] // test helpers outside #[test] fns
 #[expect(dead_code, reason = "each test uses some of the shared helpers")]
 mod tcp_common;
 
@@ -14,25 +13,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use tcp_common::{
-    analyze_json, connect_from, nstat, sh, spawn_receiver, stalls_end_as_the_receiver_acks,
-    tshark_fields, wire_direction, Routed, Tcpdump,
+    analyze_json, connect_from, nft_counted, nstat, sh, spawn_receiver,
+    stalls_end_as_the_receiver_acks, tshark_fields, wire_direction, Routed, Tcpdump,
 };
-
-/// Data segments the receiver's input rule dropped.
-fn dropped_at_the_receiver(chain: &Routed) -> u64 {
-    let out = std::process::Command::new("ip")
-        .args([
-            "netns", "exec", &chain.b, "nft", "list", "table", "inet", "tbxrx",
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .skip_while(|w| *w != "packets")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
 
 /// Data segments the receiver's TCP itself dropped after the input rule (out-of-order queue
 /// or receive queue full, zero window, socket backlog): not taken either.
@@ -85,7 +68,7 @@ fn a_fill_the_receiver_drops_does_not_end_the_stall_at_its_capture() {
             .any(|l| l.trim() == "0 packets dropped by kernel"),
         "tcpdump lost packets: {log}"
     );
-    let (lost, by_rule) = (chain.dropped(), dropped_at_the_receiver(&chain));
+    let (lost, by_rule) = (chain.dropped(), nft_counted(&chain.b, "tbxrx"));
     let dropped = by_rule + dropped_by_the_receivers_tcp(&chain.b);
     let line = format!("{lost} lost at the router, {dropped} dropped past the receiver's capture");
     if let Ok(keep) = std::env::var("TBX_KEEP_PCAP") {

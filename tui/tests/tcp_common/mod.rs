@@ -141,20 +141,7 @@ impl NetnsPair {
 
     /// Packets the receiver's rule counted (its `counter`s), 0 without one.
     pub fn receiver_rule_counted(&self) -> u64 {
-        let out = Command::new("ip")
-            .args([
-                "netns", "exec", &self.b, "nft", "list", "table", "inet", "tbx",
-            ])
-            .stderr(Stdio::null())
-            .output()
-            .expect("nft runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let words: Vec<&str> = text.split_whitespace().collect();
-        words
-            .windows(3)
-            .filter(|w| w[0] == "counter" && w[1] == "packets")
-            .filter_map(|w| w[2].parse::<u64>().ok())
-            .sum()
+        nft_counted(&self.b, "tbx")
     }
 
     /// `ss -tin` in the sender's namespace for this test's connection.
@@ -540,6 +527,23 @@ pub fn sh(args: &[&str]) {
     run(Command::new(args[0]).args(&args[1..]));
 }
 
+/// Packets the `counter`s of nftables table `inet TABLE` in namespace `ns` counted, 0 without
+/// the table.
+pub fn nft_counted(ns: &str, table: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "table", "inet", table])
+        .stderr(Stdio::null())
+        .output()
+        .expect("nft runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .windows(3)
+        .filter(|w| w[0] == "counter" && w[1] == "packets")
+        .filter_map(|w| w[2].parse::<u64>().ok())
+        .sum()
+}
+
 /// `nstat -azs NAME` in namespace `ns` (absolute, history untouched).
 pub fn nstat(ns: &str, name: &str) -> u64 {
     run(Command::new("ip").args(["netns", "exec", ns, "nstat", "-azs", name]))
@@ -666,14 +670,7 @@ impl Routed {
 
     /// Data segments the router dropped.
     pub fn dropped(&self) -> u64 {
-        let text = run(Command::new("ip").args([
-            "netns", "exec", &self.r, "nft", "list", "table", "inet", "tbx",
-        ]));
-        text.split_whitespace()
-            .skip_while(|w| *w != "packets")
-            .nth(1)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+        nft_counted(&self.r, "tbx")
     }
 
     /// A token bucket of `rate` (tc syntax, e.g. `20mbit`) on the way to the receiver: a bulk
