@@ -185,8 +185,8 @@ fn stalls_at_the_receiver(
     );
     // They pair by the segments both saw (no `--framing` needed), and the wire is counted
     // once: the amplification is the sender's capture's.
-    let both = analyze_json(&[sender, receiver]);
-    let summary = both.iter().find(|r| r["type"] == "summary").unwrap();
+    let both_lines = analyze_json(&[sender, receiver]);
+    let summary = both_lines.iter().find(|r| r["type"] == "summary").unwrap();
     let inferences = summary["health"]["inferences"].to_string();
     // Each placed by its own TTLs before they pair.
     let label = |p: &Path| p.file_stem().unwrap().to_str().unwrap().to_owned();
@@ -203,7 +203,7 @@ fn stalls_at_the_receiver(
         "{line}; {inferences}"
     );
     let (amp_both, amp_sender) = (
-        amplification(&both),
+        amplification(&both_lines),
         amplification(&analyze_json(&[sender])),
     );
     assert!(
@@ -212,7 +212,7 @@ fn stalls_at_the_receiver(
     );
     let alone_lines = analyze_json(&[receiver]);
     placed_at_the_server(&alone_lines, receiver_pcap, line);
-    let (both, alone) = (stalls(&both), stalls(&alone_lines));
+    let (both, alone) = (stalls(&both_lines), stalls(&alone_lines));
     let why = format!("{line}; stalls with both captures {both:?}, at the receiver {alone:?}");
     assert!(!both.is_empty(), "{why}");
     assert!(both.len() as u64 <= arrived + reordered, "{why}");
@@ -245,12 +245,63 @@ fn stalls_at_the_receiver(
     // With both ends the sender's capture names every fill; at the receiver alone its own
     // classification does, but for the fills it could not tell from reordered originals
     // (without timestamps, all of them).
-    assert!(both.iter().all(|s| resent(&s.1)), "{why}");
+    let odd: Vec<_> = both.iter().filter(|s| !resent(&s.1)).collect();
+    assert!(
+        odd.is_empty(),
+        "{why}; {}",
+        odd_stalls(&odd, &both_lines, (sender_pcap, receiver_pcap))
+    );
     let unknown = alone.iter().filter(|s| !resent(&s.1)).count() as u64;
     if timestamps {
         assert!(unknown <= receiver_ooo, "{why}");
     }
     begun_mid_connection(receiver_pcap, &alone_lines, line);
+}
+
+/// What a failure needs to be understood from its log alone (the captures are gone with the
+/// test's directory): each stall of `odd` as written, and the segments of its missing
+/// sequence number at both captures.
+fn odd_stalls(
+    odd: &[&(String, String, String, u64)],
+    lines: &[serde_json::Value],
+    (sender_pcap, receiver_pcap): (&Path, &Path),
+) -> String {
+    let mut text = String::new();
+    for (_, _, missing, start) in odd {
+        if let Some(r) = lines
+            .iter()
+            .find(|r| r["type"] == "hol_incident" && r["start_ns"].as_u64() == Some(*start))
+        {
+            text.push_str(&format!("\nstall: {r}"));
+        }
+        let seq = missing.trim_start_matches("seq ");
+        // Its copies, and the first ACKs taking it (raw numbers: a wrap would only lose them).
+        let filters = [
+            (format!("tcp.seq_raw == {seq} && tcp.len > 0"), 10),
+            (format!("tcp.ack_raw > {seq} && tcp.len == 0"), 2),
+        ];
+        for pcap in [sender_pcap, receiver_pcap] {
+            text.push_str(&format!("\n{}:", pcap.display()));
+            for (filter, rows) in &filters {
+                let fields = [
+                    "frame.number",
+                    "frame.time_epoch",
+                    "tcp.srcport",
+                    "tcp.seq_raw",
+                    "tcp.ack_raw",
+                    "tcp.len",
+                    "tcp.options.sack_le",
+                    "tcp.options.sack_re",
+                    "tcp.options.timestamp.tsval",
+                    "tcp.analysis.flags",
+                ];
+                for r in tshark_fields(pcap, filter, &fields).iter().take(*rows) {
+                    text.push_str(&format!("\n  {}", r.join(" ")));
+                }
+            }
+        }
+    }
+    text
 }
 
 /// `lines` (of `pcap` analysed alone) say it is at the server's end, told by the TTLs.
