@@ -530,10 +530,10 @@ pub struct TcpWireDirection {
     /// judged. Stalls told from arrivals may end early there.
     #[serde(default)]
     pub arrivals_not_taken: u64,
-    /// At the receiver: arrivals not judged (out of order without SACK; resent while the
-    /// receiver may have held them without listing them, its SACK option full, or before it
-    /// had them in hand; beyond the bound of those awaiting an ACK; or still awaiting one when
-    /// the capture ended).
+    /// At the receiver: arrivals not judged (resent while the receiver may have held them
+    /// without listing them, its SACK option full, or before it had them in hand; beyond the
+    /// bound of those awaiting an ACK; or still awaiting one when the capture ended, such as
+    /// one out of order without SACK whose hole below was never filled).
     #[serde(default)]
     pub arrivals_not_judged: u64,
 }

@@ -381,9 +381,8 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
                     },
                     if d.arrivals_not_judged > 0 {
                         format!(
-                            "; {} arrivals not judged (out of order without SACK, resent while \
-                             the receiver may have held them unlisted, or no ACK after them \
-                             before the capture ended)",
+                            "; {} arrivals not judged (resent before the receiver's ACKs could \
+                             tell, or still waiting for an ACK when the capture ended)",
                             d.arrivals_not_judged
                         )
                     } else {
@@ -603,7 +602,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("; 1 arrivals not judged (out of order"),
+            text.contains("; 1 arrivals not judged (resent before"),
             "{text}"
         );
     }

@@ -341,8 +341,11 @@ fn run_case(net: &NetnsPair, case: &Case, port: u16, dir: &Path) -> String {
     );
     assert_eq!(sender.out_of_order, 0, "{}", case.name);
     // The segments the receiver's rule dropped arrived at its capture first: its ACKs did
-    // not take them. With SACK each is told; without, only those in order (an arrival out of
-    // order is then not judged, taken or not). The capture stated to be the gateway's (alone,
+    // not take them. With SACK each is told; without, an arrival out of order waits until
+    // the hole below it is filled, when the cumulative ACK passes it or stops at it; not judged
+    // are those resent before the receiver can have had them in hand (three runs 2026-12-06:
+    // 6 of 7 told, 1 not judged, a GRO burst resent 0.1 ms after it arrived; before, 5 of
+    // 12 told and 49 not judged). The capture stated to be the gateway's (alone,
     // with the two ends' TTLs alike, it is taken to be the T-Box's, the data's sender).
     let host = format!("{}-receiver=gateway", case.name);
     let receiver = analyze_with(&["--host", &host], &[&receiver_pcap], &local, mss);
@@ -367,6 +370,10 @@ fn run_case(net: &NetnsPair, case: &Case, port: u16, dir: &Path) -> String {
         assert!(receiver.not_taken <= dropped, "{told}");
         assert!(
             dropped <= receiver.not_taken + receiver.not_judged,
+            "{told}"
+        );
+        assert!(
+            receiver.not_taken * 2 >= dropped && receiver.not_judged <= dropped,
             "{told}"
         );
     }

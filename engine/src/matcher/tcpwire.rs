@@ -38,7 +38,8 @@ pub const MAX_PENDING: usize = 256;
 /// Timestamps (TSval → first send) remembered per direction for RTT samples.
 const MAX_TSVALS: usize = 64;
 /// Arrivals awaiting the receiver's ACK per direction (more are not judged, counted): those a
-/// receiver may hold unlisted wait for the cumulative ACK, a round trip or a timeout.
+/// receiver may hold unlisted, or out of order without SACK, wait for the cumulative ACK, a
+/// round trip or a timeout.
 const MAX_ARRIVED: usize = 1024;
 /// How long after an arrival the receiver's ACK not taking it says it was dropped past the
 /// capture point: its own ACK leaves within microseconds, in the softirq that takes the
@@ -293,6 +294,12 @@ impl AckSight {
     /// Past the cumulative ACK where the receiver may hold it unlisted.
     fn maybe_unlisted(self, start: u64) -> bool {
         start > self.ack && start < self.unlisted_below
+    }
+
+    /// Past the cumulative ACK without SACK: only that ACK can show it, once the hole below
+    /// it is filled (the receiver then acknowledges all it holds in order, at once).
+    fn waits_for_the_ack(self, start: u64) -> bool {
+        !self.sack_seen && start > self.ack
     }
 }
 
@@ -991,8 +998,9 @@ fn note_sent(shared: &mut Shared, fr: FlowRef, pkt: &Pkt) {
 /// past the capture point when the ACK would show it (in order, or SACK in use and the
 /// receiver not perhaps holding data it does not list, see [`Half::unlisted_below`]), even if
 /// a resend fills its place later (so is one a resend of it reaches first, see
-/// [`Half::arrival`]); an arrival out of order without SACK is not judged (counted), nor one
-/// the receiver may hold unlisted that a resend reaches first.
+/// [`Half::arrival`]); an arrival out of order without SACK waits for the cumulative ACK to
+/// reach it (the hole below filled); one the receiver may hold unlisted that a resend reaches
+/// first is not judged (counted).
 fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
     let Some(ack) = h.peek(t.ack) else {
         return;
@@ -1017,7 +1025,7 @@ fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
         unlisted_below: h.unlisted_below,
     };
     let sacked = |s: u64, e: u64| blocks.iter().any(|&(l, r)| l <= s && e <= r);
-    let (mut not_taken, mut not_judged) = (0, 0);
+    let mut not_taken = 0;
     let mut newest_taken = h.newest_taken;
     h.arrived.retain(|a| {
         let (s, e, at) = (a.start, a.end, a.at_ns);
@@ -1025,20 +1033,21 @@ fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
             newest_taken = newest_taken.max(a.no);
             return false;
         }
-        // Held unlisted, perhaps: only a cover or a resend tells.
-        if ts_ns < at.saturating_add(NOT_TAKEN_AFTER_NS) || sight.maybe_unlisted(s) {
+        // Held unlisted, perhaps, or out of order without SACK: only a cover (or a resend)
+        // tells.
+        if ts_ns < at.saturating_add(NOT_TAKEN_AFTER_NS)
+            || sight.maybe_unlisted(s)
+            || sight.waits_for_the_ack(s)
+        {
             return true;
         }
-        if sight.shows(s) {
-            not_taken += 1;
-        } else {
-            not_judged += 1;
-        }
+        // The ACK would show it: at or past its start (the hole below filled), or SACK in use
+        // and the receiver not perhaps holding it unlisted.
+        not_taken += 1;
         false
     });
     h.newest_taken = newest_taken;
     h.stats.arrivals_not_taken += not_taken;
-    h.stats.arrivals_not_judged += not_judged;
 }
 
 /// The first ACK (`ack`) leaving a capture that began after the start of `h`'s data, first

@@ -677,8 +677,8 @@ fn render_wire_kinds(
     if d.arrivals_not_judged > 0 {
         lines.push(Line::styled(
             format!(
-                "arrived here, not judged: {} (out of order without SACK, or no ACK after them \
-                 before the capture ended)",
+                "arrived here, not judged: {} (resent before the receiver's ACKs could tell, or \
+                 still waiting for an ACK when the capture ended)",
                 d.arrivals_not_judged
             ),
             theme.dim(),
