@@ -414,6 +414,40 @@ impl GapTracker {
         Delivery::Buffered { opened: false }
     }
 
+    /// Takes back the piece `[start, end)` held behind the open gap (its receiver dropped it
+    /// past the capture point); false, with nothing done, when no such piece is held.
+    pub fn withdraw(&mut self, start: u64, end: u64) -> bool {
+        if self.gap.is_none() || self.buffered.get(&start).is_none_or(|h| h.end != end) {
+            return false;
+        }
+        if let Some(h) = self.buffered.remove(&start) {
+            self.unhold(&h);
+        }
+        true
+    }
+
+    /// Moves the next unit expected back to `unit` (what was delivered in order from it on
+    /// was not taken after all), when no gap is open (the caller closes one first: its pieces
+    /// stay held, to be held behind the hole at `unit` once a delivery past it opens the gap
+    /// there); false, with nothing done, otherwise.
+    pub fn rewind(&mut self, unit: u64) -> bool {
+        match self.next {
+            Some(n) if n > unit && self.gap.is_none() => {
+                self.next = Some(unit);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Messages held behind the open gap that no held piece carries (a TCP capture's framing
+    /// completed them as their bytes arrived, before the gap was known).
+    pub fn held_behind_gap(&mut self, messages: u64) {
+        if let Some(g) = self.gap.as_mut() {
+            g.released.0 += messages;
+        }
+    }
+
     /// The missing run in front of the first held piece, `[next, first held)`.
     pub fn hole(&self) -> Option<(u64, u64)> {
         let n = self.next?;

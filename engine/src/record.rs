@@ -527,7 +527,7 @@ pub struct TcpWireDirection {
     /// acknowledged nor SACKed 5 ms on, or before a resend of them came once the receiver had
     /// them in hand): dropped past the capture point, by the receiver's kernel (its memory,
     /// its window, its firewall). A lower bound: the arrivals its ACKs cannot tell are not
-    /// judged. Stalls told from arrivals may end early there.
+    /// judged. Each is a hole at the receiver, stalling the arrivals behind it.
     #[serde(default)]
     pub arrivals_not_taken: u64,
     /// At the receiver: arrivals not judged (resent while the receiver may have held them
@@ -536,6 +536,31 @@ pub struct TcpWireDirection {
     /// one out of order without SACK whose hole below was never filled).
     #[serde(default)]
     pub arrivals_not_judged: u64,
+    /// At the receiver: arrivals not taken whose stall could not be made (the arrivals after
+    /// them no longer remembered, or held merged with another piece): the stall they caused
+    /// is missing from the records.
+    #[serde(default)]
+    pub drops_without_stall: u64,
+}
+
+impl TcpWireDirection {
+    /// The arrivals the receiver did not take, in words, when there are some.
+    pub fn not_taken_note(&self) -> Option<String> {
+        let missing = match self.drops_without_stall {
+            0 => String::new(),
+            n => format!(
+                "; for {n} of them the stall is missing: what came after them could not be \
+                 redone"
+            ),
+        };
+        (self.arrivals_not_taken > 0).then(|| {
+            format!(
+                "{} arrived here but were not taken by the receiver (dropped past the capture \
+                 point: each a hole there, stalling the arrivals behind it{missing})",
+                self.arrivals_not_taken
+            )
+        })
+    }
 }
 
 /// Counts per [`TcpRetransmitKind`] from a list that may be shorter (made before the last kinds

@@ -370,15 +370,9 @@ fn tcp_wire(o: &mut String, t: &crate::record::TcpWireSummary) {
                     } else {
                         ""
                     },
-                    if d.arrivals_not_taken > 0 {
-                        format!(
-                            "; {} arrived here but were not taken by the receiver (dropped \
-                             past the capture point: stalls told from arrivals may end early)",
-                            d.arrivals_not_taken
-                        )
-                    } else {
-                        String::new()
-                    },
+                    d.not_taken_note()
+                        .map(|n| format!("; {n}"))
+                        .unwrap_or_default(),
                     if d.arrivals_not_judged > 0 {
                         format!(
                             "; {} arrivals not judged (resent before the receiver's ACKs could \
@@ -594,11 +588,16 @@ mod tests {
             at_receiver: true,
             arrivals_not_taken: 2,
             arrivals_not_judged: 1,
+            drops_without_stall: 1,
             ..crate::record::TcpWireDirection::default()
         });
         let text = render(&s);
         assert!(
             text.contains("; 2 arrived here but were not taken by the receiver"),
+            "{text}"
+        );
+        assert!(
+            text.contains("; for 1 of them the stall is missing"),
             "{text}"
         );
         assert!(

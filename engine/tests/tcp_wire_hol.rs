@@ -1148,3 +1148,120 @@ fn a_fill_the_receiver_drops_does_not_end_the_stall() {
     assert_eq!(run(true, 1100), (110, 220));
     assert_eq!(run(true, 1000), (110, 220));
 }
+
+/// The gateway's capture sees a segment arrive in order that its kernel then drops (past the
+/// capture point), and the next two arrive: the receiver holds them behind the hole (its
+/// ACKs stay at it, SACKing them) until the resend is taken. At the capture nothing was out
+/// of order; the stall is made once the dropped arrival is judged — by its resend, or 5 ms
+/// on by an ACK that does not take it —, from the first arrival behind it to the resend,
+/// with the bytes and messages held (each segment completing one message).
+#[test]
+fn an_arrival_the_receiver_drops_stalls_what_follows_it() {
+    let run = |judged_by_ack: bool| {
+        let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
+        let data = |c: &mut Conn, ms: u64, seq: u32| {
+            c.seg(1, ms, true, (seq, 5001), ACK, 100, &[], &[(seq, seq + 100)]);
+        };
+        data(&mut c, 100, 1000);
+        c.seg(1, 100, false, (5001, 1100), ACK, 0, &[], &[]);
+        // 1100 arrives and is dropped; 1200 and 1300 are held behind it.
+        data(&mut c, 110, 1100);
+        data(&mut c, 111, 1200);
+        c.seg(1, 111, false, (5001, 1100), ACK, 0, &[(1200, 1300)], &[]);
+        data(&mut c, 112, 1300);
+        c.seg(1, 112, false, (5001, 1100), ACK, 0, &[(1200, 1400)], &[]);
+        if judged_by_ack {
+            c.seg(1, 120, false, (5001, 1100), ACK, 0, &[(1200, 1400)], &[]);
+        }
+        // The fast resend is taken: the ACK passes all the receiver held.
+        data(&mut c, 130, 1100);
+        c.seg(1, 130, false, (5001, 1400), ACK, 0, &[], &[]);
+        data(&mut c, 140, 1400);
+        c.seg(1, 140, false, (5001, 1500), ACK, 0, &[], &[]);
+        c.finish();
+        let inc: Vec<HolIncident> = c.wire_incidents().into_iter().cloned().collect();
+        inc
+    };
+    for judged_by_ack in [false, true] {
+        let inc = run(judged_by_ack);
+        assert_eq!(inc.len(), 1, "{inc:#?}");
+        let i = &inc[0];
+        assert_eq!(i.stall_from, Some(HolStallFrom::ReceiverArrivals));
+        assert_eq!(i.missing, "seq 1100");
+        assert_eq!((i.start_ns, i.end_ns), (T0 + 111 * MS, Some(T0 + 130 * MS)));
+        assert_eq!((i.bytes_held, i.messages_held), (200, 2), "{i:#?}");
+    }
+}
+
+/// Holes lost upstream beside an arrival the receiver drops, each hole a stall. Behind a hole
+/// lost upstream, a held arrival the receiver drops (no SACK block holds it 5 ms on) is taken
+/// out of what the stall holds, and once the hole is filled it is a hole of its own: a second
+/// stall, as for a second hole lost upstream, from the arrival held behind it (1400, held
+/// since it came) to its resend. An arrival in order that the receiver drops, judged once a
+/// hole lost upstream opened a stall past it: the hole it left comes first, its stall made
+/// from the first arrival after it; the hole past it is a stall again once it is filled.
+#[test]
+fn drops_beside_holes_lost_upstream_are_holes_of_their_own() {
+    // Each step: (ms, from the client, its sequence number (data, 100 bytes) or the ACK's
+    // number, the ACK's SACK blocks), after the first segment and its ACK; then the resends
+    // of 1100 and 1300, each taken.
+    type Step<'a> = (u64, bool, u32, &'a [(u32, u32)]);
+    let play = |steps: &[Step]| {
+        let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
+        c.seg(1, 100, true, (1000, 5001), ACK, 100, &[], &[]);
+        c.seg(1, 100, false, (5001, 1100), ACK, 0, &[], &[]);
+        let resends: [Step; 4] = [
+            (130, true, 1100, &[]),
+            (130, false, 1300, &[(1400, 1500)]),
+            (150, true, 1300, &[]),
+            (150, false, 1500, &[]),
+        ];
+        for &(ms, up, n, sack) in steps.iter().chain(&resends) {
+            match up {
+                true => c.seg(1, ms, true, (n, 5001), ACK, 100, &[], &[]),
+                false => c.seg(1, ms, false, (5001, n), ACK, 0, sack, &[]),
+            }
+        }
+        c.finish();
+        let at = |ns: u64| (ns - T0) / MS;
+        c.wire_incidents()
+            .iter()
+            .map(|i| {
+                (
+                    i.missing.clone(),
+                    at(i.start_ns),
+                    i.end_ns.map(at),
+                    i.bytes_held,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let both: &[(u32, u32)] = &[(1400, 1500), (1200, 1300)];
+    // 1100 lost on the way; 1200 held, 1300 dropped, 1400 held.
+    let held_dropped = play(&[
+        (110, true, 1200, &[]),
+        (110, false, 1100, &[(1200, 1300)]),
+        (111, true, 1300, &[]),
+        (112, true, 1400, &[]),
+        (112, false, 1100, both),
+        (120, false, 1100, both),
+    ]);
+    // 1100 dropped past the capture, 1200 held; 1300 lost on the way, 1400 held.
+    let dropped_first = play(&[
+        (110, true, 1100, &[]),
+        (111, true, 1200, &[]),
+        (111, false, 1100, &[(1200, 1300)]),
+        (112, true, 1400, &[]),
+        (112, false, 1100, both),
+        (120, false, 1100, both),
+    ]);
+    let stall = |missing: &str, from: u64, to: u64| (missing.to_owned(), from, Some(to), 100);
+    assert_eq!(
+        held_dropped,
+        [stall("seq 1100", 110, 130), stall("seq 1300", 112, 150)]
+    );
+    assert_eq!(
+        dropped_first,
+        [stall("seq 1100", 111, 130), stall("seq 1300", 112, 150)]
+    );
+}

@@ -246,6 +246,7 @@ fn tcp_screen_shows_the_wire_in_a_pcap_replay() {
             sender_captured: false,
             arrivals_not_taken: 0,
             arrivals_not_judged: 0,
+            drops_without_stall: 0,
         },
         TcpWireDirection {
             path: "tbox-eth0".to_owned(),
@@ -259,6 +260,7 @@ fn tcp_screen_shows_the_wire_in_a_pcap_replay() {
             at_receiver: true,
             arrivals_not_taken: 2,
             arrivals_not_judged: 3,
+            drops_without_stall: 0,
             ..TcpWireDirection::default()
         },
     ];
@@ -312,7 +314,7 @@ fn tcp_screen_shows_the_wire_in_a_pcap_replay() {
         Theme { color: false },
     ));
     assert!(
-        screen.contains("arrived here, not taken by the receiver: 2"),
+        screen.contains("2 arrived here but were not taken by the receiver"),
         "{screen}"
     );
     assert!(screen.contains("arrived here, not judged: 3"), "{screen}");

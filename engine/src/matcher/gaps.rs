@@ -55,6 +55,37 @@ impl GapSel {
             _ => unit,
         }
     }
+
+    /// A stall of this tracker's stream, of flow `flow`, missing `[from, to)`, from
+    /// `start_ns` (TCP from the wire says so, and what its stall is measured between).
+    fn stall(self, flow: &str, (from, to): (u64, u64), start_ns: u64) -> HolIncident {
+        let (protocol, stream) = match self {
+            GapSel::Kcp { .. } => (HolProtocol::Kcp, None),
+            GapSel::Quic { stream, .. } => (HolProtocol::Quic, Some(stream)),
+            GapSel::Tcp { .. } => (HolProtocol::Tcp, None),
+        };
+        let (source, stall_from) = match self {
+            GapSel::Tcp { from_acks, .. } => (
+                Some(TcpSource::Wire),
+                Some(if from_acks {
+                    HolStallFrom::SentToAcked
+                } else {
+                    HolStallFrom::ReceiverArrivals
+                }),
+            ),
+            _ => (None, None),
+        };
+        HolIncident {
+            protocol,
+            flow: flow.to_owned(),
+            stream,
+            missing: missing_name(self, from, to),
+            start_ns,
+            source,
+            stall_from,
+            ..HolIncident::default()
+        }
+    }
 }
 
 /// Withdraws open stall `incident`, shown to be none, from `book` and from its flow's count
@@ -257,6 +288,52 @@ impl Shared {
         self.gap_deliver_held(fr, sel, start, len, bytes, msg_end, path, ts);
     }
 
+    /// Opens the stall of the hole in front of tracker `sel`'s held pieces when no gap is open
+    /// (the pieces were held behind a gap past it, now closed: an arrival in order there turned
+    /// out dropped by the receiver), from `since` (the first arrival held behind the hole), the
+    /// hole shown on `path`.
+    pub(crate) fn gap_open_in_front(
+        &mut self,
+        fr: FlowRef,
+        sel: GapSel,
+        since: u64,
+        path: PathIdx,
+    ) {
+        let Some(f) = self.flows.get_mut(fr) else {
+            return;
+        };
+        let name: &str = f.name.get_or_insert_with(|| f.key.name());
+        let Some(t) = tracker(&mut f.proto, sel, None) else {
+            return;
+        };
+        let Some((missing, end)) = t.hole().filter(|_| t.gap.is_none()) else {
+            return;
+        };
+        let mut inc = sel.stall(name, (missing, end), since);
+        let (unit, label) = (sel.unit(), self.paths.label(path));
+        let what = format!(
+            "{unit} {} arrived while {unit} {} was missing",
+            sel.shown(end),
+            sel.shown(missing)
+        );
+        push_evidence(&mut inc, since, label, what);
+        let id = self.incidents.open(inc);
+        t.reopen(id);
+        f.incidents += 1;
+        let pending = t.take_pending(end);
+        if let (Some(inc), Some(g)) = (self.incidents.get_mut(id), t.gap.as_mut()) {
+            attach_pending(
+                inc,
+                &mut g.unknown_resends,
+                unit,
+                pending,
+                &self.paths,
+                since,
+            );
+            (inc.messages_held, inc.bytes_held) = t.held_by_gap();
+        }
+    }
+
     /// [`Shared::gap_deliver`] of a piece that changes more than the next unit expected (a gap
     /// opens, narrows or fills, or pieces are held).
     #[expect(
@@ -285,22 +362,10 @@ impl Shared {
         let paths = &self.paths;
         let label = paths.label(path);
         let incidents = &mut self.incidents;
-        let (protocol, stream) = match sel {
-            GapSel::Kcp { .. } => (HolProtocol::Kcp, None),
-            GapSel::Quic { stream, .. } => (HolProtocol::Quic, Some(stream)),
-            GapSel::Tcp { .. } => (HolProtocol::Tcp, None),
-        };
-        // TCP from the wire says so, and what its stall is measured between.
-        let (source, stall_from) = match sel {
-            GapSel::Tcp { from_acks, .. } => (
-                Some(TcpSource::Wire),
-                Some(if from_acks {
-                    HolStallFrom::SentToAcked
-                } else {
-                    HolStallFrom::ReceiverArrivals
-                }),
-            ),
-            _ => (None, None),
+        let protocol = match sel {
+            GapSel::Kcp { .. } => HolProtocol::Kcp,
+            GapSel::Quic { .. } => HolProtocol::Quic,
+            GapSel::Tcp { .. } => HolProtocol::Tcp,
         };
         let unit = sel.unit();
         let show = |u: u64| sel.shown(u);
@@ -317,16 +382,7 @@ impl Shared {
             path,
             |missing| {
                 opened = true;
-                let mut inc = HolIncident {
-                    protocol,
-                    flow: name.to_owned(),
-                    stream,
-                    missing: missing_name(sel, missing, start),
-                    start_ns: ts,
-                    source,
-                    stall_from,
-                    ..HolIncident::default()
-                };
+                let mut inc = sel.stall(name, (missing, start), ts);
                 let what = if matches!(
                     sel,
                     GapSel::Tcp {
@@ -421,16 +477,7 @@ impl Shared {
                 }
                 let reopen = still_gapped_since.map(|since| {
                     let end = t.hole().map_or(next.saturating_add(1), |h| h.1);
-                    let mut inc = HolIncident {
-                        protocol,
-                        flow: name.to_owned(),
-                        stream,
-                        missing: missing_name(sel, next, end),
-                        start_ns: since,
-                        source,
-                        stall_from,
-                        ..HolIncident::default()
-                    };
+                    let mut inc = sel.stall(name, (next, end), since);
                     push_evidence(
                         &mut inc,
                         since,

@@ -341,6 +341,110 @@ pub(crate) fn begun_past_hole(
     shared.gap_deliver(fr, sel, h.origin, len, len, false, pkt.path, h.at_ns);
 }
 
+/// What became of the stall behind an arrival its receiver dropped ([`dropped_arrival`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DropStall {
+    /// Delivered in order at its arrival: the deliveries after it are held behind it now.
+    Rebuilt,
+    /// Held behind an open gap: taken out of what the gap holds.
+    Withdrawn,
+    /// Never delivered (a fill that waited for the receiver's ACK, or the capture not yet
+    /// placed): nothing to undo.
+    NotDelivered,
+    /// Delivered, and what followed can no longer be redone (the arrivals after it forgotten,
+    /// or none with a gap open past it, or a held piece merged with another): counted.
+    Missed,
+}
+
+/// An arrival `[from, end)` of the `data_up` stream its receiver did not take (dropped past
+/// the capture point), judged as `pkt` is seen: a hole at the receiver. Delivered in order at
+/// its arrival, the deliveries after it (`later`: start, end, arrival time and messages
+/// completed, in arrival order; `None` once no longer remembered) are redone behind it, a
+/// stall from the first of them that the next copy ends; held behind an open gap, it is taken
+/// out of what the gap holds.
+pub(crate) fn dropped_arrival(
+    shared: &mut Shared,
+    fr: FlowRef,
+    pkt: &Pkt,
+    data_up: bool,
+    (from, end): (u64, u64),
+    later: Option<&[(u64, u64, u64, u32)]>,
+) -> DropStall {
+    if !settled(shared, pkt) {
+        return DropStall::NotDelivered;
+    }
+    let Some(t) = seen_arriving(shared, fr, data_up, pkt, Shows::Nothing) else {
+        return DropStall::NotDelivered;
+    };
+    let Some(next) = t.next() else {
+        return DropStall::NotDelivered;
+    };
+    if from >= next {
+        return if t.withdraw(from, end) {
+            DropStall::Withdrawn
+        } else if t.has(from) {
+            DropStall::Missed
+        } else {
+            DropStall::NotDelivered
+        };
+    }
+    let Some(later) = later else {
+        return DropStall::Missed;
+    };
+    if !rewind_receiver(shared, fr, data_up, from, later.iter().any(|l| l.1 > from)) {
+        return DropStall::Missed;
+    }
+    let sel = at_receiver(data_up);
+    let mut messages = 0;
+    let behind = later.iter().filter(|l| l.1 > from);
+    for &(s, e, at_ns, m) in behind.clone() {
+        shared.gap_deliver(fr, sel, s, e - s, e - s, false, pkt.path, at_ns);
+        messages += u64::from(m);
+    }
+    // Pieces held behind a gap past it were held already: the stall in front of them is
+    // opened here, from the first arrival after the drop.
+    if let Some(&(_, _, since, _)) = behind.clone().next() {
+        shared.gap_open_in_front(fr, sel, since, pkt.path);
+    }
+    if let Some(t) = tracker(shared, fr, data_up) {
+        t.held_behind_gap(messages);
+    }
+    DropStall::Rebuilt
+}
+
+/// Moves the receiver's tracker of flow `fr`'s `data_up` stream back to `unit`. A gap open past
+/// it (a hole lost upstream, or another drop) is closed without a stall, its pieces held
+/// still: once the deliveries after `unit` are redone (`redone`: there are some), they and
+/// those pieces are held behind the hole at `unit`, and when it is filled the hole past it is
+/// a stall again, from the earliest of them (as after any fill with data still missing).
+/// False, with nothing done, when nothing from `unit` on was delivered, or a gap is open and
+/// nothing would be redone.
+fn rewind_receiver(
+    shared: &mut Shared,
+    fr: FlowRef,
+    data_up: bool,
+    unit: u64,
+    redone: bool,
+) -> bool {
+    let Some(f) = shared.flows.get_mut(fr) else {
+        return false;
+    };
+    let Proto::Tcp(s) = &mut f.proto else {
+        return false;
+    };
+    let Some(t) = s.rx.get_mut(usize::from(data_up)) else {
+        return false;
+    };
+    if t.next().is_none_or(|n| n <= unit) || (t.gap.is_some() && !redone) {
+        return false;
+    }
+    if let Some(g) = t.gap.take() {
+        withdraw_stall(&mut shared.incidents, &mut f.incidents, g.incident);
+    }
+    t.untold();
+    t.rewind(unit)
+}
+
 /// Whether the capture's role at its end of the path is settled: paired with the capture at
 /// the other end, no other capture that could be that end, or placed at its end (stated, or
 /// inferred from a handshake or TTLs). (Until then each capture is taken to be the T-Box's:

@@ -20,7 +20,9 @@ use crate::capture::Dir;
 use crate::flow::{FlowRef, Proto};
 use crate::input::{PathMtuSignal, TcpSegment};
 use crate::matcher::after;
-use crate::matcher::tcpmsg::{self, Acked, BegunPastHole, Facts, FillVerdict, Outstanding};
+use crate::matcher::tcpmsg::{
+    self, Acked, BegunPastHole, DropStall, Facts, FillVerdict, Outstanding,
+};
 use crate::paths::PathIdx;
 use crate::record::{
     Record, Spurious, TcpRetransmitKind, TcpRetransmitRecord, TcpRtoRecord, TcpSource,
@@ -41,6 +43,9 @@ const MAX_TSVALS: usize = 64;
 /// receiver may hold unlisted, or out of order without SACK, wait for the cumulative ACK, a
 /// round trip or a timeout.
 const MAX_ARRIVED: usize = 1024;
+/// Arrivals remembered per direction at a receiver's capture, taken or not: behind one its
+/// receiver dropped, those after it are redone as held (see [`stalls_behind_drops`]).
+const MAX_RECENT_ARRIVALS: usize = 256;
 /// How long after an arrival the receiver's ACK not taking it says it was dropped past the
 /// capture point: its own ACK leaves within microseconds, in the softirq that takes the
 /// segment; one its application's thread sends meanwhile may not show the segment yet (seen
@@ -258,6 +263,13 @@ struct Half {
     /// At the receiver's capture: data seen arriving that no ACK of the receiver's has taken
     /// yet, oldest first (see [`judge_arrivals`]).
     arrived: VecDeque<Arrival>,
+    /// The latest arrivals, taken or not, in order (at most [`MAX_RECENT_ARRIVALS`]), each
+    /// with whether it was judged not taken.
+    recent: VecDeque<(Arrival, bool)>,
+    /// Arrivals just judged not taken, each with the cumulative ACK then and the number of
+    /// the last arrival seen before the judgment: the stalls behind them are yet to be made
+    /// ([`stalls_behind_drops`]).
+    not_taken_now: Vec<(Arrival, u64, u64)>,
     /// The receiver of this data sent SACK blocks: an ACK of its holds every piece it took
     /// past its cumulative ACK (the newest first, the rest as room allows).
     sack_seen: bool,
@@ -314,6 +326,8 @@ struct Arrival {
     at_ns: u64,
     /// Its place among the half's arrivals (1, 2, ...).
     no: u64,
+    /// Messages the capture's framing completed with it.
+    messages: u32,
 }
 
 impl Half {
@@ -337,7 +351,7 @@ impl Half {
 
     /// Data `range` seen arriving here at `ts_ns`, to be taken by the receiver's ACKs (see
     /// [`judge_arrivals`]).
-    fn arrival(&mut self, range: Option<(u64, u64)>, ts_ns: u64) {
+    fn arrival(&mut self, range: Option<(u64, u64)>, ts_ns: u64, messages: usize) {
         let Some((start, end)) = range else {
             return;
         };
@@ -353,8 +367,9 @@ impl Half {
                 sack_seen: self.sack_seen,
                 unlisted_below: self.unlisted_below,
             };
-            let newest_taken = self.newest_taken;
+            let (newest_taken, seen) = (self.newest_taken, self.arrivals);
             let (mut not_taken, mut not_judged) = (0, 0);
+            let dropped = &mut self.not_taken_now;
             self.arrived.retain(|a| {
                 if !(a.start < end && start < a.end) {
                     return true;
@@ -365,6 +380,7 @@ impl Half {
                     a.no < newest_taken || ts_ns >= a.at_ns.saturating_add(NOT_TAKEN_AFTER_NS);
                 if sight.shows(a.start) && in_hand {
                     not_taken += 1;
+                    dropped.push((*a, sight.ack, seen));
                     false
                 } else if sight.sack_seen || a.start <= sight.ack {
                     not_judged += 1;
@@ -381,12 +397,18 @@ impl Half {
             self.stats.arrivals_not_judged += 1;
         }
         self.arrivals += 1;
-        self.arrived.push_back(Arrival {
+        let a = Arrival {
             start,
             end,
             at_ns: ts_ns,
             no: self.arrivals,
-        });
+            messages: u32::try_from(messages).unwrap_or(u32::MAX),
+        };
+        self.arrived.push_back(a);
+        if self.recent.len() >= MAX_RECENT_ARRIVALS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((a, false));
     }
 
     /// The capture ends, or the connection is forgotten, with arrivals no ACK judged yet:
@@ -394,6 +416,7 @@ impl Half {
     fn arrivals_left_unjudged(&mut self) {
         self.stats.arrivals_not_judged += self.arrived.len() as u64;
         self.arrived.clear();
+        self.recent.clear();
     }
 
     fn rto_ns(&self) -> u64 {
@@ -625,6 +648,9 @@ impl TcpWireMatcher {
                 }
                 if !peer.arrived.is_empty() {
                     judge_arrivals(peer, t, ts_ns);
+                    if !peer.not_taken_now.is_empty() {
+                        stalls_behind_drops(shared, fr, pkt, peer, !pkt.up.unwrap_or(true));
+                    }
                 }
                 peer.receiver_acks_here = true;
                 if let Some(fill) = peer.fill {
@@ -702,7 +728,10 @@ impl TcpWireMatcher {
             sent = Some((seq_len, facts.resent));
             if pkt.dir == Dir::In {
                 facts.fill_waits = data.receiver_acks_here;
-                data.arrival(facts.data, ts_ns);
+                data.arrival(facts.data, ts_ns, facts.messages.len());
+                if !data.not_taken_now.is_empty() {
+                    stalls_behind_drops(shared, fr, pkt, data, pkt.up.unwrap_or(true));
+                }
                 if let (None, Some((_, ecr))) = (facts.resent, t.options.timestamps) {
                     if peer.stats.segments == 0 {
                         peer.sample_echo(ecr, ts_ns);
@@ -1026,7 +1055,8 @@ fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
     };
     let sacked = |s: u64, e: u64| blocks.iter().any(|&(l, r)| l <= s && e <= r);
     let mut not_taken = 0;
-    let mut newest_taken = h.newest_taken;
+    let (mut newest_taken, seen) = (h.newest_taken, h.arrivals);
+    let dropped = &mut h.not_taken_now;
     h.arrived.retain(|a| {
         let (s, e, at) = (a.start, a.end, a.at_ns);
         if e <= ack || sacked(s, e) {
@@ -1044,10 +1074,41 @@ fn judge_arrivals(h: &mut Half, t: &TcpSegment, ts_ns: u64) {
         // The ACK would show it: at or past its start (the hole below filled), or SACK in use
         // and the receiver not perhaps holding it unlisted.
         not_taken += 1;
+        dropped.push((*a, ack, seen));
         false
     });
     h.newest_taken = newest_taken;
     h.stats.arrivals_not_taken += not_taken;
+}
+
+/// The arrivals of `h`'s data (the `data_up` direction) just judged not taken, as `pkt` is
+/// seen: each is a hole at the receiver, and the arrivals after it (still remembered, not
+/// themselves judged not taken) were held behind it (see [`tcpmsg::dropped_arrival`]).
+#[cold]
+fn stalls_behind_drops(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, h: &mut Half, data_up: bool) {
+    for (x, ack, seen) in std::mem::take(&mut h.not_taken_now) {
+        let later = h
+            .recent
+            .front()
+            .and_then(|(first, _)| usize::try_from(x.no.checked_sub(first.no)?).ok())
+            .and_then(|i| {
+                h.recent.get_mut(i)?.1 = true;
+                let later: Vec<_> = h
+                    .recent
+                    .iter()
+                    .skip(i + 1)
+                    .filter(|(a, dropped)| !dropped && a.no <= seen)
+                    .map(|(a, _)| (a.start, a.end, a.at_ns, a.messages))
+                    .collect();
+                Some(later)
+            });
+        let from = x.start.max(ack);
+        if tcpmsg::dropped_arrival(shared, fr, pkt, data_up, (from, x.end), later.as_deref())
+            == DropStall::Missed
+        {
+            h.stats.drops_without_stall += 1;
+        }
+    }
 }
 
 /// The first ACK (`ack`) leaving a capture that began after the start of `h`'s data, first

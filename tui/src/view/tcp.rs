@@ -667,12 +667,8 @@ fn render_wire_kinds(
         ),
         theme.dim(),
     ));
-    if d.arrivals_not_taken > 0 {
-        lines.push(Line::raw(format!(
-            "arrived here, not taken by the receiver: {} (dropped past the capture point; \
-             stalls told from arrivals may end early)",
-            d.arrivals_not_taken
-        )));
+    if let Some(note) = d.not_taken_note() {
+        lines.push(Line::raw(note));
     }
     if d.arrivals_not_judged > 0 {
         lines.push(Line::styled(
