@@ -43,8 +43,9 @@ const MAX_TSVALS: usize = 64;
 /// receiver may hold unlisted, or out of order without SACK, wait for the cumulative ACK, a
 /// round trip or a timeout.
 const MAX_ARRIVED: usize = 1024;
-/// Arrivals remembered per direction at a receiver's capture, taken or not: behind one its
-/// receiver dropped, those after it are redone as held (see [`stalls_behind_drops`]).
+/// Arrivals remembered per direction at a receiver's capture, taken or not, from the oldest
+/// still awaiting the receiver's ACK on: behind one its receiver dropped, those after it are
+/// redone as held (see [`stalls_behind_drops`]).
 const MAX_RECENT_ARRIVALS: usize = 256;
 /// How long after an arrival the receiver's ACK not taking it says it was dropped past the
 /// capture point: its own ACK leaves within microseconds, in the softirq that takes the
@@ -263,8 +264,8 @@ struct Half {
     /// At the receiver's capture: data seen arriving that no ACK of the receiver's has taken
     /// yet, oldest first (see [`judge_arrivals`]).
     arrived: VecDeque<Arrival>,
-    /// The latest arrivals, taken or not, in order (at most [`MAX_RECENT_ARRIVALS`]), each
-    /// with whether it was judged not taken.
+    /// The latest arrivals, taken or not, in order, from the oldest in `arrived` on (at most
+    /// [`MAX_RECENT_ARRIVALS`]), each with whether it was judged not taken.
     recent: VecDeque<(Arrival, bool)>,
     /// Arrivals just judged not taken, each with the cumulative ACK then and the number of
     /// the last arrival seen before the judgment: the stalls behind them are yet to be made
@@ -409,6 +410,15 @@ impl Half {
             self.recent.pop_front();
         }
         self.recent.push_back((a, false));
+    }
+
+    /// Forgets the arrivals no drop can need any more: those before the oldest still awaiting
+    /// the receiver's ACK (only an arrival judged later has a stall behind it to make).
+    fn forget_settled_arrivals(&mut self) {
+        let oldest = self.arrived.front().map_or(u64::MAX, |a| a.no);
+        while self.recent.front().is_some_and(|(a, _)| a.no < oldest) {
+            self.recent.pop_front();
+        }
     }
 
     /// The capture ends, or the connection is forgotten, with arrivals no ACK judged yet:
@@ -651,6 +661,7 @@ impl TcpWireMatcher {
                     if !peer.not_taken_now.is_empty() {
                         stalls_behind_drops(shared, fr, pkt, peer, !pkt.up.unwrap_or(true));
                     }
+                    peer.forget_settled_arrivals();
                 }
                 peer.receiver_acks_here = true;
                 if let Some(fill) = peer.fill {
@@ -731,6 +742,7 @@ impl TcpWireMatcher {
                 data.arrival(facts.data, ts_ns, facts.messages.len());
                 if !data.not_taken_now.is_empty() {
                     stalls_behind_drops(shared, fr, pkt, data, pkt.up.unwrap_or(true));
+                    data.forget_settled_arrivals();
                 }
                 if let (None, Some((_, ecr))) = (facts.resent, t.options.timestamps) {
                     if peer.stats.segments == 0 {
