@@ -1265,3 +1265,39 @@ fn drops_beside_holes_lost_upstream_are_holes_of_their_own() {
         [stall("seq 1100", 111, 130), stall("seq 1300", 112, 150)]
     );
 }
+
+/// Undeclared ends of one link with nothing between them (same TTLs, a handshake too quick
+/// to place either) are placed only by pairing, on data both saw: the receiver's capture saw
+/// the first data arrive before, unfollowed. Nothing was lost: no stall (there was one, never
+/// ended, from the first arrival followed, its hole the data that had arrived before; seen
+/// with tcp_wire_vs_kernel's two captures).
+#[test]
+fn ends_placed_late_by_pairing_make_no_stall_of_the_data_before() {
+    let mut c = Conn::new(Vec::new());
+    c.e = engine(Config {
+        await_pairing: true,
+        ..Config::default()
+    });
+    for capture in [0, 1] {
+        c.seg(capture, 0, true, (999, 0), SYN, 0, &[], &[]);
+        c.seg(capture, 0, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+        c.seg(capture, 0, true, (1000, 5001), ACK, 0, &[], &[]);
+    }
+    let mut seq = 1000u32;
+    for round in 0..10u64 {
+        let t = 100 + round * 100;
+        c.seg(0, t, true, (seq, 5001), ACK, 100, &[], &[]);
+        c.seg(1, t, true, (seq, 5001), ACK, 100, &[], &[]);
+        c.seg(1, t + 1, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        c.seg(0, t + 1, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        seq += 100;
+    }
+    let said = c.e.snapshot().health.inferences;
+    c.finish();
+    assert!(
+        said.iter().any(|s| s.contains("same path at its two ends")),
+        "{said:?}"
+    );
+    let inc = c.wire_incidents();
+    assert!(inc.is_empty(), "{inc:#?}");
+}

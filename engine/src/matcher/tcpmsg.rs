@@ -106,7 +106,8 @@ pub(crate) const MAX_RESENDS_PER_ACK: usize = 16;
 pub(crate) struct Facts {
     /// Its payload, as unwrapped sequence numbers `[start, end)`.
     pub data: Option<(u64, u64)>,
-    /// Its sender's first data byte, unwrapped, when the capture saw the SYN.
+    /// When the capture saw the SYN: where the receiver's delivery starts if not followed yet
+    /// (unwrapped; its sender's first data byte, past what the capture saw arrive in order).
     pub first_byte: Option<u64>,
     /// It resent data, of this kind.
     pub resent: Option<TcpRetransmitKind>,
@@ -480,9 +481,13 @@ fn data(
             if let Some(t) = seen_arriving(shared, fr, up, pkt, Shows::Arriving) {
                 // Where the capture saw the SYN, the stream starts after it: a first data
                 // segment lost on the way is a hole like any later one (the first arrival
-                // would otherwise be taken for the stream's start).
+                // would otherwise be taken for the stream's start). What it saw arrive in
+                // order before it was followed (placed late, by pairing) was delivered.
                 if let Some(first) = f.first_byte {
                     t.start_at(first);
+                    if let Some(next) = t.next() {
+                        t.deliver_plain(next, first);
+                    }
                 }
                 fills = t
                     .gap
@@ -600,11 +605,14 @@ fn receiver_acked(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, data_up: bool, a:
         return;
     };
     t.untold();
+    // From where the tracker stands, if below (ACKs before the capture was placed moved the
+    // cumulative ACK unfollowed).
+    let from = t.next().map_or(a.from, |n| n.min(a.from));
     shared.gap_deliver(
         fr,
         at_receiver(data_up),
-        a.from,
-        a.to - a.from,
+        from,
+        a.to.saturating_sub(from),
         0,
         false,
         pkt.path,

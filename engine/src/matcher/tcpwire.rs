@@ -258,6 +258,8 @@ struct Half {
     msgs: Outstanding,
     /// The first data byte, when this capture saw the SYN.
     first_byte: Option<u64>,
+    /// With the SYN seen: the end of the data seen from the first byte on with no gap.
+    contiguous_to: u64,
     /// Where this capture, begun after the stream's start, first saw its data (unwrapped
     /// sequence, when), until the first ACK leaving the capture says whether a hole lay below.
     begun_at: Option<(u64, u64)>,
@@ -1333,11 +1335,18 @@ fn send(
     let write = !h.stats.sender_captured;
     if t.flags.syn() {
         h.first_byte = Some(start + 1);
+        h.contiguous_to = start + 1;
     }
     if t.len > 0 {
         let from = start + u64::from(t.flags.syn());
         facts.data = Some((from, from + u64::from(t.len)));
-        facts.first_byte = h.first_byte;
+        // Where the receiver's delivery starts if not followed yet: past what this capture
+        // saw arrive in order before (a capture placed only now, by pairing, saw that much
+        // delivered unfollowed); a first segment lost on the way is a hole.
+        facts.first_byte = h.first_byte.map(|f| f.max(h.contiguous_to));
+        if h.first_byte.is_some() && from <= h.contiguous_to {
+            h.contiguous_to = h.contiguous_to.max(from + u64::from(t.len));
+        }
     }
     h.stats.segments += 1;
     if h.stats.segments == 1 {
