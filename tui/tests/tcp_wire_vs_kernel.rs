@@ -378,6 +378,24 @@ fn run_case(net: &NetnsPair, case: &Case, port: u16, dir: &Path) -> String {
         );
     }
     assert_eq!((sender.not_taken, sender.not_judged), (0, 0), "{told}");
+    if case.sack {
+        // Every hole the receiver's ACKs show (SACK blocks above the cumulative ACK where there
+        // were none) is data its rule dropped after the capture saw it arrive in order: a
+        // stall at its capture, alone and with the sender's (none before 2026-12-06, but
+        // where a veth reordered two bursts: the capture saw nothing missing).
+        let receiver_pcap_text = receiver_pcap.to_str().unwrap();
+        let alone = ["--host", &host, receiver_pcap_text];
+        let both = [sender_pcap.to_str().unwrap(), receiver_pcap_text];
+        for (what, args) in [("alone", &alone[..]), ("with the sender's", &both[..])] {
+            let (stalled, holes) = holes_stalled(&receiver_pcap, port, &analyze_json(args));
+            eprintln!("{}: {stalled} of {holes} holes stalls ({what})", case.name);
+            assert!(
+                holes > 0 && stalled == holes,
+                "{told}: of {holes} holes the receiver's ACKs show, {stalled} are stalls at its \
+                 capture ({what})"
+            );
+        }
+    }
     // tshark, the second oracle, flags the same segments at the sender's capture; at the
     // receiver's it also flags the reordered first copies (`out_of_order`, which it also uses
     // for quick resends, so the two are compared together): frame for frame, the

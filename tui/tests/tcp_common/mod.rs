@@ -499,6 +499,41 @@ pub fn analyze_json<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Vec<Value> {
         .collect()
 }
 
+/// The holes the receiver's ACKs (from `port`) show in `pcap` — each time its ACKs go from
+/// none held out of order to some (a SACK block above the cumulative ACK; a D-SACK block lies
+/// below it), that ACK's number: the first byte missing — and how many of them are the missing
+/// sequence of a stall in `lines` (its analysis). Steps of the ACK while blocks stay (a hole
+/// filled piece by piece, or the next hole behind it) are the same stall and not counted.
+pub fn holes_stalled(pcap: &std::path::Path, port: u16, lines: &[serde_json::Value]) -> (u64, u64) {
+    let rows = tshark_fields(
+        pcap,
+        &format!("tcp.srcport == {port} && tcp.len == 0 && tcp.flags.ack == 1"),
+        &["tcp.ack_raw", "tcp.options.sack_le"],
+    );
+    let mut holes = std::collections::BTreeSet::new();
+    let mut held = false;
+    for r in &rows {
+        let Ok(ack) = r[0].parse::<u32>() else {
+            continue;
+        };
+        let above = r[1]
+            .split(',')
+            .filter_map(|l| l.parse::<u32>().ok())
+            .any(|l| l != ack && l.wrapping_sub(ack) < 1 << 31);
+        if above && !held {
+            holes.insert(ack);
+        }
+        held = above;
+    }
+    let missing: std::collections::BTreeSet<u32> = lines
+        .iter()
+        .filter(|r| r["type"] == "hol_incident" && r["source"] == "wire")
+        .filter_map(|r| r["missing"].as_str()?.strip_prefix("seq ")?.parse().ok())
+        .collect();
+    let stalled = holes.intersection(&missing).count() as u64;
+    (stalled, holes.len() as u64)
+}
+
 /// tshark's `fields` (tab-separated on its lines) of the frames `filter` selects in `pcap`,
 /// sequence numbers raw.
 pub fn tshark_fields(pcap: &std::path::Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
