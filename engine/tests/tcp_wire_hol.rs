@@ -403,29 +403,7 @@ fn with_both_ends_messages_are_one_way_and_the_stall_is_the_receivers() {
 /// the captures kept the facts it had before).
 #[test]
 fn undeclared_ends_pair_and_each_message_is_one_copy_on_one_path() {
-    let mut c = Conn::new(Vec::new());
-    // As `analyze` sets it for capture files: messages wait for the captures to pair.
-    c.e = engine(Config {
-        await_pairing: true,
-        ..Config::default()
-    });
-    let g = |ms: u64| ms + 20;
-    c.handshake_at_both_ends(0);
-    let mut seq = 1000u32;
-    for round in 0..10u64 {
-        let t = 100 + round * 100;
-        c.seg(0, t, true, (seq, 5001), ACK, 100, &[], &one(seq));
-        c.seg(1, g(t), true, (seq, 5001), ACK, 100, &[], &one(seq));
-        c.seg(1, g(t), false, (5001, seq + 100), ACK, 0, &[], &[]);
-        c.seg(0, t + 40, false, (5001, seq + 100), ACK, 0, &[], &[]);
-        seq += 100;
-    }
-    let said = c.e.snapshot().health.inferences;
-    c.finish();
-    assert!(
-        said.iter().any(|s| s.contains("same path at its two ends")),
-        "{said:?}"
-    );
+    let c = undeclared_ends(|c| c.handshake_at_both_ends(0), 20, 0, true);
     let m = c.messages();
     assert_eq!(m.len(), 10, "{m:#?}");
     for m in &m {
@@ -1043,6 +1021,24 @@ fn arrivals_the_receiver_does_not_take_are_counted() {
     assert_eq!(run(false), (2, 1));
 }
 
+/// One step at the gateway's capture: (ms, from the client, its sequence number (data, 100
+/// bytes) or the ACK's number, the ACK's SACK blocks).
+type Step<'a> = (u64, bool, u32, &'a [(u32, u32)]);
+
+/// The gateway's capture of the client's first segment and its ACK, then `steps`.
+fn at_the_gateway(steps: &[Step]) -> Conn {
+    let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
+    c.seg(1, 100, true, (1000, 5001), ACK, 100, &[], &[]);
+    c.seg(1, 100, false, (5001, 1100), ACK, 0, &[], &[]);
+    for &(ms, up, n, sack) in steps {
+        match up {
+            true => c.seg(1, ms, true, (n, 5001), ACK, 100, &[], &[]),
+            false => c.seg(1, ms, false, (5001, n), ACK, 0, sack, &[]),
+        }
+    }
+    c
+}
+
 /// A receiver whose ACK fills the SACK option's room may hold data it does not list (Linux
 /// keeps four ranges, lists three beside timestamps and forgets the oldest for a fifth): an
 /// arrival it no longer lists is not called dropped, and the resend of it the sender makes
@@ -1051,19 +1047,8 @@ fn arrivals_the_receiver_does_not_take_are_counted() {
 /// its successor, and a fast duplicate); one it had in hand and does not show, not taken.
 #[test]
 fn arrivals_the_receiver_may_hold_unlisted_are_not_judged() {
-    // Each step: (ms, from the client, its sequence number (data, 100 bytes) or the ACK's
-    // number, the ACK's SACK blocks), after the first segment and its ACK.
-    type Step<'a> = (u64, bool, u32, &'a [(u32, u32)]);
     let play = |steps: &[Step]| {
-        let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
-        c.seg(1, 100, true, (1000, 5001), ACK, 100, &[], &[]);
-        c.seg(1, 100, false, (5001, 1100), ACK, 0, &[], &[]);
-        for &(ms, up, n, sack) in steps {
-            match up {
-                true => c.seg(1, ms, true, (n, 5001), ACK, 100, &[], &[]),
-                false => c.seg(1, ms, false, (5001, n), ACK, 0, sack, &[]),
-            }
-        }
+        let mut c = at_the_gateway(steps);
         let summary = c.e.finish(T0 + 60_000 * MS);
         let d = summary
             .tcp_wire
@@ -1202,26 +1187,15 @@ fn an_arrival_the_receiver_drops_stalls_what_follows_it() {
 /// from the first arrival after it; the hole past it is a stall again once it is filled.
 #[test]
 fn drops_beside_holes_lost_upstream_are_holes_of_their_own() {
-    // Each step: (ms, from the client, its sequence number (data, 100 bytes) or the ACK's
-    // number, the ACK's SACK blocks), after the first segment and its ACK; then the resends
-    // of 1100 and 1300, each taken.
-    type Step<'a> = (u64, bool, u32, &'a [(u32, u32)]);
+    // The steps, then the resends of 1100 and 1300, each taken.
     let play = |steps: &[Step]| {
-        let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
-        c.seg(1, 100, true, (1000, 5001), ACK, 100, &[], &[]);
-        c.seg(1, 100, false, (5001, 1100), ACK, 0, &[], &[]);
         let resends: [Step; 4] = [
             (130, true, 1100, &[]),
             (130, false, 1300, &[(1400, 1500)]),
             (150, true, 1300, &[]),
             (150, false, 1500, &[]),
         ];
-        for &(ms, up, n, sack) in steps.iter().chain(&resends) {
-            match up {
-                true => c.seg(1, ms, true, (n, 5001), ACK, 100, &[], &[]),
-                false => c.seg(1, ms, false, (5001, n), ACK, 0, sack, &[]),
-            }
-        }
+        let mut c = at_the_gateway(&[steps, &resends].concat());
         c.finish();
         let at = |ns: u64| (ns - T0) / MS;
         c.wire_incidents()
@@ -1266,30 +1240,40 @@ fn drops_beside_holes_lost_upstream_are_holes_of_their_own() {
     );
 }
 
-/// Undeclared ends of one link with nothing between them (same TTLs, a handshake too quick
-/// to place either) are placed only by pairing, on data both saw: the receiver's capture saw
-/// the first data arrive before, unfollowed. Nothing was lost: no stall (there was one, never
-/// ended, from the first arrival followed, its hole the data that had arrived before; seen
-/// with tcp_wire_vs_kernel's two captures).
-#[test]
-fn ends_placed_late_by_pairing_make_no_stall_of_the_data_before() {
+/// Undeclared ends, as `analyze` sets them (messages wait for the captures to pair), after
+/// `handshake`: ten rounds of 100 bytes from the client (each a message when `framed`), one way
+/// `one_way_ms`, each acknowledged `ack_ms` after its arrival; finished, the two captures
+/// said to show one path at its two ends.
+fn undeclared_ends(
+    handshake: impl FnOnce(&mut Conn),
+    one_way_ms: u64,
+    ack_ms: u64,
+    framed: bool,
+) -> Conn {
     let mut c = Conn::new(Vec::new());
     c.e = engine(Config {
         await_pairing: true,
         ..Config::default()
     });
-    for capture in [0, 1] {
-        c.seg(capture, 0, true, (999, 0), SYN, 0, &[], &[]);
-        c.seg(capture, 0, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
-        c.seg(capture, 0, true, (1000, 5001), ACK, 0, &[], &[]);
-    }
+    handshake(&mut c);
     let mut seq = 1000u32;
     for round in 0..10u64 {
         let t = 100 + round * 100;
-        c.seg(0, t, true, (seq, 5001), ACK, 100, &[], &[]);
-        c.seg(1, t, true, (seq, 5001), ACK, 100, &[], &[]);
-        c.seg(1, t + 1, false, (5001, seq + 100), ACK, 0, &[], &[]);
-        c.seg(0, t + 1, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        let msgs: &[(u32, u32)] = if framed { &one(seq) } else { &[] };
+        let (arrival, acked) = (t + one_way_ms, t + one_way_ms + ack_ms);
+        c.seg(0, t, true, (seq, 5001), ACK, 100, &[], msgs);
+        c.seg(1, arrival, true, (seq, 5001), ACK, 100, &[], msgs);
+        c.seg(1, acked, false, (5001, seq + 100), ACK, 0, &[], &[]);
+        c.seg(
+            0,
+            acked + one_way_ms,
+            false,
+            (5001, seq + 100),
+            ACK,
+            0,
+            &[],
+            &[],
+        );
         seq += 100;
     }
     let said = c.e.snapshot().health.inferences;
@@ -1298,6 +1282,24 @@ fn ends_placed_late_by_pairing_make_no_stall_of_the_data_before() {
         said.iter().any(|s| s.contains("same path at its two ends")),
         "{said:?}"
     );
+    c
+}
+
+/// Undeclared ends of one link with nothing between them (same TTLs, a handshake too quick
+/// to place either) are placed only by pairing, on data both saw: the receiver's capture saw
+/// the first data arrive before, unfollowed. Nothing was lost: no stall (there was one, never
+/// ended, from the first arrival followed, its hole the data that had arrived before; seen
+/// with tcp_wire_vs_kernel's two captures).
+#[test]
+fn ends_placed_late_by_pairing_make_no_stall_of_the_data_before() {
+    let quick_handshake = |c: &mut Conn| {
+        for capture in [0, 1] {
+            c.seg(capture, 0, true, (999, 0), SYN, 0, &[], &[]);
+            c.seg(capture, 0, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+            c.seg(capture, 0, true, (1000, 5001), ACK, 0, &[], &[]);
+        }
+    };
+    let c = undeclared_ends(quick_handshake, 0, 1, false);
     let inc = c.wire_incidents();
     assert!(inc.is_empty(), "{inc:#?}");
 }

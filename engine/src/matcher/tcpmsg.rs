@@ -28,7 +28,7 @@ use crate::input::TcpSegment;
 use crate::matcher::gaps::{withdraw_stall, GapSel};
 use crate::matcher::mix;
 use crate::matcher::tcp::Arrivals;
-use crate::matcher::tcpwire::NOT_TAKEN_AFTER_NS;
+use crate::matcher::tcpwire::{Arrival, NOT_TAKEN_AFTER_NS};
 use crate::message::MsgId;
 use crate::record::TcpRetransmitKind;
 use crate::shared::{Pkt, Shared};
@@ -359,17 +359,16 @@ pub(crate) enum DropStall {
 
 /// An arrival `[from, end)` of the `data_up` stream its receiver did not take (dropped past
 /// the capture point), judged as `pkt` is seen: a hole at the receiver. Delivered in order at
-/// its arrival, the deliveries after it (`later`: start, end, arrival time and messages
-/// completed, in arrival order; `None` once no longer remembered) are redone behind it, a
-/// stall from the first of them that the next copy ends; held behind an open gap, it is taken
-/// out of what the gap holds.
+/// its arrival, the deliveries after it (`later`, in arrival order; `None` once no longer
+/// remembered) are redone behind it, a stall from the first of them that the next copy ends;
+/// held behind an open gap, it is taken out of what the gap holds.
 pub(crate) fn dropped_arrival(
     shared: &mut Shared,
     fr: FlowRef,
     pkt: &Pkt,
     data_up: bool,
     (from, end): (u64, u64),
-    later: Option<&[(u64, u64, u64, u32)]>,
+    later: Option<&[Arrival]>,
 ) -> DropStall {
     if !settled(shared, pkt) {
         return DropStall::NotDelivered;
@@ -392,19 +391,21 @@ pub(crate) fn dropped_arrival(
     let Some(later) = later else {
         return DropStall::Missed;
     };
-    if !rewind_receiver(shared, fr, data_up, from, later.iter().any(|l| l.1 > from)) {
+    let mut behind = later.iter().filter(|a| a.end > from).peekable();
+    if !rewind_receiver(shared, fr, data_up, from, behind.peek().is_some()) {
         return DropStall::Missed;
     }
     let sel = at_receiver(data_up);
+    let since = behind.peek().map(|a| a.at_ns);
     let mut messages = 0;
-    let behind = later.iter().filter(|l| l.1 > from);
-    for &(s, e, at_ns, m) in behind.clone() {
-        shared.gap_deliver(fr, sel, s, e - s, e - s, false, pkt.path, at_ns);
-        messages += u64::from(m);
+    for a in behind {
+        let len = a.end - a.start;
+        shared.gap_deliver(fr, sel, a.start, len, len, false, pkt.path, a.at_ns);
+        messages += u64::from(a.messages);
     }
     // Pieces held behind a gap past it were held already: the stall in front of them is
     // opened here, from the first arrival after the drop.
-    if let Some(&(_, _, since, _)) = behind.clone().next() {
+    if let Some(since) = since {
         shared.gap_open_in_front(fr, sel, since, pkt.path);
     }
     if let Some(t) = tracker(shared, fr, data_up) {

@@ -318,19 +318,19 @@ impl AckSight {
     }
 }
 
-/// Data seen arriving at the receiver's capture, waiting for the receiver's ACKs.
+/// Data seen arriving at the receiver's capture, for the receiver's ACKs to take.
 #[derive(Clone, Copy, Debug)]
-struct Arrival {
+pub(crate) struct Arrival {
     /// Unwrapped sequence of the first byte.
-    start: u64,
+    pub(crate) start: u64,
     /// Unwrapped sequence past the last byte.
-    end: u64,
+    pub(crate) end: u64,
     /// When it arrived.
-    at_ns: u64,
+    pub(crate) at_ns: u64,
     /// Its place among the half's arrivals (1, 2, ...).
     no: u64,
     /// Messages the capture's framing completed with it.
-    messages: u32,
+    pub(crate) messages: u32,
 }
 
 impl Half {
@@ -1107,12 +1107,12 @@ fn stalls_behind_drops(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, h: &mut Half
             .and_then(|(first, _)| usize::try_from(x.no.checked_sub(first.no)?).ok())
             .and_then(|i| {
                 h.recent.get_mut(i)?.1 = true;
-                let later: Vec<_> = h
+                let later: Vec<Arrival> = h
                     .recent
                     .iter()
                     .skip(i + 1)
                     .filter(|(a, dropped)| !dropped && a.no <= seen)
-                    .map(|(a, _)| (a.start, a.end, a.at_ns, a.messages))
+                    .map(|(a, _)| *a)
                     .collect();
                 Some(later)
             });
