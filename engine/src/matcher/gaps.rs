@@ -56,13 +56,20 @@ impl GapSel {
         }
     }
 
+    fn protocol(self) -> HolProtocol {
+        match self {
+            GapSel::Kcp { .. } => HolProtocol::Kcp,
+            GapSel::Quic { .. } => HolProtocol::Quic,
+            GapSel::Tcp { .. } => HolProtocol::Tcp,
+        }
+    }
+
     /// A stall of this tracker's stream, of flow `flow`, missing `[from, to)`, from
     /// `start_ns` (TCP from the wire says so, and what its stall is measured between).
     fn stall(self, flow: &str, (from, to): (u64, u64), start_ns: u64) -> HolIncident {
-        let (protocol, stream) = match self {
-            GapSel::Kcp { .. } => (HolProtocol::Kcp, None),
-            GapSel::Quic { stream, .. } => (HolProtocol::Quic, Some(stream)),
-            GapSel::Tcp { .. } => (HolProtocol::Tcp, None),
+        let stream = match self {
+            GapSel::Quic { stream, .. } => Some(stream),
+            _ => None,
         };
         let (source, stall_from) = match self {
             GapSel::Tcp { from_acks, .. } => (
@@ -76,7 +83,7 @@ impl GapSel {
             _ => (None, None),
         };
         HolIncident {
-            protocol,
+            protocol: self.protocol(),
             flow: flow.to_owned(),
             stream,
             missing: missing_name(self, from, to),
@@ -94,6 +101,30 @@ pub(crate) fn withdraw_stall(book: &mut IncidentBook, incidents: &mut u64, incid
     if book.withdraw(incident) {
         *incidents = incidents.saturating_sub(1);
     }
+}
+
+/// Opens stall `inc` of the hole now in front of `t`'s held pieces (no gap open), counted in
+/// its flow's `counted`, with the retransmissions of its missing units seen before it (units
+/// named `unit`): its id.
+fn open_in_front(
+    t: &mut GapTracker,
+    book: &mut IncidentBook,
+    counted: &mut u64,
+    paths: &PathTable,
+    unit: &str,
+    inc: HolIncident,
+) -> u64 {
+    let since = inc.start_ns;
+    let id = book.open(inc);
+    t.reopen(id);
+    *counted += 1;
+    if let Some(end) = t.hole().map(|h| h.1) {
+        let pending = t.take_pending(end);
+        if let (Some(inc), Some(g)) = (book.get_mut(id), t.gap.as_mut()) {
+            attach_pending(inc, &mut g.unknown_resends, unit, pending, paths, since);
+        }
+    }
+    id
 }
 
 /// The receive tracker `sel` names; `delivered_at`, for a delivery, its time (a QUIC stream
@@ -317,19 +348,9 @@ impl Shared {
             sel.shown(missing)
         );
         push_evidence(&mut inc, since, label, what);
-        let id = self.incidents.open(inc);
-        t.reopen(id);
-        f.incidents += 1;
-        let pending = t.take_pending(end);
-        if let (Some(inc), Some(g)) = (self.incidents.get_mut(id), t.gap.as_mut()) {
-            attach_pending(
-                inc,
-                &mut g.unknown_resends,
-                unit,
-                pending,
-                &self.paths,
-                since,
-            );
+        let book = &mut self.incidents;
+        let id = open_in_front(t, book, &mut f.incidents, &self.paths, unit, inc);
+        if let Some(inc) = book.get_mut(id) {
             (inc.messages_held, inc.bytes_held) = t.held_by_gap();
         }
     }
@@ -362,11 +383,7 @@ impl Shared {
         let paths = &self.paths;
         let label = paths.label(path);
         let incidents = &mut self.incidents;
-        let protocol = match sel {
-            GapSel::Kcp { .. } => HolProtocol::Kcp,
-            GapSel::Quic { .. } => HolProtocol::Quic,
-            GapSel::Tcp { .. } => HolProtocol::Tcp,
-        };
+        let protocol = sel.protocol();
         let unit = sel.unit();
         let show = |u: u64| sel.shown(u);
         let gap_before = t.gap;
@@ -475,7 +492,7 @@ impl Shared {
                         ),
                     );
                 }
-                let reopen = still_gapped_since.map(|since| {
+                if let Some(since) = still_gapped_since {
                     let end = t.hole().map_or(next.saturating_add(1), |h| h.1);
                     let mut inc = sel.stall(name, (next, end), since);
                     push_evidence(
@@ -484,25 +501,7 @@ impl Shared {
                         label,
                         format!("{unit} {} still missing", show(next)),
                     );
-                    incidents.open(inc)
-                });
-                if let Some(id) = reopen {
-                    t.reopen(id);
-                    f.incidents += 1;
-                    if let Some(end) = t.hole().map(|h| h.1) {
-                        let pending = t.take_pending(end);
-                        if let (Some(inc), Some(g)) = (incidents.get_mut(id), t.gap.as_mut()) {
-                            let since = inc.start_ns;
-                            attach_pending(
-                                inc,
-                                &mut g.unknown_resends,
-                                unit,
-                                pending,
-                                paths,
-                                since,
-                            );
-                        }
-                    }
+                    open_in_front(t, incidents, &mut f.incidents, paths, unit, inc);
                 }
                 if let Some(mut inc) = incidents.close(g.incident, ts) {
                     if let (GapSel::Quic { up, stream, .. }, Proto::Quic(q)) = (sel, &f.proto) {

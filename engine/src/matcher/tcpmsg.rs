@@ -342,26 +342,14 @@ pub(crate) fn begun_past_hole(
     shared.gap_deliver(fr, sel, h.origin, len, len, false, pkt.path, h.at_ns);
 }
 
-/// What became of the stall behind an arrival its receiver dropped ([`dropped_arrival`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum DropStall {
-    /// Delivered in order at its arrival: the deliveries after it are held behind it now.
-    Rebuilt,
-    /// Held behind an open gap: taken out of what the gap holds.
-    Withdrawn,
-    /// Never delivered (a fill that waited for the receiver's ACK, or the capture not yet
-    /// placed): nothing to undo.
-    NotDelivered,
-    /// Delivered, and what followed can no longer be redone (the arrivals after it forgotten,
-    /// or none with a gap open past it, or a held piece merged with another): counted.
-    Missed,
-}
-
 /// An arrival `[from, end)` of the `data_up` stream its receiver did not take (dropped past
 /// the capture point), judged as `pkt` is seen: a hole at the receiver. Delivered in order at
 /// its arrival, the deliveries after it (`later`, in arrival order; `None` once no longer
 /// remembered) are redone behind it, a stall from the first of them that the next copy ends;
-/// held behind an open gap, it is taken out of what the gap holds.
+/// held behind an open gap, it is taken out of what the gap holds; never delivered (a fill
+/// that waited for the receiver's ACK, or the capture not yet placed), nothing is undone.
+/// False when its stall cannot be made: delivered, and what followed can no longer be redone
+/// (forgotten, or none with a gap open past it, or held merged with another piece).
 pub(crate) fn dropped_arrival(
     shared: &mut Shared,
     fr: FlowRef,
@@ -369,31 +357,26 @@ pub(crate) fn dropped_arrival(
     data_up: bool,
     (from, end): (u64, u64),
     later: Option<&[Arrival]>,
-) -> DropStall {
+) -> bool {
     if !settled(shared, pkt) {
-        return DropStall::NotDelivered;
+        return true;
     }
     let Some(t) = seen_arriving(shared, fr, data_up, pkt, Shows::Nothing) else {
-        return DropStall::NotDelivered;
+        return true;
     };
     let Some(next) = t.next() else {
-        return DropStall::NotDelivered;
+        return true;
     };
     if from >= next {
-        return if t.withdraw(from, end) {
-            DropStall::Withdrawn
-        } else if t.has(from) {
-            DropStall::Missed
-        } else {
-            DropStall::NotDelivered
-        };
+        // Held behind the gap (taken out of it), or never delivered.
+        return t.withdraw(from, end) || !t.has(from);
     }
     let Some(later) = later else {
-        return DropStall::Missed;
+        return false;
     };
     let mut behind = later.iter().filter(|a| a.end > from).peekable();
     if !rewind_receiver(shared, fr, data_up, from, behind.peek().is_some()) {
-        return DropStall::Missed;
+        return false;
     }
     let sel = at_receiver(data_up);
     let since = behind.peek().map(|a| a.at_ns);
@@ -411,7 +394,7 @@ pub(crate) fn dropped_arrival(
     if let Some(t) = tracker(shared, fr, data_up) {
         t.held_behind_gap(messages);
     }
-    DropStall::Rebuilt
+    true
 }
 
 /// Moves the receiver's tracker of flow `fr`'s `data_up` stream back to `unit`. A gap open past

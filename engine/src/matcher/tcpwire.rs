@@ -20,9 +20,7 @@ use crate::capture::Dir;
 use crate::flow::{FlowRef, Proto};
 use crate::input::{PathMtuSignal, TcpSegment};
 use crate::matcher::after;
-use crate::matcher::tcpmsg::{
-    self, Acked, BegunPastHole, DropStall, Facts, FillVerdict, Outstanding,
-};
+use crate::matcher::tcpmsg::{self, Acked, BegunPastHole, Facts, FillVerdict, Outstanding};
 use crate::paths::PathIdx;
 use crate::record::{
     Record, Spurious, TcpRetransmitKind, TcpRetransmitRecord, TcpRtoRecord, TcpSource,
@@ -1117,9 +1115,7 @@ fn stalls_behind_drops(shared: &mut Shared, fr: FlowRef, pkt: &Pkt, h: &mut Half
                 Some(later)
             });
         let from = x.start.max(ack);
-        if tcpmsg::dropped_arrival(shared, fr, pkt, data_up, (from, x.end), later.as_deref())
-            == DropStall::Missed
-        {
+        if !tcpmsg::dropped_arrival(shared, fr, pkt, data_up, (from, x.end), later.as_deref()) {
             h.stats.drops_without_stall += 1;
         }
     }
