@@ -1303,3 +1303,31 @@ fn ends_placed_late_by_pairing_make_no_stall_of_the_data_before() {
     let inc = c.wire_incidents();
     assert!(inc.is_empty(), "{inc:#?}");
 }
+
+/// At the gateway's capture, which saw the handshake: the last segment arrives and is
+/// dropped, and the tail loss probe (its last 50 bytes) comes 6 ms on, before the resend of
+/// the rest. The probe is held behind the hole until the resend: a stall (before, the
+/// delivery the capture saw in order before the drop was done again at the probe's arrival,
+/// and the hole was lost).
+#[test]
+fn a_tail_drop_stalls_its_probe_at_a_capture_that_saw_the_syn() {
+    let mut c = Conn::new(vec![capture(1, "gw-g0", "eth0", Host::Gateway, None)]);
+    c.seg(1, 0, true, (999, 0), SYN, 0, &[], &[]);
+    c.seg(1, 0, false, (5000, 1000), SYN | ACK, 0, &[], &[]);
+    c.seg(1, 20, true, (1000, 5001), ACK, 0, &[], &[]);
+    c.seg(1, 100, true, (1000, 5001), ACK, 100, &[], &[]);
+    c.seg(1, 100, false, (5001, 1100), ACK, 0, &[], &[]);
+    c.seg(1, 110, true, (1100, 5001), ACK, 100, &[], &[]);
+    c.seg(1, 110, false, (5001, 1100), ACK, 0, &[], &[]);
+    c.seg(1, 116, true, (1150, 5001), ACK, 50, &[], &[]);
+    c.seg(1, 116, false, (5001, 1100), ACK, 0, &[(1150, 1200)], &[]);
+    c.seg(1, 120, true, (1100, 5001), ACK, 50, &[], &[]);
+    c.seg(1, 120, false, (5001, 1200), ACK, 0, &[], &[]);
+    c.finish();
+    let inc = c.wire_incidents();
+    assert_eq!(inc.len(), 1, "{inc:#?}");
+    let i = inc[0];
+    assert_eq!(i.missing, "seq 1100");
+    assert_eq!((i.start_ns, i.end_ns), (T0 + 116 * MS, Some(T0 + 120 * MS)));
+    assert_eq!(i.bytes_held, 50);
+}

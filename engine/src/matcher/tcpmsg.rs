@@ -239,6 +239,15 @@ fn seen_arriving<'a>(
     }
 }
 
+/// Whether flow `fr`'s `up` stream is followed by its arrivals at a receiver's capture (also
+/// under the ports' guess).
+fn followed(shared: &Shared, fr: FlowRef, up: bool) -> bool {
+    matches!(
+        shared.flows.peek(fr).map(|f| &f.proto),
+        Some(Proto::Tcp(s)) if s.rx_arrivals[usize::from(up)] != Arrivals::None
+    )
+}
+
 /// The receive tracker of the `up` direction as its receiver's capture follows it (deliveries
 /// seen there, not inferred from ACKs at the sender's).
 fn at_receiver(up: bool) -> GapSel {
@@ -462,14 +471,16 @@ fn data(
             // A resend as this capture tells it (its ACKs and timestamps): what filled the
             // hole, also where the sender is not captured.
             let arriving = f.resent.map(|k| Transmission::Retransmission(resend_of(k)));
+            let first_followed = !followed(shared, fr, up);
             if let Some(t) = seen_arriving(shared, fr, up, pkt, Shows::Arriving) {
                 // Where the capture saw the SYN, the stream starts after it: a first data
                 // segment lost on the way is a hole like any later one (the first arrival
-                // would otherwise be taken for the stream's start). What it saw arrive in
-                // order before it was followed (placed late, by pairing) was delivered.
+                // would otherwise be taken for the stream's start). At the first arrival
+                // followed, what the capture saw arrive in order before (placed late, by
+                // pairing) was delivered.
                 if let Some(first) = f.first_byte {
                     t.start_at(first);
-                    if let Some(next) = t.next() {
+                    if let Some(next) = t.next().filter(|_| first_followed) {
                         t.deliver_plain(next, first);
                     }
                 }
