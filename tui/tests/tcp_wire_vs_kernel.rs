@@ -382,15 +382,21 @@ fn run_case(net: &NetnsPair, case: &Case, port: u16, dir: &Path) -> String {
         // Every hole the receiver's ACKs show (SACK blocks above the cumulative ACK where there
         // were none) is data its rule dropped after the capture saw it arrive in order: a
         // stall at its capture, alone and with the sender's (none before 2026-12-06, but
-        // where a veth reordered two bursts: the capture saw nothing missing).
+        // where a veth reordered two bursts: the capture saw nothing missing). A run may have
+        // none (its drops all at the tail: seen once in 18 cases). With the sender's, the two
+        // captures place each other only when they pair, on the third data segment both saw:
+        // a drop before that is not followed (2 runs in 20, each its first hole, frame 8).
         let receiver_pcap_text = receiver_pcap.to_str().unwrap();
         let alone = ["--host", &host, receiver_pcap_text];
         let both = [sender_pcap.to_str().unwrap(), receiver_pcap_text];
-        for (what, args) in [("alone", &alone[..]), ("with the sender's", &both[..])] {
+        for (what, args, before_pairing) in [
+            ("alone", &alone[..], 0),
+            ("with the sender's", &both[..], 1),
+        ] {
             let (stalled, holes) = holes_stalled(&receiver_pcap, port, &analyze_json(args));
             eprintln!("{}: {stalled} of {holes} holes stalls ({what})", case.name);
             assert!(
-                holes > 0 && stalled == holes,
+                stalled <= holes && stalled + before_pairing >= holes,
                 "{told}: of {holes} holes the receiver's ACKs show, {stalled} are stalls at its \
                  capture ({what})"
             );
