@@ -140,6 +140,7 @@ fn tcp(
             ends,
             from,
             to,
+            seen_late: false,
             sock,
         }),
     };
@@ -315,6 +316,7 @@ fn main() -> anyhow::Result<()> {
                 decode_rejected: 0,
                 evicted: 0,
                 unrecorded_retrans: 0,
+                unrecorded_cong_changes: 0,
             };
             w.write("drops", t, &drops)?;
         }

@@ -256,6 +256,7 @@ impl EngineFeed {
         if let Some(line) = crate::kerneltcp::probes_missed_line(
             &self.tcp_dropped.skipped_by_kernel,
             self.tcp_dropped.unrecorded_retrans,
+            self.tcp_dropped.unrecorded_cong_changes,
         ) {
             health.inferences.push(line);
         }

@@ -62,6 +62,9 @@ pub struct TcpDrops {
     /// Retransmitted segments the kernel counted that no record shows (skipped runs of the
     /// retransmit hook among them; not part of [`TcpDrops::total`]).
     pub unrecorded_retrans: u64,
+    /// Congestion-state changes no hook run reported, seen in a later snapshot (written then;
+    /// not part of [`TcpDrops::total`]).
+    pub unrecorded_cong_changes: u64,
 }
 
 impl TcpDrops {
@@ -75,10 +78,15 @@ impl TcpDrops {
 
 /// The health panel's line for kernel TCP events the probes missed, when there were any: hook
 /// runs the kernel skipped (or hooks whose count could not be read), and retransmitted
-/// segments the kernel counted that no record shows: `TCP probes: 3 hook runs skipped by the
-/// kernel (retransmit 2, cong_state 1); their events are missing; 4 retransmitted segments
-/// counted by the kernel have no record`.
-pub fn probes_missed_line(s: &SkippedByKernel, unrecorded_retrans: u64) -> Option<String> {
+/// segments the kernel counted that no record shows, and congestion-state changes seen only in
+/// a later snapshot: `TCP probes: 3 hook runs skipped by the kernel (retransmit 2,
+/// cong_state 1); their events are missing; 4 retransmitted segments counted by the kernel
+/// have no record; 1 congestion-state changes seen only in a later sample`.
+pub fn probes_missed_line(
+    s: &SkippedByKernel,
+    unrecorded_retrans: u64,
+    unrecorded_cong_changes: u64,
+) -> Option<String> {
     let mut parts: Vec<String> = Vec::new();
     if s.total() > 0 {
         let per: Vec<String> = [
@@ -106,6 +114,11 @@ pub fn probes_missed_line(s: &SkippedByKernel, unrecorded_retrans: u64) -> Optio
     if unrecorded_retrans > 0 {
         parts.push(format!(
             "{unrecorded_retrans} retransmitted segments counted by the kernel have no record"
+        ));
+    }
+    if unrecorded_cong_changes > 0 {
+        parts.push(format!(
+            "{unrecorded_cong_changes} congestion-state changes seen only in a later sample"
         ));
     }
     (!parts.is_empty()).then(|| format!("TCP probes: {}", parts.join("; ")))
@@ -282,6 +295,7 @@ fn tcp_loop(
             undelivered: undelivered.saturating_add(watch.rejected()),
             skipped_by_kernel: kernel.skipped_by_kernel,
             unrecorded_retrans: watch.unrecorded_retrans(),
+            unrecorded_cong_changes: watch.unrecorded_cong_changes(),
         };
         // The counts are cumulative: when the queue is full, the next turn sends them again.
         if drops != reported && tx.try_send(TcpMessage::Dropped(drops)).is_ok() {
@@ -329,6 +343,7 @@ fn report_kernel(
         decode_rejected: watch.rejected(),
         evicted: watch.evicted(),
         unrecorded_retrans: watch.unrecorded_retrans(),
+        unrecorded_cong_changes: watch.unrecorded_cong_changes(),
     };
     if now != *reported && tx.try_send(TcpMessage::KernelDrops(now)).is_ok() {
         *reported = now;
@@ -371,29 +386,29 @@ mod tests {
 
     #[test]
     fn skipped_runs_are_told_per_hook() {
-        assert_eq!(probes_missed_line(&SkippedByKernel::default(), 0), None);
+        assert_eq!(probes_missed_line(&SkippedByKernel::default(), 0, 0), None);
         let s = SkippedByKernel {
             retransmit: 2,
             cong_state: 1,
             ..SkippedByKernel::default()
         };
         assert_eq!(
-            probes_missed_line(&s, 0).as_deref(),
+            probes_missed_line(&s, 0, 0).as_deref(),
             Some(
                 "TCP probes: 3 hook runs skipped by the kernel (retransmit 2, cong_state 1); \
                  their events are missing"
             )
         );
         assert_eq!(
-            probes_missed_line(&s, 4).as_deref(),
+            probes_missed_line(&s, 4, 1).as_deref(),
             Some(
                 "TCP probes: 3 hook runs skipped by the kernel (retransmit 2, cong_state 1); \
                  their events are missing; 4 retransmitted segments counted by the kernel have \
-                 no record"
+                 no record; 1 congestion-state changes seen only in a later sample"
             )
         );
         assert_eq!(
-            probes_missed_line(&SkippedByKernel::default(), 1).as_deref(),
+            probes_missed_line(&SkippedByKernel::default(), 1, 0).as_deref(),
             Some("TCP probes: 1 retransmitted segments counted by the kernel have no record")
         );
         let d = TcpDrops {
@@ -401,13 +416,14 @@ mod tests {
             undelivered: 1,
             skipped_by_kernel: s,
             unrecorded_retrans: 4,
+            unrecorded_cong_changes: 1,
         };
         assert_eq!(d.total(), 5);
         let unread = SkippedByKernel {
             unread_hooks: 4,
             ..SkippedByKernel::default()
         };
-        assert!(probes_missed_line(&unread, 0)
+        assert!(probes_missed_line(&unread, 0, 0)
             .is_some_and(|l| l
                 .starts_with("TCP probes: runs skipped by the kernel not counted for 4 hook(s)")));
     }

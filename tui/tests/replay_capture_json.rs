@@ -102,6 +102,7 @@ fn congestion_states_and_socket_states_of_a_capture_are_replayed() {
         decode_rejected: 4,
         evicted: 0,
         unrecorded_retrans: 2,
+        unrecorded_cong_changes: 1,
     };
     writer.write("drops", BASE + 950 * MS, &drops).unwrap();
     let mut file = tempfile::NamedTempFile::new().unwrap();
@@ -154,7 +155,8 @@ fn congestion_states_and_socket_states_of_a_capture_are_replayed() {
     assert!(
         snap.health.inferences.iter().any(|l| l
             .contains("1 hook runs skipped by the kernel (retransmit 1)")
-            && l.contains("2 retransmitted segments counted by the kernel have no record")),
+            && l.contains("2 retransmitted segments counted by the kernel have no record")
+            && l.contains("1 congestion-state changes seen only in a later sample")),
         "{:?}",
         snap.health.inferences
     );

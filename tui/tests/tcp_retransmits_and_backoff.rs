@@ -139,8 +139,8 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
     let unrecorded = u(&conn["unrecorded_retrans"]);
     eprintln!(
         "hook runs skipped by the kernel: {skipped_by_kernel}; resends with no record: \
-         {unrecorded} of {}",
-        final_ss.retrans_total
+         {unrecorded} of {}; congestion-state changes seen late: {}",
+        final_ss.retrans_total, conn["unrecorded_cong_changes"]
     );
     assert_eq!(u(&summary["drops"]["unrecorded_retrans"]), unrecorded);
     assert!(
@@ -269,7 +269,23 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
     let end = records(&all, "tcp_backoff_end", &local);
     assert_eq!(end.len(), episodes.len(), "{end:?}");
     let last = &end[end.len() - 1];
-    assert_eq!(last["ended_by"], "ack");
+    // The congestion-state hook reports the socket leaving Loss; when the kernel skipped that
+    // run (as it skips some runs of the retransmit hook here, uncounted), the next cwnd sample
+    // shows it, is counted, and ends the episode (one CI run, 2026-12-06).
+    let cong_late = u(&conn["unrecorded_cong_changes"]);
+    assert_eq!(u(&summary["drops"]["unrecorded_cong_changes"]), cong_late);
+    if cong_late == 0 {
+        assert_eq!(last["ended_by"], "ack", "{last}");
+    } else {
+        assert!(
+            ["ack", "ack_sample"].contains(&last["ended_by"].as_str().unwrap_or("")),
+            "{last}"
+        );
+        assert!(
+            cong_late <= 2,
+            "{cong_late} congestion-state changes seen late"
+        );
+    }
     assert_eq!(u(&last["timeouts"]), seq.len() as u64);
     let total: u64 = seq.iter().map(|(r, _)| r).sum();
     assert!(

@@ -131,6 +131,9 @@ pub struct Summary {
     /// Retransmitted segments the kernel counted with no record (see
     /// [`ConnTotals::unrecorded_retrans`]), over every connection.
     pub unrecorded_retrans: u64,
+    /// Congestion-state changes no hook run reported, seen in a later snapshot (see
+    /// [`ConnTotals::unrecorded_cong_changes`]), over every connection.
+    pub unrecorded_cong_changes: u64,
     /// Each hook's state.
     pub hooks: Vec<HookStatus>,
 }
@@ -238,6 +241,7 @@ impl<W: Write> Sink<W> {
             decode_rejected: self.kernel.decode.total(),
             evicted: self.kernel.tracker.evicted,
             unrecorded_retrans: self.kernel.tracker.unrecorded_retrans,
+            unrecorded_cong_changes: self.kernel.tracker.unrecorded_cong_changes,
         }
     }
 }
@@ -329,8 +333,7 @@ pub async fn run_async<W: Write, H: Serialize>(
     drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tick = tokio::time::interval(opts.drops_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_drops = KernelDrops::default();
-    let mut last_other = (0u64, 0u64, 0u64);
+    let mut last_drops = DropsRecord::default();
     let mut extra = opts.extra.take();
     let stopped_by = loop {
         tokio::select! {
@@ -369,16 +372,9 @@ pub async fn run_async<W: Write, H: Serialize>(
                 }
             }
             _ = tick.tick() => {
-                let d = probes.drops();
-                let other = (
-                    sink.kernel.decode.total(),
-                    sink.kernel.tracker.evicted,
-                    sink.kernel.tracker.unrecorded_retrans,
-                );
-                if d != last_drops || other != last_other {
-                    last_drops = d;
-                    last_other = other;
-                    let rec = sink.drops_record(d);
+                let rec = sink.drops_record(probes.drops());
+                if rec != last_drops {
+                    last_drops = rec;
                     let ts = sink.kernel.clock.to_unix_ns(WallClock::mono_now());
                     sink.out.write("drops", ts, &rec)?;
                 }
@@ -407,6 +403,7 @@ pub async fn run_async<W: Write, H: Serialize>(
         decode_rejected: sink.kernel.decode,
         evicted: sink.kernel.tracker.evicted,
         unrecorded_retrans: sink.kernel.tracker.unrecorded_retrans,
+        unrecorded_cong_changes: sink.kernel.tracker.unrecorded_cong_changes,
         hooks,
     };
     sink.out.write("summary", end_ts, &summary)?;

@@ -165,7 +165,12 @@ pub struct CongStateRecord {
     pub from: CaState,
     /// New state.
     pub to: CaState,
-    /// State before the change (`ca_state` = `from`).
+    /// The hook did not report the change: a later snapshot showed it, and `ts` and the
+    /// socket's figures are that snapshot's (counted in `unrecorded_cong_changes`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seen_late: bool,
+    /// State before the change (`ca_state` = `from`), or the later snapshot's when
+    /// `seen_late`.
     #[serde(flatten)]
     pub sock: SockFields,
 }
@@ -233,6 +238,11 @@ pub struct DropsRecord {
     /// ([`super::tracker::ConnTotals::unrecorded_retrans`]); absent in older recordings.
     #[serde(default)]
     pub unrecorded_retrans: u64,
+    /// Congestion-state changes with no hook run, seen in a later snapshot, over every
+    /// connection ([`super::tracker::ConnTotals::unrecorded_cong_changes`]); absent in older
+    /// recordings.
+    #[serde(default)]
+    pub unrecorded_cong_changes: u64,
 }
 
 /// The path of an engine event whose path is not known.
@@ -413,6 +423,7 @@ mod drops_tests {
             decode_rejected: 0,
             evicted: 0,
             unrecorded_retrans: 5,
+            unrecorded_cong_changes: 1,
         };
         let v = serde_json::to_value(d).unwrap();
         assert_eq!(
@@ -422,7 +433,8 @@ mod drops_tests {
                 "skipped_by_kernel": {
                     "retransmit": 2, "cwnd": 0, "cong_state": 1, "state": 0, "unread_hooks": 0
                 },
-                "decode_rejected": 0, "evicted": 0, "unrecorded_retrans": 5
+                "decode_rejected": 0, "evicted": 0, "unrecorded_retrans": 5,
+                "unrecorded_cong_changes": 1
             })
         );
         assert_eq!(serde_json::from_value::<DropsRecord>(v).unwrap(), d);
@@ -434,5 +446,6 @@ mod drops_tests {
         assert_eq!(old.kernel.ring_full, 3);
         assert_eq!(old.kernel.skipped_by_kernel, SkippedByKernel::default());
         assert_eq!(old.unrecorded_retrans, 0);
+        assert_eq!(old.unrecorded_cong_changes, 0);
     }
 }

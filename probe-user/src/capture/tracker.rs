@@ -41,6 +41,10 @@ pub struct ConnTotals {
     /// them (skips the kernel counts in `skipped_by_kernel`, and some it does not), or a
     /// SYN-ACK resent by a Fast Open server.
     pub unrecorded_retrans: u64,
+    /// Congestion-state changes no `tcp_cong_state` hook run reported, seen in a later
+    /// snapshot of the socket (its `ca_state` not the one the records left it in): each is
+    /// written then, marked `seen_late`.
+    pub unrecorded_cong_changes: u64,
     /// Last cwnd seen.
     pub last_cwnd: u32,
     /// Closed during the capture.
@@ -60,6 +64,8 @@ struct Conn {
     totals: ConnTotals,
     /// `total_retrans` at the connection's last event with a socket snapshot.
     last_total: Option<u32>,
+    /// The congestion state the connection's records leave it in (kernel `ca_state`).
+    ca_state: Option<u8>,
     last_ns: u64,
     episode: Option<Episode>,
 }
@@ -76,6 +82,8 @@ pub struct Tracker {
     pub evicted: u64,
     /// [`ConnTotals::unrecorded_retrans`] summed over every connection seen.
     pub unrecorded_retrans: u64,
+    /// [`ConnTotals::unrecorded_cong_changes`] summed over every connection seen.
+    pub unrecorded_cong_changes: u64,
 }
 
 fn kind_index(k: RetransmitKind) -> usize {
@@ -124,6 +132,7 @@ impl Tracker {
             next_conn: 1,
             evicted: 0,
             unrecorded_retrans: 0,
+            unrecorded_cong_changes: 0,
         }
     }
 
@@ -163,10 +172,12 @@ impl Tracker {
                     max_stall_ms: 0,
                     last_total_retrans: 0,
                     unrecorded_retrans: 0,
+                    unrecorded_cong_changes: 0,
                     last_cwnd: 0,
                     closed: false,
                 },
                 last_total: None,
+                ca_state: None,
                 last_ns: o.mono_ns,
                 episode: None,
             }
@@ -220,8 +231,8 @@ impl Tracker {
     pub fn handle_into(&mut self, o: &TcpObservation, out: &mut Vec<Record>) {
         let hz = self.hz;
         let sock = SockFields::new(&o.snap, hz);
-        let start = out.len();
         let mut unrecorded = 0;
+        let mut cong_unrecorded = 0;
         let c = self.conn(o);
         let ends = c.totals.ends.clone();
         if o.snap.valid {
@@ -231,7 +242,26 @@ impl Tracker {
             unrecorded = unrecorded_since(c.last_total, o);
             c.last_total = Some(o.snap.total_retrans);
             c.totals.unrecorded_retrans += unrecorded;
+            // Every change of `ca_state` runs the cong-state hook before it is made, under the
+            // socket's lock as every other hook here: a snapshot showing another state than
+            // the records left is a run that did not happen (or did not reach the ring).
+            if let Some(known) = c.ca_state.filter(|k| *k != o.snap.ca_state) {
+                cong_unrecorded = 1;
+                c.totals.unrecorded_cong_changes += 1;
+                out.push(Record::CongState(CongStateRecord {
+                    ends: ends.clone(),
+                    from: CaState::from_kernel(known),
+                    to: CaState::from_kernel(o.snap.ca_state),
+                    seen_late: true,
+                    sock: sock.clone(),
+                }));
+            }
+            c.ca_state = Some(match o.kind {
+                TcpEventKind::CongState { new } => new,
+                _ => o.snap.ca_state,
+            });
         }
+        let start = out.len();
         match o.kind {
             TcpEventKind::Retransmit {
                 kind,
@@ -304,6 +334,7 @@ impl Tracker {
                     ends,
                     from,
                     to: CaState::from_kernel(new),
+                    seen_late: false,
                     sock,
                 }));
                 if o.snap.ca_state == CA_LOSS && new != CA_LOSS {
@@ -341,6 +372,7 @@ impl Tracker {
             }
         }
         self.unrecorded_retrans += unrecorded;
+        self.unrecorded_cong_changes += cong_unrecorded;
     }
 
     /// Every connection's totals (finished first, then open), for the summary.
@@ -403,6 +435,64 @@ mod tests {
             seq: Some(1000),
             len: Some(1448),
         }
+    }
+
+    /// The record types, in order, with the congestion changes' states and `seen_late`.
+    fn outline(recs: &[Record]) -> Vec<String> {
+        recs.iter()
+            .map(|r| match r {
+                Record::CongState(c) => format!(
+                    "cong {:?}->{:?}{}",
+                    c.from,
+                    c.to,
+                    if c.seen_late { " late" } else { "" }
+                ),
+                Record::BackoffEnd(e) => format!("end {:?}", e.ended_by),
+                r => r.type_name().to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_congestion_change_the_hook_missed_is_written_from_the_next_snapshot() {
+        let mut t = Tracker::new(Some(250), 16, 16);
+        let ms = 1_000_000u64;
+        // Open, then an RTO whose entry into Loss no hook run reported; then the run for
+        // Loss → Open is missed too: the next cwnd sample (backoff reset) shows Open.
+        let first = t.handle(&obs(900 * ms, TcpEventKind::Cwnd, 51, 0, 0));
+        assert_eq!(outline(&first), ["tcp_cwnd"]);
+        let mut recs = t.handle(&obs(1000 * ms, rto(), 51, 0, 4));
+        recs.extend(t.handle(&obs(1204 * ms, rto(), 102, 1, 4)));
+        recs.extend(t.handle(&obs(1500 * ms, TcpEventKind::Cwnd, 102, 0, 0)));
+        assert_eq!(
+            outline(&recs),
+            [
+                "cong Open->Loss late",
+                "tcp_retransmit",
+                "tcp_rto",
+                "tcp_retransmit",
+                "tcp_rto",
+                "cong Loss->Open late",
+                "tcp_cwnd",
+                "end AckSample",
+            ]
+        );
+        let late = serde_json::to_value(&recs[0]).unwrap();
+        assert_eq!(late["seen_late"], true, "{late}");
+        // A change the hook reported is not counted, nor is the state it leaves.
+        recs = t.handle(&obs(
+            1600 * ms,
+            TcpEventKind::CongState { new: 1 },
+            51,
+            0,
+            0,
+        ));
+        recs.extend(t.handle(&obs(1700 * ms, TcpEventKind::Cwnd, 51, 0, 1)));
+        assert_eq!(outline(&recs), ["cong Open->Disorder", "tcp_cwnd"]);
+        let reported = serde_json::to_value(&recs[0]).unwrap();
+        assert!(reported.get("seen_late").is_none(), "{reported}");
+        assert_eq!(t.totals()[0].unrecorded_cong_changes, 2);
+        assert_eq!(t.unrecorded_cong_changes, 2);
     }
 
     #[test]

@@ -68,6 +68,11 @@ impl TcpWatch {
         self.kernel.tracker.unrecorded_retrans
     }
 
+    /// Congestion-state changes no hook run reported (seen in a later snapshot), so far.
+    pub fn unrecorded_cong_changes(&self) -> u64 {
+        self.kernel.tracker.unrecorded_cong_changes
+    }
+
     /// Per-connection totals so far: the closed connections kept, then the open ones.
     pub fn connections(&self) -> Vec<super::tracker::ConnTotals> {
         self.kernel.tracker.totals()

@@ -114,6 +114,8 @@ pub struct Fold {
     skipped_by_kernel: SkippedByKernel,
     /// Retransmitted segments the kernel counted with no record (latest `drops` line).
     unrecorded_retrans: u64,
+    /// Congestion-state changes seen only in a later snapshot (latest `drops` line).
+    unrecorded_cong_changes: u64,
     tcp_events_dropped: u64,
     /// Latencies above the engine's bound, recorded at the bound (as the engine counts them).
     clamped: u64,
@@ -145,6 +147,7 @@ impl Fold {
             ring_buffer_dropped: 0,
             skipped_by_kernel: SkippedByKernel::default(),
             unrecorded_retrans: 0,
+            unrecorded_cong_changes: 0,
             tcp_events_dropped: 0,
             clamped: 0,
             late_copies: 0,
@@ -245,6 +248,7 @@ impl Fold {
                 // Cumulative: the latest line has the highest counts.
                 self.skipped_by_kernel = d.kernel.skipped_by_kernel;
                 self.unrecorded_retrans = d.unrecorded_retrans;
+                self.unrecorded_cong_changes = d.unrecorded_cong_changes;
                 self.tcp_events_dropped = self.tcp_events_dropped.max(d.decode_rejected);
             }
             Item::CaptureNote(text) => self.event(ts, Severity::Warn, text.clone()),
@@ -409,9 +413,11 @@ impl Fold {
         snap.health.clamped_latencies = self.clamped;
         snap.health.late_copies = self.late_copies;
         snap.health.inferences.extend(self.notes.iter().cloned());
-        if let Some(line) =
-            crate::kerneltcp::probes_missed_line(&self.skipped_by_kernel, self.unrecorded_retrans)
-        {
+        if let Some(line) = crate::kerneltcp::probes_missed_line(
+            &self.skipped_by_kernel,
+            self.unrecorded_retrans,
+            self.unrecorded_cong_changes,
+        ) {
             snap.health.inferences.push(line);
         }
         if let Some((_, summary)) = &self.summary {
