@@ -534,6 +534,45 @@ pub fn holes_stalled(pcap: &std::path::Path, port: u16, lines: &[serde_json::Val
     (stalled, holes.len() as u64)
 }
 
+/// The data packets to `port` a receiver's input rules dropped, and how many of them brought
+/// only bytes it already had (every byte came before in a copy let through), from `input`: an
+/// nflog capture of every packet at the rules, in the order they came, each logged with the
+/// prefix `drop` or `pass`. The receiver's ACKs have nothing to tell of a drop in hand.
+pub fn drops_of_data_in_hand(input: &std::path::Path, port: u16) -> (u64, u64) {
+    let rows = tshark_fields(
+        input,
+        &format!("tcp.dstport == {port} && tcp.len > 0"),
+        &["nflog.prefix", "tcp.seq_raw", "tcp.len"],
+    );
+    let mut base = None;
+    // Ranges let through so far, in offsets from the first data byte.
+    let mut through: Vec<(i64, i64)> = Vec::new();
+    let (mut dropped, mut in_hand) = (0, 0);
+    for r in &rows {
+        let (Ok(seq), Ok(len)) = (r[1].parse::<u32>(), r[2].parse::<u32>()) else {
+            panic!("not a data packet: {r:?}");
+        };
+        let base = *base.get_or_insert(seq);
+        let start = i64::from(seq.wrapping_sub(base) as i32);
+        let end = start + i64::from(len);
+        match r[0].as_str() {
+            "pass" => through.push((start, end)),
+            "drop" => {
+                dropped += 1;
+                let mut at = start;
+                while let Some(&(_, e)) = through.iter().find(|&&(s, e)| s <= at && at < e) {
+                    at = e;
+                }
+                if at >= end {
+                    in_hand += 1;
+                }
+            }
+            other => panic!("a packet logged as {other:?}"),
+        }
+    }
+    (dropped, in_hand)
+}
+
 /// tshark's `fields` (tab-separated on its lines) of the frames `filter` selects in `pcap`,
 /// sequence numbers raw.
 pub fn tshark_fields(pcap: &std::path::Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
