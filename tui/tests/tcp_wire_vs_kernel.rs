@@ -410,12 +410,21 @@ fn run_case(net: &NetnsPair, case: &Case, port: u16, dir: &Path) -> String {
             ("alone", &alone[..], 0),
             ("with the sender's", &both[..], 1),
         ] {
-            let (stalled, holes) = holes_stalled(&receiver_pcap, port, &analyze_json(args));
+            let lines = analyze_json(args);
+            let (stalled, holes) = holes_stalled(&receiver_pcap, port, &lines);
             eprintln!("{}: {stalled} of {holes} holes stalls ({what})", case.name);
+            // Said on failure: the drops the engine could make no stall of, and the stalls.
+            let without_stall = wire_direction(&lines, &local)
+                .map_or(Value::Null, |d| d["drops_without_stall"].clone());
+            let stalls: Vec<String> = lines
+                .iter()
+                .filter(|r| r["type"] == "hol_incident" && r["source"] == "wire")
+                .map(|r| format!("{} {}", r["missing"], r["stall_ns"]))
+                .collect();
             assert!(
                 stalled <= holes && stalled + before_pairing >= holes,
                 "{told}: of {holes} holes the receiver's ACKs show, {stalled} are stalls at its \
-                 capture ({what})"
+                 capture ({what}); drops without a stall {without_stall}; stalls {stalls:?}"
             );
         }
     }
