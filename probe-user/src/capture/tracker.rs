@@ -2,6 +2,7 @@
 //! per-connection totals. Fed decoded kernel observations (with their kernel timestamps), it
 //! returns the records to write; it never reads a clock.
 use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
 
 use serde::Serialize;
 
@@ -62,12 +63,23 @@ struct Episode {
 #[derive(Debug, Clone)]
 struct Conn {
     totals: ConnTotals,
+    /// Its two ends as the kernel last gave them.
+    addrs: (SocketAddr, SocketAddr),
     /// `total_retrans` at the connection's last event with a socket snapshot.
     last_total: Option<u32>,
     /// The congestion state the connection's records leave it in (kernel `ca_state`).
     ca_state: Option<u8>,
     last_ns: u64,
     episode: Option<Episode>,
+}
+
+impl Conn {
+    /// Whether `o` is about this connection: the same ends, or ends not yet bound (port 0)
+    /// on either side.
+    fn is_of(&self, o: &TcpObservation) -> bool {
+        let unbound = |(a, b): (SocketAddr, SocketAddr)| a.port() == 0 || b.port() == 0;
+        self.addrs == (o.src, o.dst) || unbound(self.addrs) || unbound((o.src, o.dst))
+    }
 }
 
 /// The bounded connection table.
@@ -137,6 +149,14 @@ impl Tracker {
     }
 
     fn conn(&mut self, o: &TcpObservation) -> &mut Conn {
+        // The socket's memory reused by another connection whose old one closed with no
+        // record of it (a missed run of the state hook): the old one is finished.
+        if self.live.get(&o.sock_id).is_some_and(|c| !c.is_of(o)) {
+            if let Some(mut c) = self.live.remove(&o.sock_id) {
+                c.totals.closed = true;
+                self.push_closed(c.totals);
+            }
+        }
         if !self.live.contains_key(&o.sock_id) && self.live.len() >= self.max_live {
             // Evict the least recently active connection.
             if let Some(old) = self
@@ -176,6 +196,7 @@ impl Tracker {
                     last_cwnd: 0,
                     closed: false,
                 },
+                addrs: (o.src, o.dst),
                 last_total: None,
                 ca_state: None,
                 last_ns: o.mono_ns,
@@ -184,7 +205,8 @@ impl Tracker {
         });
         c.last_ns = o.mono_ns;
         // A socket seen before its port was bound/connected (SYN_SENT with port 0): refresh.
-        if c.totals.ends.src.ends_with(":0") || c.totals.ends.dst.ends_with(":0") {
+        if c.addrs.0.port() == 0 || c.addrs.1.port() == 0 {
+            c.addrs = (o.src, o.dst);
             c.totals.ends.src = o.src.to_string().into();
             c.totals.ends.dst = o.dst.to_string().into();
         }
@@ -661,5 +683,35 @@ mod tests {
         // No rto_ms without CONFIG_HZ.
         let Record::State(s) = &recs[0] else { panic!() };
         assert_eq!(s.sock.rto_ms, None);
+    }
+
+    #[test]
+    fn a_socket_reused_by_another_connection_starts_a_new_one() {
+        let mut t = Tracker::new(None, 4, 4);
+        // Seen before its port was bound, then bound: one connection.
+        let mut o = obs(1, TcpEventKind::Cwnd, 51, 0, 0);
+        o.src = "10.0.0.1:0".parse().unwrap();
+        t.handle(&o);
+        t.handle(&obs(2, TcpEventKind::CongState { new: 4 }, 51, 0, 0));
+        assert_eq!(t.seen(), 1);
+        // The same socket memory, other ends, its close unseen: a new connection, no late
+        // congestion change from the old one's Loss.
+        let mut o = obs(3, TcpEventKind::Cwnd, 51, 0, 0);
+        o.dst = "10.0.0.3:443".parse().unwrap();
+        let recs = t.handle(&o);
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        assert_eq!(recs[0].ends().conn, 2);
+        let totals = t.totals();
+        assert_eq!(totals.len(), 2);
+        assert_eq!(
+            (totals[0].ends.dst.as_ref(), totals[0].closed),
+            ("10.0.0.2:5201", true)
+        );
+        assert_eq!(totals[0].ends.src.as_ref(), "10.0.0.1:40000");
+        assert_eq!(
+            (totals[1].ends.dst.as_ref(), totals[1].closed),
+            ("10.0.0.3:443", false)
+        );
+        assert_eq!(t.unrecorded_cong_changes, 0);
     }
 }
