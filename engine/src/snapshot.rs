@@ -348,6 +348,10 @@ pub struct CaptureHealth {
     /// the capture driver.
     #[serde(default, skip_serializing_if = "crate::units::is_zero")]
     pub tcp_retrans_unrecorded: u64,
+    /// Congestion-state changes of kernel TCP sockets no hook run reported, seen in a later
+    /// snapshot of the socket (written then); filled by the capture driver.
+    #[serde(default, skip_serializing_if = "crate::units::is_zero")]
+    pub tcp_cong_changes_late: u64,
     /// QUIC packets that could not be decrypted; filled by the decode glue.
     #[serde(default)]
     pub decrypt_failures: u64,

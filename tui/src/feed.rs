@@ -249,6 +249,7 @@ impl EngineFeed {
         health.tcp_events_dropped = self.tcp_dropped.undelivered;
         health.tcp_hook_runs_skipped = self.tcp_dropped.skipped_by_kernel.total();
         health.tcp_retrans_unrecorded = self.tcp_dropped.unrecorded_retrans;
+        health.tcp_cong_changes_late = self.tcp_dropped.unrecorded_cong_changes;
         health.decrypt_failures = self.dissector.quic_stats().not_decrypted_total();
         if !self.tcp_status.is_empty() {
             health.inferences.push(self.tcp_status.clone());

@@ -342,6 +342,7 @@ impl Shared {
             tcp_events_dropped: 0,
             tcp_hook_runs_skipped: 0,
             tcp_retrans_unrecorded: 0,
+            tcp_cong_changes_late: 0,
             decrypt_failures: 0,
             captures: self
                 .caps

@@ -410,6 +410,7 @@ impl Fold {
         snap.health.tcp_events_dropped = self.tcp_events_dropped;
         snap.health.tcp_hook_runs_skipped = self.skipped_by_kernel.total();
         snap.health.tcp_retrans_unrecorded = self.unrecorded_retrans;
+        snap.health.tcp_cong_changes_late = self.unrecorded_cong_changes;
         snap.health.clamped_latencies = self.clamped;
         snap.health.late_copies = self.late_copies;
         snap.health.inferences.extend(self.notes.iter().cloned());

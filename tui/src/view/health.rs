@@ -57,6 +57,7 @@ impl HealthModel {
             loss("TCP events dropped", h.tcp_events_dropped),
             loss("TCP hook runs skipped", h.tcp_hook_runs_skipped),
             loss("TCP resends without record", h.tcp_retrans_unrecorded),
+            loss("TCP cong. changes seen late", h.tcp_cong_changes_late),
             loss("decrypt failures", h.decrypt_failures),
             loss("flow evictions", h.evicted_flows),
             loss("message evictions", h.evicted_messages),
@@ -215,9 +216,10 @@ mod tests {
         snap.health.tcp_events_dropped = 3;
         snap.health.tcp_hook_runs_skipped = 4;
         snap.health.tcp_retrans_unrecorded = 5;
+        snap.health.tcp_cong_changes_late = 1;
         assert_eq!(
             HealthModel::build(&snap).footer_lines(200),
-            [" capture health: ring-buffer drops 2 · TCP events dropped 3 · TCP hook runs skipped 4 · TCP resends without record 5"]
+            [" capture health: ring-buffer drops 2 · TCP events dropped 3 · TCP hook runs skipped 4 · TCP resends without record 5 · TCP cong. changes seen late 1"]
         );
     }
 

@@ -607,6 +607,13 @@ fn health_families(f: &Figures<'_>) -> Vec<MetricFamily> {
         "Retransmitted segments the kernel counted (its total_retrans) that no eBPF record shows, whatever the cause; skipped runs of the retransmit hook are among them.",
     );
     unrecorded.push(Vec::new(), h.tcp_retrans_unrecorded as f64);
+    let mut cong_late = MetricFamily::new(
+        "tboxscope_tcp_cong_changes_seen_late",
+        Counter,
+        Unit::None,
+        "Congestion-state changes of kernel TCP sockets no eBPF hook run reported, seen in a later snapshot of the socket and recorded then.",
+    );
+    cong_late.push(Vec::new(), h.tcp_cong_changes_late as f64);
     let mut evictions = MetricFamily::new(
         "tboxscope_capture_evictions",
         Counter,
@@ -688,6 +695,7 @@ fn health_families(f: &Figures<'_>) -> Vec<MetricFamily> {
     vec![
         observations,
         unrecorded,
+        cong_late,
         drops,
         evictions,
         decrypt,

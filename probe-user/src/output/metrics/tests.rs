@@ -67,6 +67,7 @@ fn snapshot(flows: usize) -> Snapshot {
     s.health.pcap_dropped = 3;
     s.health.tcp_hook_runs_skipped = 2;
     s.health.tcp_retrans_unrecorded = 3;
+    s.health.tcp_cong_changes_late = 1;
     s.health.late_copies = 54;
     s.health.held_messages = 87;
     s.health.held_too_long = 2;
@@ -116,6 +117,8 @@ fn prometheus_text_has_paths_flows_kernel_and_health() {
         "tboxscope_capture_drops_total{stage=\"tcp_hook_skipped\"} 2\n",
         "# TYPE tboxscope_tcp_retransmits_unrecorded_total counter\n",
         "tboxscope_tcp_retransmits_unrecorded_total 3\n",
+        "# TYPE tboxscope_tcp_cong_changes_seen_late_total counter\n",
+        "tboxscope_tcp_cong_changes_seen_late_total 1\n",
         "# TYPE tboxscope_late_copies_total counter\n",
         "tboxscope_late_copies_total 54\n",
         "tboxscope_messages_held_total 87\n",
