@@ -149,15 +149,20 @@ impl Tracker {
     }
 
     fn conn(&mut self, o: &TcpObservation) -> &mut Conn {
-        // The socket's memory reused by another connection whose old one closed with no
-        // record of it (a missed run of the state hook): the old one is finished.
-        if self.live.get(&o.sock_id).is_some_and(|c| !c.is_of(o)) {
-            if let Some(mut c) = self.live.remove(&o.sock_id) {
-                c.totals.closed = true;
-                self.push_closed(c.totals);
+        let known = match self.live.get(&o.sock_id) {
+            Some(c) if c.is_of(o) => true,
+            None => false,
+            // The socket's memory reused by another connection, the old one's close with no
+            // record (a missed run of the state hook): the old one is finished.
+            Some(_) => {
+                if let Some(mut c) = self.live.remove(&o.sock_id) {
+                    c.totals.closed = true;
+                    self.push_closed(c.totals);
+                }
+                false
             }
-        }
-        if !self.live.contains_key(&o.sock_id) && self.live.len() >= self.max_live {
+        };
+        if !known && self.live.len() >= self.max_live {
             // Evict the least recently active connection.
             if let Some(old) = self
                 .live
