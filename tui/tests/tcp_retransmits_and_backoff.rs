@@ -219,43 +219,57 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
         .collect();
     // The 2 % loss phase may itself end in an RTO (a backoff episode of its own, reset by the
     // next ACK); every episode starts at backoff 0 and doubles, and the blackhole is the last.
+    // An expiry whose run of the retransmit hook the kernel missed (one of the resends with no
+    // record; one CI run, 2026-12-06: [204, 816, 1632] at backoff [0, 2, 3]) is a rung
+    // missing from the ladder: the RTO still doubles per backoff level.
     let mut starts: Vec<usize> = (0..all_rtos.len())
-        .filter(|&i| all_rtos[i].1 == 0)
+        .filter(|&i| i == 0 || all_rtos[i].1 <= all_rtos[i - 1].1)
         .collect();
     starts.push(all_rtos.len());
     let episodes: Vec<&[(u64, u64)]> = starts.windows(2).map(|w| &all_rtos[w[0]..w[1]]).collect();
-    assert!(!episodes.is_empty() && all_rtos[0].1 == 0, "{all_rtos:?}");
+    assert!(!episodes.is_empty(), "{all_rtos:?}");
+    let mut rungs_missing = 0;
     for episode in &episodes {
+        rungs_missing += episode[0].1;
         // The floor is 200 ms; the RTT variance measured under the 2 % loss (on a busy
         // machine) can add to it.
+        let first = episode[0].0 >> episode[0].1;
         assert!(
-            (200..=500).contains(&episode[0].0),
-            "first RTO {} ms (200 ms floor + RTT variance): {all_rtos:?}",
-            episode[0].0
+            (200..=500).contains(&first),
+            "first RTO {first} ms (200 ms floor + RTT variance): {all_rtos:?}"
         );
         for (i, w) in episode.windows(2).enumerate() {
+            rungs_missing += w[1].1 - w[0].1 - 1;
             assert_eq!(
                 w[1].0,
-                w[0].0 * 2,
+                w[0].0 << (w[1].1 - w[0].1),
                 "RTO doubles at expiry {}: {all_rtos:?}",
                 i + 1
             );
-            assert_eq!(w[1].1, w[0].1 + 1, "backoff increments: {all_rtos:?}");
         }
     }
-    let seq = episodes[episodes.len() - 1];
     assert!(
-        seq.len() >= 3,
+        rungs_missing <= unrecorded,
+        "{rungs_missing} expiries with no record, {unrecorded} resends: {all_rtos:?}"
+    );
+    let seq = episodes[episodes.len() - 1];
+    let levels = seq[seq.len() - 1].1 + 1;
+    assert!(
+        levels >= 3,
         "expected ≥3 RTO expiries in the blackhole, got {seq:?}"
     );
     // Each ss sample taken during the outage shows the state the last expiry left:
     // backoff = b+1, rto = 2 × the expired rto.
     let mut compared = 0;
     for smp in samples.iter().filter(|s| s.backoff > 0) {
-        let ev = seq
-            .iter()
-            .find(|(_, b)| *b + 1 == u64::from(smp.backoff))
-            .unwrap_or_else(|| panic!("no tcp_rto for ss backoff {}: {seq:?}", smp.backoff));
+        let Some(ev) = seq.iter().find(|(_, b)| *b + 1 == u64::from(smp.backoff)) else {
+            assert!(
+                rungs_missing > 0,
+                "no tcp_rto for ss backoff {}: {seq:?}",
+                smp.backoff
+            );
+            continue;
+        };
         assert_eq!(
             smp.rto_ms,
             (ev.0 * 2) as f64,
@@ -286,8 +300,9 @@ fn tcp_retransmits_rto_backoff_and_cwnd_match_the_kernel() {
             "{cong_late} congestion-state changes seen late"
         );
     }
-    assert_eq!(u(&last["timeouts"]), seq.len() as u64);
-    let total: u64 = seq.iter().map(|(r, _)| r).sum();
+    // Counted from the kernel's backoff: the expiries with no record too.
+    assert_eq!(u(&last["timeouts"]), levels);
+    let total: u64 = (0..levels).map(|b| (seq[0].0 >> seq[0].1) << b).sum();
     assert!(
         u(&last["stall_ms"]) >= total,
         "stall {} < sum of RTOs {total}",

@@ -135,7 +135,8 @@ pub struct RtoRecord {
     /// Connection.
     #[serde(flatten)]
     pub ends: Endpoints,
-    /// Timeouts so far in this backoff episode (1 for the first).
+    /// Timeouts so far in this backoff episode (1 for the first), from the kernel's backoff:
+    /// an expiry whose hook run was missed still counts.
     pub timeout: u32,
     /// Socket state when the timer fired: `rto_ms` is the timeout that just expired and
     /// `backoff` its backoff level (0 for the first); the kernel then doubles the RTO and

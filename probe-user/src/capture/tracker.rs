@@ -315,7 +315,6 @@ impl Tracker {
                     sock: sock.clone(),
                 }));
                 if kind == RetransmitKind::Rto {
-                    c.totals.rto_timeouts += 1;
                     // The backoff level after this expiry.
                     let after = o.snap.backoff.saturating_add(1);
                     c.totals.max_backoff = c.totals.max_backoff.max(after);
@@ -325,9 +324,12 @@ impl Tracker {
                         timeouts: 0,
                         max_backoff: 0,
                     });
-                    ep.timeouts += 1;
+                    // The kernel's backoff counts the episode's expiries: one whose hook run
+                    // was missed (its resend is in `unrecorded_retrans`) still counts.
+                    let timeout = (ep.timeouts + 1).max(u32::from(after));
+                    c.totals.rto_timeouts += u64::from(timeout - ep.timeouts);
+                    ep.timeouts = timeout;
                     ep.max_backoff = ep.max_backoff.max(after);
-                    let timeout = ep.timeouts;
                     out.push(Record::Rto(RtoRecord {
                         source: TcpSource::Kernel,
                         ends,
@@ -520,6 +522,33 @@ mod tests {
         assert!(reported.get("seen_late").is_none(), "{reported}");
         assert_eq!(t.totals()[0].unrecorded_cong_changes, 2);
         assert_eq!(t.unrecorded_cong_changes, 2);
+    }
+
+    #[test]
+    fn an_expiry_whose_hook_run_was_missed_still_counts() {
+        let mut t = Tracker::new(Some(250), 16, 16);
+        let ms = 1_000_000u64;
+        // Expiries at backoff 0 and 2: the one at backoff 1 left no record.
+        let mut recs = t.handle(&obs(1000 * ms, rto(), 51, 0, 4));
+        recs.extend(t.handle(&obs(1612 * ms, rto(), 204, 2, 4)));
+        recs.extend(t.handle(&obs(
+            2000 * ms,
+            TcpEventKind::CongState { new: 0 },
+            408,
+            0,
+            4,
+        )));
+        let timeouts: Vec<u32> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Rto(r) => Some(r.timeout),
+                Record::BackoffEnd(e) => Some(e.timeouts),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(timeouts, [1, 3, 3]);
+        let tot = &t.totals()[0];
+        assert_eq!((tot.rto_timeouts, tot.max_backoff), (3, 3));
     }
 
     #[test]
