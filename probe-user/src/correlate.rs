@@ -633,19 +633,7 @@ pub fn write_engine_records<W: std::io::Write>(
     writer: &mut crate::output::JsonLinesWriter<W>,
     engine: &mut Engine,
 ) -> Result<(), crate::output::OutputError> {
-    write_engine_records_seen(writer, engine, |_| {})
-}
-
-/// [`write_engine_records`], showing each record to `seen` before it is written (a report
-/// collecting its pictures).
-pub fn write_engine_records_seen<W: std::io::Write>(
-    writer: &mut crate::output::JsonLinesWriter<W>,
-    engine: &mut Engine,
-    mut seen: impl FnMut(&tboxscope_engine::Record),
-) -> Result<(), crate::output::OutputError> {
-    for record in engine.drain_records() {
-        seen(&record);
-        writer.write(record.kind(), record.ts_ns(), &record)?;
-    }
-    Ok(())
+    engine
+        .drain_records()
+        .try_for_each(|r| writer.write(r.kind(), r.ts_ns(), &r))
 }

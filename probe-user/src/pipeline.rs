@@ -1,7 +1,9 @@
 //! The engine on a thread of its own: decoding hands it observations in batches, in order, so
 //! that decoding and matching run on two cores and a file's throughput is the slower of the
-//! two instead of their sum. The engine sees exactly the sequence it would see on one thread,
-//! and whatever runs after each observation (draining records, writing them) runs there too.
+//! two instead of their sum. The engine sees exactly the sequence it would see on one thread.
+//! The records it finishes come back to the decoding thread with the batches it is done with,
+//! in order, and are handled (written, collected) there: writing them is work the engine's
+//! thread, the slower one, no longer does.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -9,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tboxscope_engine::{Engine, Observation};
+use tboxscope_engine::{Engine, Observation, Record};
 
 use crate::analyze::Analyzer;
 use crate::correlate::{CaptureHint, Correlator, FrameFeed, ObservationSink};
@@ -43,6 +45,8 @@ struct HandoffState {
     /// by decoding, where they were allocated (freed on the engine's thread, every QUIC packet
     /// is a remote free for the allocator and decoding keeps taking fresh memory), and reused.
     spent: Vec<Vec<Observation>>,
+    /// The records the engine finished, per batch, oldest first: for decoding to handle.
+    records: VecDeque<Vec<Record>>,
     /// Decoding is done (or gave up): no more batches come.
     closed: bool,
     /// The engine's thread is gone: batches handed over now are dropped.
@@ -57,9 +61,17 @@ impl Handoff {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The engine's thread: the next batch, `None` once decoding closed and all are taken.
-    fn take(&self, spent: Option<Vec<Observation>>) -> Option<Vec<Observation>> {
+    /// The engine's thread: the next batch, `None` once decoding closed and all are taken;
+    /// gives back the last one (`spent`) and the records it finished.
+    fn take(
+        &self,
+        spent: Option<Vec<Observation>>,
+        records: Vec<Record>,
+    ) -> Option<Vec<Observation>> {
         let mut st = self.lock();
+        if !records.is_empty() {
+            st.records.push_back(records);
+        }
         if let Some(b) = spent {
             if st.spent.len() < IN_FLIGHT + 2 {
                 st.spent.push(b);
@@ -84,8 +96,12 @@ impl Handoff {
 
     /// Decoding: hands `full` over, waiting while `IN_FLIGHT` are on their way; returns an
     /// empty batch to fill next (a spent one when there is one), or `None` when the engine's
-    /// thread is gone.
-    fn give(&self, full: Vec<Observation>) -> Option<Vec<Observation>> {
+    /// thread is gone. The records that came back are added to `records`.
+    fn give(
+        &self,
+        full: Vec<Observation>,
+        records: &mut VecDeque<Vec<Record>>,
+    ) -> Option<Vec<Observation>> {
         let mut st = self.lock();
         while st.full.len() >= IN_FLIGHT && !st.stopped {
             st.decoding_waits = true;
@@ -99,6 +115,7 @@ impl Handoff {
             self.filled.notify_one();
         }
         let next = st.spent.pop();
+        records.append(&mut st.records);
         drop(st);
         let mut next = next.unwrap_or_else(|| Vec::with_capacity(BATCH));
         next.clear();
@@ -109,6 +126,19 @@ impl Handoff {
     fn close(&self) {
         self.lock().closed = true;
         self.filled.notify_one();
+    }
+
+    /// Decoding gave up: the engine's thread ends without the batches on their way.
+    fn abandon(&self) {
+        let mut st = self.lock();
+        st.full.clear();
+        st.closed = true;
+        self.filled.notify_one();
+    }
+
+    /// The records that came back and were not handed to decoding yet.
+    fn records_left(&self) -> VecDeque<Vec<Record>> {
+        std::mem::take(&mut self.lock().records)
     }
 
     /// The engine's thread ends early: decoding stops waiting for room.
@@ -130,18 +160,14 @@ pub struct Waits {
     pub decoding: Duration,
 }
 
-/// Runs after each observation on the engine's thread, with the state given to
-/// [`EngineThread::spawn`]; its first error stops the thread.
-pub type AfterObservation<T, E> = fn(&mut Engine, &mut T) -> Result<(), E>;
+/// Runs on the decoding thread for each record the engine finished, in the engine's order,
+/// with the caller's state (e.g. to write it); its first error stops decoding.
+pub type OnRecord<T, E> = fn(&Record, &mut T) -> Result<(), E>;
 
 /// Whether this machine has a second core for the engine's thread.
 pub fn worth_a_thread() -> bool {
     std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
 }
-
-/// What the engine's thread ends with: the engine, the state and how long it waited for
-/// observations, or the first error of `after`.
-type WorkerResult<T, E> = Result<(Engine, T, Duration), E>;
 
 /// Stops the hand-over when the engine's thread ends.
 struct StopOnDrop(Arc<Handoff>);
@@ -152,98 +178,136 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// An [`Engine`] running on its own thread, fed through [`ObservationSink::handle`].
+/// An [`Engine`] running on its own thread, fed through [`ObservationSink::handle`]; the
+/// records it finishes are handled on the feeding thread, by `on_record` with `state`.
 pub struct EngineThread<T, E> {
     /// The batch being filled.
     batch: Vec<Observation>,
     handoff: Arc<Handoff>,
-    worker: Option<JoinHandle<WorkerResult<T, E>>>,
+    worker: Worker,
     stopped: bool,
     /// Time spent waiting to hand a batch over.
     waited: Duration,
+    /// Records that came back, to handle.
+    records: VecDeque<Vec<Record>>,
+    state: T,
+    on_record: OnRecord<T, E>,
+    /// The first error of `on_record`: nothing is handed over or handled after it.
+    error: Option<E>,
 }
 
-impl<T: Send + 'static, E: Send + 'static> EngineThread<T, E> {
-    /// Starts `engine` on a thread of its own; `after` runs there after every observation
-    /// with `state` (e.g. to drain the engine's records and write them).
-    pub fn spawn(engine: Engine, state: T, after: AfterObservation<T, E>) -> std::io::Result<Self> {
+impl<T, E> EngineThread<T, E> {
+    /// Starts `engine` on a thread of its own; `on_record` handles each record it finishes,
+    /// with `state`, on the thread that feeds it.
+    pub fn spawn(engine: Engine, state: T, on_record: OnRecord<T, E>) -> std::io::Result<Self> {
         let handoff = Arc::new(Handoff::default());
         let theirs = Arc::clone(&handoff);
         let worker = std::thread::Builder::new()
             .name("engine".to_owned())
             .spawn(move || {
-                // However the thread ends (an error, a panic), decoding stops waiting for it.
+                // However the thread ends (a panic), decoding stops waiting for it.
                 let _stop = StopOnDrop(Arc::clone(&theirs));
-                let (mut engine, mut state) = (engine, state);
+                let mut engine = engine;
                 let mut waited = Duration::ZERO;
-                let mut spent = None;
+                let (mut spent, mut records) = (None, Vec::new());
                 loop {
                     let asked = Instant::now();
-                    let Some(batch) = theirs.take(spent.take()) else {
+                    let Some(batch) = theirs.take(spent.take(), std::mem::take(&mut records))
+                    else {
                         break;
                     };
                     waited += asked.elapsed();
                     for obs in &batch {
                         engine.handle_ref(obs);
-                        after(&mut engine, &mut state)?;
                     }
+                    records.extend(engine.drain_records());
                     spent = Some(batch);
                 }
-                Ok((engine, state, waited))
+                (engine, waited)
             })?;
         Ok(Self {
             batch: Vec::with_capacity(BATCH),
+            worker: Worker {
+                handoff: Arc::clone(&handoff),
+                thread: Some(worker),
+            },
             handoff,
-            worker: Some(worker),
             stopped: false,
             waited: Duration::ZERO,
+            records: VecDeque::new(),
+            state,
+            on_record,
+            error: None,
         })
     }
 
-    /// Whether the engine's thread has stopped (its `after` failed, or it panicked): what is
-    /// handed over now is dropped; [`EngineThread::finish`] says why.
+    /// Whether feeding has stopped (`on_record` failed, or the engine's thread panicked): what
+    /// is handed over now is dropped; [`EngineThread::finish`] says why.
     pub fn stopped(&self) -> bool {
         self.stopped
     }
 
-    /// Hands over what is left, waits for the engine's thread and gives back the engine, the
-    /// state and how long each thread waited for the other, or the first error of `after`. A
-    /// panic on the engine's thread goes on here.
+    /// Hands over what is left, waits for the engine's thread, handles the records left and
+    /// gives back the engine, the state and how long each thread waited for the other, or the
+    /// first error of `on_record`. A panic on the engine's thread goes on here.
     pub fn finish(mut self) -> Result<(Engine, T, Waits), E> {
         self.hand_over();
-        self.handoff.close();
-        let Some(worker) = self.worker.take() else {
-            unreachable!("the worker is taken only here and in drop");
+        match self.error {
+            Some(_) => self.handoff.abandon(),
+            None => self.handoff.close(),
+        }
+        let Some(thread) = self.worker.thread.take() else {
+            unreachable!("the thread is taken only here and in drop");
         };
-        let decoding = self.waited;
-        match worker.join() {
-            Ok(r) => r.map(|(engine, state, waited)| {
-                let waits = Waits {
-                    engine: waited,
-                    decoding,
-                };
-                (engine, state, waits)
-            }),
+        let (engine, waited) = match thread.join() {
+            Ok(r) => r,
             Err(panic) => std::panic::resume_unwind(panic),
+        };
+        self.records.append(&mut self.handoff.records_left());
+        self.handle_records();
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let waits = Waits {
+            engine: waited,
+            decoding: self.waited,
+        };
+        Ok((engine, self.state, waits))
+    }
+
+    /// Handles the records that came back, in order, until `on_record` fails.
+    fn handle_records(&mut self) {
+        while let Some(batch) = self.records.pop_front() {
+            if self.error.is_some() {
+                return;
+            }
+            for r in &batch {
+                if let Err(e) = (self.on_record)(r, &mut self.state) {
+                    self.error = Some(e);
+                    self.stopped = true;
+                    return;
+                }
+            }
         }
     }
 
     fn hand_over(&mut self) {
-        if self.batch.is_empty() {
+        if self.batch.is_empty() || self.stopped {
             return;
         }
         let full = std::mem::take(&mut self.batch);
         let asked = Instant::now();
-        let next = self.handoff.give(full);
+        let next = self.handoff.give(full, &mut self.records);
         self.waited += asked.elapsed();
         match next {
             Some(next) => self.batch = next,
             None => self.stopped = true,
         }
+        self.handle_records();
     }
 }
 
-impl<T: Send + 'static, E: Send + 'static> ObservationSink for EngineThread<T, E> {
+impl<T, E> ObservationSink for EngineThread<T, E> {
     fn handle(&mut self, obs: Observation) {
         self.handle_built(|| obs);
     }
@@ -268,12 +332,18 @@ impl<T: Send + 'static, E: Send + 'static> ObservationSink for EngineThread<T, E
     }
 }
 
-impl<T, E> Drop for EngineThread<T, E> {
+/// The engine's thread, ended and waited for if the feeding side goes away without
+/// [`EngineThread::finish`] (an early return): it ends without what is on its way.
+struct Worker {
+    handoff: Arc<Handoff>,
+    thread: Option<JoinHandle<(Engine, Duration)>>,
+}
+
+impl Drop for Worker {
     fn drop(&mut self) {
-        // Not finished (an early return): close the hand-over and let the thread end.
-        self.handoff.close();
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
+        if let Some(t) = self.thread.take() {
+            self.handoff.abandon();
+            let _ = t.join();
         }
     }
 }
@@ -282,7 +352,7 @@ impl<T, E> Drop for EngineThread<T, E> {
 pub struct Matched<T> {
     /// The engine after the last observation (not finished).
     pub engine: Engine,
-    /// The state given to `after`.
+    /// The state given to `on_record`.
     pub state: T,
     /// The files that could not be read, or broke half-way.
     pub file_errors: Vec<FileError>,
@@ -293,7 +363,8 @@ pub struct Matched<T> {
 }
 
 /// Decodes `files` with `analyzer` and matches what they carry in `engine`, the user's
-/// `statements` about captures applied; `after` runs after each observation with `state`.
+/// `statements` about captures applied; `on_record` handles each record the engine finishes,
+/// in order, with `state`, on the calling thread.
 /// With `own_thread`, the engine runs on a thread of its own ([`EngineThread`]); the engine
 /// sees the same observations in the same order either way.
 pub fn decode_and_match<T, E>(
@@ -302,16 +373,15 @@ pub fn decode_and_match<T, E>(
     statements: &[(String, CaptureHint)],
     engine: Engine,
     state: T,
-    after: AfterObservation<T, E>,
+    on_record: OnRecord<T, E>,
     own_thread: bool,
 ) -> Result<Matched<T>, E>
 where
-    T: Send + 'static,
-    E: From<std::io::Error> + Send + 'static,
+    E: From<std::io::Error>,
 {
     let feed = FrameFeed::default();
     decode_and_match_fed(
-        analyzer, files, statements, engine, state, after, own_thread, feed,
+        analyzer, files, statements, engine, state, on_record, own_thread, feed,
     )
 }
 
@@ -324,24 +394,28 @@ pub fn decode_and_match_fed<T, E>(
     statements: &[(String, CaptureHint)],
     engine: Engine,
     state: T,
-    after: AfterObservation<T, E>,
+    on_record: OnRecord<T, E>,
     own_thread: bool,
     mut feed: FrameFeed,
 ) -> Result<Matched<T>, E>
 where
-    T: Send + 'static,
-    E: From<std::io::Error> + Send + 'static,
+    E: From<std::io::Error>,
 {
+    let handle_records = |engine: &mut Engine, state: &mut T| {
+        engine
+            .drain_records()
+            .try_for_each(|r| on_record(&r, state))
+    };
     if !own_thread {
         let mut correlator = Correlator::with_sink(engine);
         correlator.state_all(statements);
         let mut state = state;
         let file_errors = analyzer.run_files(files, &mut |r| {
             feed.observe(&mut correlator, &r);
-            after(correlator.engine_mut(), &mut state)
+            handle_records(correlator.engine_mut(), &mut state)
         })?;
         feed.flush_kernel(&mut correlator);
-        after(correlator.engine_mut(), &mut state)?;
+        handle_records(correlator.engine_mut(), &mut state)?;
         return Ok(Matched {
             engine: correlator.into_sink(),
             state,
@@ -350,13 +424,13 @@ where
             waits: None,
         });
     }
-    let thread = EngineThread::spawn(engine, state, after)?;
+    let thread = EngineThread::spawn(engine, state, on_record)?;
     let mut correlator = Correlator::with_sink(thread);
     correlator.state_all(statements);
     let decoded = analyzer.run_files(files, &mut |r| {
         feed.observe(&mut correlator, &r);
-        // The engine's thread stopped on an error: decoding stops too (the error comes
-        // from `finish`).
+        // Handling a record failed, or the engine's thread is gone: decoding stops (the
+        // error, or the panic, comes from `finish`).
         match correlator.sink_mut().stopped() {
             true => Err(()),
             false => Ok(()),

@@ -2,7 +2,7 @@
 //! and the summary, on captures of two paths long enough for many hand-overs between the threads,
 //! on the QUIC fixture, and on decrypted QUIC mixed with KCP (batches returned to decoding with
 //! observations of every kind in them); an error while handling records stops decoding and is
-//! returned.
+//! returned, and so does a panic.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use etherparse::PacketBuilder;
 use probe_user::analyze::Analyzer;
 use probe_user::dissect::DissectConfig;
-use probe_user::pipeline::{decode_and_match, AfterObservation};
+use probe_user::pipeline::{decode_and_match, OnRecord};
 use tboxscope_decode::quic::Keylog;
 use tboxscope_engine::{Config, Engine};
 use tboxscope_test_support::pcap::{kcp_segment, pcap};
@@ -32,10 +32,8 @@ fn run(files: &[PathBuf], config: &DissectConfig, own_thread: bool) -> (Vec<Stri
         &[],
         engine,
         Vec::new(),
-        |engine, records: &mut Vec<String>| {
-            for r in engine.drain_records() {
-                records.push(serde_json::to_string(&r).map_err(std::io::Error::other)?);
-            }
+        |r, records: &mut Vec<String>| {
+            records.push(serde_json::to_string(r).map_err(std::io::Error::other)?);
             Ok::<(), std::io::Error>(())
         },
         own_thread,
@@ -207,18 +205,21 @@ fn decrypted_quic_mixed_with_kcp_gives_the_same_records_on_its_own_thread() {
     assert_eq!(one.1, threaded.1);
 }
 
-/// The two-path captures decoded with the engine on its own thread and `after` giving up at
-/// the 100th observation: what `decode_and_match` ended with (its panic caught). Decoding
-/// stopped soon after (within a few batches in flight), not at the end.
+/// The two-path captures decoded with the engine on its own thread and `on_record` giving up
+/// at the 100th record (a message): what `decode_and_match` ended with (its panic caught).
+/// Decoding stopped soon after (within a few batches in flight), not at the end.
 fn giving_up_at_the_hundredth(
-    after: AfterObservation<u64, std::io::Error>,
+    on_record: OnRecord<u64, std::io::Error>,
 ) -> std::thread::Result<Result<(), std::io::Error>> {
     let dir = tempfile::tempdir().unwrap();
     let files = two_path_captures(dir.path(), 6000);
     let mut analyzer = Analyzer::new(DissectConfig::default());
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let engine = Engine::new(Config::default());
-        decode_and_match(&mut analyzer, &files, &[], engine, 0u64, after, true).map(drop)
+        let engine = Engine::new(Config {
+            emit_messages: true,
+            ..Config::default()
+        });
+        decode_and_match(&mut analyzer, &files, &[], engine, 0u64, on_record, true).map(drop)
     }));
     assert!(
         analyzer.stats().frames < 12_000,
@@ -229,7 +230,7 @@ fn giving_up_at_the_hundredth(
 }
 
 #[test]
-fn an_error_on_the_engine_thread_stops_decoding_and_is_returned() {
+fn an_error_while_handling_records_stops_decoding_and_is_returned() {
     let result = giving_up_at_the_hundredth(|_, seen| {
         *seen += 1;
         match *seen {
@@ -244,14 +245,14 @@ fn an_error_on_the_engine_thread_stops_decoding_and_is_returned() {
 }
 
 #[test]
-fn a_panic_on_the_engine_thread_stops_decoding_and_goes_on_in_the_caller() {
+fn a_panic_while_handling_records_stops_decoding_and_goes_on_in_the_caller() {
     let result = giving_up_at_the_hundredth(|_, seen| {
         *seen += 1;
-        assert!(*seen != 100, "the engine's thread gave up");
+        assert!(*seen != 100, "the records' handler gave up");
         Ok(())
     });
-    // Decoding did not wait for room the dead thread would never make, and the panic reached
-    // the caller.
+    // The engine's thread, left with batches on their way, ended, and the panic reached the
+    // caller.
     let Err(panic) = result else {
         panic!("the panic was lost");
     };
@@ -259,5 +260,5 @@ fn a_panic_on_the_engine_thread_stops_decoding_and_goes_on_in_the_caller() {
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
-    assert_eq!(said, Some("the engine's thread gave up"));
+    assert_eq!(said, Some("the records' handler gave up"));
 }

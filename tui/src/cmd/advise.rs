@@ -48,10 +48,7 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<ExitCode> {
         &statements,
         Engine::new(config),
         (),
-        |engine, ()| {
-            engine.drain_records().for_each(drop);
-            Ok::<(), io::Error>(())
-        },
+        |_, ()| Ok::<(), io::Error>(()),
         worth_a_thread(),
         FrameFeed::default(),
     )?;

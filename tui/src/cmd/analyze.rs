@@ -92,8 +92,8 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
                 &statements,
                 kernel.engine(&config),
                 pictures.take(),
-                |engine, pictures| {
-                    collect_records(engine, pictures);
+                |r, pictures| {
+                    collect_record(r, pictures);
                     Ok::<(), io::Error>(())
                 },
                 worth_a_thread(),
@@ -337,7 +337,7 @@ fn run_json(
             statements,
             engine,
             (writer, pictures.take()),
-            write_and_collect,
+            write_and_collect_one,
             worth_a_thread(),
             kernel.feed(),
         )?
@@ -392,23 +392,37 @@ fn run_json(
 
 /// Hands the engine's finished records to the picture report's collection, if any.
 fn collect_records(engine: &mut Engine, pictures: &mut Option<ReportData>) {
-    match pictures {
-        Some(c) => engine.drain_records().for_each(|r| c.record(&r)),
-        None => engine.drain_records().for_each(drop),
+    engine
+        .drain_records()
+        .for_each(|r| collect_record(&r, pictures));
+}
+
+/// Hands one of the engine's finished records to the picture report's collection, if any.
+fn collect_record(record: &tboxscope_engine::Record, pictures: &mut Option<ReportData>) {
+    if let Some(c) = pictures {
+        c.record(record);
     }
+}
+
+/// Writes one of the engine's finished records as a JSON line, handing it to the picture
+/// report's collection too.
+fn write_and_collect_one<W: Write>(
+    record: &tboxscope_engine::Record,
+    (writer, pictures): &mut (JsonLinesWriter<W>, Option<ReportData>),
+) -> Result<(), OutputError> {
+    collect_record(record, pictures);
+    writer.write(record.kind(), record.ts_ns(), record)
 }
 
 /// Writes the engine's finished records as JSON Lines, handing each to the picture report's
 /// collection too.
 fn write_and_collect<W: Write>(
     engine: &mut Engine,
-    (writer, pictures): &mut (JsonLinesWriter<W>, Option<ReportData>),
+    sink: &mut (JsonLinesWriter<W>, Option<ReportData>),
 ) -> Result<(), OutputError> {
-    probe_user::correlate::write_engine_records_seen(writer, engine, |r| {
-        if let Some(c) = pictures {
-            c.record(r);
-        }
-    })
+    engine
+        .drain_records()
+        .try_for_each(|r| write_and_collect_one(&r, sink))
 }
 
 /// With `--report DIR`, the picture report of the run.
