@@ -84,11 +84,7 @@ impl Engine {
                         }
                     }
                     if let Some((seq_len, kind)) = sent {
-                        let ends = (t.meta.src, t.meta.dst);
-                        let (capture, seq, ts_ns, path) =
-                            (t.meta.capture, t.seq, pkt.ts_ns, pkt.path);
-                        self.tcp_join
-                            .on_wire(shared, ends, capture, path, seq, seq_len, ts_ns, kind);
+                        self.tcp_join.on_wire(shared, t, &pkt, seq_len, kind);
                     }
                 }
             }

@@ -53,7 +53,7 @@ pub enum FlowKey {
 }
 
 /// Recently looked-up flows remembered by [`FlowTable`].
-const RECENT_FLOWS: usize = 8;
+const RECENT_FLOWS: usize = 32;
 
 impl FlowKey {
     /// A cheap number from the key, to spread recently used flows (not a hash, and equal keys

@@ -173,30 +173,18 @@ impl TcpState {
     }
 }
 
-/// Flow key with the client guessed from the ports (the higher one) first; whether `a` is
-/// that client.
-fn socket_key(a: SocketAddr, b: SocketAddr) -> (FlowKey, bool) {
-    let a_is_client = is_uplink(&a, &b).unwrap_or(true);
-    if a_is_client {
-        (
-            FlowKey::Tcp {
-                client: a,
-                server: b,
-            },
-            true,
-        )
-    } else {
-        (
-            FlowKey::Tcp {
-                client: b,
-                server: a,
-            },
-            false,
-        )
-    }
+/// Whether `a`, talking with `b`, is the client as guessed from the ports (the higher one's
+/// side).
+fn guessed_client(a: &SocketAddr, b: &SocketAddr) -> bool {
+    is_uplink(a, b).unwrap_or(true)
 }
 
-/// `a` is after `b` in sequence space.
+/// The flow key of the connection of `a` and `b`, `a` its client when `a_is_client`.
+fn tcp_key(a: SocketAddr, b: SocketAddr, a_is_client: bool) -> FlowKey {
+    let (client, server) = if a_is_client { (a, b) } else { (b, a) };
+    FlowKey::Tcp { client, server }
+}
+
 /// The key turned round: client and server exchanged.
 fn turned_key(key: &FlowKey) -> FlowKey {
     match key {
@@ -220,22 +208,23 @@ impl Shared {
     /// its path, its direction at the capture) and its flow, for the wire matcher (`None`
     /// when the path table is full).
     pub(crate) fn on_tcp_segment(&mut self, t: &TcpSegment) -> Option<(Pkt, FlowRef)> {
-        let (guess, src_high) = socket_key(t.meta.src, t.meta.dst);
-        // A SYN names the client: its sender, or the receiver of a SYN-ACK.
+        let (src, dst) = (t.meta.src, t.meta.dst);
+        let src_high = guessed_client(&src, &dst);
+        // A SYN names the client: its sender, or the receiver of a SYN-ACK. (The guessed key
+        // is made only when asked for: most segments need only the key they belong to.)
         let syn_from_client = t.flags.syn().then(|| !t.flags.ack());
         let turned = match syn_from_client {
-            Some(from_client) => self.tcp_roles(&guess, from_client != src_high),
-            None => self.is_turned(&guess),
+            Some(from_client) => {
+                self.tcp_roles(&tcp_key(src, dst, src_high), from_client != src_high)
+            }
+            None => !self.tcp_turned.is_empty() && self.is_turned(&tcp_key(src, dst, src_high)),
         };
         // Data, a SYN or a FIN asks for an ACK; a bare ACK asks for nothing (an idle
         // connection's last ACK is no unanswered send).
         let asks = t.len > 0 || t.flags.syn() || t.flags.fin();
         let mut pkt = self.packet_turned(&t.meta, turned, asks)?;
-        let (key, src_is_client) = if turned {
-            (turned_key(&guess), !src_high)
-        } else {
-            (guess, src_high)
-        };
+        let src_is_client = src_high != turned;
+        let key = tcp_key(src, dst, src_is_client);
         self.remember_tuple(pkt.tuple, &key);
         let paths = &self.paths;
         let fr = self.flows.get_or_insert(&key, pkt.ts_ns, || {
@@ -339,7 +328,7 @@ impl Shared {
             return;
         };
         let path = self.paths.canonical(path);
-        let (guess, _) = socket_key(e.local, e.remote);
+        let guess = tcp_key(e.local, e.remote, guessed_client(&e.local, &e.remote));
         let key = if self.is_turned(&guess) {
             turned_key(&guess)
         } else {

@@ -19,13 +19,13 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use crate::input::{CaptureId, RetransmitKind, TcpEvent, TcpEventKind};
+use crate::input::{CaptureId, RetransmitKind, TcpEvent, TcpEventKind, TcpSegment};
 use crate::paths::PathIdx;
 use crate::record::{
     Record, TcpDisagreement, TcpDisagreementRecord, TcpJoinDirection, TcpJoinSummary,
     TcpRetransmitKind,
 };
-use crate::shared::Shared;
+use crate::shared::{Pkt, Shared};
 use crate::FastMap;
 
 /// How far apart the kernel's event and the capture's copy of one retransmission may be (the
@@ -183,20 +183,18 @@ impl TcpJoin {
         self.maybe_sweep(shared, key);
     }
 
-    /// A data segment (`seq_len` of sequence space from `src` to `dst`) seen by `capture` on
-    /// `path` at `ts_ns`: a retransmission of kind `kind`, or a first copy (`None`).
-    #[expect(clippy::too_many_arguments, reason = "one segment's facts")]
+    /// Data segment `t` (`seq_len` of sequence space) seen as `pkt`: a retransmission of kind
+    /// `kind`, or a first copy (`None`).
+    #[inline]
     pub(crate) fn on_wire(
         &mut self,
         shared: &mut Shared,
-        (src, dst): (SocketAddr, SocketAddr),
-        capture: CaptureId,
-        path: PathIdx,
-        seq: u32,
+        t: &TcpSegment,
+        pkt: &Pkt,
         seq_len: u32,
-        ts_ns: u64,
         kind: Option<TcpRetransmitKind>,
     ) {
+        let (capture, ts_ns) = (t.meta.capture, pkt.ts_ns);
         self.now_ns = self.now_ns.max(ts_ns);
         match self.spans.iter_mut().find(|s| s.capture == capture) {
             Some(s) => {
@@ -217,6 +215,25 @@ impl TcpJoin {
             }
             return;
         }
+        let ends = (t.meta.src, t.meta.dst);
+        self.join_wire(shared, ends, capture, pkt.path, t.seq, seq_len, ts_ns, kind);
+    }
+
+    /// [`TcpJoin::on_wire`] once the kernel's events have begun: `seq_len` of sequence space
+    /// from `src` to `dst` seen by `capture` on `path` at `ts_ns`.
+    #[expect(clippy::too_many_arguments, reason = "one segment's facts")]
+    #[inline(never)]
+    fn join_wire(
+        &mut self,
+        shared: &mut Shared,
+        (src, dst): (SocketAddr, SocketAddr),
+        capture: CaptureId,
+        path: PathIdx,
+        seq: u32,
+        seq_len: u32,
+        ts_ns: u64,
+        kind: Option<TcpRetransmitKind>,
+    ) {
         let key = (src, dst);
         if !self.dirs.contains_key(&key) {
             self.make_room(shared);
