@@ -66,8 +66,13 @@ impl FlowKey {
             FlowKey::Kcp { conv } => *conv as usize,
             FlowKey::Quic { conn } => conn.0 as usize,
             FlowKey::QuicGroup { server_port } => usize::from(*server_port),
-            FlowKey::Tcp { client, .. } => usize::from(client.port()),
+            FlowKey::Tcp { client, .. } => Self::tcp_quick(client),
         }
+    }
+
+    /// [`FlowKey::quick`] of the TCP connection of `client`.
+    pub(crate) fn tcp_quick(client: &SocketAddr) -> usize {
+        usize::from(client.port())
     }
 
     /// Protocol name.
@@ -388,6 +393,23 @@ impl FlowTable {
                 Some(FlowRef { slot, uid: f.uid })
             }
             _ => None,
+        }
+    }
+
+    /// The flow whose key passes `is`, found among the recent ones by `quick` (its key's
+    /// [`FlowKey::quick`]), else the flow for `key()`, created with `proto()` if new: the key
+    /// is made only when the flow was not looked up recently.
+    pub(crate) fn get_or_insert_with(
+        &mut self,
+        quick: usize,
+        is: impl Fn(&FlowKey) -> bool,
+        key: impl FnOnce() -> FlowKey,
+        now: u64,
+        proto: impl FnOnce() -> Proto,
+    ) -> FlowRef {
+        match self.recent_hit(quick % RECENT_FLOWS, now, is) {
+            Some(r) => r,
+            None => self.get_or_insert(&key(), now, proto),
         }
     }
 

@@ -34,9 +34,10 @@ impl AddressPairs {
         self.flows.len() >= self.max
     }
 
-    /// Remembers that `tuple` belongs to the flow `key` (the first flow seen on it stays).
+    /// Remembers that `tuple` belongs to the flow of key `key()` (the first flow seen on it
+    /// stays; the key is made only for a pair not known yet).
     #[inline]
-    pub(crate) fn remember(&mut self, tuple: u64, key: &FlowKey) {
+    pub(crate) fn remember(&mut self, tuple: u64, key: impl FnOnce() -> FlowKey) {
         let slot = (tuple % KNOWN as u64) as usize;
         if tuple != 0 && self.known.get(slot) == Some(&tuple) {
             return;
@@ -45,7 +46,7 @@ impl AddressPairs {
             self.flows.clear();
             self.known = [0; KNOWN];
         }
-        self.flows.entry(tuple).or_insert_with(|| key.clone());
+        self.flows.entry(tuple).or_insert_with(key);
         if let Some(k) = self.known.get_mut(slot) {
             *k = tuple;
         }
@@ -76,15 +77,15 @@ mod tests {
     #[test]
     fn the_first_flow_of_a_pair_stays_and_a_cleared_map_learns_pairs_again() {
         let mut pairs = AddressPairs::new(2);
-        pairs.remember(1, &key(10));
-        pairs.remember(1, &key(11));
+        pairs.remember(1, || key(10));
+        pairs.remember(1, || key(11));
         assert_eq!(pairs.flow_of(1, || 0), Some(&key(10)));
-        pairs.remember(2, &key(20));
+        pairs.remember(2, || key(20));
         // Full: cleared before the next pair.
-        pairs.remember(3, &key(30));
+        pairs.remember(3, || key(30));
         assert_eq!(pairs.flow_of(1, || 0), None);
         // Pair 1 seen again is remembered again, not taken for known.
-        pairs.remember(1, &key(12));
+        pairs.remember(1, || key(12));
         assert_eq!(pairs.flow_of(1, || 0), Some(&key(12)));
         assert_eq!(pairs.flow_of(4, || 3), Some(&key(30)));
     }

@@ -1209,7 +1209,7 @@ impl Shared {
     /// Remembers which flow an address pair belongs to (for overhead packets); `tuple` is the
     /// pair's [`crate::matcher::tuple_hash`].
     #[inline]
-    pub(crate) fn remember_tuple(&mut self, tuple: u64, key: &FlowKey) {
+    pub(crate) fn remember_tuple(&mut self, tuple: u64, key: impl FnOnce() -> FlowKey) {
         self.pairs.remember(tuple, key);
     }
 

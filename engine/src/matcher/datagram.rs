@@ -18,7 +18,7 @@ impl Shared {
         let key = FlowKey::Datagram {
             server_port: server_port(&d.meta.src, &d.meta.dst),
         };
-        self.remember_tuple(pkt.tuple, &key);
+        self.remember_tuple(pkt.tuple, || key.clone());
         let forced = forced_mode(&self.cfg, (&d.meta.src, &d.meta.dst), None, None);
         let fr = self
             .flows

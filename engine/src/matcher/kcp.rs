@@ -375,7 +375,7 @@ impl KcpMatcher {
             Some(k.header.conv),
             None,
         );
-        shared.remember_tuple(pkt.tuple, &key);
+        shared.remember_tuple(pkt.tuple, || key.clone());
         let seg = Segment {
             push: k.header.cmd == KcpCmd::Push,
             msg_sn: k.header.sn.wrapping_add(u32::from(k.header.frg)),

@@ -456,7 +456,7 @@ impl QuicMatcher {
             },
             _ => FlowKey::Quic { conn: q.conn },
         };
-        shared.remember_tuple(pkt.tuple, &key);
+        shared.remember_tuple(pkt.tuple, || key.clone());
         let fr = shared
             .flows
             .get_or_insert(&key, pkt.ts_ns, || Proto::Quic(Box::default()));

@@ -208,31 +208,43 @@ impl Shared {
     /// its path, its direction at the capture) and its flow, for the wire matcher (`None`
     /// when the path table is full).
     pub(crate) fn on_tcp_segment(&mut self, t: &TcpSegment) -> Option<(Pkt, FlowRef)> {
-        let (src, dst) = (t.meta.src, t.meta.dst);
-        let src_high = guessed_client(&src, &dst);
+        let (src, dst) = (&t.meta.src, &t.meta.dst);
+        let src_high = guessed_client(src, dst);
         // A SYN names the client: its sender, or the receiver of a SYN-ACK. (The guessed key
         // is made only when asked for: most segments need only the key they belong to.)
         let syn_from_client = t.flags.syn().then(|| !t.flags.ack());
         let turned = match syn_from_client {
             Some(from_client) => {
-                self.tcp_roles(&tcp_key(src, dst, src_high), from_client != src_high)
+                self.tcp_roles(&tcp_key(*src, *dst, src_high), from_client != src_high)
             }
-            None => !self.tcp_turned.is_empty() && self.is_turned(&tcp_key(src, dst, src_high)),
+            None => !self.tcp_turned.is_empty() && self.is_turned(&tcp_key(*src, *dst, src_high)),
         };
         // Data, a SYN or a FIN asks for an ACK; a bare ACK asks for nothing (an idle
         // connection's last ACK is no unanswered send).
         let asks = t.len > 0 || t.flags.syn() || t.flags.fin();
         let mut pkt = self.packet_turned(&t.meta, turned, asks)?;
         let src_is_client = src_high != turned;
-        let key = tcp_key(src, dst, src_is_client);
-        self.remember_tuple(pkt.tuple, &key);
+        // The key is made only for a flow not looked up recently or a pair not known yet.
+        let (client, server) = match src_is_client {
+            true => (&t.meta.src, &t.meta.dst),
+            false => (&t.meta.dst, &t.meta.src),
+        };
+        let key = || FlowKey::Tcp {
+            client: *client,
+            server: *server,
+        };
+        self.remember_tuple(pkt.tuple, key);
         let paths = &self.paths;
-        let fr = self.flows.get_or_insert(&key, pkt.ts_ns, || {
-            Proto::Tcp(Box::new(TcpState {
-                path: paths.label(pkt.path).to_owned(),
-                ..TcpState::default()
-            }))
-        });
+        let is_key = |k: &FlowKey| matches!(k, FlowKey::Tcp { client: c, server: s } if c == client && s == server);
+        let quick = FlowKey::tcp_quick(client);
+        let fr = self
+            .flows
+            .get_or_insert_with(quick, is_key, key, pkt.ts_ns, || {
+                Proto::Tcp(Box::new(TcpState {
+                    path: paths.label(pkt.path).to_owned(),
+                    ..TcpState::default()
+                }))
+            });
         let mut close_at: Option<u64> = None;
         let mut retrans = false;
         let mut keepalive = false;
