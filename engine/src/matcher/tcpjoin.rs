@@ -196,7 +196,12 @@ impl TcpJoin {
     ) {
         let (capture, ts_ns) = (t.meta.capture, pkt.ts_ns);
         self.now_ns = self.now_ns.max(ts_ns);
-        match self.spans.iter_mut().find(|s| s.capture == capture) {
+        // Segments come in runs from one capture: the last span's is checked first.
+        let span = match self.spans.last_mut() {
+            Some(s) if s.capture == capture => Some(s),
+            _ => self.spans.iter_mut().find(|s| s.capture == capture),
+        };
+        match span {
             Some(s) => {
                 s.first_ns = s.first_ns.min(ts_ns);
                 s.last_ns = s.last_ns.max(ts_ns);

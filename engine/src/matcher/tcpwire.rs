@@ -247,6 +247,8 @@ struct Half {
     too_big: Option<TooBig>,
     /// TSvals sent and when first.
     tsvals: VecDeque<(u32, u64)>,
+    /// The newest TSval put in `tsvals` (none in it is after it).
+    newest_tsval: Option<u32>,
     /// RFC 6298 state (ns).
     srtt: Option<u64>,
     rttvar: u64,
@@ -516,10 +518,15 @@ impl Half {
     /// Remembers when `tsval` was first sent (its echo times a round trip).
     #[inline]
     fn note_tsval(&mut self, tsval: u32, ts_ns: u64) {
-        // Segments sent within a tick share the newest TSval: checked first.
+        // Segments sent within a tick share the newest TSval: checked first; one after every
+        // TSval remembered is new.
         let known = self.tsvals.back().is_some_and(|(v, _)| *v == tsval)
-            || self.tsvals.iter().any(|(v, _)| *v == tsval);
+            || (self.newest_tsval.is_some_and(|n| !after(tsval, n))
+                && self.tsvals.iter().any(|(v, _)| *v == tsval));
         if !known {
+            if self.newest_tsval.is_none_or(|n| after(tsval, n)) {
+                self.newest_tsval = Some(tsval);
+            }
             if self.tsvals.len() >= MAX_TSVALS {
                 self.tsvals.pop_front();
             }
@@ -721,7 +728,7 @@ impl TcpWireMatcher {
                 t,
                 (seq_len, ts_ns),
                 rto_est,
-                (*src, *dst),
+                (src, dst),
                 &label,
                 &mut out,
                 &mut facts,
@@ -1320,7 +1327,7 @@ fn send(
     t: &TcpSegment,
     (seq_len, ts_ns): (u32, u64),
     timed_rto: Option<u64>,
-    ends: (SocketAddr, SocketAddr),
+    ends: (&SocketAddr, &SocketAddr),
     label: &dyn Fn() -> String,
     out: &mut Vec<Record>,
     facts: &mut Facts,
