@@ -90,7 +90,8 @@ pub struct Config {
     pub max_unacked_per_flow: usize,
     /// Outages and HOL incidents kept for the snapshot (newest); older ones counted.
     pub max_incidents: usize,
-    /// Recent event lines kept for the snapshot.
+    /// Recent event lines kept for the snapshot (0: none, and none is written: a run that
+    /// takes no snapshot).
     pub max_events: usize,
     /// Records waiting for `drain_records` before the oldest are dropped (counted).
     pub max_pending_records: usize,

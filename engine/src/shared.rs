@@ -306,11 +306,9 @@ impl Shared {
             self.paths.label(alias).to_owned(),
             self.paths.label(target).to_owned(),
         );
-        self.event(
-            ts,
-            Severity::Info,
-            format!("path `{a}` is the far end of `{t}`"),
-        );
+        self.event(ts, Severity::Info, || {
+            format!("path `{a}` is the far end of `{t}`")
+        });
         self.recheck_open_messages();
     }
 
@@ -561,14 +559,12 @@ impl Shared {
             if let Some(p) = self.paths.get_mut(path) {
                 p.outage_closed_ns = p.outage_closed_ns.saturating_add(dur);
             }
-            self.event(
-                ts,
-                Severity::Warn,
+            self.event(ts, Severity::Warn, || {
                 format!(
                     "path {label} back after {:.3} s of outage",
                     dur as f64 / 1e9
-                ),
-            );
+                )
+            });
         }
     }
 
@@ -650,11 +646,9 @@ impl Shared {
                 s.outage = Some(id);
                 s.outages += 1;
             }
-            self.event(
-                now,
-                Severity::Alert,
-                format!("outage on {label}: {evidence}"),
-            );
+            self.event(now, Severity::Alert, || {
+                format!("outage on {label}: {evidence}")
+            });
         }
         self.outage_check_at = next;
     }
@@ -758,7 +752,7 @@ impl Shared {
             seen_ns: ts_ns,
             after_close_us: ts_ns.saturating_sub(closed_ns) / 1_000,
         };
-        self.event(ts_ns, Severity::Info, rec.describe());
+        self.event(ts_ns, Severity::Info, || rec.describe());
         if self.cfg.emit_messages {
             self.push_record(Record::LateCopy(rec));
         }
@@ -1197,11 +1191,14 @@ impl Shared {
         self.records.push_back(r);
     }
 
-    pub(crate) fn event(&mut self, ts_ns: u64, severity: Severity, text: String) {
+    pub(crate) fn event(&mut self, ts_ns: u64, severity: Severity, text: impl FnOnce() -> String) {
+        if self.cfg.max_events == 0 {
+            return;
+        }
         self.events.push_front(EventLine {
             ts_ns,
             severity,
-            text,
+            text: text(),
         });
         self.events.truncate(self.cfg.max_events.max(1));
     }

@@ -507,19 +507,21 @@ impl Shared {
                     if let (GapSel::Quic { up, stream, .. }, Proto::Quic(q)) = (sel, &f.proto) {
                         inc.streams_not_held = q.streams_active_since(up, stream, inc.start_ns);
                     }
-                    let text = format!(
-                        "{} HOL on {}: {} held {:.1} ms ({} message(s)), recovery {:?}",
-                        match protocol {
-                            HolProtocol::Kcp => "KCP",
-                            HolProtocol::Quic => "QUIC",
-                            HolProtocol::Tcp => "TCP",
-                        },
-                        inc.flow,
-                        inc.missing,
-                        inc.stall_ns as f64 / 1e6,
-                        inc.messages_held,
-                        inc.recovery
-                    );
+                    let text = || {
+                        format!(
+                            "{} HOL on {}: {} held {:.1} ms ({} message(s)), recovery {:?}",
+                            match protocol {
+                                HolProtocol::Kcp => "KCP",
+                                HolProtocol::Quic => "QUIC",
+                                HolProtocol::Tcp => "TCP",
+                            },
+                            inc.flow,
+                            inc.missing,
+                            inc.stall_ns as f64 / 1e6,
+                            inc.messages_held,
+                            inc.recovery
+                        )
+                    };
                     self.event(ts, Severity::Warn, text);
                     self.push_record(crate::record::Record::HolIncident(inc));
                 }

@@ -565,11 +565,9 @@ impl Shared {
                 s.incident = Some((id, seq, d, len));
             }
         }
-        self.event(
-            e.ts_ns,
-            Severity::Warn,
-            format!("TCP {name}: seq {seq} lost, {kind:?} retransmit"),
-        );
+        self.event(e.ts_ns, Severity::Warn, || {
+            format!("TCP {name}: seq {seq} lost, {kind:?} retransmit")
+        });
     }
 
     fn tcp_close_incident(&mut self, fr: FlowRef, at: u64, why: &str) {
@@ -600,9 +598,7 @@ impl Shared {
             push_evidence(inc, at, &label, format!("stall over: {why}"));
         }
         if let Some(inc) = self.incidents.close(id, at) {
-            self.event(
-                at,
-                Severity::Warn,
+            self.event(at, Severity::Warn, || {
                 format!(
                     "TCP HOL on {}: {} held {:.1} ms, recovery {:?}, backoff {}",
                     inc.flow,
@@ -610,8 +606,8 @@ impl Shared {
                     inc.stall_ns as f64 / 1e6,
                     inc.recovery,
                     inc.backoff
-                ),
-            );
+                )
+            });
             self.push_record(Record::HolIncident(inc));
         }
     }

@@ -185,7 +185,7 @@ impl TcpJoin {
 
     /// Data segment `t` (`seq_len` of sequence space) seen as `pkt`: a retransmission of kind
     /// `kind`, or a first copy (`None`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn on_wire(
         &mut self,
         shared: &mut Shared,

@@ -39,6 +39,8 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<ExitCode> {
     let config = EngineConfig {
         collect_evidence: true,
         emit_messages: false,
+        // No snapshot is taken: the event log would never be read.
+        max_events: 0,
         ..files_engine_config(&args.decode, &args.timeout, &args.stated)?
     };
     let statements = args.stated.captures();

@@ -54,6 +54,8 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
         emit_messages: json_target.is_some() || args.report.is_some(),
         // The advice after the report (and its record).
         collect_evidence: true,
+        // No snapshot is taken: the event log would never be read.
+        max_events: 0,
         ..files_engine_config(&args.decode, &args.timeout, &args.stated)?
     };
     let statements = args.stated.captures();
