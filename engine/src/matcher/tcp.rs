@@ -225,9 +225,10 @@ impl Shared {
         let mut pkt = self.packet_turned(&t.meta, turned, asks)?;
         let src_is_client = src_high != turned;
         // The key is made only for a flow not looked up recently or a pair not known yet.
-        let (client, server) = match src_is_client {
-            true => (&t.meta.src, &t.meta.dst),
-            false => (&t.meta.dst, &t.meta.src),
+        let (client, server) = if src_is_client {
+            (src, dst)
+        } else {
+            (dst, src)
         };
         let key = || FlowKey::Tcp {
             client: *client,
@@ -235,7 +236,13 @@ impl Shared {
         };
         self.remember_tuple(pkt.tuple, key);
         let paths = &self.paths;
-        let is_key = |k: &FlowKey| matches!(k, FlowKey::Tcp { client: c, server: s } if c == client && s == server);
+        let is_key = |k: &FlowKey| match k {
+            FlowKey::Tcp {
+                client: c,
+                server: s,
+            } => c == client && s == server,
+            _ => false,
+        };
         let quick = FlowKey::tcp_quick(client);
         let fr = self
             .flows
