@@ -1583,3 +1583,24 @@ fn send(
     }
     (evicted, 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tsval_is_timed_from_its_first_send_also_after_a_reordered_older_one() {
+        let mut h = Half::default();
+        h.note_tsval(100, 1);
+        h.note_tsval(105, 2);
+        // Reordered: older than the newest and not seen before, so remembered.
+        h.note_tsval(103, 3);
+        // Seen before, now behind the reordered one: still known, its first send kept.
+        h.note_tsval(105, 4);
+        let seen: Vec<(u32, u64)> = h.tsvals.iter().copied().collect();
+        assert_eq!(seen, [(100, 1), (105, 2), (103, 3)]);
+        // After every one remembered: new.
+        h.note_tsval(106, 5);
+        assert_eq!(h.tsvals.back(), Some(&(106, 5)));
+    }
+}
