@@ -1200,7 +1200,7 @@ impl Shared {
             severity,
             text: text(),
         });
-        self.events.truncate(self.cfg.max_events.max(1));
+        self.events.truncate(self.cfg.max_events);
     }
 
     /// Remembers which flow an address pair belongs to (for overhead packets); `tuple` is the

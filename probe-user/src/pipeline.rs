@@ -2,8 +2,8 @@
 //! that decoding and matching run on two cores and a file's throughput is the slower of the
 //! two instead of their sum. The engine sees exactly the sequence it would see on one thread.
 //! The records it finishes come back to the decoding thread with the batches it is done with,
-//! in order, and are handled (written, collected) there: writing them is work the engine's
-//! thread, the slower one, no longer does.
+//! in order, and are handled (written, collected) there, which shares the work between the
+//! two threads more evenly.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
