@@ -330,6 +330,11 @@ impl CaptureTable {
     }
 
     /// The capture's state, mutably.
+    /// The captures' ids, in the order they were first met.
+    pub fn ids(&self) -> impl Iterator<Item = CaptureId> + '_ {
+        self.caps.keys().copied()
+    }
+
     pub fn get_mut(&mut self, id: CaptureId) -> Option<&mut CaptureState> {
         self.caps.get_mut(&id)
     }

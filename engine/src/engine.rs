@@ -3,7 +3,7 @@
 //! of their own, and every matcher works on the state they share ([`Shared`]).
 
 use crate::config::Config;
-use crate::input::Observation;
+use crate::input::{Observation, TcpEventKind};
 use crate::matcher::kcp::KcpMatcher;
 use crate::matcher::quic::QuicMatcher;
 use crate::matcher::tcpjoin::TcpJoin;
@@ -90,7 +90,15 @@ impl Engine {
             }
             Observation::PathMtu(m) => self.tcp_wire.on_path_mtu(shared, m),
             Observation::Tcp(t) => {
-                shared.on_tcp_event(t);
+                // A retransmission's data as the captures saw it first leave.
+                let first_sent = match t.kind {
+                    TcpEventKind::Retransmit { seq, .. } => {
+                        self.tcp_wire
+                            .first_sent(shared.caps.ids(), (&t.local, &t.remote), seq)
+                    }
+                    _ => None,
+                };
+                shared.on_tcp_event(t, first_sent);
                 self.tcp_join.on_kernel(shared, t);
             }
             Observation::Overhead(o) => shared.on_overhead(o),

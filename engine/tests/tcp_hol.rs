@@ -108,21 +108,34 @@ fn backoff_end_keeps_the_socket_figures() {
     );
 }
 
+/// The client's and the server's socket of [`ev`]'s connection.
+fn ends() -> (std::net::SocketAddr, std::net::SocketAddr) {
+    (addr("10.0.0.2:41000"), addr("192.0.2.1:8883"))
+}
+
+/// A captured segment (ACK flag) at `ts` on eth0.
+fn seg(
+    ts: u64,
+    src: std::net::SocketAddr,
+    dst: std::net::SocketAddr,
+    seq: u32,
+    ack: u32,
+    len: u32,
+) -> Observation {
+    Observation::TcpSegment(TcpSegment {
+        meta: meta(ts, "eth0", 0, src, dst, 40 + len),
+        seq,
+        ack,
+        flags: tboxscope_engine::TcpFlags(0x10),
+        len,
+        ..TcpSegment::default()
+    })
+}
+
 #[test]
 fn fast_retransmit_with_segments_uses_send_time_and_ack() {
     let t = T0 + 1_000_000_000;
-    let cli = addr("10.0.0.2:41000");
-    let srv = addr("192.0.2.1:8883");
-    let seg = |ts: u64, src, dst, seq: u32, ack: u32, len: u32| {
-        Observation::TcpSegment(TcpSegment {
-            meta: meta(ts, "eth0", 0, src, dst, 40 + len),
-            seq,
-            ack,
-            flags: tboxscope_engine::TcpFlags(0x10),
-            len,
-            ..TcpSegment::default()
-        })
-    };
+    let (cli, srv) = ends();
     let mut obs = Vec::new();
     // Five 600-byte segments from seq 1000; the first is lost.
     for k in 0..5u32 {
@@ -180,4 +193,45 @@ fn fast_retransmit_with_segments_uses_send_time_and_ack() {
     assert_eq!(amp.unique_payload_bytes, 3000);
     assert_eq!(amp.retransmit_bytes, 640);
     assert_eq!(amp.ack_bytes, 4 * 40);
+}
+
+#[test]
+fn a_resend_from_inside_a_captured_segment_starts_at_its_first_send() {
+    // The kernel resends from seq 1300, inside the segment 1000..1600 captured leaving at
+    // `t` (a partly acknowledged segment, or one collapsed differently on resending).
+    let t = T0 + 1_000_000_000;
+    let (cli, srv) = ends();
+    let obs = vec![
+        seg(t, cli, srv, 1000, 1, 600),
+        seg(t + 40_000_000, srv, cli, 1, 1300, 0),
+        ev(
+            t + 244_000_000,
+            TcpEventKind::Retransmit {
+                kind: RetransmitKind::Rto,
+                seq: 1300,
+                len: 300,
+            },
+            0,
+            204,
+        ),
+        seg(t + 244_000_001, cli, srv, 1300, 1, 300),
+        seg(t + 284_000_000, srv, cli, 1, 1600, 0),
+    ];
+    let mut e = engine(Config::default());
+    for o in obs {
+        e.handle(o);
+    }
+    let incs = incidents(&mut e);
+    assert_eq!(incs.len(), 1, "{incs:?}");
+    let h = &incs[0];
+    assert_eq!(h.missing, "seq 1300");
+    assert_eq!(h.start_ns, t, "the byte at 1300 first left at t: {h:?}");
+    assert_eq!(h.end_ns, Some(t + 284_000_000));
+    assert!(
+        h.evidence
+            .iter()
+            .any(|l| l.ts_ns == t && l.what == "seq 1300 first sent"),
+        "{:?}",
+        h.evidence
+    );
 }

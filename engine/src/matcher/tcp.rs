@@ -15,8 +15,6 @@ use crate::record::{HolIncident, HolProtocol, Record};
 use crate::shared::{Pkt, Shared};
 use crate::snapshot::{Severity, TcpRetransmission, TcpSample};
 
-/// Original send times remembered per socket.
-const MAX_SENT: usize = 4096;
 /// Samples, retransmissions and state changes kept per socket for the UI.
 pub const MAX_HISTORY: usize = 256;
 
@@ -50,9 +48,6 @@ pub struct TcpState {
     pub incident: Option<(u64, u32, usize, u32)>,
     /// Highest sequence end sent (captured segments), client→server and reverse.
     pub snd_end: [Option<u32>; 2],
-    /// First send time of each data segment seq (captured), per direction, in sequence
-    /// order (only segments of new data are added; at most [`MAX_SENT`]).
-    pub sent: [VecDeque<(u32, u64)>; 2],
     /// The receiver's view of each direction's byte stream from the wire (index 1:
     /// client → server): holes and the data held behind them.
     pub rx: [crate::hol::GapTracker; 2],
@@ -163,7 +158,6 @@ impl TcpState {
     /// client turned out to be the other side.
     fn turn_round(&mut self) {
         self.snd_end.swap(0, 1);
-        self.sent.swap(0, 1);
         self.rx.swap(0, 1);
         self.rx_arrivals.swap(0, 1);
         self.sent_at_sender.swap(0, 1);
@@ -194,13 +188,6 @@ fn turned_key(key: &FlowKey) -> FlowKey {
         },
         k => k.clone(),
     }
-}
-
-/// When the segment starting at `seq` was first sent, from `sent` (in sequence order).
-fn first_sent(sent: &VecDeque<(u32, u64)>, seq: u32) -> Option<u64> {
-    let &(front, _) = sent.front()?;
-    let i = sent.partition_point(|&(s, _)| s.wrapping_sub(front) < seq.wrapping_sub(front));
-    sent.get(i).filter(|&&(s, _)| s == seq).map(|&(_, at)| at)
 }
 
 impl Shared {
@@ -293,14 +280,6 @@ impl Shared {
                             s.snd_end[d] = Some(end);
                         }
                     }
-                    let sent = &mut s.sent[d];
-                    let new_data = sent.back().is_none_or(|&(last, _)| after(t.seq, last));
-                    if pkt.dir != Dir::In && !retrans && new_data {
-                        if sent.len() >= MAX_SENT {
-                            sent.pop_front();
-                        }
-                        sent.push_back((t.seq, pkt.ts_ns));
-                    }
                 }
                 // An ACK from the other side beyond the missing seq ends the stall.
                 if t.flags.ack() {
@@ -341,7 +320,9 @@ impl Shared {
         Some((pkt, fr))
     }
 
-    pub(crate) fn on_tcp_event(&mut self, e: &TcpEvent) {
+    /// Takes a kernel event; `first_sent` is when a retransmission's data first left a
+    /// capture, if one saw it.
+    pub(crate) fn on_tcp_event(&mut self, e: &TcpEvent, first_sent: Option<u64>) {
         self.advance(e.ts_ns);
         let Some(path) = self.paths.intern(&e.path) else {
             return;
@@ -459,7 +440,7 @@ impl Shared {
             }
         }
         if let Some((seq, kind, len)) = open {
-            self.tcp_open_incident(fr, e, (seq, len), kind, &label);
+            self.tcp_open_incident(fr, e, (seq, len, first_sent), kind, &label);
         } else if let Some(n) = note {
             if let Some((id, ..)) = self.tcp_incident(fr) {
                 if let Some(inc) = self.incidents.get_mut(id) {
@@ -522,7 +503,7 @@ impl Shared {
         &mut self,
         fr: FlowRef,
         e: &TcpEvent,
-        (seq, len): (u32, u32),
+        (seq, len, sent_at): (u32, u32, Option<u64>),
         kind: RetransmitKind,
         label: &str,
     ) {
@@ -535,10 +516,6 @@ impl Shared {
             _ => return,
         };
         let d = usize::from(client == e.local);
-        let sent_at = match &f.proto {
-            Proto::Tcp(s) => first_sent(&s.sent[d], seq),
-            _ => None,
-        };
         let fast = matches!(kind, RetransmitKind::Fast | RetransmitKind::Tlp);
         let mut inc = HolIncident {
             protocol: HolProtocol::Tcp,

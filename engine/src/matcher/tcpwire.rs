@@ -18,7 +18,7 @@ use tboxscope_decode::tcp::TcpOptions;
 
 use crate::capture::Dir;
 use crate::flow::{FlowRef, Proto};
-use crate::input::{PathMtuSignal, TcpSegment};
+use crate::input::{CaptureId, PathMtuSignal, TcpSegment};
 use crate::matcher::after;
 use crate::matcher::tcpmsg::{self, Acked, BegunPastHole, Facts, FillVerdict, Outstanding};
 use crate::paths::PathIdx;
@@ -775,6 +775,35 @@ impl TcpWireMatcher {
             self.release_held(shared, ts_ns, false);
         }
         sent
+    }
+
+    /// When the data at `seq` that `sender` sends `receiver` first left a capture that sees
+    /// it leave (engine clock): the earliest over `captures`, from the segments each holds
+    /// (sent and not yet acknowledged there).
+    pub(crate) fn first_sent(
+        &self,
+        captures: impl Iterator<Item = CaptureId>,
+        (sender, receiver): (&SocketAddr, &SocketAddr),
+        seq: u32,
+    ) -> Option<u64> {
+        let low_sends = sender <= receiver;
+        let (low, high) = if low_sends {
+            (*sender, *receiver)
+        } else {
+            (*receiver, *sender)
+        };
+        captures
+            .filter_map(|capture| {
+                let conn = self.conns.get(*self.index.get(&(capture, low, high))?)?;
+                let half = conn.halves.get(usize::from(!low_sends))?;
+                if half.stats.at_receiver {
+                    return None;
+                }
+                let seq = half.peek(seq)?;
+                let (_, s) = half.sent.last_before(seq.checked_add(1)?)?;
+                (seq < s.end).then_some(s.first_ns)
+            })
+            .min()
     }
 
     /// Writes or drops the held records whose wait is over (`all`: every one): once their
