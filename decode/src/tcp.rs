@@ -143,6 +143,7 @@ impl TcpOptions {
     }
 
     /// Reads an option list (the bytes after the fixed header, up to the data offset).
+    #[inline]
     pub fn parse(mut bytes: &[u8]) -> Self {
         let mut o = Self::default();
         let be32 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
@@ -273,6 +274,9 @@ impl<'a> TcpView<'a> {
         self.be16(18)
     }
     /// The header's options, read from its option bytes.
+    // Inline (with `TcpOptions::parse`): returned from a call, the options were written field
+    // by field and at once read back in wider pieces, a store-forwarding stall per segment.
+    #[inline]
     pub fn options(&self) -> TcpOptions {
         TcpOptions::parse(&self.header[MIN_HEADER_LEN..])
     }

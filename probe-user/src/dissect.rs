@@ -698,7 +698,7 @@ impl Dissector {
         };
         let udp = match transport_direct(link, frame) {
             // The common frame: its headers read once, whichever it carries.
-            Some(Transport::Tcp(seg)) => return self.segment(capture, &seg, ts_ns, each),
+            Some(Transport::Tcp(ref seg)) => return self.segment(capture, seg, ts_ns, each),
             Some(Transport::Udp(u)) => Ok(u),
             None => self.net.udp(link, frame, ts_ns),
         };
