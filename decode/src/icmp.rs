@@ -76,6 +76,7 @@ pub fn path_mtu_signal(
 ) -> Option<Result<PathMtuSignal, PathMtuReject>> {
     // Captures of headers only cut the router's message: the quote's start is what counts.
     let (router, to, _, ip) = ip_direct(link, frame).or_else(|| ip_cut(link, frame))?;
+    let (router, to) = (router.ip(), to.ip());
     if ip.fragmented {
         return None;
     }

@@ -308,7 +308,50 @@ impl TcpSegment<'_> {
 
 /// An IP packet's source and destination, its TTL (IPv6: hop limit) as captured, and its
 /// payload.
-pub(crate) type IpParts<'a> = (IpAddr, IpAddr, u8, IpPayloadSlice<'a>);
+pub(crate) type IpParts<'a> = (Addr, Addr, u8, IpPayloadSlice<'a>);
+
+/// An IP address as one number (an IPv4 address in the low 32 bits) and its version. The
+/// parts of a packet carry it rather than an `IpAddr`: that enum went through memory where
+/// the IPv4 and IPv6 paths meet (a tag byte, the address after it) and was read back at once
+/// in wider pieces, a store-forwarding stall on every frame; two numbers stay in registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Addr {
+    bits: u128,
+    v6: bool,
+}
+
+impl Addr {
+    /// The address.
+    pub(crate) fn ip(self) -> IpAddr {
+        if self.v6 {
+            IpAddr::V6(Ipv6Addr::from(self.bits))
+        } else {
+            // An IPv4 address is held in the low 32 bits.
+            IpAddr::V4(Ipv4Addr::from(self.bits as u32))
+        }
+    }
+
+    /// The socket address of `port` at this address.
+    #[inline(always)]
+    fn with_port(self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.ip(), port)
+    }
+}
+
+impl From<IpAddr> for Addr {
+    fn from(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => Self {
+                bits: u128::from(u32::from(v4)),
+                v6: false,
+            },
+            IpAddr::V6(v6) => Self {
+                bits: u128::from(v6),
+                v6: true,
+            },
+        }
+    }
+}
 
 fn len_u32(bytes: &[u8]) -> u32 {
     u32::try_from(bytes.len()).unwrap_or(u32::MAX)
@@ -330,8 +373,8 @@ pub fn cut_udp(link: LinkType, frame: &[u8]) -> Option<UdpDatagram<'_>> {
         return None;
     }
     Some(UdpDatagram {
-        src: SocketAddr::new(src_ip, u16::from_be_bytes([header[0], header[1]])),
-        dst: SocketAddr::new(dst_ip, u16::from_be_bytes([header[2], header[3]])),
+        src: src_ip.with_port(u16::from_be_bytes([header[0], header[1]])),
+        dst: dst_ip.with_port(u16::from_be_bytes([header[2], header[3]])),
         payload,
         reassembled: false,
         payload_len: u32::try_from(declared).unwrap_or(u32::MAX),
@@ -580,8 +623,8 @@ pub fn transport_direct(link: LinkType, frame: &[u8]) -> Option<Transport<'_>> {
     let (src_ip, dst_ip, ttl, ip) = ip_direct(link, frame)?;
     if let Some(udp) = unfragmented_udp(&ip) {
         return Some(Transport::Udp(UdpDatagram {
-            src: SocketAddr::new(src_ip, udp.source_port()),
-            dst: SocketAddr::new(dst_ip, udp.destination_port()),
+            src: src_ip.with_port(udp.source_port()),
+            dst: dst_ip.with_port(udp.destination_port()),
             payload: udp.payload(),
             reassembled: false,
             payload_len: len_u32(udp.payload()),
@@ -590,8 +633,8 @@ pub fn transport_direct(link: LinkType, frame: &[u8]) -> Option<Transport<'_>> {
     }
     let view = unfragmented_tcp(&ip)?;
     Some(Transport::Tcp(TcpSegment {
-        src: SocketAddr::new(src_ip, view.src_port()),
-        dst: SocketAddr::new(dst_ip, view.dst_port()),
+        src: src_ip.with_port(view.src_port()),
+        dst: dst_ip.with_port(view.dst_port()),
         // Whole: the IP slice holds as many bytes as its header declares.
         payload_len: len_u32(view.payload()),
         tcp: view,
@@ -664,8 +707,8 @@ pub(crate) fn ip_cut(link: LinkType, frame: &[u8]) -> Option<IpParts<'_>> {
         etherparse::LaxIpSlice::Ipv6(v6) => v6.header().hop_limit(),
     };
     Some((
-        ip.source_addr(),
-        ip.destination_addr(),
+        ip.source_addr().into(),
+        ip.destination_addr().into(),
         ttl,
         IpPayloadSlice {
             ip_number: p.ip_number,
@@ -723,8 +766,8 @@ fn ip(version: u8, packet: &[u8]) -> Option<IpParts<'_>> {
         IpSlice::Ipv6(v6) => v6.header().hop_limit(),
     };
     Some((
-        ip.source_addr(),
-        ip.destination_addr(),
+        ip.source_addr().into(),
+        ip.destination_addr().into(),
         ttl,
         ip.payload().clone(),
     ))
@@ -745,7 +788,10 @@ fn ipv4_common(packet: &[u8]) -> Option<IpParts<'_>> {
     {
         return None;
     }
-    let addr = |at: usize| IpAddr::V4(Ipv4Addr::new(h[at], h[at + 1], h[at + 2], h[at + 3]));
+    let addr = |at: usize| Addr {
+        bits: u128::from(u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]])),
+        v6: false,
+    };
     Some((
         addr(12),
         addr(16),
@@ -773,7 +819,10 @@ fn ipv6_common(packet: &[u8]) -> Option<IpParts<'_>> {
     let addr = |at: usize| {
         let mut bytes = [0u8; 16];
         bytes.copy_from_slice(&h[at..at + 16]);
-        IpAddr::V6(Ipv6Addr::from(bytes))
+        Addr {
+            bits: u128::from_be_bytes(bytes),
+            v6: true,
+        }
     };
     Some((
         addr(8),
@@ -974,6 +1023,17 @@ mod tests {
         let mut frame = Vec::with_capacity(builder.size(payload.len()));
         builder.write(&mut frame, payload).unwrap();
         frame
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn an_address_is_the_one_it_was_made_from(v4: [u8; 4], v6: [u8; 16], port: u16) {
+            for ip in [IpAddr::from(v4), IpAddr::from(v6)] {
+                let addr = Addr::from(ip);
+                proptest::prop_assert_eq!(addr.ip(), ip);
+                proptest::prop_assert_eq!(addr.with_port(port), SocketAddr::new(ip, port));
+            }
+        }
     }
 
     #[test]
