@@ -38,6 +38,16 @@ fn incidents(e: &mut Engine) -> Vec<tboxscope_engine::HolIncident> {
         .collect()
 }
 
+/// The one incident `e` records from `obs`.
+fn one_incident(e: &mut Engine, obs: Vec<Observation>) -> tboxscope_engine::HolIncident {
+    for o in obs {
+        e.handle(o);
+    }
+    let mut incs = incidents(e);
+    assert_eq!(incs.len(), 1, "{incs:?}");
+    incs.remove(0)
+}
+
 #[test]
 fn rto_with_backoff_from_kernel_events_is_one_incident() {
     let t = T0 + 1_000_000_000;
@@ -62,12 +72,7 @@ fn rto_with_backoff_from_kernel_events_is_one_incident() {
         ev(t + 1_300_000_000, TcpEventKind::BackoffEnd, 0, 204),
     ];
     let mut e = engine(Config::default());
-    for o in obs {
-        e.handle(o);
-    }
-    let incs = incidents(&mut e);
-    assert_eq!(incs.len(), 1, "{incs:?}");
-    let h = &incs[0];
+    let h = &one_incident(&mut e, obs);
     assert_eq!(h.protocol, HolProtocol::Tcp);
     assert_eq!(h.missing, "seq 1000");
     assert_eq!(h.start_ns, t);
@@ -217,13 +222,7 @@ fn a_resend_from_inside_a_captured_segment_starts_at_its_first_send() {
         seg(t + 244_000_001, cli, srv, 1300, 1, 300),
         seg(t + 284_000_000, srv, cli, 1, 1600, 0),
     ];
-    let mut e = engine(Config::default());
-    for o in obs {
-        e.handle(o);
-    }
-    let incs = incidents(&mut e);
-    assert_eq!(incs.len(), 1, "{incs:?}");
-    let h = &incs[0];
+    let h = &one_incident(&mut engine(Config::default()), obs);
     assert_eq!(h.missing, "seq 1300");
     assert_eq!(h.start_ns, t, "the byte at 1300 first left at t: {h:?}");
     assert_eq!(h.end_ns, Some(t + 284_000_000));
