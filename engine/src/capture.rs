@@ -329,12 +329,12 @@ impl CaptureTable {
         st
     }
 
-    /// The capture's state, mutably.
     /// The captures' ids, in the order they were first met.
     pub fn ids(&self) -> impl Iterator<Item = CaptureId> + '_ {
         self.caps.keys().copied()
     }
 
+    /// The capture's state, mutably.
     pub fn get_mut(&mut self, id: CaptureId) -> Option<&mut CaptureState> {
         self.caps.get_mut(&id)
     }
