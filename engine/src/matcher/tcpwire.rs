@@ -64,6 +64,17 @@ const MAX_LEVEL: u8 = 15;
 /// connection stays one.
 type ConnKey = (u16, SocketAddr, SocketAddr);
 
+/// The key of the connection of `sender` and `receiver` at `capture`, and the index of the
+/// half that carries `sender`'s data (0: the lower endpoint's).
+#[inline]
+fn conn_key(capture: u16, sender: &SocketAddr, receiver: &SocketAddr) -> (ConnKey, usize) {
+    if sender <= receiver {
+        ((capture, *sender, *receiver), 0)
+    } else {
+        ((capture, *receiver, *sender), 1)
+    }
+}
+
 /// A segment sent: its end, when it was first and last sent, and how often.
 #[derive(Debug, Clone, Copy)]
 struct Sent {
@@ -637,13 +648,7 @@ impl TcpWireMatcher {
     ) -> Option<(u32, Option<TcpRetransmitKind>)> {
         let (ts_ns, path) = (pkt.ts_ns, pkt.path);
         let (src, dst) = (&t.meta.src, &t.meta.dst);
-        let i = self.find(fr, t.meta.capture, || {
-            if src <= dst {
-                (t.meta.capture, *src, *dst)
-            } else {
-                (t.meta.capture, *dst, *src)
-            }
-        });
+        let i = self.find(fr, t.meta.capture, || conn_key(t.meta.capture, src, dst).0);
         let conn = self.conns.get_mut(i)?;
         // Its key holds the lower endpoint first.
         let from_low = *src == conn.key.1;
@@ -786,16 +791,11 @@ impl TcpWireMatcher {
         (sender, receiver): (&SocketAddr, &SocketAddr),
         seq: u32,
     ) -> Option<u64> {
-        let low_sends = sender <= receiver;
-        let (low, high) = if low_sends {
-            (*sender, *receiver)
-        } else {
-            (*receiver, *sender)
-        };
         captures
             .filter_map(|capture| {
-                let conn = self.conns.get(*self.index.get(&(capture, low, high))?)?;
-                let half = conn.halves.get(usize::from(!low_sends))?;
+                let (key, half) = conn_key(capture, sender, receiver);
+                let conn = self.conns.get(*self.index.get(&key)?)?;
+                let half = conn.halves.get(half)?;
                 if half.stats.at_receiver {
                     return None;
                 }
@@ -839,18 +839,13 @@ impl TcpWireMatcher {
     /// same capture: that segment's bytes sent again after it are resent for the path MTU.
     pub(crate) fn on_path_mtu(&mut self, shared: &Shared, m: &PathMtuSignal) {
         let matched = shared.place_of(&m.meta).is_some_and(|(_, ts_ns)| {
-            let (src, dst) = (m.segment_src, m.segment_dst);
-            let from_low = src <= dst;
-            let key = if from_low {
-                (m.meta.capture, src, dst)
-            } else {
-                (m.meta.capture, dst, src)
-            };
+            let (key, half) = conn_key(m.meta.capture, &m.segment_src, &m.segment_dst);
             let conns = &mut self.conns;
             self.index
                 .get(&key)
                 .and_then(|&i| conns.get_mut(i))
-                .is_some_and(|c| c.halves[usize::from(!from_low)].too_big(ts_ns, m.seq, m.mtu))
+                .and_then(|c| c.halves.get_mut(half))
+                .is_some_and(|h| h.too_big(ts_ns, m.seq, m.mtu))
         });
         if !matched {
             self.path_mtu_unmatched += 1;
