@@ -47,6 +47,11 @@ struct HandoffState {
     spent: Vec<Vec<Observation>>,
     /// The records the engine finished, per batch, oldest first: for decoding to handle.
     records: VecDeque<Vec<Record>>,
+    /// Lists of records decoding has handled, records still in them: they are freed on the
+    /// engine's thread, where they were allocated (freed by decoding, the engine's thread
+    /// never gets its memory back and takes every record's from the allocator's slow path),
+    /// and the lists reused.
+    handled: Vec<Vec<Record>>,
     /// Decoding is done (or gave up): no more batches come.
     closed: bool,
     /// The engine's thread is gone: batches handed over now are dropped.
@@ -62,16 +67,19 @@ impl Handoff {
     }
 
     /// The engine's thread: the next batch, `None` once decoding closed and all are taken;
-    /// gives back the last one (`spent`) and the records it finished.
+    /// gives back the last one (`spent`) and the records it finished, and takes the lists of
+    /// records decoding handled into `handled`.
     fn take(
         &self,
         spent: Option<Vec<Observation>>,
         records: Vec<Record>,
+        handled: &mut Vec<Vec<Record>>,
     ) -> Option<Vec<Observation>> {
         let mut st = self.lock();
         if !records.is_empty() {
             st.records.push_back(records);
         }
+        handled.append(&mut st.handled);
         if let Some(b) = spent {
             if st.spent.len() < IN_FLIGHT + 2 {
                 st.spent.push(b);
@@ -96,13 +104,16 @@ impl Handoff {
 
     /// Decoding: hands `full` over, waiting while `IN_FLIGHT` are on their way; returns an
     /// empty batch to fill next (a spent one when there is one), or `None` when the engine's
-    /// thread is gone. The records that came back are added to `records`.
+    /// thread is gone. The records that came back are added to `records`; the lists of
+    /// records decoding `handled` go to the engine's thread.
     fn give(
         &self,
         full: Vec<Observation>,
         records: &mut VecDeque<Vec<Record>>,
+        handled: &mut Vec<Vec<Record>>,
     ) -> Option<Vec<Observation>> {
         let mut st = self.lock();
+        st.handled.append(handled);
         while st.full.len() >= IN_FLIGHT && !st.stopped {
             st.decoding_waits = true;
             st = self.room.wait(st).unwrap_or_else(PoisonError::into_inner);
@@ -190,6 +201,8 @@ pub struct EngineThread<T, E> {
     waited: Duration,
     /// Records that came back, to handle.
     records: VecDeque<Vec<Record>>,
+    /// Lists of records handled, to give back to the engine's thread.
+    handled: Vec<Vec<Record>>,
     state: T,
     on_record: OnRecord<T, E>,
     /// The first error of `on_record`: nothing is handed over or handled after it.
@@ -210,13 +223,21 @@ impl<T, E> EngineThread<T, E> {
                 let mut engine = engine;
                 let mut waited = Duration::ZERO;
                 let (mut spent, mut records) = (None, Vec::new());
+                let mut handled = Vec::new();
                 loop {
                     let asked = Instant::now();
-                    let Some(batch) = theirs.take(spent.take(), std::mem::take(&mut records))
+                    let Some(batch) =
+                        theirs.take(spent.take(), std::mem::take(&mut records), &mut handled)
                     else {
                         break;
                     };
                     waited += asked.elapsed();
+                    for mut list in handled.drain(..) {
+                        list.clear();
+                        if list.capacity() > records.capacity() {
+                            records = list;
+                        }
+                    }
                     for obs in &batch {
                         engine.handle_ref(obs);
                     }
@@ -235,6 +256,7 @@ impl<T, E> EngineThread<T, E> {
             stopped: false,
             waited: Duration::ZERO,
             records: VecDeque::new(),
+            handled: Vec::new(),
             state,
             on_record,
             error: None,
@@ -288,6 +310,7 @@ impl<T, E> EngineThread<T, E> {
                     return;
                 }
             }
+            self.handled.push(batch);
         }
     }
 
@@ -297,7 +320,9 @@ impl<T, E> EngineThread<T, E> {
         }
         let full = std::mem::take(&mut self.batch);
         let asked = Instant::now();
-        let next = self.handoff.give(full, &mut self.records);
+        let next = self
+            .handoff
+            .give(full, &mut self.records, &mut self.handled);
         self.waited += asked.elapsed();
         match next {
             Some(next) => self.batch = next,
