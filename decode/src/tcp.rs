@@ -144,14 +144,22 @@ impl TcpOptions {
 
     /// Reads an option list (the bytes after the fixed header, up to the data offset).
     #[inline]
-    pub fn parse(mut bytes: &[u8]) -> Self {
+    pub fn parse(bytes: &[u8]) -> Self {
         let mut o = Self::default();
+        o.read(bytes);
+        o
+    }
+
+    /// [`TcpOptions::parse`] into `self`, a default value (the options found are set): where
+    /// the options are kept, without a copy.
+    #[inline]
+    pub fn read(&mut self, mut bytes: &[u8]) {
         let be32 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
         // Linux starts nearly every segment's options with NOP, NOP, timestamps: read those
         // twelve bytes at once, as the loop below would.
         if let Some((head, rest)) = bytes.split_first_chunk::<12>() {
             if head[..4] == [1, 1, 8, 10] {
-                o.timestamps = Some((be32(&head[4..8]), be32(&head[8..])));
+                self.timestamps = Some((be32(&head[4..8]), be32(&head[8..])));
                 bytes = rest;
             }
         }
@@ -165,32 +173,31 @@ impl TcpOptions {
                 _ => {}
             }
             let Some(&len) = rest.first() else {
-                o.malformed = true;
+                self.malformed = true;
                 break;
             };
             let len = usize::from(len);
             let Some(body) = bytes.get(2..len).filter(|_| len >= 2) else {
-                o.malformed = true;
+                self.malformed = true;
                 break;
             };
             match (kind, body.len()) {
-                (2, 2) => o.mss = Some(u16::from_be_bytes([body[0], body[1]])),
-                (3, 1) => o.window_scale = Some(body[0]),
-                (4, 0) => o.sack_permitted = true,
+                (2, 2) => self.mss = Some(u16::from_be_bytes([body[0], body[1]])),
+                (3, 1) => self.window_scale = Some(body[0]),
+                (4, 0) => self.sack_permitted = true,
                 (5, n) if n > 0 && n.is_multiple_of(8) && n / 8 <= MAX_SACK_BLOCKS => {
                     for (i, block) in body.chunks_exact(8).enumerate() {
-                        o.sack[i] = (be32(&block[..4]), be32(&block[4..]));
+                        self.sack[i] = (be32(&block[..4]), be32(&block[4..]));
                     }
-                    o.sack_count = (n / 8) as u8;
+                    self.sack_count = (n / 8) as u8;
                 }
-                (8, 8) => o.timestamps = Some((be32(&body[..4]), be32(&body[4..]))),
+                (8, 8) => self.timestamps = Some((be32(&body[..4]), be32(&body[4..]))),
                 // A known option with the wrong length: Linux skips it; say so.
-                (2..=5 | 8, _) => o.malformed = true,
+                (2..=5 | 8, _) => self.malformed = true,
                 _ => {}
             }
             bytes = &bytes[len..];
         }
-        o
     }
 }
 

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::dissect::{Decoded, DecodedPacket, DissectConfig, DissectStats, Dissector};
+use crate::dissect::{Decoded, DecodedPacket, DissectConfig, DissectStats, Dissector, UnitSink};
 use crate::output::{JsonLinesWriter, OutputError};
 use crate::source::pcap::{CaptureFile, FileError, FileReading, Format, SECRETS_TLS_KEY_LOG};
-use tboxscope_decode::net::LinkType;
+use tboxscope_decode::net::{LinkType, TcpSegment};
 
 /// One decoded unit with where it came from.
 #[derive(Debug, Clone, Copy)]
@@ -193,6 +193,15 @@ impl Analyzer {
         &mut self,
         path: &Path,
         emit: &mut dyn FnMut(Record<'_>) -> Result<(), E>,
+    ) -> Result<Result<(), FileError>, E> {
+        self.run_file_to(path, &mut EachRecord(emit))
+    }
+
+    /// [`Analyzer::run_file`] handing what it decodes to `sink`.
+    pub fn run_file_to<E>(
+        &mut self,
+        path: &Path,
+        emit: &mut dyn RecordSink<E>,
     ) -> Result<Result<(), FileError>, E> {
         let file_no = self.files.len();
         let name = path.display().to_string();
@@ -383,8 +392,17 @@ impl Analyzer {
         paths: &[PathBuf],
         emit: &mut dyn FnMut(Record<'_>) -> Result<(), E>,
     ) -> Result<Vec<FileError>, E> {
+        self.run_files_to(paths, &mut EachRecord(emit))
+    }
+
+    /// [`Analyzer::run_files`] handing what it decodes to `sink`.
+    pub fn run_files_to<E>(
+        &mut self,
+        paths: &[PathBuf],
+        emit: &mut dyn RecordSink<E>,
+    ) -> Result<Vec<FileError>, E> {
         if let [only] = paths {
-            return Ok(self.run_file(only, emit)?.err().into_iter().collect());
+            return Ok(self.run_file_to(only, emit)?.err().into_iter().collect());
         }
         let mut errors = Vec::new();
         let mut open: Vec<MergedFile> = Vec::new();
@@ -613,27 +631,123 @@ fn dissect_and_emit<E>(
     dissector: &mut Dissector,
     at: &FrameAt<'_>,
     data: &[u8],
-    emit: &mut dyn FnMut(Record<'_>) -> Result<(), E>,
+    emit: &mut dyn RecordSink<E>,
 ) -> Result<(), E> {
-    let mut failed = None;
-    dissector.dissect_each(at.link, at.path, data, at.ts_ns, |packet| {
-        if failed.is_none() {
-            failed = emit(Record {
-                file: at.file,
-                frame: at.frame,
-                path: at.path,
-                path_index: at.path_index,
-                paths: at.paths,
-                data,
-                wire_len: at
-                    .wire_len
-                    .max(u32::try_from(data.len()).unwrap_or(u32::MAX)),
-                packet: &packet,
-            })
-            .err();
+    let mut units = Emitting {
+        at,
+        data,
+        emit,
+        failed: None,
+    };
+    dissector.dissect_each(at.link, at.path, data, at.ts_ns, &mut units);
+    units.failed.map_or(Ok(()), Err)
+}
+
+/// Where [`Analyzer::run_files_to`] hands what it decodes.
+pub trait RecordSink<E> {
+    /// One decoded unit; its first error stops decoding.
+    fn record(&mut self, r: Record<'_>) -> Result<(), E>;
+
+    /// A TCP segment of a stream not cut into messages, offered before its [`Record`] is made:
+    /// `None` to have the record made and handed to [`RecordSink::record`], else what taking
+    /// it as it is gave.
+    #[inline]
+    fn tcp_segment(&mut self, r: &TcpRecord<'_>) -> Option<Result<(), E>> {
+        let _ = r;
+        None
+    }
+}
+
+/// A closure as a [`RecordSink`] (every unit as a [`Record`]).
+struct EachRecord<'f, E>(&'f mut dyn FnMut(Record<'_>) -> Result<(), E>);
+
+impl<E> RecordSink<E> for EachRecord<'_, E> {
+    fn record(&mut self, r: Record<'_>) -> Result<(), E> {
+        (self.0)(r)
+    }
+}
+
+/// A TCP segment as [`RecordSink::tcp_segment`] offers it: the frame's facts of a [`Record`]
+/// and the segment's decoded headers, no [`DecodedPacket`] made.
+pub struct TcpRecord<'a> {
+    /// The file, as given.
+    pub file: &'a str,
+    /// 1-based frame number in that file.
+    pub frame: u64,
+    /// The path label.
+    pub path: &'a str,
+    /// Where `path` is in `paths`.
+    pub path_index: usize,
+    /// Every path label known so far.
+    pub paths: &'a [String],
+    /// The frame's length on the wire.
+    pub wire_len: u32,
+    /// Capture time, ns since the Unix epoch.
+    pub ts_ns: u64,
+    /// The segment.
+    pub segment: &'a TcpSegment<'a>,
+}
+
+/// One frame's units handed on as records: after the first error, the others are dropped.
+struct Emitting<'a, 'e, E> {
+    at: &'a FrameAt<'a>,
+    data: &'a [u8],
+    emit: &'e mut dyn RecordSink<E>,
+    failed: Option<E>,
+}
+
+impl<E> Emitting<'_, '_, E> {
+    fn wire_len(&self) -> u32 {
+        self.at
+            .wire_len
+            .max(u32::try_from(self.data.len()).unwrap_or(u32::MAX))
+    }
+}
+
+impl<E> UnitSink for &mut Emitting<'_, '_, E> {
+    fn unit(&mut self, packet: DecodedPacket) {
+        if self.failed.is_none() {
+            let at = self.at;
+            self.failed = self
+                .emit
+                .record(Record {
+                    file: at.file,
+                    frame: at.frame,
+                    path: at.path,
+                    path_index: at.path_index,
+                    paths: at.paths,
+                    data: self.data,
+                    wire_len: self.wire_len(),
+                    packet: &packet,
+                })
+                .err();
         }
-    });
-    failed.map_or(Ok(()), Err)
+    }
+
+    #[inline]
+    fn tcp_segment(&mut self, ts_ns: u64, segment: &TcpSegment<'_>) -> bool {
+        if self.failed.is_some() {
+            return true;
+        }
+        let at = self.at;
+        let r = TcpRecord {
+            file: at.file,
+            frame: at.frame,
+            path: at.path,
+            path_index: at.path_index,
+            paths: at.paths,
+            wire_len: self.wire_len(),
+            ts_ns,
+            segment,
+        };
+        match self.emit.tcp_segment(&r) {
+            Some(result) => {
+                self.failed = result.err();
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// Writes one record as a JSON line (`kcp_segment`, `quic_packet`, `udp_datagram`,

@@ -11,7 +11,7 @@ use tboxscope_engine::{
     QuicPacket, QuicStreams, StreamRange, TcpSegment,
 };
 
-use crate::analyze::Record;
+use crate::analyze::{Record, TcpRecord};
 use crate::dissect::{Decoded, DecodedPacket, KcpSegmentRecord, StreamHead, TcpSegmentRecord};
 
 /// QUIC's default `ack_delay_exponent` (RFC 9000 §18.2): the transport parameter is encrypted
@@ -57,6 +57,17 @@ pub trait ObservationSink {
     #[inline]
     fn handle_built(&mut self, build: impl FnOnce() -> Observation) {
         self.handle(build());
+    }
+
+    /// Takes a TCP segment observation that `fill` sets, field by field, in a default one: a
+    /// sink that stores observations has it filled where it keeps it (no value built aside
+    /// and copied in, whose copy reads back in wide pieces what was just written in narrow
+    /// ones: a store-forwarding stall per segment).
+    #[inline]
+    fn handle_tcp(&mut self, fill: impl FnOnce(&mut TcpSegment)) {
+        let mut t = TcpSegment::default();
+        fill(&mut t);
+        self.handle(Observation::TcpSegment(t));
     }
 }
 
@@ -333,6 +344,34 @@ pub struct FrameFeed {
     sockets: std::collections::HashMap<(SocketAddr, SocketAddr), usize>,
 }
 
+/// What [`FrameFeed`] notes of a unit: its frame, time, path and endpoints.
+struct Seen<'a> {
+    file: &'a str,
+    frame: u64,
+    ts_ns: u64,
+    wire_len: u32,
+    path_index: usize,
+    paths: &'a [String],
+    src: &'a SocketAddr,
+    dst: &'a SocketAddr,
+}
+
+impl<'a> Seen<'a> {
+    #[inline]
+    fn of(r: &Record<'a>) -> Self {
+        Self {
+            file: r.file,
+            frame: r.frame,
+            ts_ns: r.packet.ts_ns,
+            wire_len: r.wire_len,
+            path_index: r.path_index,
+            paths: r.paths,
+            src: &r.packet.src,
+            dst: &r.packet.dst,
+        }
+    }
+}
+
 /// Address pairs remembered to name kernel events' paths.
 const MAX_SOCKETS: usize = 4096;
 
@@ -349,17 +388,12 @@ impl FrameFeed {
     /// Feeds the kernel events up to record `r`'s time. An event whose path is none of the
     /// captures' (a recording of other interfaces, or none) takes the path its socket was
     /// captured on, or the only capture's.
-    fn feed_kernel<S: ObservationSink>(&mut self, correlator: &mut Correlator<S>, r: &Record<'_>) {
+    fn feed_kernel<S: ObservationSink>(&mut self, correlator: &mut Correlator<S>, r: &Seen<'_>) {
         if self.sockets.len() >= MAX_SOCKETS {
             self.sockets.clear();
         }
-        self.sockets
-            .insert((r.packet.src, r.packet.dst), r.path_index);
-        while self
-            .kernel
-            .front()
-            .is_some_and(|e| e.ts_ns <= r.packet.ts_ns)
-        {
+        self.sockets.insert((*r.src, *r.dst), r.path_index);
+        while self.kernel.front().is_some_and(|e| e.ts_ns <= r.ts_ns) {
             let Some(mut e) = self.kernel.pop_front() else {
                 break;
             };
@@ -387,8 +421,49 @@ impl FrameFeed {
 
     /// Feeds one record.
     pub fn observe<S: ObservationSink>(&mut self, correlator: &mut Correlator<S>, r: &Record<'_>) {
-        let (frame_len, first) = self.note(correlator, r);
+        let (frame_len, first) = self.note(correlator, &Seen::of(r));
         correlator.observe_keyed(Some(r.path_index), r.path, frame_len, first, r.packet);
+    }
+
+    /// Feeds one TCP segment offered without its record ([`crate::analyze::RecordSink`]): the
+    /// same observation as [`FrameFeed::observe`] of its record, built from the headers.
+    #[inline]
+    pub fn observe_tcp<S: ObservationSink>(
+        &mut self,
+        correlator: &mut Correlator<S>,
+        r: &TcpRecord<'_>,
+    ) {
+        let seg = r.segment;
+        let seen = Seen {
+            file: r.file,
+            frame: r.frame,
+            ts_ns: r.ts_ns,
+            wire_len: r.wire_len,
+            path_index: r.path_index,
+            paths: r.paths,
+            src: &seg.src,
+            dst: &seg.dst,
+        };
+        let (frame_len, first) = self.note(correlator, &seen);
+        let (capture, path) = correlator.note_capture(Some(r.path_index), r.path, r.ts_ns);
+        let h = &seg.tcp;
+        correlator.sink.handle_tcp(|t| {
+            t.meta.ts_ns = r.ts_ns;
+            t.meta.path = path;
+            t.meta.capture = capture;
+            // Rebuilt from their parts: copied whole, the addresses just written piece by
+            // piece by the decoder are read back in wider pieces (a store-forwarding stall).
+            t.meta.src = SocketAddr::new(seg.src.ip(), seg.src.port());
+            t.meta.dst = SocketAddr::new(seg.dst.ip(), seg.dst.port());
+            t.meta.wire_len = if first { frame_len } else { 0 };
+            t.meta.ttl = seg.ttl;
+            t.seq = h.seq();
+            t.ack = h.ack();
+            t.flags = h.flags();
+            t.window = h.window();
+            t.len = seg.payload_len;
+            t.options.read(h.option_bytes());
+        });
     }
 
     /// What [`FrameFeed::observe`] hands the engine, without handing it.
@@ -397,7 +472,7 @@ impl FrameFeed {
         correlator: &mut Correlator<S>,
         r: &Record<'_>,
     ) -> Observation {
-        let (frame_len, first) = self.note(correlator, r);
+        let (frame_len, first) = self.note(correlator, &Seen::of(r));
         correlator.observation_keyed(Some(r.path_index), r.path, frame_len, first, r.packet)
     }
 
@@ -407,7 +482,7 @@ impl FrameFeed {
     fn note<S: ObservationSink>(
         &mut self,
         correlator: &mut Correlator<S>,
-        r: &Record<'_>,
+        r: &Seen<'_>,
     ) -> (u32, bool) {
         // Records of one frame come together; the file name's address tells files apart.
         if !self.kernel.is_empty() {
@@ -416,7 +491,7 @@ impl FrameFeed {
         let key = (r.file.as_ptr() as usize, r.frame);
         let first = self.last_frame != Some(key);
         self.last_frame = Some(key);
-        self.last_ts = self.last_ts.max(r.packet.ts_ns);
+        self.last_ts = self.last_ts.max(r.ts_ns);
         let frame_len = r.wire_len;
         if r.paths.len() > self.paths_known {
             correlator.expect_paths(&r.paths[self.paths_known..]);

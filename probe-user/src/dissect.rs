@@ -162,6 +162,30 @@ pub struct DecodedPacket {
     pub tcp_messages: Vec<(u32, u32)>,
 }
 
+/// Takes what [`Dissector::dissect_each`] decodes, in order. Any `FnMut(DecodedPacket)` is
+/// one.
+pub trait UnitSink {
+    /// One decoded unit.
+    fn unit(&mut self, packet: DecodedPacket);
+
+    /// A TCP segment of a stream not cut into messages, captured at `ts_ns`, offered before
+    /// its [`DecodedPacket`] is made: true when taken as it is (no unit follows), false to
+    /// have it made and handed to [`UnitSink::unit`]. (The engine's feed builds its
+    /// observation from the headers directly.)
+    #[inline]
+    fn tcp_segment(&mut self, ts_ns: u64, segment: &TcpSegment<'_>) -> bool {
+        let _ = (ts_ns, segment);
+        false
+    }
+}
+
+impl<F: FnMut(DecodedPacket)> UnitSink for F {
+    #[inline]
+    fn unit(&mut self, packet: DecodedPacket) {
+        self(packet);
+    }
+}
+
 /// How a QUIC STREAM frame at a stream's start names its message, for matching copies sent on
 /// separate connections per path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -689,7 +713,7 @@ impl Dissector {
         capture: &str,
         frame: &[u8],
         ts_ns: u64,
-        mut each: impl FnMut(DecodedPacket),
+        mut each: impl UnitSink,
     ) -> usize {
         self.stats.frames += 1;
         let Some(link) = link else {
@@ -808,7 +832,7 @@ impl Dissector {
                         .count() as u64;
                 }
                 quic_records += 1;
-                each(DecodedPacket {
+                each.unit(DecodedPacket {
                     ts_ns,
                     src,
                     dst,
@@ -834,7 +858,7 @@ impl Dissector {
         if self.config.unknown_udp {
             let app_msg_id = self.config.app_id.and_then(|r| r.extract(udp.payload));
             self.app_ids += u64::from(app_msg_id.is_some());
-            each(DecodedPacket {
+            each.unit(DecodedPacket {
                 ts_ns,
                 src,
                 dst,
@@ -872,7 +896,7 @@ fn kcp_records(
     rule: Option<AppIdRule>,
     source: KcpSource<'_>,
     segments: ValidSegments<'_>,
-    mut each: impl FnMut(DecodedPacket),
+    mut each: impl UnitSink,
 ) -> usize {
     let KcpSource {
         framing,
@@ -903,7 +927,7 @@ fn kcp_records(
         if seg.is_cut() && content_hash.is_none() && app_msg_id.is_none() {
             stats.kcp_cut_unnamed += 1;
         }
-        each(DecodedPacket {
+        each.unit(DecodedPacket {
             ts_ns,
             src,
             dst,
@@ -936,7 +960,7 @@ impl Dissector {
         udp: &UdpDatagram<'_>,
         frame: &[u8],
         ts_ns: u64,
-        each: impl FnMut(DecodedPacket),
+        each: impl UnitSink,
     ) -> usize {
         let declared = udp.payload_len as usize;
         let detection =
@@ -986,7 +1010,7 @@ impl Dissector {
         capture: &str,
         frame: &[u8],
         ts_ns: u64,
-        each: impl FnMut(DecodedPacket),
+        each: impl UnitSink,
         cut: bool,
     ) -> usize {
         let seg = match tcp_segment(link, frame) {
@@ -1011,15 +1035,18 @@ impl Dissector {
         capture: &str,
         seg: &TcpSegment<'_>,
         ts_ns: u64,
-        mut each: impl FnMut(DecodedPacket),
+        mut each: impl UnitSink,
     ) -> usize {
         self.stats.tcp += 1;
         if seg.cut() {
             self.stats.tcp_cut += 1;
         }
+        if self.config.framing.is_none() && each.tcp_segment(ts_ns, seg) {
+            return 1;
+        }
         let tcp_messages = self.tcp_messages(capture, seg);
         let t = &seg.tcp;
-        each(DecodedPacket {
+        each.unit(DecodedPacket {
             ts_ns,
             src: seg.src,
             dst: seg.dst,
@@ -1047,7 +1074,7 @@ impl Dissector {
         link: LinkType,
         frame: &[u8],
         ts_ns: u64,
-        mut each: impl FnMut(DecodedPacket),
+        mut each: impl UnitSink,
         cut: bool,
     ) -> usize {
         let s = match path_mtu_signal(link, frame) {
@@ -1067,7 +1094,7 @@ impl Dissector {
             }
         };
         self.stats.path_mtu += 1;
-        each(DecodedPacket {
+        each.unit(DecodedPacket {
             ts_ns,
             src: SocketAddr::new(s.router, 0),
             dst: SocketAddr::new(s.to, 0),

@@ -6,14 +6,15 @@
 //! two threads more evenly.
 
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tboxscope_engine::{Engine, Observation, Record};
+use tboxscope_engine::{Engine, Observation, Record, TcpSegment};
 
-use crate::analyze::Analyzer;
+use crate::analyze::{Analyzer, Record as AnalyzedRecord, RecordSink, TcpRecord};
 use crate::correlate::{CaptureHint, Correlator, FrameFeed, ObservationSink};
 use crate::source::pcap::FileError;
 
@@ -339,16 +340,39 @@ impl<T, E> ObservationSink for EngineThread<T, E> {
 
     #[inline]
     fn handle_built(&mut self, build: impl FnOnce() -> Observation) {
+        self.push_in_place(|slot| slot.write(build()));
+    }
+
+    #[inline]
+    fn handle_tcp(&mut self, fill: impl FnOnce(&mut TcpSegment)) {
+        self.push_in_place(|slot| {
+            let obs = slot.write(Observation::TcpSegment(TcpSegment::default()));
+            if let Observation::TcpSegment(t) = &mut *obs {
+                fill(t);
+            }
+            obs
+        });
+    }
+}
+
+impl<T, E> EngineThread<T, E> {
+    /// Adds the observation `write` puts in the batch's free slot (built there, not on the
+    /// stack and copied in), handing the batch over when it is full.
+    #[inline]
+    fn push_in_place(
+        &mut self,
+        write: impl FnOnce(&mut MaybeUninit<Observation>) -> &mut Observation,
+    ) {
         if self.stopped {
             return;
         }
         // Room for one is always there (a full batch is handed over at once); `reserve` makes
-        // sure. Built in the batch's free slot, not on the stack and copied in.
+        // sure.
         self.batch.reserve(1);
         let len = self.batch.len();
         if let Some(slot) = self.batch.spare_capacity_mut().first_mut() {
-            slot.write(build());
-            // SAFETY: the slot past the batch's length was just written.
+            write(slot);
+            // SAFETY: `write` returned the slot past the batch's length written.
             unsafe { self.batch.set_len(len + 1) };
         }
         if self.batch.len() >= BATCH {
@@ -370,6 +394,36 @@ impl Drop for Worker {
             self.handoff.abandon();
             let _ = t.join();
         }
+    }
+}
+
+/// Decoded units on their way to the engine's thread.
+struct Feeding<'a, T, E> {
+    feed: &'a mut FrameFeed,
+    correlator: &'a mut Correlator<EngineThread<T, E>>,
+}
+
+impl<T, E> Feeding<'_, T, E> {
+    /// Handling a record failed, or the engine's thread is gone: decoding stops (the error,
+    /// or the panic, comes from [`EngineThread::finish`]).
+    fn go_on(&mut self) -> Result<(), ()> {
+        match self.correlator.sink_mut().stopped() {
+            true => Err(()),
+            false => Ok(()),
+        }
+    }
+}
+
+impl<T, E> RecordSink<()> for Feeding<'_, T, E> {
+    fn record(&mut self, r: AnalyzedRecord<'_>) -> Result<(), ()> {
+        self.feed.observe(self.correlator, &r);
+        self.go_on()
+    }
+
+    #[inline]
+    fn tcp_segment(&mut self, r: &TcpRecord<'_>) -> Option<Result<(), ()>> {
+        self.feed.observe_tcp(self.correlator, r);
+        Some(self.go_on())
     }
 }
 
@@ -452,15 +506,13 @@ where
     let thread = EngineThread::spawn(engine, state, on_record)?;
     let mut correlator = Correlator::with_sink(thread);
     correlator.state_all(statements);
-    let decoded = analyzer.run_files(files, &mut |r| {
-        feed.observe(&mut correlator, &r);
-        // Handling a record failed, or the engine's thread is gone: decoding stops (the
-        // error, or the panic, comes from `finish`).
-        match correlator.sink_mut().stopped() {
-            true => Err(()),
-            false => Ok(()),
-        }
-    });
+    let decoded = analyzer.run_files_to(
+        files,
+        &mut Feeding {
+            feed: &mut feed,
+            correlator: &mut correlator,
+        },
+    );
     feed.flush_kernel(&mut correlator);
     let (engine, state, waits) = correlator.into_sink().finish()?;
     let file_errors = decoded

@@ -1,8 +1,10 @@
 //! The engine on its own thread gives exactly what it gives on the decoding thread: every record
 //! and the summary, on captures of two paths long enough for many hand-overs between the threads,
 //! on the QUIC fixture, and on decrypted QUIC mixed with KCP (batches returned to decoding with
-//! observations of every kind in them); an error while handling records stops decoding and is
-//! returned, and so does a panic.
+//! observations of every kind in them), and on TCP captures (whose segments reach the engine's
+//! thread from their headers, without a decoded packet or record, and on the decoding thread
+//! through their records); an error while handling records stops decoding and is returned, and
+//! so does a panic.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -15,8 +17,10 @@ use tboxscope_decode::quic::Keylog;
 use tboxscope_engine::{Config, Engine};
 use tboxscope_test_support::pcap::{kcp_segment, pcap};
 use tboxscope_test_support::quic::{rfc9001_keylog, unhex, OneRttMix};
+use tboxscope_test_support::tcpflow::{write_tcp_capture, TcpTraffic};
 
 const QUIC_FIXTURE: &str = "../../shared/fixtures/chrome-cloudflare-quic-with-secrets.pcapng";
+const SMTP_FIXTURE: &str = "../tui/tests/fixtures/smtp.pcap";
 
 /// Every record (as JSON) and the summary of one run over `files`.
 fn run(files: &[PathBuf], config: &DissectConfig, own_thread: bool) -> (Vec<String>, String) {
@@ -118,6 +122,39 @@ fn the_engine_on_its_own_thread_gives_the_same_records_and_summary() {
     let one = run(std::slice::from_ref(&quic), &config, false);
     assert!(one.0.iter().any(|r| r.contains("stream")), "{:?}", one.0);
     assert_eq!(one, run(&[quic], &config, true));
+}
+
+#[test]
+fn tcp_segments_taken_from_their_headers_give_what_their_records_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let synthetic = dir.path().join("ctl.pcap");
+    // 16 connections of a control channel, 1 % lost and repaired: ~20 batches, retransmission
+    // and HOL records.
+    let (_, truth) = write_tcp_capture(
+        &synthetic,
+        &TcpTraffic {
+            connections: 16,
+            frames: 20_000,
+            loss_per_mille: 10,
+            seed: 7,
+            segment_bytes: 160,
+        },
+    );
+    assert!(truth.retransmissions() > 50, "{truth:?}");
+    let config = DissectConfig::default();
+    let (records, summary) = run(std::slice::from_ref(&synthetic), &config, false);
+    assert!(
+        records.iter().any(|r| r.contains("\"kind\":\"fast\""))
+            && records.iter().any(|r| r.contains("\"missing\":\"seq ")),
+        "{records:?}"
+    );
+    assert_eq!((records, summary), run(&[synthetic], &config, true));
+    // A public capture made by others: a Windows SMTP client, its path's MTU below its MSS
+    // (router signals between the segments), DNS and NetBIOS datagrams among them.
+    let smtp = Path::new(env!("CARGO_MANIFEST_DIR")).join(SMTP_FIXTURE);
+    let one = run(std::slice::from_ref(&smtp), &config, false);
+    assert!(one.1.contains("\"path_mtu\""), "{}", one.1);
+    assert_eq!(one, run(&[smtp], &config, true));
 }
 
 /// One capture of a decrypted QUIC exchange (the RFC 9001 Initials, then `n` 1-RTT packets of
