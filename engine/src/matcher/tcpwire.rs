@@ -102,7 +102,11 @@ impl SentSegments {
         match self.0.back() {
             // The common case: `seq` beyond everything remembered.
             Some(&(last, _)) if last < seq => self.0.len(),
-            _ => self.0.partition_point(|&(start, _)| start < seq),
+            // The next: an ACK's, near the front (acknowledged segments leave from there).
+            _ => match self.0.iter().take(4).position(|&(start, _)| start >= seq) {
+                Some(i) => i,
+                None => self.0.partition_point(|&(start, _)| start < seq),
+            },
         }
     }
 
@@ -1611,6 +1615,40 @@ fn send(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The first segment starting at or after a sequence number, looked for first among
+        /// the oldest, is where a binary search over all of them finds it.
+        #[test]
+        fn index_from_is_the_partition_point(
+            gaps in proptest::collection::vec(1u64..3000, 0..40),
+            anywhere in 0u64..60_000,
+            near in proptest::option::of((0usize..40, 0u64..3)),
+        ) {
+            let mut sent = SentSegments(VecDeque::new());
+            let mut start = 0;
+            for gap in gaps {
+                start += gap;
+                sent.0.push_back((
+                    start,
+                    Sent {
+                        end: start + 1,
+                        first_ns: 0,
+                        last_ns: 0,
+                        timestamps: None,
+                        retransmitted: false,
+                    },
+                ));
+            }
+            // Also a segment's start, or one either side of it.
+            let seq = match near.and_then(|(i, d)| Some(sent.0.get(i)?.0 + d)) {
+                Some(s) => s.saturating_sub(1),
+                None => anywhere,
+            };
+            let expected = sent.0.partition_point(|&(s, _)| s < seq);
+            proptest::prop_assert_eq!(sent.index_from(seq), expected);
+        }
+    }
 
     #[test]
     fn a_tsval_is_timed_from_its_first_send_also_after_a_reordered_older_one() {
