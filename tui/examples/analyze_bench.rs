@@ -42,14 +42,15 @@
 //! matcher as `analyze` runs it, the `tboxscope analyze` binary, and tshark's TCP analysis
 //! (`-z expert`, and the retransmission fields), each side's retransmissions counted against
 //! the generator's truth. The binary and `-z expert` run in three rounds (tshark once, then the
-//! binary three times), timed without a wrapper, and are compared by medians and by bests. `write-kcp`/`write-quic`/`write-tcp PATH` only write the
-//! captures and `decode FILE [--keylog K]` only decodes (for `perf record`); `decode FILE
-//! --engine [--rounds R]` measures the correlation engine on top of decoding in the same run
-//! (the ≤ 30 % goal), `decode FILE --engine-only [--messages]` runs decode + engine alone (for
-//! `perf record`), `decode FILE --engine-alone` times the engine alone on the file's
-//! observations decoded beforehand, `decode FILE --own-thread` runs decode + engine on its own
-//! thread alone, `decode FILE --observations` decodes and builds the observations only, and
-//! `decode FILE --reader` runs the file reader alone (the decoding thread's floor).
+//! binary three times), timed without a wrapper, and are compared by medians and by bests.
+//! `write-kcp`/`write-quic`/`write-tcp PATH` only write the captures and `decode FILE [--keylog
+//! K]` only decodes (for `perf record`); `decode FILE --engine [--rounds R]` measures the
+//! correlation engine on top of decoding in the same run (the ≤ 30 % goal), `decode FILE
+//! --engine-only [--messages]` runs decode + engine alone (for `perf record`), `decode FILE
+//! --engine-alone` times the engine alone on the file's observations decoded beforehand, `decode
+//! FILE --own-thread` runs decode + engine on its own thread alone, `decode FILE --observations`
+//! decodes and builds the observations only, and `decode FILE --reader` runs the file reader alone
+//! (the decoding thread's floor).
 #![expect(clippy::unwrap_used)]
 
 use std::io::Read;
@@ -979,7 +980,7 @@ fn offline_tcp(args: &[String]) {
     }
     if let (Some(t), Some(e)) = (tbox_s, expert_s) {
         println!(
-            "ratio tboxscope binary vs tshark -z expert: {:.1}x by medians, {:.1}x by bests (the goal)",
+            "ratio tboxscope binary vs tshark -z expert: {:.1}x by medians, {:.1}x by bests",
             e / t,
             best_of(&expert_runs) / best_of(&tbox_runs)
         );
