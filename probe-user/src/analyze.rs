@@ -263,9 +263,10 @@ impl Analyzer {
                     paths: self.labels.all(),
                     link,
                     ts_ns,
-                    wire_len,
+                    orig_len: wire_len,
+                    data: &data,
                 };
-                dissect_and_emit(&mut self.dissector, &at, &data, emit)?;
+                dissect_and_emit(&mut self.dissector, &at, emit)?;
             } else {
                 let (path_id, link) = iface_paths[iface];
                 self.note_frame(path_id, ts_ns);
@@ -280,9 +281,10 @@ impl Analyzer {
                     paths: self.labels.all(),
                     link,
                     ts_ns,
-                    wire_len,
+                    orig_len: wire_len,
+                    data: packet.data,
                 };
-                dissect_and_emit(&mut self.dissector, &at, packet.data, emit)?;
+                dissect_and_emit(&mut self.dissector, &at, emit)?;
             }
         };
         summary.frames = reader.frames();
@@ -466,9 +468,10 @@ impl Analyzer {
                     paths: self.labels.all(),
                     link,
                     ts_ns: p.ts_ns,
-                    wire_len: p.orig_len,
+                    orig_len: p.orig_len,
+                    data: &f.data,
                 };
-                let emitted = dissect_and_emit(&mut self.dissector, &at, &f.data, emit);
+                let emitted = dissect_and_emit(&mut self.dissector, &at, emit);
                 let after = self.dissector.stats();
                 let summary = &mut self.files[f.file_no];
                 summary.frames += 1;
@@ -613,16 +616,34 @@ struct PacketLine<'a, T: Serialize> {
     fields: &'a T,
 }
 
-/// Where a frame was read: the fields every record of the frame shares.
-struct FrameAt<'a> {
-    file: &'a str,
-    frame: u64,
-    path: &'a str,
-    path_index: usize,
-    paths: &'a [String],
-    link: Option<LinkType>,
-    ts_ns: u64,
-    wire_len: u32,
+/// Where a frame was read, and its bytes: what every record of the frame shares.
+pub struct FrameAt<'a> {
+    /// The file, as given.
+    pub file: &'a str,
+    /// 1-based frame number in that file.
+    pub frame: u64,
+    /// The path label.
+    pub path: &'a str,
+    /// Where `path` is in `paths`.
+    pub path_index: usize,
+    /// Every path label known so far.
+    pub paths: &'a [String],
+    /// The link layer (`None`: unsupported).
+    pub link: Option<LinkType>,
+    /// Capture time, ns since the Unix epoch.
+    pub ts_ns: u64,
+    /// The frame's length on the wire as the capture file gives it.
+    pub orig_len: u32,
+    /// The captured bytes (link header first).
+    pub data: &'a [u8],
+}
+
+impl FrameAt<'_> {
+    /// The frame's length on the wire: at least what was captured.
+    pub fn wire_len(&self) -> u32 {
+        self.orig_len
+            .max(u32::try_from(self.data.len()).unwrap_or(u32::MAX))
+    }
 }
 
 /// Decodes one frame and hands each decoded unit to `emit` as a [`Record`]; after the first
@@ -630,16 +651,14 @@ struct FrameAt<'a> {
 fn dissect_and_emit<E>(
     dissector: &mut Dissector,
     at: &FrameAt<'_>,
-    data: &[u8],
     emit: &mut dyn RecordSink<E>,
 ) -> Result<(), E> {
     let mut units = Emitting {
         at,
-        data,
         emit,
         failed: None,
     };
-    dissector.dissect_each(at.link, at.path, data, at.ts_ns, &mut units);
+    dissector.dissect_each(at.link, at.path, at.data, at.ts_ns, &mut units);
     units.failed.map_or(Ok(()), Err)
 }
 
@@ -648,12 +667,12 @@ pub trait RecordSink<E> {
     /// One decoded unit; its first error stops decoding.
     fn record(&mut self, r: Record<'_>) -> Result<(), E>;
 
-    /// A TCP segment of a stream not cut into messages, offered before its [`Record`] is made:
-    /// `None` to have the record made and handed to [`RecordSink::record`], else what taking
-    /// it as it is gave.
+    /// A TCP segment of a stream not cut into messages, read from frame `at`, offered before
+    /// its [`Record`] is made: `None` to have the record made and handed to
+    /// [`RecordSink::record`], else what taking it as it is gave.
     #[inline]
-    fn tcp_segment(&mut self, r: &TcpRecord<'_>) -> Option<Result<(), E>> {
-        let _ = r;
+    fn tcp_segment(&mut self, at: &FrameAt<'_>, segment: &TcpSegment<'_>) -> Option<Result<(), E>> {
+        let _ = (at, segment);
         None
     }
 }
@@ -667,41 +686,11 @@ impl<E> RecordSink<E> for EachRecord<'_, E> {
     }
 }
 
-/// A TCP segment as [`RecordSink::tcp_segment`] offers it: the frame's facts of a [`Record`]
-/// and the segment's decoded headers, no [`DecodedPacket`] made.
-pub struct TcpRecord<'a> {
-    /// The file, as given.
-    pub file: &'a str,
-    /// 1-based frame number in that file.
-    pub frame: u64,
-    /// The path label.
-    pub path: &'a str,
-    /// Where `path` is in `paths`.
-    pub path_index: usize,
-    /// Every path label known so far.
-    pub paths: &'a [String],
-    /// The frame's length on the wire.
-    pub wire_len: u32,
-    /// Capture time, ns since the Unix epoch.
-    pub ts_ns: u64,
-    /// The segment.
-    pub segment: &'a TcpSegment<'a>,
-}
-
 /// One frame's units handed on as records: after the first error, the others are dropped.
 struct Emitting<'a, 'e, E> {
     at: &'a FrameAt<'a>,
-    data: &'a [u8],
     emit: &'e mut dyn RecordSink<E>,
     failed: Option<E>,
-}
-
-impl<E> Emitting<'_, '_, E> {
-    fn wire_len(&self) -> u32 {
-        self.at
-            .wire_len
-            .max(u32::try_from(self.data.len()).unwrap_or(u32::MAX))
-    }
 }
 
 impl<E> UnitSink for &mut Emitting<'_, '_, E> {
@@ -716,8 +705,8 @@ impl<E> UnitSink for &mut Emitting<'_, '_, E> {
                     path: at.path,
                     path_index: at.path_index,
                     paths: at.paths,
-                    data: self.data,
-                    wire_len: self.wire_len(),
+                    data: at.data,
+                    wire_len: at.wire_len(),
                     packet: &packet,
                 })
                 .err();
@@ -725,22 +714,11 @@ impl<E> UnitSink for &mut Emitting<'_, '_, E> {
     }
 
     #[inline]
-    fn tcp_segment(&mut self, ts_ns: u64, segment: &TcpSegment<'_>) -> bool {
+    fn tcp_segment(&mut self, _ts_ns: u64, segment: &TcpSegment<'_>) -> bool {
         if self.failed.is_some() {
             return true;
         }
-        let at = self.at;
-        let r = TcpRecord {
-            file: at.file,
-            frame: at.frame,
-            path: at.path,
-            path_index: at.path_index,
-            paths: at.paths,
-            wire_len: self.wire_len(),
-            ts_ns,
-            segment,
-        };
-        match self.emit.tcp_segment(&r) {
+        match self.emit.tcp_segment(self.at, segment) {
             Some(result) => {
                 self.failed = result.err();
                 true

@@ -11,7 +11,7 @@ use tboxscope_engine::{
     QuicPacket, QuicStreams, StreamRange, TcpSegment,
 };
 
-use crate::analyze::{Record, TcpRecord};
+use crate::analyze::{FrameAt, Record};
 use crate::dissect::{Decoded, DecodedPacket, KcpSegmentRecord, StreamHead, TcpSegmentRecord};
 
 /// QUIC's default `ack_delay_exponent` (RFC 9000 §18.2): the transport parameter is encrypted
@@ -425,30 +425,31 @@ impl FrameFeed {
         correlator.observe_keyed(Some(r.path_index), r.path, frame_len, first, r.packet);
     }
 
-    /// Feeds one TCP segment offered without its record ([`crate::analyze::RecordSink`]): the
-    /// same observation as [`FrameFeed::observe`] of its record, built from the headers.
+    /// Feeds TCP segment `seg` of frame `at`, offered without its record
+    /// ([`crate::analyze::RecordSink`]): the same observation as [`FrameFeed::observe`] of its
+    /// record, built from the headers.
     #[inline]
     pub fn observe_tcp<S: ObservationSink>(
         &mut self,
         correlator: &mut Correlator<S>,
-        r: &TcpRecord<'_>,
+        at: &FrameAt<'_>,
+        seg: &tboxscope_decode::net::TcpSegment<'_>,
     ) {
-        let seg = r.segment;
         let seen = Seen {
-            file: r.file,
-            frame: r.frame,
-            ts_ns: r.ts_ns,
-            wire_len: r.wire_len,
-            path_index: r.path_index,
-            paths: r.paths,
+            file: at.file,
+            frame: at.frame,
+            ts_ns: at.ts_ns,
+            wire_len: at.wire_len(),
+            path_index: at.path_index,
+            paths: at.paths,
             src: &seg.src,
             dst: &seg.dst,
         };
         let (frame_len, first) = self.note(correlator, &seen);
-        let (capture, path) = correlator.note_capture(Some(r.path_index), r.path, r.ts_ns);
+        let (capture, path) = correlator.note_capture(Some(at.path_index), at.path, at.ts_ns);
         let h = &seg.tcp;
         correlator.sink.handle_tcp(|t| {
-            t.meta.ts_ns = r.ts_ns;
+            t.meta.ts_ns = at.ts_ns;
             t.meta.path = path;
             t.meta.capture = capture;
             // Rebuilt from their parts: copied whole, the addresses just written piece by

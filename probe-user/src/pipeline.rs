@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tboxscope_engine::{Engine, Observation, Record, TcpSegment};
 
-use crate::analyze::{Analyzer, Record as AnalyzedRecord, RecordSink, TcpRecord};
+use crate::analyze::{Analyzer, FrameAt, Record as AnalyzedRecord, RecordSink};
 use crate::correlate::{CaptureHint, Correlator, FrameFeed, ObservationSink};
 use crate::source::pcap::FileError;
 
@@ -421,8 +421,12 @@ impl<T, E> RecordSink<()> for Feeding<'_, T, E> {
     }
 
     #[inline]
-    fn tcp_segment(&mut self, r: &TcpRecord<'_>) -> Option<Result<(), ()>> {
-        self.feed.observe_tcp(self.correlator, r);
+    fn tcp_segment(
+        &mut self,
+        at: &FrameAt<'_>,
+        seg: &tboxscope_decode::net::TcpSegment<'_>,
+    ) -> Option<Result<(), ()>> {
+        self.feed.observe_tcp(self.correlator, at, seg);
         Some(self.go_on())
     }
 }
